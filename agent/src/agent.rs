@@ -1,0 +1,598 @@
+//! `tlsprof run`: discovery, attachment and the event loop.
+use std::{
+    collections::{BTreeMap, HashMap},
+    num::NonZeroU32,
+    os::fd::AsRawFd as _,
+    path::Path,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context as _, Result};
+use aya::{
+    maps::{Array, HashMap as BpfHashMap, MapData, RingBuf},
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
+        BtfTracePoint, UProbe,
+    },
+    Btf, Ebpf,
+};
+
+use crate::{
+    discovery::{self, ProcStat},
+    elf::{self, HandshakeHooks},
+    http,
+    metrics::{CommLabels, HandshakeLabels, KindLabels, Metrics, ProbeLabels, RoleLabels},
+    preflight,
+    probes::{handshake as hs, proc as pr, read_record},
+    RunArgs,
+};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+    }
+}
+
+/// Which processes to trace.
+struct Selector {
+    pids: Vec<u32>,
+    comms: Vec<String>,
+}
+
+impl Selector {
+    fn all(&self) -> bool {
+        self.pids.is_empty() && self.comms.is_empty()
+    }
+
+    /// A process is selected by its comm, by its pid, or by descending from a selected pid.
+    fn selects(&self, pid: u32, stats: &HashMap<u32, ProcStat>) -> bool {
+        if self.all() {
+            return true;
+        }
+        let Some(st) = stats.get(&pid) else { return false };
+        if self.comms.iter().any(|c| *c == st.comm) {
+            return true;
+        }
+        let mut cur = pid;
+        for _ in 0..64 {
+            if self.pids.contains(&cur) {
+                return true;
+            }
+            match stats.get(&cur) {
+                Some(s) if s.ppid > 1 => cur = s.ppid,
+                _ => return false,
+            }
+        }
+        false
+    }
+}
+
+/// One attached program: which, and its link.
+struct Link {
+    program: &'static str,
+    id: UProbeLinkId,
+}
+
+struct Traced {
+    comm: String,
+    start_time: u64,
+    links: Vec<Link>,
+}
+
+/// A selected process with no OpenSSL (yet): looked at again when its memory map grows.
+struct Watched {
+    start_time: u64,
+    vsize: u64,
+}
+
+#[derive(Default)]
+struct Summary {
+    count: u64,
+    cpu_ns: u64,
+    duration_ns: u64,
+}
+
+struct Probes {
+    hs: Ebpf,
+    _proc: Ebpf,
+    hs_events: RingBuf<MapData>,
+    proc_events: RingBuf<MapData>,
+    hs_conns: BpfHashMap<MapData, hs::hs_key, hs::hs_state>,
+    hs_threads: BpfHashMap<MapData, u32, hs::hs_thread>,
+    hs_stats: Array<MapData, u64>,
+    proc_traced: BpfHashMap<MapData, u32, u8>,
+}
+
+const UPROBES: &[&str] = &[
+    "hs_enter_server",
+    "hs_enter_client",
+    "hs_enter_any",
+    "hs_exit",
+    "ssl_set_accept_state",
+    "ssl_set_connect_state",
+    "ssl_free",
+];
+
+fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T>
+where
+    T: TryFrom<aya::maps::Map>,
+    <T as TryFrom<aya::maps::Map>>::Error: std::error::Error + Send + Sync + 'static,
+{
+    let map = ebpf.take_map(name).with_context(|| format!("BPF map {name} missing"))?;
+    T::try_from(map).with_context(|| format!("BPF map {name}"))
+}
+
+fn attach_tp_btf(ebpf: &mut Ebpf, program: &str, tracepoint: &str, btf: &Btf) -> Result<()> {
+    let p: &mut BtfTracePoint = ebpf
+        .program_mut(program)
+        .with_context(|| format!("program {program} missing"))?
+        .try_into()?;
+    p.load(tracepoint, btf)
+        .and_then(|()| p.attach().map(|_| ()))
+        .with_context(|| format!("this kernel refused the BTF tracepoint {tracepoint} (tlsprof needs tp_btf, Linux 5.5+)"))
+}
+
+impl Probes {
+    fn load(btf: &Btf) -> Result<Self> {
+        let mut hs = Ebpf::load(hs::OBJECT).context("cannot load the handshake probes into the kernel")?;
+        for name in UPROBES {
+            let p: &mut UProbe = hs.program_mut(name).with_context(|| format!("program {name} missing"))?.try_into()?;
+            p.load().with_context(|| format!("the kernel rejected program {name}"))?;
+        }
+        attach_tp_btf(&mut hs, "hs_sched_switch", "sched_switch", btf)?;
+        attach_tp_btf(&mut hs, "hs_thread_exit", "sched_process_exit", btf)?;
+        let mut proc_ = Ebpf::load(pr::OBJECT).context("cannot load the process probes into the kernel")?;
+        attach_tp_btf(&mut proc_, "proc_fork", "sched_process_fork", btf)?;
+        attach_tp_btf(&mut proc_, "proc_exit", "sched_process_exit", btf)?;
+        Ok(Self {
+            hs_events: take(&mut hs, "hs_events")?,
+            hs_conns: take(&mut hs, "hs_conns")?,
+            hs_threads: take(&mut hs, "hs_threads")?,
+            hs_stats: take(&mut hs, "hs_stats")?,
+            proc_events: take(&mut proc_, "proc_events")?,
+            proc_traced: take(&mut proc_, "proc_traced")?,
+            hs,
+            _proc: proc_,
+        })
+    }
+
+    fn uprobe(&mut self, program: &str) -> &mut UProbe {
+        self.hs
+            .program_mut(program)
+            .and_then(|p| <&mut UProbe>::try_from(p).ok())
+            .expect("every uprobe in UPROBES is loaded")
+    }
+
+    fn attach(&mut self, program: &'static str, offset: u64, target: &Path, pid: u32) -> Result<Link> {
+        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).context("pid 0")?);
+        let id = self
+            .uprobe(program)
+            .attach(UProbeAttachLocation::AbsoluteOffset(offset), target, scope)
+            .with_context(|| format!("attaching {program} to {} at {offset:#x}", target.display()))?;
+        Ok(Link { program, id })
+    }
+
+    fn detach(&mut self, link: Link) {
+        // The process may be gone already; its perf event is closed either way.
+        let _ = self.uprobe(link.program).detach(link.id);
+    }
+
+    /// Forgets the kernel-side state of processes that exited.
+    fn sweep(&mut self, gone: &[u32]) {
+        if gone.is_empty() {
+            return;
+        }
+        let conns: Vec<hs::hs_key> =
+            self.hs_conns.keys().filter_map(|k| k.ok()).filter(|k| gone.contains(&k.tgid)).collect();
+        for k in conns {
+            let _ = self.hs_conns.remove(&k);
+        }
+        let threads: Vec<u32> = self
+            .hs_threads
+            .iter()
+            .filter_map(|r| r.ok())
+            .filter(|(_, t)| gone.contains(&t.tgid))
+            .map(|(k, _)| k)
+            .collect();
+        for k in threads {
+            let _ = self.hs_threads.remove(&k);
+        }
+        for pid in gone {
+            let _ = self.proc_traced.remove(pid);
+        }
+    }
+}
+
+struct Agent {
+    args: RunArgs,
+    selector: Selector,
+    metrics: Arc<Metrics>,
+    probes: Probes,
+    self_pid: u32,
+    traced: HashMap<u32, Traced>,
+    watched: HashMap<u32, Watched>,
+    hooks_cache: HashMap<(u64, u64, u64, i64), Option<HandshakeHooks>>,
+    /// Names of processes that exited lately, for events that arrive after the exit.
+    recent_exits: HashMap<u32, String>,
+    stats_seen: [u64; 8],
+    summary: BTreeMap<(String, &'static str, &'static str), Summary>,
+}
+
+/// The OpenSSL hooks of every candidate file of a process.
+fn tls_files(
+    pid: u32,
+    cache: &mut HashMap<(u64, u64, u64, i64), Option<HandshakeHooks>>,
+    verbose: bool,
+) -> std::io::Result<Vec<(discovery::Candidate, HandshakeHooks)>> {
+    let mut out = Vec::new();
+    for c in discovery::candidates(pid)? {
+        let hooks = cache
+            .entry(c.identity)
+            .or_insert_with(|| match elf::handshake_hooks(&c.host_path) {
+                Ok(h) => h,
+                Err(e) => {
+                    if verbose {
+                        eprintln!("tlsprof: {e}");
+                    }
+                    None
+                }
+            })
+            .clone();
+        if let Some(h) = hooks {
+            out.push((c, h));
+        }
+    }
+    Ok(out)
+}
+
+impl Agent {
+    fn log(&self, msg: impl AsRef<str>) {
+        if self.args.verbose {
+            eprintln!("tlsprof: {}", msg.as_ref());
+        }
+    }
+
+    fn scan(&mut self) {
+        let Ok(pids) = discovery::pids() else { return };
+        let stats: HashMap<u32, ProcStat> =
+            pids.into_iter().filter(|p| *p != self.self_pid).filter_map(|p| Some((p, discovery::stat(p).ok()?))).collect();
+
+        let gone: Vec<u32> = self
+            .traced
+            .iter()
+            .filter(|(pid, t)| stats.get(pid).is_none_or(|s| s.start_time != t.start_time || s.comm != t.comm))
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in &gone {
+            self.forget(*pid);
+        }
+        self.probes.sweep(&gone);
+        self.watched.retain(|pid, w| stats.get(pid).is_some_and(|s| s.start_time == w.start_time));
+
+        let mut pids: Vec<u32> = stats.keys().copied().collect();
+        pids.sort_unstable();
+        for pid in pids {
+            if self.traced.contains_key(&pid) || !self.selector.selects(pid, &stats) {
+                continue;
+            }
+            let st = &stats[&pid];
+            if self.watched.get(&pid).is_some_and(|w| w.vsize == st.vsize) {
+                continue;
+            }
+            self.examine(pid, st.clone());
+        }
+        self.update_gauges();
+    }
+
+    /// Attaches to a selected process if it carries OpenSSL, else watches it.
+    fn examine(&mut self, pid: u32, st: ProcStat) {
+        let files = match tls_files(pid, &mut self.hooks_cache, self.args.verbose) {
+            Ok(f) => f,
+            Err(e) => {
+                self.log(format!("cannot read the memory map of {pid} ({}): {e}", st.comm));
+                self.watched.insert(pid, Watched { start_time: st.start_time, vsize: st.vsize });
+                return;
+            }
+        };
+        if files.is_empty() {
+            self.watched.insert(pid, Watched { start_time: st.start_time, vsize: st.vsize });
+            return;
+        }
+        self.watched.remove(&pid);
+        let mut links = Vec::new();
+        for (file, h) in &files {
+            let mut plan: Vec<(&'static str, u64)> = Vec::new();
+            let (accept_prog, connect_prog) = ("hs_enter_server", "hs_enter_client");
+            for (prog, off) in [(accept_prog, h.accept), (connect_prog, h.connect), ("hs_enter_any", h.do_handshake)] {
+                if let Some(off) = off {
+                    plan.push((prog, off));
+                    plan.push(("hs_exit", off));
+                }
+            }
+            if let Some(off) = h.set_accept_state {
+                plan.push(("ssl_set_accept_state", off));
+            }
+            if let Some(off) = h.set_connect_state {
+                plan.push(("ssl_set_connect_state", off));
+            }
+            plan.push(("ssl_free", h.free));
+            for (prog, off) in plan {
+                match self.probes.attach(prog, off, &file.host_path, pid) {
+                    Ok(l) => links.push(l),
+                    Err(e) => {
+                        self.metrics.attach_failures.get_or_create(&ProbeLabels { probe: prog.into() }).inc();
+                        eprintln!("tlsprof: warning: {pid} ({}): {e:#}", st.comm);
+                    }
+                }
+            }
+            self.log(format!(
+                "attached to {pid} ({}): {} via {}",
+                st.comm,
+                file.path,
+                h.source.as_str()
+            ));
+        }
+        let _ = self.probes.proc_traced.insert(pid, 1, 0);
+        self.traced.insert(pid, Traced { comm: st.comm, start_time: st.start_time, links });
+    }
+
+    fn forget(&mut self, pid: u32) {
+        if let Some(t) = self.traced.remove(&pid) {
+            self.log(format!("forgetting {pid} ({})", t.comm));
+            for l in t.links {
+                self.probes.detach(l);
+            }
+            self.recent_exits.insert(pid, t.comm);
+        }
+    }
+
+    fn update_gauges(&mut self) {
+        let mut per_comm: BTreeMap<&str, i64> = BTreeMap::new();
+        let mut probes = 0;
+        for t in self.traced.values() {
+            *per_comm.entry(&t.comm).or_default() += 1;
+            probes += t.links.len() as i64;
+        }
+        // Names no longer traced go to zero rather than vanish, so rates and alerts stay sane.
+        let known: Vec<String> = self.summary.keys().map(|k| k.0.clone()).collect();
+        for comm in known {
+            if !per_comm.contains_key(comm.as_str()) {
+                self.metrics.attached_processes.get_or_create(&CommLabels { comm }).set(0);
+            }
+        }
+        for (comm, n) in per_comm {
+            self.metrics.attached_processes.get_or_create(&CommLabels { comm: comm.into() }).set(n);
+        }
+        self.metrics.attached_probes.set(probes);
+    }
+
+    fn sync_kernel_stats(&mut self) {
+        for &(idx, kind) in hs::STATS {
+            let Ok(v) = self.probes.hs_stats.get(&idx, 0) else { continue };
+            let delta = v.saturating_sub(self.stats_seen[idx as usize]);
+            self.stats_seen[idx as usize] = v;
+            if idx == 0 {
+                self.metrics.events_lost.inc_by(delta);
+            }
+            self.metrics.kernel_errors.get_or_create(&KindLabels { kind: kind.into() }).inc_by(delta);
+        }
+    }
+
+    fn comm_of(&self, tgid: u32) -> String {
+        if let Some(t) = self.traced.get(&tgid) {
+            return t.comm.clone();
+        }
+        if let Some(c) = self.recent_exits.get(&tgid) {
+            return c.clone();
+        }
+        discovery::stat(tgid).map(|s| s.comm).unwrap_or_else(|_| "unknown".into())
+    }
+
+    fn on_handshake(&mut self, e: hs::hs_event) {
+        let comm = self.comm_of(e.tgid);
+        let role = hs::role_label(e.role);
+        let result = hs::result_label(e.result);
+        let cpu = e.cpu_ns as f64 / 1e9;
+        self.metrics
+            .handshakes
+            .get_or_create(&HandshakeLabels { comm: comm.clone(), role: role.into(), result: result.into() })
+            .inc();
+        let rl = RoleLabels { comm: comm.clone(), role: role.into() };
+        if e.result == hs::HS_RESULT_OK {
+            self.metrics.handshake_cpu.get_or_create(&rl).observe(cpu);
+            self.metrics.handshake_duration.get_or_create(&rl).observe(e.duration_ns as f64 / 1e9);
+        } else {
+            self.metrics.failed_handshake_cpu.get_or_create(&rl).inc_by(cpu);
+        }
+        let s = self.summary.entry((comm, role, result)).or_default();
+        s.count += 1;
+        s.cpu_ns += e.cpu_ns;
+        s.duration_ns += e.duration_ns;
+    }
+
+    fn on_proc(&mut self, n: pr::proc_notice) {
+        match n.kind {
+            pr::PROC_EV_FORK => {
+                // nginx -s reload: new workers forked by a traced master. Attach at once.
+                let Ok(st) = discovery::stat(n.pid) else { return };
+                let parent = self.traced.get(&n.parent).map(|t| t.comm.clone());
+                let selected = self.selector.all()
+                    || self.selector.comms.contains(&st.comm)
+                    || (parent.is_some() && !self.selector.pids.is_empty() && self.descends_from_selected(n.pid));
+                if selected && !self.traced.contains_key(&n.pid) {
+                    self.examine(n.pid, st);
+                    self.update_gauges();
+                }
+            }
+            pr::PROC_EV_EXIT => {
+                self.forget(n.pid);
+                self.probes.sweep(&[n.pid]);
+                self.update_gauges();
+            }
+            _ => {}
+        }
+    }
+
+    fn descends_from_selected(&self, pid: u32) -> bool {
+        let mut stats = HashMap::new();
+        let mut cur = pid;
+        for _ in 0..64 {
+            let Ok(s) = discovery::stat(cur) else { break };
+            let next = s.ppid;
+            stats.insert(cur, s);
+            if next <= 1 {
+                break;
+            }
+            cur = next;
+        }
+        self.selector.selects(pid, &stats)
+    }
+
+    fn drain(&mut self) {
+        let mut events = Vec::new();
+        while let Some(item) = self.probes.hs_events.next() {
+            if let Some(e) = read_record::<hs::hs_event>(&item) {
+                events.push(e);
+            }
+        }
+        let mut notices = Vec::new();
+        while let Some(item) = self.probes.proc_events.next() {
+            if let Some(n) = read_record::<pr::proc_notice>(&item) {
+                notices.push(n);
+            }
+        }
+        // Handshake events first: a process's last handshakes arrive before its exit.
+        for e in events {
+            self.on_handshake(e);
+        }
+        for n in notices {
+            self.on_proc(n);
+        }
+    }
+
+    fn wait(&self, timeout: Duration) {
+        let mut fds = [
+            libc::pollfd { fd: self.probes.hs_events.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: self.probes.proc_events.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: fds is a valid array of pollfd for the length given.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    }
+
+    fn print_summary(&self) {
+        println!("tlsprof: handshakes seen");
+        println!("{:<16} {:<7} {:<7} {:>10} {:>14} {:>14}", "COMM", "ROLE", "RESULT", "COUNT", "CPU/HS (us)", "WALL/HS (us)");
+        for ((comm, role, result), s) in &self.summary {
+            let n = s.count.max(1) as f64;
+            println!(
+                "{:<16} {:<7} {:<7} {:>10} {:>14.1} {:>14.1}",
+                comm,
+                role,
+                result,
+                s.count,
+                s.cpu_ns as f64 / n / 1e3,
+                s.duration_ns as f64 / n / 1e3
+            );
+        }
+    }
+}
+
+/// `--pid` must name a live process that carries OpenSSL, itself or in a child.
+fn check_pids(pids: &[u32]) -> Result<()> {
+    let mut cache = HashMap::new();
+    for &pid in pids {
+        let st = discovery::stat(pid).map_err(|_| anyhow::anyhow!("no process with pid {pid}"))?;
+        let files = tls_files(pid, &mut cache, false)
+            .with_context(|| format!("cannot read /proc/{pid}/maps of {pid} ({})", st.comm))?;
+        if !files.is_empty() {
+            continue;
+        }
+        let stats: HashMap<u32, ProcStat> =
+            discovery::pids()?.into_iter().filter_map(|p| Some((p, discovery::stat(p).ok()?))).collect();
+        let sel = Selector { pids: vec![pid], comms: vec![] };
+        let child_has_tls = stats
+            .keys()
+            .filter(|p| **p != pid && sel.selects(**p, &stats))
+            .any(|p| tls_files(*p, &mut cache, false).is_ok_and(|f| !f.is_empty()));
+        if !child_has_tls {
+            bail!(
+                "process {pid} ({}) maps no OpenSSL library (libssl.so.*) and its executable carries no \
+                 OpenSSL (no SSL_* symbols): nothing to trace",
+                st.comm
+            );
+        }
+    }
+    Ok(())
+}
+
+pub fn run(args: RunArgs) -> Result<()> {
+    preflight::privileges()?;
+    let btf = preflight::btf()?;
+    let listener = preflight::listen(args.listen)?;
+    check_pids(&args.pids)?;
+
+    let probes = Probes::load(&btf)?;
+    let metrics = Arc::new(Metrics::new());
+    http::serve(listener, metrics.clone());
+    install_signal_handlers();
+
+    let mut agent = Agent {
+        selector: Selector { pids: args.pids.clone(), comms: args.comms.clone() },
+        metrics,
+        probes,
+        self_pid: std::process::id(),
+        traced: HashMap::new(),
+        watched: HashMap::new(),
+        hooks_cache: HashMap::new(),
+        recent_exits: HashMap::new(),
+        stats_seen: [0; 8],
+        summary: BTreeMap::new(),
+        args,
+    };
+    eprintln!("tlsprof: serving metrics on http://{}/metrics", agent.args.listen);
+    agent.scan();
+    if agent.args.strict && agent.metrics.attach_failures.get_or_create(&ProbeLabels { probe: "hs_exit".into() }).get() > 0 {
+        bail!("a probe failed to attach (--strict)");
+    }
+
+    let every = agent.args.scan_every();
+    let deadline = agent.args.duration.map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    let mut next_scan = Instant::now() + every;
+    let mut exits_cleared = Instant::now();
+    while !STOP.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        let until = next_scan.saturating_duration_since(now).min(Duration::from_millis(200));
+        agent.wait(until);
+        agent.drain();
+        if Instant::now() >= next_scan {
+            agent.scan();
+            agent.sync_kernel_stats();
+            next_scan = Instant::now() + every;
+            if exits_cleared.elapsed() > Duration::from_secs(60) {
+                agent.recent_exits.clear();
+                exits_cleared = Instant::now();
+            }
+        }
+    }
+    agent.drain();
+    agent.sync_kernel_stats();
+    if !agent.args.quiet {
+        agent.print_summary();
+    }
+    Ok(())
+}

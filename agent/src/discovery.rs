@@ -1,0 +1,147 @@
+//! Finds processes and the TLS library files they map, through /proc.
+use std::{
+    collections::BTreeSet,
+    fs,
+    io,
+    os::unix::fs::MetadataExt as _,
+    path::PathBuf,
+};
+
+/// What /proc/PID/stat says that discovery needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStat {
+    pub comm: String,
+    pub ppid: u32,
+    /// Start time in clock ticks since boot: tells a reused pid from the old process.
+    pub start_time: u64,
+    /// Virtual memory size: changes when a library is mapped late (dlopen).
+    pub vsize: u64,
+}
+
+/// Parses /proc/PID/stat; comm may hold spaces and parentheses, so split at the last ')'.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    // rest[0] is field 3 (state): field N is rest[N - 3].
+    Some(ProcStat {
+        comm,
+        ppid: rest.get(1)?.parse().ok()?,
+        start_time: rest.get(19)?.parse().ok()?,
+        vsize: rest.get(20)?.parse().ok()?,
+    })
+}
+
+pub fn stat(pid: u32) -> io::Result<ProcStat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_stat(&text).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc/PID/stat"))
+}
+
+/// All process ids now in /proc.
+pub fn pids() -> io::Result<Vec<u32>> {
+    Ok(fs::read_dir("/proc")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect())
+}
+
+/// The file paths mapped by a process (as the process sees them), from /proc/PID/maps.
+pub fn parse_maps(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|line| {
+            // address perms offset dev inode path: the path is the 6th field and may hold spaces
+            let mut it = line.splitn(6, char::is_whitespace);
+            let inode = it.nth(4)?;
+            let path = it.next()?.trim_start();
+            (inode != "0" && path.starts_with('/') && !path.ends_with(" (deleted)")).then(|| path.to_string())
+        })
+        .collect()
+}
+
+/// A library file name that is OpenSSL's libssl (libssl.so, libssl.so.3, libssl.so.1.1),
+/// not NSS's libssl3.so.
+pub fn is_libssl(path: &str) -> bool {
+    path.rsplit('/').next().is_some_and(|base| base == "libssl.so" || base.starts_with("libssl.so."))
+}
+
+/// A file a process maps that may hold OpenSSL, as a path the agent can open and the
+/// kernel can resolve: through /proc/PID/root, so files inside containers work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// Path as the process sees it (for logs and labels).
+    pub path: String,
+    /// Path the agent opens and attaches to.
+    pub host_path: PathBuf,
+    /// (device, inode, size, mtime): the cache key for ELF analysis.
+    pub identity: (u64, u64, u64, i64),
+}
+
+fn candidate(path: String, host_path: PathBuf) -> Option<Candidate> {
+    let md = fs::metadata(&host_path).ok()?;
+    Some(Candidate { path, host_path, identity: (md.dev(), md.ino(), md.size(), md.mtime()) })
+}
+
+/// The executable (OpenSSL may be linked into it, as in node) and every libssl it maps.
+pub fn candidates(pid: u32) -> io::Result<Vec<Candidate>> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let mut out = Vec::new();
+    // /proc/PID/exe resolves to the executable even inside a container or after it was replaced.
+    if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
+        let exe = exe.to_string_lossy().into_owned();
+        if !exe.ends_with(" (deleted)") {
+            out.extend(candidate(exe, PathBuf::from(format!("/proc/{pid}/exe"))));
+        }
+    }
+    for path in parse_maps(&maps).into_iter().filter(|p| is_libssl(p)) {
+        let host = PathBuf::from(format!("/proc/{pid}/root{path}"));
+        out.extend(candidate(path, host));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_awkward_comm() {
+        let text = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 987654 12345678 300 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        let s = parse_stat(text).unwrap();
+        assert_eq!(s.comm, "a) b (c)");
+        assert_eq!(s.ppid, 1);
+        assert_eq!(s.start_time, 987654);
+        assert_eq!(s.vsize, 12345678);
+    }
+
+    #[test]
+    fn stat_of_self() {
+        let s = stat(std::process::id()).unwrap();
+        assert!(s.start_time > 0 && s.vsize > 0);
+    }
+
+    #[test]
+    fn maps_paths() {
+        let text = "\
+55d0c0a00000-55d0c0a2c000 r--p 00000000 fe:01 1311234                    /usr/sbin/nginx
+7f1c2c000000-7f1c2c021000 rw-p 00000000 00:00 0 
+7f1c2d400000-7f1c2d45d000 r--p 00000000 fe:01 1319000                    /usr/lib/x86_64-linux-gnu/libssl.so.3
+7f1c2d45d000-7f1c2d4b6000 r-xp 0005d000 fe:01 1319000                    /usr/lib/x86_64-linux-gnu/libssl.so.3
+7f1c2d600000-7f1c2d601000 r-xp 00000000 fe:01 1319001                    /opt/my app/libssl.so.1.1
+7f1c2d700000-7f1c2d701000 r-xp 00000000 fe:01 1319002                    /usr/lib/libssl.so.3 (deleted)
+7ffd5a3c1000-7ffd5a3e2000 rw-p 00000000 00:00 0                          [stack]
+";
+        let paths = parse_maps(text);
+        let v: Vec<&str> = paths.iter().map(String::as_str).collect();
+        assert_eq!(v, ["/opt/my app/libssl.so.1.1", "/usr/lib/x86_64-linux-gnu/libssl.so.3", "/usr/sbin/nginx"]);
+    }
+
+    #[test]
+    fn libssl_names() {
+        assert!(is_libssl("/usr/lib/x86_64-linux-gnu/libssl.so.3"));
+        assert!(is_libssl("/usr/lib/libssl.so.1.1"));
+        assert!(is_libssl("/opt/openssl/lib64/libssl.so"));
+        assert!(!is_libssl("/usr/lib/x86_64-linux-gnu/libssl3.so")); // NSS
+        assert!(!is_libssl("/usr/lib/x86_64-linux-gnu/libcrypto.so.3"));
+        assert!(!is_libssl("/usr/lib/libssl.so.3/other"));
+    }
+}

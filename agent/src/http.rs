@@ -1,0 +1,62 @@
+//! A minimal HTTP/1.1 server for /metrics: one short-lived connection at a time is
+//! all a Prometheus scraper needs, and it keeps tokio/hyper out of the build.
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    net::{TcpListener, TcpStream},
+    sync::Arc,
+    time::Duration,
+};
+
+use crate::metrics::Metrics;
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+pub fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+    std::thread::Builder::new()
+        .name("tlsprof-http".into())
+        .spawn(move || {
+            for stream in listener.incoming().flatten() {
+                if let Err(e) = handle(stream, &metrics) {
+                    // A scraper that hung up: nothing to do but go on.
+                    let _ = e;
+                }
+            }
+        })
+        .expect("cannot start the HTTP thread");
+}
+
+fn handle(stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    // Drain the headers.
+    let mut line = String::new();
+    while reader.read_line(&mut line)? > 2 {
+        line.clear();
+    }
+    let mut parts = request_line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let (status, ctype, body) = match (method, path) {
+        ("GET" | "HEAD", "/metrics") => ("200 OK", OPENMETRICS, metrics.render()),
+        ("GET" | "HEAD", "/") => (
+            "200 OK",
+            "text/html; charset=utf-8",
+            "<html><body><h1>tlsprof</h1><a href=\"/metrics\">/metrics</a></body></html>\n".to_string(),
+        ),
+        ("GET" | "HEAD", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
+        _ => ("405 Method Not Allowed", "text/plain", "method not allowed\n".to_string()),
+    };
+    let mut out = stream;
+    write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    if method != "HEAD" {
+        out.write_all(body.as_bytes())?;
+    }
+    out.flush()
+}

@@ -1,0 +1,54 @@
+//! Checks made before anything is loaded, each failing with one clear line.
+use std::{fs, net::SocketAddr, net::TcpListener, path::Path};
+
+use anyhow::{bail, Context as _, Result};
+
+const CAP_SYS_PTRACE: u32 = 19;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// The effective capability set of this process, from /proc/self/status.
+fn effective_caps() -> Result<u64> {
+    let status = fs::read_to_string("/proc/self/status").context("cannot read /proc/self/status")?;
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .context("no CapEff in /proc/self/status")?;
+    u64::from_str_radix(hex.trim(), 16).context("bad CapEff in /proc/self/status")
+}
+
+/// Loading BPF and opening uprobes needs CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN);
+/// reading other users' /proc/PID/maps and /proc/PID/root needs CAP_SYS_PTRACE.
+pub fn privileges() -> Result<()> {
+    let caps = effective_caps()?;
+    let has = |c: u32| caps & (1u64 << c) != 0;
+    if !(has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))) {
+        bail!(
+            "insufficient privileges: tlsprof needs root, or CAP_BPF and CAP_PERFMON \
+             (and CAP_SYS_PTRACE to see other users' processes); run it with sudo or see deploy/"
+        );
+    }
+    if !has(CAP_SYS_PTRACE) && !has(CAP_SYS_ADMIN) {
+        eprintln!("tlsprof: warning: without CAP_SYS_PTRACE, processes of other users cannot be traced");
+    }
+    Ok(())
+}
+
+pub const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+
+/// tlsprof's programs are CO-RE and use BTF-typed tracepoints: the kernel must carry BTF.
+pub fn btf() -> Result<aya::Btf> {
+    if !Path::new(BTF_PATH).exists() {
+        bail!(
+            "this kernel exposes no BTF ({BTF_PATH} is missing); tlsprof needs a kernel built \
+             with CONFIG_DEBUG_INFO_BTF=y"
+        );
+    }
+    aya::Btf::from_sys_fs().with_context(|| format!("cannot parse the kernel's BTF at {BTF_PATH}"))
+}
+
+/// Binds the metrics endpoint first, so a busy port fails before any probe is attached.
+pub fn listen(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))
+}

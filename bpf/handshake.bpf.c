@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Handshake accounting: count TLS handshakes per process and measure their
+ * wall-clock duration and on-CPU time.
+ *
+ * The agent attaches the uprobes per process (never system-wide) to the
+ * library's handshake state machine (ossl_statem_accept/ossl_statem_connect,
+ * found by symbol or from the SSL_METHOD tables) or, when that cannot be found,
+ * to the exported SSL_do_handshake/SSL_accept/SSL_connect. A non-blocking server
+ * calls them several times per connection: one handshake is the sum of its
+ * calls, reported once, when a call returns 1 (ok) or 0 (failed), or when the
+ * SSL object is freed before the handshake finished (failed).
+ *
+ * On-CPU time: sched_switch stops and restarts the clock of a thread that is
+ * inside a handshake call, so time spent switched out is not counted.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "handshake.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct hs_thread);
+} hs_threads SEC(".maps");
+
+/* LRU: a connection whose SSL_free we never see (attached late) cannot leak. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct hs_key);
+	__type(value, struct hs_state);
+} hs_conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} hs_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, HS_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} hs_stats SEC(".maps");
+
+static __always_inline void stat_inc(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&hs_stats, &idx);
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+static __always_inline void emit(__u32 tgid, const struct hs_state *st, __u8 result)
+{
+	struct hs_event *e = bpf_ringbuf_reserve(&hs_events, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(HS_STAT_EVENTS_LOST);
+		return;
+	}
+	e->duration_ns = st->last_ns - st->first_ns;
+	e->cpu_ns = st->cpu_ns;
+	e->tgid = tgid;
+	e->calls = st->calls;
+	e->role = st->role;
+	e->result = result;
+	__builtin_memset(e->pad, 0, sizeof(e->pad));
+	bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline int hs_enter(void *ssl, __u8 role)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+
+	if (t) {
+		/* nested call (SSL_accept -> SSL_do_handshake): the outermost one times it */
+		t->depth++;
+		if (role != HS_ROLE_UNKNOWN)
+			t->role = role;
+		return 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	struct hs_thread nt = {
+		.ssl = (__u64)ssl,
+		.enter_ns = now,
+		.oncpu_ns = now,
+		.tgid = id >> 32,
+		.depth = 1,
+		.role = role,
+	};
+	if (bpf_map_update_elem(&hs_threads, &tid, &nt, BPF_ANY))
+		stat_inc(HS_STAT_THREAD_MAP_FULL);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(hs_enter_server, void *ssl)
+{
+	return hs_enter(ssl, HS_ROLE_SERVER);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(hs_enter_client, void *ssl)
+{
+	return hs_enter(ssl, HS_ROLE_CLIENT);
+}
+
+/* SSL_do_handshake: the role comes from SSL_set_accept_state/SSL_set_connect_state. */
+SEC("uprobe")
+int BPF_KPROBE(hs_enter_any, void *ssl)
+{
+	return hs_enter(ssl, HS_ROLE_UNKNOWN);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(hs_exit, int ret)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+
+	if (!t) {
+		stat_inc(HS_STAT_UNMATCHED_RETURN);
+		return 0;
+	}
+	if (t->depth > 1) {
+		t->depth--;
+		return 0;
+	}
+
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cpu = t->cpu_ns + (t->oncpu_ns ? now - t->oncpu_ns : 0);
+	struct hs_key key = { .ssl = t->ssl, .tgid = t->tgid };
+	__u64 enter_ns = t->enter_ns;
+	__u8 role = t->role;
+	bpf_map_delete_elem(&hs_threads, &tid);
+
+	struct hs_state *st = bpf_map_lookup_elem(&hs_conns, &key);
+	if (!st) {
+		struct hs_state fresh = {};
+		bpf_map_update_elem(&hs_conns, &key, &fresh, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&hs_conns, &key);
+		if (!st) {
+			stat_inc(HS_STAT_SSL_MAP_FULL);
+			return 0;
+		}
+	}
+	if (st->done)
+		return 0; /* post-handshake call (HAProxy calls SSL_do_handshake again) */
+	if (!st->first_ns)
+		st->first_ns = enter_ns;
+	if (role != HS_ROLE_UNKNOWN)
+		st->role = role;
+	st->last_ns = now;
+	st->cpu_ns += cpu;
+	st->calls++;
+
+	if (ret == 1) {
+		st->done = 1;
+		emit(key.tgid, st, HS_RESULT_OK);
+	} else if (ret == 0) {
+		/* "not successful but shut down controlled" */
+		st->done = 1;
+		emit(key.tgid, st, HS_RESULT_FAILED);
+	}
+	/* ret < 0: WANT_READ/WANT_WRITE or an error; SSL_free tells which. */
+	return 0;
+}
+
+static __always_inline int set_role(void *ssl, __u8 role)
+{
+	struct hs_key key = { .ssl = (__u64)ssl, .tgid = bpf_get_current_pid_tgid() >> 32 };
+	/* a new connection, or an SSL object reused after SSL_clear: start afresh */
+	struct hs_state st = { .role = role };
+	if (bpf_map_update_elem(&hs_conns, &key, &st, BPF_ANY))
+		stat_inc(HS_STAT_SSL_MAP_FULL);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ssl_set_accept_state, void *ssl)
+{
+	return set_role(ssl, HS_ROLE_SERVER);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ssl_set_connect_state, void *ssl)
+{
+	return set_role(ssl, HS_ROLE_CLIENT);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ssl_free, void *ssl)
+{
+	struct hs_key key = { .ssl = (__u64)ssl, .tgid = bpf_get_current_pid_tgid() >> 32 };
+	struct hs_state *st = bpf_map_lookup_elem(&hs_conns, &key);
+
+	if (!st)
+		return 0;
+	if (!st->done && st->calls > 0)
+		emit(key.tgid, st, HS_RESULT_FAILED);
+	bpf_map_delete_elem(&hs_conns, &key);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	__u64 now = 0;
+	__u32 tid = BPF_CORE_READ(prev, pid);
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+
+	if (t && t->oncpu_ns) {
+		now = bpf_ktime_get_ns();
+		t->cpu_ns += now - t->oncpu_ns;
+		t->oncpu_ns = 0;
+	}
+	tid = BPF_CORE_READ(next, pid);
+	t = bpf_map_lookup_elem(&hs_threads, &tid);
+	if (t)
+		t->oncpu_ns = now ? now : bpf_ktime_get_ns();
+	return 0;
+}
+
+/* A thread that dies inside a handshake call never returns from it. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(hs_thread_exit, struct task_struct *task)
+{
+	__u32 tid = BPF_CORE_READ(task, pid);
+	bpf_map_delete_elem(&hs_threads, &tid);
+	return 0;
+}

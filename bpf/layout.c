@@ -1,0 +1,47 @@
+/*
+ * Prints the size and field offsets of every type shared with the agent, as the
+ * C compiler lays them out. build.rs compiles and runs it; the agent's layout test
+ * compares the result with its #[repr(C)] mirrors.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <linux/types.h>
+#include "handshake.h"
+#include "proc.h"
+
+#define S(T) printf(#T " size %zu\n", sizeof(struct T))
+#define F(T, f) printf(#T "." #f " %zu %zu\n", offsetof(struct T, f), sizeof(((struct T *)0)->f))
+
+int main(void)
+{
+	S(hs_event);
+	F(hs_event, duration_ns);
+	F(hs_event, cpu_ns);
+	F(hs_event, tgid);
+	F(hs_event, calls);
+	F(hs_event, role);
+	F(hs_event, result);
+	S(hs_thread);
+	F(hs_thread, ssl);
+	F(hs_thread, enter_ns);
+	F(hs_thread, oncpu_ns);
+	F(hs_thread, cpu_ns);
+	F(hs_thread, tgid);
+	F(hs_thread, depth);
+	F(hs_thread, role);
+	S(hs_key);
+	F(hs_key, ssl);
+	F(hs_key, tgid);
+	S(hs_state);
+	F(hs_state, first_ns);
+	F(hs_state, last_ns);
+	F(hs_state, cpu_ns);
+	F(hs_state, calls);
+	F(hs_state, role);
+	F(hs_state, done);
+	S(proc_notice);
+	F(proc_notice, kind);
+	F(proc_notice, pid);
+	F(proc_notice, parent);
+	return 0;
+}
