@@ -9,6 +9,7 @@ use std::{
 
 use crate::metrics::Metrics;
 
+const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 pub fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
@@ -16,10 +17,12 @@ pub fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
         .name("tlsprof-http".into())
         .spawn(move || {
             for stream in listener.incoming().flatten() {
-                if let Err(e) = handle(stream, &metrics) {
+                let metrics = metrics.clone();
+                // One thread per scrape, so a stalled client cannot hold up the next one.
+                let _ = std::thread::Builder::new().name("tlsprof-scrape".into()).spawn(move || {
                     // A scraper that hung up: nothing to do but go on.
-                    let _ = e;
-                }
+                    let _ = handle(stream, &metrics);
+                });
             }
         })
         .expect("cannot start the HTTP thread");
@@ -31,16 +34,22 @@ fn handle(stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut request_line = String::new();
     reader.read_line(&mut request_line)?;
-    // Drain the headers.
+    // Read the headers: only Accept matters (content negotiation, as Prometheus does it).
+    let mut openmetrics = false;
     let mut line = String::new();
     while reader.read_line(&mut line)? > 2 {
+        let lower = line.to_ascii_lowercase();
+        if lower.starts_with("accept:") && lower.contains("application/openmetrics-text") {
+            openmetrics = true;
+        }
         line.clear();
     }
     let mut parts = request_line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
     let (status, ctype, body) = match (method, path) {
-        ("GET" | "HEAD", "/metrics") => ("200 OK", OPENMETRICS, metrics.render()),
+        ("GET" | "HEAD", "/metrics") if openmetrics => ("200 OK", OPENMETRICS, metrics.render_openmetrics()),
+        ("GET" | "HEAD", "/metrics") => ("200 OK", TEXT_FORMAT, metrics.render_text()),
         ("GET" | "HEAD", "/") => (
             "200 OK",
             "text/html; charset=utf-8",

@@ -130,9 +130,62 @@ impl Metrics {
         }
     }
 
-    pub fn render(&self) -> String {
+    /// The OpenMetrics text exposition, as prometheus-client writes it.
+    pub fn render_openmetrics(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
+    }
+
+    /// The Prometheus text format (0.0.4), which `promtool check metrics` and older
+    /// scrapers read.
+    pub fn render_text(&self) -> String {
+        openmetrics_to_text(&self.render_openmetrics())
+    }
+}
+
+/// OpenMetrics names a counter family without `_total` in its HELP/TYPE lines, while
+/// the Prometheus text format names it as its samples are named; OpenMetrics also has
+/// `# UNIT` and `# EOF` lines that the older format does not.
+pub fn openmetrics_to_text(om: &str) -> String {
+    let counters: std::collections::HashSet<&str> = om
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(om.len());
+    for line in om.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            counters.contains(name).then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_format_names_counters_like_their_samples() {
+        let m = Metrics::new();
+        let l = HandshakeLabels { comm: "nginx".into(), role: "server".into(), result: "ok".into() };
+        m.handshakes.get_or_create(&l).inc_by(3);
+        m.handshake_cpu.get_or_create(&RoleLabels { comm: "nginx".into(), role: "server".into() }).observe(0.0004);
+        let text = m.render_text();
+        assert!(text.contains("# TYPE tlsprof_handshakes_total counter\n"), "{text}");
+        assert!(text.contains("# HELP tlsprof_handshakes_total TLS handshakes"), "{text}");
+        assert!(text.contains("tlsprof_handshakes_total{comm=\"nginx\",role=\"server\",result=\"ok\"} 3\n"), "{text}");
+        assert!(text.contains("# TYPE tlsprof_handshake_cpu_seconds histogram\n"), "{text}");
+        assert!(text.contains("tlsprof_handshake_cpu_seconds_bucket{le=\"0.0005\",comm=\"nginx\",role=\"server\"} 1\n"), "{text}");
+        assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
+        let om = m.render_openmetrics();
+        assert!(om.ends_with("# EOF\n") && om.contains("# TYPE tlsprof_handshakes counter"), "{om}");
     }
 }
