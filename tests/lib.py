@@ -1,0 +1,421 @@
+"""Helpers for tlsprof's integration tests: real servers, real clients, the real agent.
+
+Everything runs on loopback; every server and agent started here is stopped by its
+own pid; every load loop is bounded in count and time.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TLSPROF = Path(os.environ.get("TLSPROF_BIN", ROOT / "target" / "release" / "tlsprof"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, timeout: float, what: str, interval: float = 0.1):
+    """Polls pred() until it returns a truthy value; fails naming what was awaited."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def wait_port(port: int, timeout: float = 10.0):
+    def up():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    wait_for(up, timeout, f"port {port} to accept connections")
+
+
+def stop_pid(pid: int, sig=signal.SIGTERM, timeout: float = 10.0):
+    """Stops a process we started, by its pid, and waits for it to go."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- certificates
+
+def make_cert(directory: Path, kind: str = "ecdsa_p256") -> tuple[Path, Path]:
+    key, cert = directory / f"{kind}.key", directory / f"{kind}.crt"
+    if not cert.exists():
+        algo = {
+            "ecdsa_p256": ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+            "ecdsa_p384": ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"],
+            "rsa2048": ["-newkey", "rsa:2048"],
+        }[kind]
+        subprocess.run(
+            ["openssl", "req", "-x509", *algo, "-nodes", "-keyout", key, "-out", cert,
+             "-days", "30", "-subj", "/CN=localhost"],
+            check=True, capture_output=True,
+        )
+    return key, cert
+
+
+# ---------------------------------------------------------------- metrics
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str) -> list[tuple[str, dict, float]]:
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        assert m, f"unparsable metrics line: {line!r}"
+        labels = dict(LABEL.findall(m.group(2) or ""))
+        out.append((m.group(1), labels, float(m.group(3))))
+    return out
+
+
+def value(samples, name: str, **labels) -> float:
+    """Sum of every sample of `name` whose labels include `labels`."""
+    return sum(v for n, l, v in samples if n == name and all(l.get(k) == w for k, w in labels.items()))
+
+
+# ---------------------------------------------------------------- the agent
+
+class Agent:
+    """A running `tlsprof run`, scraped over HTTP like Prometheus does."""
+
+    def __init__(self, *args: str, port: int | None = None):
+        self.port = port or free_port()
+        self.log_path = Path(tempfile.mkstemp(prefix="tlsprof-agent-", suffix=".log")[1])
+        self.log = open(self.log_path, "w+")
+        self.proc = subprocess.Popen(
+            [str(TLSPROF), "run", "--listen", f"127.0.0.1:{self.port}", "--scan-interval", "0.5", "-v", *args],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        wait_for(self._up, 20, f"tlsprof to serve /metrics (log: {self.output()})")
+
+    def _up(self):
+        if self.proc.poll() is not None:
+            raise AssertionError(f"tlsprof exited with {self.proc.returncode}: {self.output()}")
+        try:
+            self.scrape_text()
+            return True
+        except OSError:
+            return False
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text()
+
+    def scrape_text(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def scrape(self):
+        return parse_metrics(self.scrape_text())
+
+    def value(self, name: str, **labels) -> float:
+        return value(self.scrape(), name, **labels)
+
+    def attached(self, pid: int) -> bool:
+        return re.search(rf"attached to {pid} \(", self.output()) is not None
+
+    def wait_attached(self, pids, timeout: float = 15.0):
+        pids = list(pids)
+        wait_for(lambda: all(self.attached(p) for p in pids), timeout,
+                 f"tlsprof to attach to {pids} (log: {self.output()[-2000:]})")
+
+    def wait_value(self, name: str, expected: float, timeout: float = 10.0, **labels):
+        """Waits until the metric reaches `expected`, then checks it stays there."""
+        wait_for(lambda: self.value(name, **labels) >= expected, timeout,
+                 f"{name}{labels} to reach {expected} (now {self.value(name, **labels)})")
+        time.sleep(0.7)
+        return self.value(name, **labels)
+
+    def stop(self) -> str:
+        stop_pid(self.proc.pid, signal.SIGTERM)
+        self.proc.wait(timeout=10)
+        out = self.output()
+        self.log.close()
+        self.log_path.unlink(missing_ok=True)
+        return out
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.stop()
+
+
+def run_tlsprof(*args: str, timeout: float = 30, preexec=None, prefix=()) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, str(TLSPROF), *args], capture_output=True, text=True, timeout=timeout)
+
+
+# ---------------------------------------------------------------- servers
+
+def proc_children(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d))
+    return out
+
+
+def cpu_ns(pid: int) -> int:
+    """On-CPU time of all threads of a process (nanoseconds), from the kernel's own accounting."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except OSError:
+            pass
+    return total
+
+
+class Nginx:
+    def __init__(self, workdir: Path, workers: int = 1, cert: str = "ecdsa_p256", extra_server: str = "",
+                 port: int | None = None):
+        self.dir = workdir / f"nginx-{free_port()}"
+        self.dir.mkdir(parents=True)
+        self.port = port or free_port()
+        key, crt = make_cert(workdir, cert)
+        self.conf = self.dir / "nginx.conf"
+        d = self.dir
+        self.conf.write_text(f"""
+worker_processes {workers};
+daemon on;
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};
+  uwsgi_temp_path {d}; scgi_temp_path {d};
+  server {{
+    listen 127.0.0.1:{self.port} ssl;
+    ssl_certificate {crt};
+    ssl_certificate_key {key};
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_tickets off;
+    ssl_session_cache off;
+    {extra_server}
+    location / {{ return 200 "hello from nginx\\n"; }}
+  }}
+}}
+""")
+        subprocess.run(["nginx", "-c", str(self.conf)], check=True, capture_output=True)
+        wait_port(self.port)
+        self.pid = int((d / "nginx.pid").read_text())
+        wait_for(lambda: len(self.workers()) == workers, 10, f"{workers} nginx workers")
+
+    def workers(self) -> list[int]:
+        return proc_children(self.pid)
+
+    def reload(self):
+        old = set(self.workers())
+        subprocess.run(["nginx", "-c", str(self.conf), "-s", "reload"], check=True, capture_output=True)
+        return wait_for(lambda: (set(self.workers()) - old) and not (set(self.workers()) & old) and self.workers(),
+                        15, "nginx to replace its workers")
+
+    def stop(self):
+        stop_pid(self.pid, signal.SIGQUIT)
+
+
+# ---------------------------------------------------------------- clients
+
+def tls_client_context(version: str | None = None, ciphers: str | None = None) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if version:
+        v = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}[version]
+        ctx.minimum_version = ctx.maximum_version = v
+    if ciphers:
+        ctx.set_ciphers(ciphers)
+    return ctx
+
+
+def https_connections(port: int, n: int, version: str | None = None, concurrency: int = 4,
+                      timeout: float = 60.0) -> dict:
+    """Makes exactly n new TLS connections, one request each (Connection: close), reading
+    each response to EOF. Returns the client's own counts."""
+    ctx = tls_client_context(version)
+    counts = {"ok": 0, "failed": 0, "versions": set()}
+    lock = threading.Lock()
+    todo = iter(range(n))
+    deadline = time.monotonic() + timeout
+
+    def worker():
+        while time.monotonic() < deadline:
+            with lock:
+                if next(todo, None) is None:
+                    return
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+                    with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                        version_used = s.version()
+                        s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                        while s.recv(65536):
+                            pass
+                with lock:
+                    counts["ok"] += 1
+                    counts["versions"].add(version_used)
+            except (OSError, ssl.SSLError):
+                with lock:
+                    counts["failed"] += 1
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return counts
+
+
+def failing_handshakes(port: int, n: int, ciphers: str) -> int:
+    """n TLS 1.2 connections offering only `ciphers`, each expected to fail the handshake."""
+    failed = 0
+    ctx = tls_client_context("1.2", ciphers)
+    for _ in range(n):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+                with ctx.wrap_socket(raw, server_hostname="localhost"):
+                    pass
+        except ssl.SSLError:
+            failed += 1
+    return failed
+
+
+def plain_http_requests(port: int, n: int) -> int:
+    """n plain-HTTP requests sent to a TLS port; returns how many got any answer or EOF."""
+    done = 0
+    for _ in range(n):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            try:
+                while s.recv(65536):
+                    pass
+            except ConnectionResetError:
+                pass
+            done += 1
+    return done
+
+
+def have(cmd: str) -> bool:
+    return shutil.which(cmd) is not None
+
+
+class NodeServer:
+    def __init__(self, workdir: Path):
+        self.port = free_port()
+        key, crt = make_cert(workdir)
+        self.proc = subprocess.Popen(["node", str(ROOT / "tests/servers/https_server.js"), str(self.port), str(crt), str(key)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.pid = self.proc.pid
+        wait_port(self.port)
+
+    def stop(self):
+        stop_pid(self.pid)
+        self.proc.wait(timeout=10)
+
+
+APACHE_MODULES = ["mpm_event", "authz_core", "ssl", "socache_shmcb"]
+
+
+class Apache:
+    """Apache httpd with mod_ssl and the threaded event MPM, configured from scratch."""
+
+    def __init__(self, workdir: Path):
+        self.dir = workdir / f"apache-{free_port()}"
+        self.dir.mkdir(parents=True)
+        self.port = free_port()
+        key, crt = make_cert(workdir)
+        d = self.dir
+        (d / "htdocs").mkdir()
+        (d / "htdocs" / "index.html").write_text("hello from apache\n")
+        mods = "\n".join(f"LoadModule {m}_module /usr/lib/apache2/modules/mod_{m}.so" for m in APACHE_MODULES)
+        self.conf = d / "httpd.conf"
+        self.conf.write_text(f"""
+{mods}
+ServerRoot {d}
+ServerName localhost
+PidFile {d}/httpd.pid
+ErrorLog {d}/error.log
+LogLevel warn
+DefaultRuntimeDir {d}
+Mutex file:{d} default
+User www-data
+Group www-data
+Listen 127.0.0.1:{self.port}
+StartServers 1
+ServerLimit 1
+ThreadsPerChild 16
+MinSpareThreads 1
+MaxSpareThreads 16
+MaxRequestWorkers 16
+KeepAlive Off
+DocumentRoot {d}/htdocs
+<Directory {d}/htdocs>
+  Require all granted
+</Directory>
+SSLSessionCache none
+SSLSessionTickets off
+<VirtualHost 127.0.0.1:{self.port}>
+  SSLEngine on
+  SSLCertificateFile {crt}
+  SSLCertificateKeyFile {key}
+</VirtualHost>
+""")
+        os.chmod(d, 0o755)
+        r = subprocess.run(["apache2", "-f", str(self.conf), "-k", "start"], capture_output=True, text=True,
+                           env={**os.environ, "APACHE_RUN_DIR": str(d), "APACHE_LOCK_DIR": str(d), "APACHE_LOG_DIR": str(d)})
+        assert r.returncode == 0, f"apache2 failed to start: {r.stdout}{r.stderr}"
+        wait_port(self.port)
+        self.pid = int(wait_for(lambda: (d / "httpd.pid").exists() and (d / "httpd.pid").read_text().strip(), 10, "httpd.pid"))
+        wait_for(lambda: self.children(), 10, "apache's child process")
+
+    def children(self) -> list[int]:
+        return proc_children(self.pid)
+
+    def stop(self):
+        stop_pid(self.pid, signal.SIGTERM)

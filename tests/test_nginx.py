@@ -1,0 +1,102 @@
+"""Handshake accounting against a real nginx (Debian's package) and real TLS clients."""
+import time
+
+import pytest
+
+from lib import (Agent, Nginx, cpu_ns, failing_handshakes, https_connections, plain_http_requests,
+                 have, wait_for)
+
+N = 60
+
+
+@pytest.fixture
+def nginx(workdir):
+    n = Nginx(workdir, workers=2)
+    yield n
+    n.stop()
+
+
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+def test_exact_handshake_count_per_tls_version(nginx, version):
+    with Agent("--comm", "nginx") as agent:
+        agent.wait_attached([nginx.pid, *nginx.workers()])
+        client = https_connections(nginx.port, N, version=version)
+        assert client["ok"] == N and client["failed"] == 0, f"client: {client}"
+        assert client["versions"] == {f"TLSv{version}"}, f"client negotiated {client['versions']}"
+        got = agent.wait_value("tlsprof_handshakes_total", N, comm="nginx", role="server", result="ok")
+        samples = agent.scrape()
+    assert got == N, f"expected exactly {N} ok server handshakes for nginx, tlsprof says {got}"
+    failed = sum(v for n, l, v in samples if n == "tlsprof_handshakes_total" and l["result"] == "failed")
+    assert failed == 0, f"no handshake failed, tlsprof says {failed}"
+    # Only nginx is selected: the client (this Python process, on the same libssl) is not traced.
+    comms = {l.get("comm") for n, l, v in samples if n.startswith("tlsprof_handshake") and v > 0}
+    assert comms == {"nginx"}, f"handshakes attributed to {comms}"
+    assert not [l for n, l, v in samples if n == "tlsprof_handshakes_total" and l["role"] != "server"]
+    # Histograms saw every handshake, with plausible values.
+    count = sum(v for n, l, v in samples if n == "tlsprof_handshake_cpu_seconds_count")
+    cpu = sum(v for n, l, v in samples if n == "tlsprof_handshake_cpu_seconds_sum")
+    wall = sum(v for n, l, v in samples if n == "tlsprof_handshake_duration_seconds_sum")
+    assert count == N
+    assert 0 < cpu / N < 0.05, f"CPU per handshake {cpu / N * 1e6:.0f} µs is not plausible"
+    assert wall >= cpu, f"wall-clock time {wall} below CPU time {cpu}"
+
+
+def test_failed_handshakes_are_counted_exactly(nginx):
+    m_cipher, k_ok = 7, 10
+    with Agent("--comm", "nginx") as agent:
+        agent.wait_attached(nginx.workers())
+        # The server has an ECDSA certificate: a client offering only RSA-authenticated
+        # suites shares no cipher with it.
+        assert failing_handshakes(nginx.port, m_cipher, "AES128-SHA:AES256-GCM-SHA384") == m_cipher
+        assert https_connections(nginx.port, k_ok)["ok"] == k_ok
+        failed = agent.wait_value("tlsprof_handshakes_total", m_cipher, comm="nginx", result="failed")
+        ok = agent.value("tlsprof_handshakes_total", comm="nginx", result="ok")
+        cost = agent.value("tlsprof_failed_handshake_cpu_seconds_total", comm="nginx")
+    assert failed == m_cipher, f"expected {m_cipher} failed handshakes, got {failed}"
+    assert ok == k_ok, f"expected {k_ok} ok handshakes, got {ok}"
+    assert cost > 0, "failed handshakes cost CPU too"
+
+
+def test_handshake_cpu_is_consistent_with_the_servers_own_accounting(workdir):
+    """Handshake-only workload, one worker: the handshake CPU tlsprof reports lies between a
+    third of the worker's on-CPU time (/proc/PID/task/*/schedstat) and all of it."""
+    if not have("ab"):
+        pytest.skip("ab (apache2-utils) not installed")
+    nginx = Nginx(workdir, workers=1)
+    try:
+        (worker,) = nginx.workers()
+        with Agent("--comm", "nginx") as agent:
+            agent.wait_attached([worker])
+            before_hs = agent.value("tlsprof_handshake_cpu_seconds_sum") + agent.value("tlsprof_failed_handshake_cpu_seconds_total")
+            before_cpu = cpu_ns(worker)
+            import subprocess
+            out = subprocess.run(["ab", "-n", "400", "-c", "16", "-s", "30", f"https://127.0.0.1:{nginx.port}/"],
+                                 capture_output=True, text=True, timeout=120)
+            assert "Complete requests:      400" in out.stdout, out.stdout + out.stderr
+            time.sleep(1.0)
+            after_cpu = cpu_ns(worker)
+            hs = agent.value("tlsprof_handshake_cpu_seconds_sum") + agent.value("tlsprof_failed_handshake_cpu_seconds_total") - before_hs
+        server = (after_cpu - before_cpu) / 1e9
+        assert server > 0
+        share = hs / server
+        assert server / 3 < hs < server, (
+            f"handshake CPU {hs:.3f}s vs worker on-CPU {server:.3f}s (share {share:.0%}): expected between 1/3 and 1")
+    finally:
+        nginx.stop()
+
+
+def test_new_workers_after_reload_are_picked_up(nginx):
+    with Agent("--comm", "nginx") as agent:
+        agent.wait_attached(nginx.workers())
+        before = agent.value("tlsprof_attached_processes", comm="nginx")
+        probes = agent.value("tlsprof_attached_probes")
+        new = nginx.reload()
+        agent.wait_attached(new)
+        # the old workers are gone and forgotten: as many processes and probes as before
+        wait_for(lambda: agent.value("tlsprof_attached_processes", comm="nginx") == before, 10,
+                 f"tlsprof to count {before} nginx processes again")
+        assert agent.value("tlsprof_attached_probes") == probes
+        client = https_connections(nginx.port, N)
+        assert client["ok"] == N
+        got = agent.wait_value("tlsprof_handshakes_total", N, comm="nginx", result="ok")
+    assert got == N, f"after reload: expected {N} handshakes, got {got}"

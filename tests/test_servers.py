@@ -1,0 +1,95 @@
+"""The same exact handshake accounting for servers that drive OpenSSL differently:
+node (OpenSSL inside the executable, handshake inside SSL_read), Apache httpd mod_ssl
+(SSL_accept, threaded MPM, custom BIOs), and a server that loads libssl late."""
+import subprocess
+import sys
+
+import pytest
+
+from lib import (ROOT, Agent, Apache, NodeServer, failing_handshakes, free_port, https_connections, have,
+                 make_cert, plain_http_requests, stop_pid, wait_port)
+
+N = 50
+
+
+def test_node_https_server_counted_exactly(workdir):
+    if not have("node"):
+        pytest.skip("node not installed")
+    node = NodeServer(workdir)
+    try:
+        with Agent("--pid", str(node.pid)) as agent:
+            agent.wait_attached([node.pid])
+            assert "via statem-symbols" in agent.output(), agent.output()
+            client = https_connections(node.port, N, concurrency=2)
+            assert client["ok"] == N, client
+            got = agent.wait_value("tlsprof_handshakes_total", N, comm="node", role="server", result="ok")
+            failed = agent.value("tlsprof_handshakes_total", result="failed")
+            cpu = agent.value("tlsprof_handshake_cpu_seconds_sum", comm="node")
+        assert got == N, f"node: expected {N} handshakes, tlsprof says {got}"
+        assert failed == 0
+        assert cpu > 0
+    finally:
+        node.stop()
+
+
+def test_process_exit_is_forgotten(workdir):
+    """A traced process that exits leaves no probes, kernel state or file descriptors behind."""
+    if not have("node"):
+        pytest.skip("node not installed")
+    node = NodeServer(workdir)
+    with Agent("--comm", "node") as agent:
+        try:
+            agent.wait_attached([node.pid])
+            assert agent.value("tlsprof_attached_probes") > 0
+            assert https_connections(node.port, 5)["ok"] == 5
+            fds_attached = len(list((__import__("pathlib").Path(f"/proc/{agent.proc.pid}/fd")).iterdir()))
+        finally:
+            node.stop()
+        from lib import wait_for
+        wait_for(lambda: agent.value("tlsprof_attached_probes") == 0, 10, "probes to be detached")
+        assert agent.value("tlsprof_attached_processes", comm="node") == 0
+        fds_after = len(list((__import__("pathlib").Path(f"/proc/{agent.proc.pid}/fd")).iterdir()))
+        assert fds_after < fds_attached, f"fds: {fds_attached} while attached, {fds_after} after the exit"
+        assert f"forgetting {node.pid} (node)" in agent.output()
+
+
+def test_apache_mod_ssl_threaded_counted_exactly(workdir):
+    if not have("apache2"):
+        pytest.skip("apache2 not installed")
+    apache = Apache(workdir)
+    try:
+        with Agent("--pid", str(apache.pid)) as agent:
+            agent.wait_attached([apache.pid, *apache.children()])
+            client = https_connections(apache.port, N, concurrency=4)
+            assert client["ok"] == N, client
+            got = agent.wait_value("tlsprof_handshakes_total", N, comm="apache2", role="server", result="ok")
+            # Apache hands everything to OpenSSL: plain HTTP and a cipher mismatch both fail there.
+            assert plain_http_requests(apache.port, 4) == 4
+            assert failing_handshakes(apache.port, 3, "AES128-SHA") == 3
+            failed = agent.wait_value("tlsprof_handshakes_total", 7, comm="apache2", result="failed")
+            ok = agent.value("tlsprof_handshakes_total", comm="apache2", result="ok")
+        assert got == N, f"apache: expected {N} handshakes, tlsprof says {got}"
+        assert failed == 7, f"apache: expected 4 + 3 failed handshakes, tlsprof says {failed}"
+        assert ok == N
+    finally:
+        apache.stop()
+
+
+def test_library_loaded_late_is_picked_up(workdir, tmp_path):
+    """DeleGate loads libssl with dlopen after start: tlsprof attaches once it is mapped."""
+    key, crt = make_cert(workdir)
+    port = free_port()
+    exe = tmp_path / "latetls"  # a distinct comm for --comm
+    exe.symlink_to(sys.executable)
+    with Agent("--comm", "latetls") as agent:
+        proc = subprocess.Popen([str(exe), str(ROOT / "tests/servers/late_tls_server.py"), str(port), str(crt),
+                                 str(key), "1.5", "60"], stdout=subprocess.DEVNULL)
+        try:
+            wait_port(port, timeout=15)
+            agent.wait_attached([proc.pid])
+            assert https_connections(port, 20, concurrency=1)["ok"] == 20
+            got = agent.wait_value("tlsprof_handshakes_total", 20, comm="latetls", result="ok")
+            assert got == 20, f"expected 20 handshakes, got {got}"
+        finally:
+            stop_pid(proc.pid)
+            proc.wait(timeout=10)
