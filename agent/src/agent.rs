@@ -227,6 +227,8 @@ struct Agent {
     recent_exits: HashMap<u32, String>,
     stats_seen: [u64; 8],
     summary: BTreeMap<(String, &'static str, &'static str), Summary>,
+    /// --strict: the first attach failure, which ends the run.
+    fatal: Option<String>,
 }
 
 /// The OpenSSL hooks of every candidate file of a process.
@@ -332,7 +334,12 @@ impl Agent {
                     Ok(l) => links.push(l),
                     Err(e) => {
                         self.metrics.attach_failures.get_or_create(&ProbeLabels { probe: prog.into() }).inc();
-                        eprintln!("tlsprof: warning: {pid} ({}): {e:#}", st.comm);
+                        let msg = format!("{pid} ({}): {e:#}", st.comm);
+                        if self.args.strict {
+                            self.fatal.get_or_insert(msg);
+                        } else {
+                            eprintln!("tlsprof: warning: {msg}");
+                        }
                     }
                 }
             }
@@ -559,19 +566,20 @@ pub fn run(args: RunArgs) -> Result<()> {
         recent_exits: HashMap::new(),
         stats_seen: [0; 8],
         summary: BTreeMap::new(),
+        fatal: None,
         args,
     };
     eprintln!("tlsprof: serving metrics on http://{}/metrics", agent.args.listen);
     agent.scan();
-    if agent.args.strict && agent.metrics.attach_failures.get_or_create(&ProbeLabels { probe: "hs_exit".into() }).get() > 0 {
-        bail!("a probe failed to attach (--strict)");
-    }
 
     let every = agent.args.scan_every();
     let deadline = agent.args.duration.map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     let mut next_scan = Instant::now() + every;
     let mut exits_cleared = Instant::now();
     while !STOP.load(Ordering::SeqCst) {
+        if let Some(msg) = agent.fatal.take() {
+            bail!("a probe failed to attach (--strict): {msg}");
+        }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             break;

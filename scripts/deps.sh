@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what tlsprof's build, demo and tests need on Debian 12, through apt.
+# Idempotent: packages already present are not touched; apt-get update runs only
+# when something is missing.
+set -euo pipefail
+
+PKGS=(
+  clang llvm libbpf-dev bpftool          # kernel side: compiler, libbpf headers, vmlinux.h tool
+  libc6-dev                              # layout printer (host C)
+  nginx apache2 apache2-utils            # servers under test, ab
+  curl openssl nghttp2-client            # clients
+  prometheus                             # promtool (metrics format check)
+  nodejs                                 # node https server under test
+  python3 python3-pytest                 # integration test runner
+  util-linux iproute2 procps             # setpriv, unshare, ss, pgrep
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# node may come from elsewhere than Debian's package (it does on these machines).
+if command -v node >/dev/null; then
+  missing=("${missing[@]/nodejs}")
+fi
+# pytest may come from the Python on PATH rather than Debian's package.
+if python3 -c 'import pytest' 2>/dev/null; then
+  missing=("${missing[@]/python3-pytest}")
+fi
+read -r -a missing <<< "${missing[*]:-}"
+
+if ((${#missing[@]})); then
+  if [ "$(id -u)" != 0 ]; then
+    echo "deps: missing packages ${missing[*]}: run as root (or install them)" >&2
+    exit 1
+  fi
+  echo "deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # Don't let package scripts start the distribution's own nginx/apache/prometheus.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  echo "deps: cargo is in $HOME/.cargo/bin: add it to PATH" >&2
+fi
+command -v cargo >/dev/null || [ -x "$HOME/.cargo/bin/cargo" ] || {
+  echo "deps: no Rust toolchain: tlsprof needs Rust >= 1.87 (rustup)" >&2
+  exit 1
+}
+echo "deps: ok"
