@@ -49,6 +49,18 @@ struct {
 	__type(value, __u64);
 } hs_stats SEC(".maps");
 
+/*
+ * Threads inside a handshake call right now. sched_switch runs on every context
+ * switch of the machine: while no handshake is in flight it stops at this one load.
+ */
+__u32 hs_active = 0;
+
+static __always_inline void thread_done(__u32 tid)
+{
+	if (bpf_map_delete_elem(&hs_threads, &tid) == 0)
+		__sync_fetch_and_add(&hs_active, -1);
+}
+
 static __always_inline void stat_inc(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&hs_stats, &idx);
@@ -95,8 +107,10 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 		.depth = 1,
 		.role = role,
 	};
-	if (bpf_map_update_elem(&hs_threads, &tid, &nt, BPF_ANY))
+	if (bpf_map_update_elem(&hs_threads, &tid, &nt, BPF_NOEXIST))
 		stat_inc(HS_STAT_THREAD_MAP_FULL);
+	else
+		__sync_fetch_and_add(&hs_active, 1);
 	return 0;
 }
 
@@ -140,7 +154,7 @@ int BPF_KRETPROBE(hs_exit, int ret)
 	struct hs_key key = { .ssl = t->ssl, .tgid = t->tgid };
 	__u64 enter_ns = t->enter_ns;
 	__u8 role = t->role;
-	bpf_map_delete_elem(&hs_threads, &tid);
+	thread_done(tid);
 
 	struct hs_state *st = bpf_map_lookup_elem(&hs_conns, &key);
 	if (!st) {
@@ -214,7 +228,11 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	__u64 now = 0;
-	__u32 tid = BPF_CORE_READ(prev, pid);
+	__u32 tid;
+
+	if (!hs_active)
+		return 0;
+	tid = BPF_CORE_READ(prev, pid);
 	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
 
 	if (t && t->oncpu_ns) {
@@ -233,7 +251,11 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev, struct tas
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(hs_thread_exit, struct task_struct *task)
 {
-	__u32 tid = BPF_CORE_READ(task, pid);
-	bpf_map_delete_elem(&hs_threads, &tid);
+	__u32 tid;
+
+	if (!hs_active)
+		return 0;
+	tid = BPF_CORE_READ(task, pid);
+	thread_done(tid);
 	return 0;
 }

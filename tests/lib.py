@@ -118,12 +118,12 @@ def value(samples, name: str, **labels) -> float:
 class Agent:
     """A running `tlsprof run`, scraped over HTTP like Prometheus does."""
 
-    def __init__(self, *args: str, port: int | None = None, prefix: tuple = ()):
+    def __init__(self, *args: str, port: int | None = None, prefix: tuple = (), scan_interval: float = 0.5):
         self.port = port or free_port()
         self.log_path = Path(tempfile.mkstemp(prefix="tlsprof-agent-", suffix=".log")[1])
         self.log = open(self.log_path, "w+")
         self.proc = subprocess.Popen(
-            [*prefix, str(TLSPROF), "run", "--listen", f"127.0.0.1:{self.port}", "--scan-interval", "0.5", "-v", *args],
+            [*prefix, str(TLSPROF), "run", "--listen", f"127.0.0.1:{self.port}", "--scan-interval", str(scan_interval), "-v", *args],
             stdout=self.log, stderr=subprocess.STDOUT,
         )
         wait_for(self._up, 20, f"tlsprof to serve /metrics (log: {self.output()})")

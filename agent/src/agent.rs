@@ -109,7 +109,6 @@ struct Probes {
     hs_events: RingBuf<MapData>,
     proc_events: RingBuf<MapData>,
     hs_conns: BpfHashMap<MapData, hs::hs_key, hs::hs_state>,
-    hs_threads: BpfHashMap<MapData, u32, hs::hs_thread>,
     hs_stats: Array<MapData, u64>,
     proc_traced: BpfHashMap<MapData, u32, u8>,
 }
@@ -158,7 +157,6 @@ impl Probes {
         Ok(Self {
             hs_events: take(&mut hs, "hs_events")?,
             hs_conns: take(&mut hs, "hs_conns")?,
-            hs_threads: take(&mut hs, "hs_threads")?,
             hs_stats: take(&mut hs, "hs_stats")?,
             proc_events: take(&mut proc_, "proc_events")?,
             proc_traced: take(&mut proc_, "proc_traced")?,
@@ -198,16 +196,7 @@ impl Probes {
         for k in conns {
             let _ = self.hs_conns.remove(&k);
         }
-        let threads: Vec<u32> = self
-            .hs_threads
-            .iter()
-            .filter_map(|r| r.ok())
-            .filter(|(_, t)| gone.contains(&t.tgid))
-            .map(|(k, _)| k)
-            .collect();
-        for k in threads {
-            let _ = self.hs_threads.remove(&k);
-        }
+        // hs_threads entries go with their thread (hs_thread_exit, in the kernel).
         for pid in gone {
             let _ = self.proc_traced.remove(pid);
         }

@@ -29,6 +29,7 @@ pub struct hs_event {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
+#[allow(dead_code, reason = "mirror of bpf/handshake.h, checked by the layout test; only the kernel writes it")]
 pub struct hs_thread {
     pub ssl: u64,
     pub enter_ns: u64,

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Overhead of tlsprof on a real nginx, measured as server CPU per request.
+
+Two workloads against one nginx worker (ECDSA P-256, TLS 1.3, small response):
+  handshake  - a new TLS connection per request (ab -c 16)
+  keepalive  - keep-alive requests on reused connections (ab -k -c 16)
+For each workload, runs alternate without and with the agent (the order flips every
+pair), and each run's cost is the worker's on-CPU time (/proc/PID/task/*/schedstat,
+the kernel's own accounting) divided by the requests ab completed. Prints the medians
+and the with/without ratio. Usage: bench/overhead.py [--pairs N] [--seconds S]
+"""
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from lib import Agent, Nginx, cpu_ns  # noqa: E402
+
+WORKLOADS = {
+    "handshake": ["-c", "16"],
+    "keepalive": ["-k", "-c", "16"],
+}
+
+
+def one_run(nginx, worker, flags, seconds):
+    before = cpu_ns(worker)
+    out = subprocess.run(["ab", "-q", "-t", str(seconds), "-n", "10000000", "-s", "30", *flags,
+                          f"https://127.0.0.1:{nginx.port}/"], capture_output=True, text=True, timeout=seconds + 60)
+    after = cpu_ns(worker)
+    done = next(int(l.split()[-1]) for l in out.stdout.splitlines() if l.startswith("Complete requests:"))
+    return (after - before) / 1e3 / max(done, 1), done / seconds
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--agent-args", default="--comm nginx", help="arguments for `tlsprof run` (default: %(default)s)")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="tlsprof-bench-"))
+    nginx = Nginx(work, workers=1, extra_server="ssl_protocols TLSv1.3; keepalive_requests 100000;")
+    (worker,) = nginx.workers()
+    results = {}
+    try:
+        for name, flags in WORKLOADS.items():
+            off, on, rps_off, rps_on = [], [], [], []
+            one_run(nginx, worker, flags, 1)  # warm-up
+            for i in range(args.pairs):
+                for with_agent in ((False, True) if i % 2 == 0 else (True, False)):
+                    if with_agent:
+                        with Agent(*args.agent_args.split(), scan_interval=2.0) as agent:
+                            agent.wait_attached([worker])
+                            cost, rps = one_run(nginx, worker, flags, args.seconds)
+                        on.append(cost)
+                        print(f"  {name} pair {i + 1}: with agent    {cost:8.1f} us/req {rps:8.0f} req/s", flush=True)
+                        rps_on.append(rps)
+                    else:
+                        cost, rps = one_run(nginx, worker, flags, args.seconds)
+                        off.append(cost)
+                        print(f"  {name} pair {i + 1}: without agent {cost:8.1f} us/req {rps:8.0f} req/s", flush=True)
+                        rps_off.append(rps)
+            results[name] = (statistics.median(off), statistics.median(on), statistics.median(rps_off),
+                             statistics.median(rps_on))
+    finally:
+        nginx.stop()
+
+    print(f"tlsprof overhead: nginx 1 worker, ECDSA P-256, TLS 1.3; {args.pairs} alternating pairs x {args.seconds:g} s; "
+          f"agent: tlsprof run {args.agent_args}")
+    print(f"{'workload':<10} {'CPU/req without':>16} {'CPU/req with':>13} {'ratio':>6} {'req/s without':>14} {'req/s with':>11}")
+    for name, (off, on, r_off, r_on) in results.items():
+        print(f"{name:<10} {off:>13.1f} us {on:>10.1f} us {on / off:>6.3f} {r_off:>14.0f} {r_on:>11.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The demo: a real nginx with TLS on loopback, real load from ab for about 20 s, and
+# tlsprof attached to it, printing what it measured. Run as root: `make demo`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TLSPROF=${TLSPROF:-target/release/tlsprof}
+PORT=${PORT:-18443}
+METRICS=${METRICS:-127.0.0.1:19435}
+DIR=$(mktemp -d /tmp/tlsprof-demo.XXXXXX)
+agent=""
+cleanup() {
+  [ -n "$agent" ] && kill "$agent" 2>/dev/null || true
+  [ -f "$DIR/nginx.pid" ] && kill -QUIT "$(cat "$DIR/nginx.pid")" 2>/dev/null || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$DIR/key.pem" \
+  -out "$DIR/cert.pem" -days 7 -subj /CN=localhost 2>/dev/null
+cat > "$DIR/nginx.conf" <<CONF
+worker_processes 2;
+pid $DIR/nginx.pid;
+error_log $DIR/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $DIR; proxy_temp_path $DIR; fastcgi_temp_path $DIR; uwsgi_temp_path $DIR; scgi_temp_path $DIR;
+  server {
+    listen 127.0.0.1:$PORT ssl;
+    ssl_certificate $DIR/cert.pem; ssl_certificate_key $DIR/key.pem;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    keepalive_requests 100;
+    location / { return 200 "hello from nginx\n"; }
+  }
+}
+CONF
+nginx -c "$DIR/nginx.conf"
+echo "demo: nginx (2 workers, ECDSA P-256) on https://127.0.0.1:$PORT, master pid $(cat "$DIR/nginx.pid")"
+
+"$TLSPROF" run --comm nginx --listen "$METRICS" --duration 26 &
+agent=$!
+sleep 2
+
+echo "demo: 10 s of new TLS connections (ab -c 8), then 10 s of keep-alive requests (ab -k -c 8)"
+ab -q -t 10 -n 1000000 -c 8 "https://127.0.0.1:$PORT/" | grep -E "Complete requests|Failed requests|Requests per second"
+ab -q -k -t 10 -n 1000000 -c 8 "https://127.0.0.1:$PORT/" | grep -E "Complete requests|Failed requests|Requests per second"
+echo "demo: some failing handshakes (a client offering only RSA suites to an ECDSA server)"
+for _ in 1 2 3; do openssl s_client -connect "127.0.0.1:$PORT" -tls1_2 -cipher AES128-SHA </dev/null >/dev/null 2>&1 || true; done
+
+echo "demo: what http://$METRICS/metrics says now (handshake series):"
+curl -s "http://$METRICS/metrics" | grep -E '^tlsprof_(handshakes_total|handshake_cpu_seconds_(sum|count)|handshake_duration_seconds_(sum|count)|attached_processes|events_lost_total)' || true
+echo "demo: tlsprof's own summary at exit:"
+wait "$agent"
+agent=""
