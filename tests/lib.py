@@ -214,7 +214,7 @@ def cpu_ns(pid: int) -> int:
 
 class Nginx:
     def __init__(self, workdir: Path, workers: int = 1, cert: str = "ecdsa_p256", extra_server: str = "",
-                 port: int | None = None):
+                 port: int | None = None, extra_main: str = ""):
         self.dir = workdir / f"nginx-{free_port()}"
         self.dir.mkdir(parents=True)
         self.port = port or free_port()
@@ -223,6 +223,7 @@ class Nginx:
         d = self.dir
         self.conf.write_text(f"""
 worker_processes {workers};
+{extra_main}
 daemon on;
 pid {d}/nginx.pid;
 error_log {d}/error.log;

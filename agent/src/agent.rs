@@ -61,7 +61,7 @@ impl Selector {
             return true;
         }
         let Some(st) = stats.get(&pid) else { return false };
-        if self.comms.iter().any(|c| *c == st.comm) {
+        if self.comms.contains(&st.comm) {
             return true;
         }
         let mut cur = pid;
