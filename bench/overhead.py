@@ -70,9 +70,8 @@ def main():
                         cost, rps = one_run(nginx, worker, flags, args.seconds)
                         off.append(cost)
                         print(f"  {name} pair {i + 1}: without agent {cost:8.1f} us/req {rps:8.0f} req/s", flush=True)
-                if len(on) == len(off):
-                    ratios.append(on[-1] / off[-1])
                         rps_off.append(rps)
+                ratios.append(on[-1] / off[-1])
             results[name] = (statistics.median(off), statistics.median(on), statistics.median(ratios),
                              statistics.median(rps_off), statistics.median(rps_on))
     finally:

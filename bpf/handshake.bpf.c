@@ -37,9 +37,12 @@ struct {
 	__type(value, struct hs_state);
 } hs_conns SEC(".maps");
 
+#define HS_RINGBUF_BYTES (256 * 1024)
+#define HS_WAKEUP_BYTES (HS_RINGBUF_BYTES / 4)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
+	__uint(max_entries, HS_RINGBUF_BYTES);
 } hs_events SEC(".maps");
 
 struct {
@@ -82,7 +85,10 @@ static __always_inline void emit(__u32 tgid, const struct hs_state *st, __u8 res
 	e->role = st->role;
 	e->result = result;
 	__builtin_memset(e->pad, 0, sizeof(e->pad));
-	bpf_ringbuf_submit(e, 0);
+	/* Wake the agent only when the buffer fills up: it also polls every 200 ms, so
+	 * at thousands of handshakes per second it wakes a few times, not per event. */
+	bpf_ringbuf_submit(e, bpf_ringbuf_query(&hs_events, BPF_RB_AVAIL_DATA) > HS_WAKEUP_BYTES ?
+				      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
 static __always_inline int hs_enter(void *ssl, __u8 role)

@@ -218,6 +218,8 @@ struct Agent {
     summary: BTreeMap<(String, &'static str, &'static str), Summary>,
     /// --strict: the first attach failure, which ends the run.
     fatal: Option<String>,
+    /// The agent's own CPU seconds already exported.
+    cpu_seen: f64,
 }
 
 /// The OpenSSL hooks of every candidate file of a process.
@@ -382,6 +384,18 @@ impl Agent {
                 self.metrics.events_lost.inc_by(delta);
             }
             self.metrics.kernel_errors.get_or_create(&KindLabels { kind: kind.into() }).inc_by(delta);
+        }
+    }
+
+    /// The agent's own CPU time and resident memory, from /proc/self.
+    fn sync_self_usage(&mut self) {
+        if let Some((cpu, rss)) = discovery::self_usage() {
+            let delta = cpu - self.cpu_seen;
+            if delta > 0.0 {
+                self.metrics.agent_cpu.inc_by(delta);
+                self.cpu_seen = cpu;
+            }
+            self.metrics.agent_memory.set(rss as i64);
         }
     }
 
@@ -556,10 +570,12 @@ pub fn run(args: RunArgs) -> Result<()> {
         stats_seen: [0; 8],
         summary: BTreeMap::new(),
         fatal: None,
+        cpu_seen: 0.0,
         args,
     };
     eprintln!("tlsprof: serving metrics on http://{}/metrics", agent.args.listen);
     agent.scan();
+    agent.sync_self_usage();
 
     let every = agent.args.scan_every();
     let deadline = agent.args.duration.map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
@@ -579,6 +595,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         if Instant::now() >= next_scan {
             agent.scan();
             agent.sync_kernel_stats();
+            agent.sync_self_usage();
             next_scan = Instant::now() + every;
             if exits_cleared.elapsed() > Duration::from_secs(60) {
                 agent.recent_exits.clear();

@@ -38,6 +38,18 @@ pub fn stat(pid: u32) -> io::Result<ProcStat> {
     parse_stat(&text).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc/PID/stat"))
 }
 
+/// This process's CPU seconds (user + system) and resident bytes.
+pub fn self_usage() -> Option<(f64, u64)> {
+    let stat = fs::read_to_string("/proc/self/stat").ok()?;
+    let rest: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
+    // fields 14 and 15 (utime, stime) are rest[11], rest[12]; field 24 (rss pages) rest[21]
+    let ticks: u64 = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
+    let rss_pages: u64 = rest.get(21)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let (hz, page) = unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
+    Some((ticks as f64 / hz.max(1) as f64, rss_pages * page.max(1) as u64))
+}
+
 /// All process ids now in /proc.
 pub fn pids() -> io::Result<Vec<u32>> {
     Ok(fs::read_dir("/proc")?
@@ -111,6 +123,12 @@ mod tests {
         assert_eq!(s.ppid, 1);
         assert_eq!(s.start_time, 987654);
         assert_eq!(s.vsize, 12345678);
+    }
+
+    #[test]
+    fn self_usage_is_plausible() {
+        let (cpu, rss) = self_usage().unwrap();
+        assert!(cpu >= 0.0 && rss > 1 << 20, "cpu {cpu} rss {rss}");
     }
 
     #[test]

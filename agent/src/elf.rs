@@ -110,8 +110,9 @@ impl<'d> Image<'d> {
         self.file_offset(*self.syms.get(name)?)
     }
 
-    /// `TLS_method` and friends are `lea rax,[rip+X]; ret` (after an optional endbr64):
-    /// the address of their static SSL_METHOD.
+    /// `TLS_method` and friends return the address of their static SSL_METHOD: in PIC
+    /// code `lea rax,[rip+X]; ret`, in a non-PIE executable (node) `mov eax,imm32; ret`,
+    /// either after an optional endbr64.
     fn method_table(&self, func: &str) -> Option<u64> {
         let addr = *self.syms.get(func)?;
         let code = self.bytes_at(addr, 12)?;
@@ -120,11 +121,15 @@ impl<'d> Image<'d> {
         } else {
             (code, addr)
         };
-        if code.len() < 8 || code[..3] != [0x48, 0x8d, 0x05] || code[7] != 0xc3 {
-            return None;
+        let imm32 = |b: &[u8]| Some(i32::from_le_bytes(b.try_into().ok()?));
+        match code {
+            [0x48, 0x8d, 0x05, r0, r1, r2, r3, 0xc3, ..] => {
+                Some((at + 7).wrapping_add_signed(i64::from(imm32(&[*r0, *r1, *r2, *r3])?)))
+            }
+            [0xb8, i0, i1, i2, i3, 0xc3, ..] => Some(u64::from(u32::from_le_bytes([*i0, *i1, *i2, *i3]))),
+            [0x48, 0xc7, 0xc0, i0, i1, i2, i3, 0xc3, ..] => Some(i64::from(imm32(&[*i0, *i1, *i2, *i3])?) as u64),
+            _ => None,
         }
-        let rel = i32::from_le_bytes(code[3..7].try_into().ok()?);
-        Some((at + 7).wrapping_add_signed(i64::from(rel)))
     }
 
     /// Pointer-sized values the dynamic loader writes at each address (PIC code keeps

@@ -3,12 +3,16 @@
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     net::{TcpListener, TcpStream},
-    sync::Arc,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
     time::Duration,
 };
 
 use crate::metrics::Metrics;
 
+const MAX_CONCURRENT_SCRAPES: usize = 8;
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -16,12 +20,20 @@ pub fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     std::thread::Builder::new()
         .name("tlsprof-http".into())
         .spawn(move || {
+            let active = Arc::new(AtomicUsize::new(0));
             for stream in listener.incoming().flatten() {
+                // Bounded: a flood of connections cannot make the agent spawn without limit.
+                if active.load(Ordering::Relaxed) >= MAX_CONCURRENT_SCRAPES {
+                    continue; // dropping the stream closes it
+                }
+                active.fetch_add(1, Ordering::Relaxed);
+                let active = active.clone();
                 let metrics = metrics.clone();
                 // One thread per scrape, so a stalled client cannot hold up the next one.
                 let _ = std::thread::Builder::new().name("tlsprof-scrape".into()).spawn(move || {
                     // A scraper that hung up: nothing to do but go on.
                     let _ = handle(stream, &metrics);
+                    active.fetch_sub(1, Ordering::Relaxed);
                 });
             }
         })

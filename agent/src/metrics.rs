@@ -62,6 +62,8 @@ pub struct Metrics {
     pub events_lost: Counter,
     pub kernel_errors: Family<KindLabels, Counter>,
     pub attach_failures: Family<ProbeLabels, Counter>,
+    pub agent_cpu: Counter<f64>,
+    pub agent_memory: Gauge,
 }
 
 impl Metrics {
@@ -116,7 +118,23 @@ impl Metrics {
             "Probes that failed to attach, by probe (program name)",
             attach_failures.clone(),
         );
+        let agent_cpu = Counter::<f64>::default();
+        registry.register_with_unit(
+            "agent_cpu",
+            "CPU time (user and system) used by the tlsprof agent itself",
+            Unit::Seconds,
+            agent_cpu.clone(),
+        );
+        let agent_memory = Gauge::default();
+        registry.register_with_unit(
+            "agent_resident_memory",
+            "Resident memory of the tlsprof agent itself",
+            Unit::Bytes,
+            agent_memory.clone(),
+        );
         Self {
+            agent_cpu,
+            agent_memory,
             registry,
             handshakes,
             handshake_cpu,
