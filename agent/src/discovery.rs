@@ -38,6 +38,38 @@ pub fn stat(pid: u32) -> io::Result<ProcStat> {
     parse_stat(&text).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc/PID/stat"))
 }
 
+fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// The basename of the process's executable (/proc/PID/exe).
+pub fn exe_name(pid: u32) -> Option<String> {
+    let exe = fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let exe = exe.to_string_lossy();
+    Some(basename(exe.trim_end_matches(" (deleted)")).to_string())
+}
+
+/// The name a process is reported under (the `comm` label): its comm, unless the program
+/// renamed its main thread to something unrelated to what it runs as (node 24 calls
+/// it "MainThread"): then the executable's name. nginx rewrites argv[0] to "nginx: worker
+/// process" and keeps comm "nginx", which starts it: comm is kept.
+pub fn process_name(pid: u32, comm: &str) -> String {
+    let exe = exe_name(pid);
+    let argv0 = fs::read(format!("/proc/{pid}/cmdline")).ok().map(|b| {
+        let first = b.split(|c| *c == 0).next().unwrap_or_default();
+        basename(&String::from_utf8_lossy(first)).to_string()
+    });
+    choose_name(comm, argv0.as_deref(), exe.as_deref())
+}
+
+fn choose_name(comm: &str, argv0: Option<&str>, exe: Option<&str>) -> String {
+    let starts = |n: Option<&str>| n.is_some_and(|n| !comm.is_empty() && n.starts_with(comm));
+    match exe {
+        Some(exe) if !starts(argv0) && !starts(Some(exe)) => exe.chars().take(15).collect(),
+        _ => comm.to_string(),
+    }
+}
+
 /// This process's CPU seconds (user + system) and resident bytes.
 pub fn self_usage() -> Option<(f64, u64)> {
     let stat = fs::read_to_string("/proc/self/stat").ok()?;
@@ -123,6 +155,19 @@ mod tests {
         assert_eq!(s.ppid, 1);
         assert_eq!(s.start_time, 987654);
         assert_eq!(s.vsize, 12345678);
+    }
+
+    #[test]
+    fn names() {
+        // node 24 renames its main thread
+        assert_eq!(choose_name("MainThread", Some("node"), Some("node")), "node");
+        // nginx rewrites argv[0] but keeps comm
+        assert_eq!(choose_name("nginx", Some("nginx: worker process"), Some("nginx")), "nginx");
+        // started through a symlink: comm and argv[0] are the link's name
+        assert_eq!(choose_name("latetls", Some("latetls"), Some("python3.11")), "latetls");
+        // comm truncated to 15 characters
+        assert_eq!(choose_name("a-very-long-ser", Some("a-very-long-server"), Some("a-very-long-server")), "a-very-long-ser");
+        assert_eq!(choose_name("x", None, None), "x");
     }
 
     #[test]
