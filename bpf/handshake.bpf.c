@@ -71,24 +71,38 @@ static __always_inline void stat_inc(__u32 idx)
 		__sync_fetch_and_add(v, 1);
 }
 
-static __always_inline void emit(__u32 tgid, const struct hs_state *st, __u8 result)
+static __always_inline struct hs_event *reserve(void)
 {
 	struct hs_event *e = bpf_ringbuf_reserve(&hs_events, sizeof(*e), 0);
 	if (!e) {
 		stat_inc(HS_STAT_EVENTS_LOST);
-		return;
+		return NULL;
 	}
+	__builtin_memset(e, 0, sizeof(*e));
+	return e;
+}
+
+static __always_inline void submit(struct hs_event *e)
+{
+	/* Wake the agent only when the buffer fills up: it also polls every 200 ms, so
+	 * at thousands of handshakes per second it wakes a few times, not per event. */
+	bpf_ringbuf_submit(e, bpf_ringbuf_query(&hs_events, BPF_RB_AVAIL_DATA) > HS_WAKEUP_BYTES ?
+				      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
+static __always_inline void emit(__u32 tgid, const struct hs_state *st, __u8 result)
+{
+	struct hs_event *e = reserve();
+	if (!e)
+		return;
 	e->duration_ns = st->last_ns - st->first_ns;
 	e->cpu_ns = st->cpu_ns;
 	e->tgid = tgid;
 	e->calls = st->calls;
 	e->role = st->role;
 	e->result = result;
-	__builtin_memset(e->pad, 0, sizeof(e->pad));
-	/* Wake the agent only when the buffer fills up: it also polls every 200 ms, so
-	 * at thousands of handshakes per second it wakes a few times, not per event. */
-	bpf_ringbuf_submit(e, bpf_ringbuf_query(&hs_events, BPF_RB_AVAIL_DATA) > HS_WAKEUP_BYTES ?
-				      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	e->kind = HS_EV_HANDSHAKE;
+	submit(e);
 }
 
 static __always_inline int hs_enter(void *ssl, __u8 role)
@@ -250,6 +264,86 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	t = bpf_map_lookup_elem(&hs_threads, &tid);
 	if (t)
 		t->oncpu_ns = now ? now : bpf_ktime_get_ns();
+	return 0;
+}
+
+/*
+ * Connections that never reach the TLS library. nginx peeks at the first byte of a
+ * connection and answers plain HTTP on its TLS port itself, without a handshake call.
+ * So: connections accepted on the listening ports of traced processes (hs_ports, kept
+ * by the agent) are remembered until they close; a handshake call that reads from one
+ * (sock_recv_length while the thread is inside the call) marks it, and its port, as
+ * TLS; one that closes unmarked is reported, and the agent counts it as a failed
+ * handshake once its port is known to carry TLS. Per connection: one map insert and
+ * one delete; per read: one load while no handshake is in flight.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct hs_port);
+	__type(value, __u32);
+} hs_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct hs_sock);
+} hs_socks SEC(".maps");
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(hs_sock_state, const struct sock *sk, const int oldstate, const int newstate)
+{
+	__u64 key = (__u64)sk;
+
+	if (oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED) {
+		struct hs_port p = {
+			.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum),
+			.port = BPF_CORE_READ(sk, __sk_common.skc_num),
+		};
+		if (!bpf_map_lookup_elem(&hs_ports, &p))
+			return 0;
+		struct hs_sock s = { .netns = p.netns, .port = p.port };
+		bpf_map_update_elem(&hs_socks, &key, &s, BPF_ANY);
+		return 0;
+	}
+	if (newstate != TCP_CLOSE)
+		return 0;
+	struct hs_sock *s = bpf_map_lookup_elem(&hs_socks, &key);
+	if (!s)
+		return 0;
+	if (!s->tls) {
+		struct hs_event *e = reserve();
+		if (e) {
+			e->netns = s->netns;
+			e->port = s->port;
+			e->role = HS_ROLE_SERVER;
+			e->result = HS_RESULT_FAILED;
+			e->kind = HS_EV_NO_HANDSHAKE;
+			submit(e);
+		}
+	}
+	bpf_map_delete_elem(&hs_socks, &key);
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(hs_sock_recv, struct sock *sk, int ret, int flags)
+{
+	if (!hs_active)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	if (!bpf_map_lookup_elem(&hs_threads, &tid))
+		return 0;
+	__u64 key = (__u64)sk;
+	struct hs_sock *s = bpf_map_lookup_elem(&hs_socks, &key);
+	if (!s || s->tls)
+		return 0;
+	s->tls = 1;
+	struct hs_port p = { .netns = s->netns, .port = s->port };
+	__u32 *flags_p = bpf_map_lookup_elem(&hs_ports, &p);
+	if (flags_p)
+		*flags_p |= HS_PORT_TLS;
 	return 0;
 }
 

@@ -15,6 +15,15 @@
 #define HS_RESULT_OK 0
 #define HS_RESULT_FAILED 1
 
+/* hs_event.kind */
+#define HS_EV_HANDSHAKE 0    /* a handshake finished (ok or failed) */
+#define HS_EV_NO_HANDSHAKE 1 /* a connection on a watched port closed without any handshake
+			      * call reading from it (nginx answers plain HTTP itself) */
+
+/* hs_ports value flags */
+#define HS_PORT_LISTEN 1 /* a traced process listens here (set by the agent) */
+#define HS_PORT_TLS 2    /* a handshake call read from a connection accepted here (set by the kernel) */
+
 /* Indexes into the hs_stats array: every kernel-side failure path has one. */
 #define HS_STAT_EVENTS_LOST 0     /* ring buffer full: a finished handshake was not reported */
 #define HS_STAT_THREAD_MAP_FULL 1 /* a handshake call could not be tracked (too many threads) */
@@ -22,15 +31,34 @@
 #define HS_STAT_UNMATCHED_RETURN 3 /* a return probe fired without its entry (attached mid-call) */
 #define HS_STAT_MAX 8
 
-/* One finished handshake, sent to user space through the hs_events ring buffer. */
+/* One finished handshake (or connection without one), sent to user space through the
+ * hs_events ring buffer. */
 struct hs_event {
 	__u64 duration_ns; /* first handshake call entered -> last handshake call returned */
 	__u64 cpu_ns;      /* on-CPU time of the calling threads inside the handshake calls */
-	__u32 tgid;        /* process (thread group) id, init pid namespace */
+	__u32 tgid;        /* process (thread group) id, init pid namespace; 0 for HS_EV_NO_HANDSHAKE */
 	__u32 calls;       /* handshake function calls that made up this handshake */
+	__u32 netns;       /* HS_EV_NO_HANDSHAKE: network namespace (inode) and local port */
+	__u16 port;
 	__u8 role;         /* HS_ROLE_* */
 	__u8 result;       /* HS_RESULT_* */
-	__u8 pad[6];
+	__u8 kind;         /* HS_EV_* */
+	__u8 pad[7];
+};
+
+/* A listening port of a traced process (key of hs_ports). */
+struct hs_port {
+	__u32 netns;
+	__u16 port; /* host byte order */
+	__u16 pad;
+};
+
+/* A connection accepted on a watched port (value of hs_socks, key: struct sock *). */
+struct hs_sock {
+	__u32 netns;
+	__u16 port;
+	__u8 tls;  /* a handshake call has read from it */
+	__u8 pad;
 };
 
 /* Per-thread state while a thread is inside a handshake call (key: thread id). */

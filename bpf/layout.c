@@ -19,8 +19,18 @@ int main(void)
 	F(hs_event, cpu_ns);
 	F(hs_event, tgid);
 	F(hs_event, calls);
+	F(hs_event, netns);
+	F(hs_event, port);
 	F(hs_event, role);
 	F(hs_event, result);
+	F(hs_event, kind);
+	S(hs_port);
+	F(hs_port, netns);
+	F(hs_port, port);
+	S(hs_sock);
+	F(hs_sock, netns);
+	F(hs_sock, port);
+	F(hs_sock, tls);
 	S(hs_thread);
 	F(hs_thread, ssl);
 	F(hs_thread, enter_ns);

@@ -214,7 +214,7 @@ def cpu_ns(pid: int) -> int:
 
 class Nginx:
     def __init__(self, workdir: Path, workers: int = 1, cert: str = "ecdsa_p256", extra_server: str = "",
-                 port: int | None = None, extra_main: str = ""):
+                 port: int | None = None, extra_main: str = "", plain_port: int | None = None):
         self.dir = workdir / f"nginx-{free_port()}"
         self.dir.mkdir(parents=True)
         self.port = port or free_port()
@@ -242,6 +242,7 @@ http {{
     {extra_server}
     location / {{ return 200 "hello from nginx\\n"; }}
   }}
+  {f'server {{ listen 127.0.0.1:{plain_port}; location / {{ return 200 "plain"; }} }}' if plain_port else ''}
 }}
 """)
         subprocess.run(["nginx", "-c", str(self.conf)], check=True, capture_output=True)

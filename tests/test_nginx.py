@@ -4,7 +4,7 @@ import time
 import pytest
 
 from lib import (Agent, Nginx, cpu_ns, failing_handshakes, https_connections, plain_http_requests,
-                 have, wait_for)
+                 have, wait_for)  # noqa: F401
 
 N = 60
 
@@ -55,6 +55,30 @@ def test_failed_handshakes_are_counted_exactly(nginx):
     assert failed == m_cipher, f"expected {m_cipher} failed handshakes, got {failed}"
     assert ok == k_ok, f"expected {k_ok} ok handshakes, got {ok}"
     assert cost > 0, "failed handshakes cost CPU too"
+
+
+def test_plain_http_to_the_tls_port_is_a_failed_handshake(workdir):
+    """nginx answers plain HTTP on its TLS port itself, without calling OpenSSL: tlsprof
+    sees the connection close with no handshake and counts it as failed, exactly, while
+    plain HTTP on nginx's plain port is not a handshake at all."""
+    from lib import free_port
+    plain = free_port()
+    nginx = Nginx(workdir, workers=2, plain_port=plain)
+    try:
+        with Agent("--comm", "nginx") as agent:
+            agent.wait_attached([nginx.pid, *nginx.workers()])
+            time.sleep(1.2)  # a scan after attaching: the listening ports are known
+            # plain HTTP first, before any handshake has shown the port carries TLS
+            assert plain_http_requests(nginx.port, 3) == 3
+            assert plain_http_requests(plain, 6) == 6
+            assert https_connections(nginx.port, 10)["ok"] == 10
+            assert plain_http_requests(nginx.port, 4) == 4
+            failed = agent.wait_value("tlsprof_handshakes_total", 7, comm="nginx", result="failed")
+            ok = agent.value("tlsprof_handshakes_total", comm="nginx", result="ok")
+    finally:
+        nginx.stop()
+    assert failed == 7, f"expected 3 + 4 plain-HTTP connections to the TLS port as failed, got {failed}"
+    assert ok == 10
 
 
 def test_handshake_cpu_is_consistent_with_the_servers_own_accounting(workdir):

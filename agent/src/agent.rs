@@ -117,6 +117,7 @@ struct Probes {
     proc_events: RingBuf<MapData>,
     hs_conns: BpfHashMap<MapData, hs::hs_key, hs::hs_state>,
     hs_stats: Array<MapData, u64>,
+    hs_ports: BpfHashMap<MapData, hs::hs_port, u32>,
     proc_traced: BpfHashMap<MapData, u32, u8>,
 }
 
@@ -158,6 +159,12 @@ impl Probes {
         }
         attach_tp_btf(&mut hs, "hs_sched_switch", "sched_switch", btf)?;
         attach_tp_btf(&mut hs, "hs_thread_exit", "sched_process_exit", btf)?;
+        attach_tp_btf(&mut hs, "hs_sock_state", "inet_sock_set_state", btf)?;
+        // sock_recv_length came with Linux 6.2: without it, connections that never reach
+        // the TLS library (plain HTTP to nginx's TLS port) are not counted as failed.
+        if let Err(e) = attach_tp_btf(&mut hs, "hs_sock_recv", "sock_recv_length", btf) {
+            eprintln!("tlsprof: warning: {e:#}: connections without any handshake will not be counted");
+        }
         let mut proc_ = Ebpf::load(pr::OBJECT).context("cannot load the process probes into the kernel")?;
         attach_tp_btf(&mut proc_, "proc_fork", "sched_process_fork", btf)?;
         attach_tp_btf(&mut proc_, "proc_exit", "sched_process_exit", btf)?;
@@ -165,6 +172,7 @@ impl Probes {
             hs_events: take(&mut hs, "hs_events")?,
             hs_conns: take(&mut hs, "hs_conns")?,
             hs_stats: take(&mut hs, "hs_stats")?,
+            hs_ports: take(&mut hs, "hs_ports")?,
             proc_events: take(&mut proc_, "proc_events")?,
             proc_traced: take(&mut proc_, "proc_traced")?,
             hs,
@@ -229,6 +237,10 @@ struct Agent {
     cpu_seen: f64,
     /// Every process name attached so far: its gauge goes to 0, not away, when the last goes.
     ever_attached: std::collections::BTreeSet<String>,
+    /// Listening ports of traced processes, and the name of the process listening.
+    ports: BTreeMap<hs::hs_port, String>,
+    /// Connections closed without a handshake on ports not (yet) known to carry TLS.
+    unhandshaken: BTreeMap<hs::hs_port, u64>,
 }
 
 /// The OpenSSL hooks of every candidate file of a process.
@@ -294,7 +306,66 @@ impl Agent {
             }
             self.examine(pid, st.clone());
         }
+        self.refresh_ports();
         self.update_gauges();
+    }
+
+    /// Keeps hs_ports equal to the listening ports of the traced processes, and counts the
+    /// connections without a handshake on ports now known to carry TLS.
+    fn refresh_ports(&mut self) {
+        let mut now: BTreeMap<hs::hs_port, String> = BTreeMap::new();
+        for (pid, t) in &self.traced {
+            if let Ok((netns, ports)) = discovery::listening_ports(*pid) {
+                for port in ports {
+                    now.entry(hs::hs_port { netns, port, pad: 0 }).or_insert_with(|| t.name.clone());
+                }
+            }
+        }
+        for key in self.ports.keys().filter(|k| !now.contains_key(k)) {
+            let _ = self.probes.hs_ports.remove(key);
+        }
+        for key in now.keys() {
+            if self.probes.hs_ports.get(key, 0).is_err() {
+                let _ = self.probes.hs_ports.insert(key, hs::HS_PORT_LISTEN, 0);
+            }
+        }
+        self.ports = now;
+        let pending: Vec<hs::hs_port> = self.unhandshaken.keys().copied().collect();
+        for key in pending {
+            if self.port_is_tls(&key) {
+                let n = self.unhandshaken.remove(&key).unwrap_or(0);
+                self.count_unhandshaken(&key, n);
+            } else if !self.ports.contains_key(&key) {
+                self.unhandshaken.remove(&key);
+            }
+        }
+    }
+
+    fn port_is_tls(&self, key: &hs::hs_port) -> bool {
+        self.probes.hs_ports.get(key, 0).is_ok_and(|f| f & hs::HS_PORT_TLS != 0)
+    }
+
+    /// Connections accepted on a TLS port that closed before any handshake call read from
+    /// them: the server never handed them to its TLS library. Counted as failed handshakes.
+    fn count_unhandshaken(&mut self, key: &hs::hs_port, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let Some(name) = self.ports.get(key).cloned() else { return };
+        self.metrics
+            .handshakes
+            .get_or_create(&HandshakeLabels { comm: name.clone(), role: "server".into(), result: "failed".into() })
+            .inc_by(n);
+        self.summary.entry((name, "server", "failed")).or_default().count += n;
+    }
+
+    fn on_unhandshaken(&mut self, e: &hs::hs_event) {
+        let key = hs::hs_port { netns: e.netns, port: e.port, pad: 0 };
+        if self.port_is_tls(&key) {
+            self.count_unhandshaken(&key, 1);
+        } else {
+            *self.unhandshaken.entry(key).or_default() += 1;
+        }
     }
 
     /// Attaches to a selected process if it carries OpenSSL, else watches it.
@@ -420,6 +491,9 @@ impl Agent {
     }
 
     fn on_handshake(&mut self, e: hs::hs_event) {
+        if e.kind == hs::HS_EV_NO_HANDSHAKE {
+            return self.on_unhandshaken(&e);
+        }
         let comm = self.comm_of(e.tgid);
         let role = hs::role_label(e.role);
         let result = hs::result_label(e.result);
@@ -580,6 +654,8 @@ pub fn run(args: RunArgs) -> Result<()> {
         fatal: None,
         cpu_seen: 0.0,
         ever_attached: Default::default(),
+        ports: BTreeMap::new(),
+        unhandshaken: BTreeMap::new(),
         args,
     };
     eprintln!("tlsprof: serving metrics on http://{}/metrics", agent.args.listen);

@@ -70,6 +70,40 @@ fn choose_name(comm: &str, argv0: Option<&str>, exe: Option<&str>) -> String {
     }
 }
 
+/// The TCP ports a process listens on, with its network namespace (the inode of
+/// /proc/PID/ns/net): its listening sockets from /proc/PID/net/tcp{,6} (which show the
+/// process's own namespace) whose inodes are among its file descriptors.
+pub fn listening_ports(pid: u32) -> io::Result<(u32, BTreeSet<u16>)> {
+    let netns = fs::metadata(format!("/proc/{pid}/ns/net"))?.ino() as u32;
+    let mut inodes = std::collections::HashSet::new();
+    for fd in fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let Ok(fd) = fd else { continue };
+        if let Ok(target) = fs::read_link(fd.path()) {
+            if let Some(ino) = target.to_str().and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok()) {
+                inodes.insert(ino);
+            }
+        }
+    }
+    let mut ports = BTreeSet::new();
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) else { continue };
+        ports.extend(parse_listeners(&text).filter(|(_, ino)| inodes.contains(ino)).map(|(port, _)| port));
+    }
+    Ok((netns, ports))
+}
+
+/// (local port, inode) of the LISTEN sockets in a /proc/net/tcp{,6} table.
+fn parse_listeners(text: &str) -> impl Iterator<Item = (u16, u64)> + '_ {
+    text.lines().skip(1).filter_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.get(3) != Some(&"0A") {
+            return None;
+        }
+        let port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+        Some((port, f.get(9)?.parse().ok()?))
+    })
+}
+
 /// This process's CPU seconds (user + system) and resident bytes.
 pub fn self_usage() -> Option<(f64, u64)> {
     let stat = fs::read_to_string("/proc/self/stat").ok()?;
@@ -155,6 +189,29 @@ mod tests {
         assert_eq!(s.ppid, 1);
         assert_eq!(s.start_time, 987654);
         assert_eq!(s.vsize, 12345678);
+    }
+
+    #[test]
+    fn listeners() {
+        let text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:20FB 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 43117 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:20FB 0100007F:C350 01 00000000:00000000 00:00000000 00000000    33        0 53117 1 0000000000000000 20 4 30 10 -1
+";
+        let v: Vec<(u16, u64)> = parse_listeners(text).collect();
+        assert_eq!(v, [(8443, 43117)]);
+        let text6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000000000000:01BB 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 99 1 0000000000000000 100 0 0 10 0
+";
+        assert_eq!(parse_listeners(text6).collect::<Vec<_>>(), [(443, 99)]);
+    }
+
+    #[test]
+    fn listening_ports_of_self() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let (netns, ports) = listening_ports(std::process::id()).unwrap();
+        assert!(netns > 0);
+        assert!(ports.contains(&port), "{port} not in {ports:?}");
     }
 
     #[test]

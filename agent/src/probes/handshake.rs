@@ -6,6 +6,11 @@ pub const OBJECT: &[u8] = super::bpf_object!("handshake");
 pub const HS_ROLE_SERVER: u8 = 1;
 pub const HS_ROLE_CLIENT: u8 = 2;
 pub const HS_RESULT_OK: u8 = 0;
+#[cfg(test)]
+pub const HS_RESULT_FAILED: u8 = 1;
+pub const HS_EV_NO_HANDSHAKE: u8 = 1;
+pub const HS_PORT_LISTEN: u32 = 1;
+pub const HS_PORT_TLS: u32 = 2;
 
 /// hs_stats indexes and the `kind` label each is exported under.
 pub const STATS: &[(u32, &str)] = &[
@@ -22,9 +27,30 @@ pub struct hs_event {
     pub cpu_ns: u64,
     pub tgid: u32,
     pub calls: u32,
+    pub netns: u32,
+    pub port: u16,
     pub role: u8,
     pub result: u8,
-    pub pad: [u8; 6],
+    pub kind: u8,
+    pub pad: [u8; 7],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct hs_port {
+    pub netns: u32,
+    pub port: u16,
+    pub pad: u16,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(dead_code, reason = "mirror of bpf/handshake.h, checked by the layout test; only the kernel writes it")]
+pub struct hs_sock {
+    pub netns: u32,
+    pub port: u16,
+    pub tls: u8,
+    pub pad: u8,
 }
 
 #[repr(C)]
@@ -65,6 +91,7 @@ pub struct hs_state {
 unsafe impl aya::Pod for hs_thread {}
 unsafe impl aya::Pod for hs_key {}
 unsafe impl aya::Pod for hs_state {}
+unsafe impl aya::Pod for hs_port {}
 
 /// The role label of an event.
 pub fn role_label(role: u8) -> &'static str {
@@ -95,11 +122,14 @@ mod tests {
         raw.extend_from_slice(&250_000u64.to_le_bytes());
         raw.extend_from_slice(&4242u32.to_le_bytes());
         raw.extend_from_slice(&3u32.to_le_bytes());
-        raw.extend_from_slice(&[HS_ROLE_SERVER, 1, 0, 0, 0, 0, 0, 0]);
+        raw.extend_from_slice(&4026531840u32.to_le_bytes());
+        raw.extend_from_slice(&8443u16.to_le_bytes());
+        raw.extend_from_slice(&[HS_ROLE_SERVER, HS_RESULT_FAILED, HS_EV_NO_HANDSHAKE, 0, 0, 0, 0, 0, 0, 0]);
         let e: hs_event = read_record(&raw).unwrap();
         assert_eq!((e.duration_ns, e.cpu_ns, e.tgid, e.calls), (1_500_000, 250_000, 4242, 3));
+        assert_eq!((e.netns, e.port, e.kind), (4026531840, 8443, HS_EV_NO_HANDSHAKE));
         assert_eq!((role_label(e.role), result_label(e.result)), ("server", "failed"));
-        assert!(read_record::<hs_event>(&raw[..31]).is_none());
+        assert!(read_record::<hs_event>(&raw[..39]).is_none());
     }
 
     #[test]

@@ -57,7 +57,9 @@ mod layout_tests {
     #[test]
     fn rust_mirrors_match_c_headers() {
         let mut rust = BTreeMap::new();
-        rust_layout!(rust, hs_event { duration_ns, cpu_ns, tgid, calls, role, result });
+        rust_layout!(rust, hs_event { duration_ns, cpu_ns, tgid, calls, netns, port, role, result, kind });
+        rust_layout!(rust, hs_port { netns, port });
+        rust_layout!(rust, hs_sock { netns, port, tls });
         rust_layout!(rust, hs_thread { ssl, enter_ns, oncpu_ns, cpu_ns, tgid, depth, role });
         rust_layout!(rust, hs_key { ssl, tgid });
         rust_layout!(rust, hs_state { first_ns, last_ns, cpu_ns, calls, role, done });
