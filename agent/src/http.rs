@@ -30,11 +30,13 @@ pub fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
                 let active = active.clone();
                 let metrics = metrics.clone();
                 // One thread per scrape, so a stalled client cannot hold up the next one.
-                let _ = std::thread::Builder::new().name("tlsprof-scrape".into()).spawn(move || {
-                    // A scraper that hung up: nothing to do but go on.
-                    let _ = handle(stream, &metrics);
-                    active.fetch_sub(1, Ordering::Relaxed);
-                });
+                let _ = std::thread::Builder::new()
+                    .name("tlsprof-scrape".into())
+                    .spawn(move || {
+                        // A scraper that hung up: nothing to do but go on.
+                        let _ = handle(stream, &metrics);
+                        active.fetch_sub(1, Ordering::Relaxed);
+                    });
             }
         })
         .expect("cannot start the HTTP thread");
@@ -68,7 +70,11 @@ fn handle(stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
             "<html><body><h1>tlsprof</h1><a href=\"/metrics\">/metrics</a></body></html>\n".to_string(),
         ),
         ("GET" | "HEAD", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
-        _ => ("405 Method Not Allowed", "text/plain", "method not allowed\n".to_string()),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "method not allowed\n".to_string(),
+        ),
     };
     let mut out = stream;
     write!(

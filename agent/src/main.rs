@@ -12,7 +12,11 @@ use std::{net::SocketAddr, process::ExitCode, time::Duration};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "tlsprof", version, about = "What does TLS cost your server? eBPF TLS profiler")]
+#[command(
+    name = "tlsprof",
+    version,
+    about = "What does TLS cost your server? eBPF TLS profiler"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

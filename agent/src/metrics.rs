@@ -82,7 +82,8 @@ impl Metrics {
             Unit::Seconds,
             handshake_cpu.clone(),
         );
-        let handshake_duration = HistFamily::<RoleLabels>::new_with_constructor(duration_histogram as fn() -> Histogram);
+        let handshake_duration =
+            HistFamily::<RoleLabels>::new_with_constructor(duration_histogram as fn() -> Histogram);
         registry.register_with_unit(
             "handshake_duration",
             "Wall-clock time of a successful handshake, from its first handshake call to the call that completed it",
@@ -97,9 +98,17 @@ impl Metrics {
             failed_handshake_cpu.clone(),
         );
         let attached_processes = Family::<CommLabels, Gauge>::default();
-        registry.register("attached_processes", "Processes tlsprof has attached its probes to", attached_processes.clone());
+        registry.register(
+            "attached_processes",
+            "Processes tlsprof has attached its probes to",
+            attached_processes.clone(),
+        );
         let attached_probes = Gauge::default();
-        registry.register("attached_probes", "Uprobes and uretprobes attached now", attached_probes.clone());
+        registry.register(
+            "attached_probes",
+            "Uprobes and uretprobes attached now",
+            attached_probes.clone(),
+        );
         let events_lost = Counter::default();
         registry.register(
             "events_lost",
@@ -193,17 +202,41 @@ mod tests {
     #[test]
     fn text_format_names_counters_like_their_samples() {
         let m = Metrics::new();
-        let l = HandshakeLabels { comm: "nginx".into(), role: "server".into(), result: "ok".into() };
+        let l = HandshakeLabels {
+            comm: "nginx".into(),
+            role: "server".into(),
+            result: "ok".into(),
+        };
         m.handshakes.get_or_create(&l).inc_by(3);
-        m.handshake_cpu.get_or_create(&RoleLabels { comm: "nginx".into(), role: "server".into() }).observe(0.0004);
+        m.handshake_cpu
+            .get_or_create(&RoleLabels {
+                comm: "nginx".into(),
+                role: "server".into(),
+            })
+            .observe(0.0004);
         let text = m.render_text();
         assert!(text.contains("# TYPE tlsprof_handshakes_total counter\n"), "{text}");
-        assert!(text.contains("# HELP tlsprof_handshakes_total TLS handshakes"), "{text}");
-        assert!(text.contains("tlsprof_handshakes_total{comm=\"nginx\",role=\"server\",result=\"ok\"} 3\n"), "{text}");
-        assert!(text.contains("# TYPE tlsprof_handshake_cpu_seconds histogram\n"), "{text}");
-        assert!(text.contains("tlsprof_handshake_cpu_seconds_bucket{le=\"0.0005\",comm=\"nginx\",role=\"server\"} 1\n"), "{text}");
+        assert!(
+            text.contains("# HELP tlsprof_handshakes_total TLS handshakes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tlsprof_handshakes_total{comm=\"nginx\",role=\"server\",result=\"ok\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE tlsprof_handshake_cpu_seconds histogram\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tlsprof_handshake_cpu_seconds_bucket{le=\"0.0005\",comm=\"nginx\",role=\"server\"} 1\n"),
+            "{text}"
+        );
         assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
         let om = m.render_openmetrics();
-        assert!(om.ends_with("# EOF\n") && om.contains("# TYPE tlsprof_handshakes counter"), "{om}");
+        assert!(
+            om.ends_with("# EOF\n") && om.contains("# TYPE tlsprof_handshakes counter"),
+            "{om}"
+        );
     }
 }

@@ -1,5 +1,4 @@
 //! Mirror of bpf/handshake.h and the decoding of handshake events.
-#![allow(non_camel_case_types)]
 
 pub const OBJECT: &[u8] = super::bpf_object!("handshake");
 
@@ -45,7 +44,13 @@ pub struct hs_port {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-#[allow(dead_code, reason = "mirror of bpf/handshake.h, checked by the layout test; only the kernel writes it")]
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "mirror of bpf/handshake.h, checked by the layout test; only the kernel writes it"
+    )
+)]
 pub struct hs_sock {
     pub netns: u32,
     pub port: u16,
@@ -55,7 +60,13 @@ pub struct hs_sock {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-#[allow(dead_code, reason = "mirror of bpf/handshake.h, checked by the layout test; only the kernel writes it")]
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "mirror of bpf/handshake.h, checked by the layout test; only the kernel writes it"
+    )
+)]
 pub struct hs_thread {
     pub ssl: u64,
     pub enter_ns: u64,
@@ -124,9 +135,23 @@ mod tests {
         raw.extend_from_slice(&3u32.to_le_bytes());
         raw.extend_from_slice(&4026531840u32.to_le_bytes());
         raw.extend_from_slice(&8443u16.to_le_bytes());
-        raw.extend_from_slice(&[HS_ROLE_SERVER, HS_RESULT_FAILED, HS_EV_NO_HANDSHAKE, 0, 0, 0, 0, 0, 0, 0]);
+        raw.extend_from_slice(&[
+            HS_ROLE_SERVER,
+            HS_RESULT_FAILED,
+            HS_EV_NO_HANDSHAKE,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ]);
         let e: hs_event = read_record(&raw).unwrap();
-        assert_eq!((e.duration_ns, e.cpu_ns, e.tgid, e.calls), (1_500_000, 250_000, 4242, 3));
+        assert_eq!(
+            (e.duration_ns, e.cpu_ns, e.tgid, e.calls),
+            (1_500_000, 250_000, 4242, 3)
+        );
         assert_eq!((e.netns, e.port, e.kind), (4026531840, 8443, HS_EV_NO_HANDSHAKE));
         assert_eq!((role_label(e.role), result_label(e.result)), ("server", "failed"));
         assert!(read_record::<hs_event>(&raw[..39]).is_none());

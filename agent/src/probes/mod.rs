@@ -31,7 +31,7 @@ mod layout_tests {
             .map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
                 match f.as_slice() {
-                    [name, "size", n] => (format!("{name}"), (0, n.parse().unwrap())),
+                    [name, "size", n] => (name.to_string(), (0, n.parse().unwrap())),
                     [name, off, size] => (name.to_string(), (off.parse().unwrap(), size.parse().unwrap())),
                     _ => panic!("bad layout line {l:?}"),
                 }
@@ -57,19 +57,62 @@ mod layout_tests {
     #[test]
     fn rust_mirrors_match_c_headers() {
         let mut rust = BTreeMap::new();
-        rust_layout!(rust, hs_event { duration_ns, cpu_ns, tgid, calls, netns, port, role, result, kind });
+        rust_layout!(
+            rust,
+            hs_event {
+                duration_ns,
+                cpu_ns,
+                tgid,
+                calls,
+                netns,
+                port,
+                role,
+                result,
+                kind
+            }
+        );
         rust_layout!(rust, hs_port { netns, port });
         rust_layout!(rust, hs_sock { netns, port, tls });
-        rust_layout!(rust, hs_thread { ssl, enter_ns, oncpu_ns, cpu_ns, tgid, depth, role });
+        rust_layout!(
+            rust,
+            hs_thread {
+                ssl,
+                enter_ns,
+                oncpu_ns,
+                cpu_ns,
+                tgid,
+                depth,
+                role
+            }
+        );
         rust_layout!(rust, hs_key { ssl, tgid });
-        rust_layout!(rust, hs_state { first_ns, last_ns, cpu_ns, calls, role, done });
+        rust_layout!(
+            rust,
+            hs_state {
+                first_ns,
+                last_ns,
+                cpu_ns,
+                calls,
+                role,
+                done
+            }
+        );
         rust_layout!(rust, proc_notice { kind, pid, parent });
         let c = c_layout();
         assert!(!c.is_empty(), "layout.txt is empty");
         for (name, layout) in &c {
-            assert_eq!(rust.get(name), Some(layout), "{name}: C says (offset, size) = {layout:?}, Rust {:?}", rust.get(name));
+            assert_eq!(
+                rust.get(name),
+                Some(layout),
+                "{name}: C says (offset, size) = {layout:?}, Rust {:?}",
+                rust.get(name)
+            );
         }
-        assert_eq!(rust.len(), c.len(), "Rust mirrors describe fields layout.c does not: {:?}",
-            rust.keys().filter(|k| !c.contains_key(*k)).collect::<Vec<_>>());
+        assert_eq!(
+            rust.len(),
+            c.len(),
+            "Rust mirrors describe fields layout.c does not: {:?}",
+            rust.keys().filter(|k| !c.contains_key(*k)).collect::<Vec<_>>()
+        );
     }
 }

@@ -1,5 +1,4 @@
 //! Mirror of bpf/proc.h: fork and exit of traced processes.
-#![allow(non_camel_case_types)]
 
 pub const OBJECT: &[u8] = super::bpf_object!("proc");
 
