@@ -410,28 +410,16 @@ impl Agent {
 
     /// Attaches to a selected process if it carries OpenSSL, else watches it.
     fn examine(&mut self, pid: u32, st: ProcStat) {
-        let files = match tls_files(pid, &mut self.hooks_cache, self.args.verbose) {
-            Ok(f) => f,
-            Err(e) => {
-                self.log(format!("cannot read the memory map of {pid} ({}): {e}", st.comm));
-                self.watched.insert(
-                    pid,
-                    Watched {
-                        start_time: st.start_time,
-                        vsize: st.vsize,
-                    },
-                );
-                return;
-            }
-        };
+        let files = tls_files(pid, &mut self.hooks_cache, self.args.verbose).unwrap_or_else(|e| {
+            self.log(format!("cannot read the memory map of {pid} ({}): {e}", st.comm));
+            Vec::new()
+        });
         if files.is_empty() {
-            self.watched.insert(
-                pid,
-                Watched {
-                    start_time: st.start_time,
-                    vsize: st.vsize,
-                },
-            );
+            let watched = Watched {
+                start_time: st.start_time,
+                vsize: st.vsize,
+            };
+            self.watched.insert(pid, watched);
             return;
         }
         self.watched.remove(&pid);
