@@ -10,6 +10,7 @@ the kernel's own accounting) divided by the requests ab completed. Prints the me
 and the with/without ratio. Usage: bench/overhead.py [--pairs N] [--seconds S]
 """
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -39,6 +40,43 @@ def one_run(nginx, worker, flags, seconds):
     after = cpu_ns(worker)
     done = next(int(l.split()[-1]) for l in out.stdout.splitlines() if l.startswith("Complete requests:"))
     return (after - before) / 1e3 / max(done, 1), done / seconds
+
+
+# tlsprof's BPF programs, by name prefix (bpftool shows names cut at 15 characters).
+OUR_PROGRAMS = ("hs_", "ssl_", "proc_")
+STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+
+
+def bpf_usage():
+    """(uprobe hits, all program runs, program run time ns) of tlsprof's programs."""
+    progs = json.loads(subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True).stdout or "[]")
+    ours = [p for p in progs if p.get("name", "").startswith(OUR_PROGRAMS)]
+    return (sum(p.get("run_cnt", 0) for p in ours if p.get("type") == "kprobe"),
+            sum(p.get("run_cnt", 0) for p in ours), sum(p.get("run_time_ns", 0) for p in ours))
+
+
+def probe_accounting(nginx, worker, flags, seconds, agent_args):
+    """One more run with the agent and the kernel's BPF run statistics on: how many probe
+    hits and how much BPF program time each request costs. Deterministic where CPU time
+    per request is noisy; it does not include the uprobe trap itself (~10 us here)."""
+    old = STATS.read_text().strip() if STATS.exists() else None
+    try:
+        STATS.write_text("1")
+        with Agent(*agent_args.split(), scan_interval=2.0) as agent:
+            agent.wait_attached([worker])
+            b = bpf_usage()
+            before = cpu_ns(worker)
+            out = subprocess.run([*CLIENT_PIN, "ab", "-q", "-t", str(seconds), "-n", "10000000", "-s", "30", *flags,
+                                  f"https://127.0.0.1:{nginx.port}/"], capture_output=True, text=True,
+                                 timeout=seconds + 60)
+            a = bpf_usage()
+        done = next(int(l.split()[-1]) for l in out.stdout.splitlines() if l.startswith("Complete requests:"))
+        return (a[0] - b[0]) / done, (a[1] - b[1]) / done, (a[2] - b[2]) / done
+    except (OSError, StopIteration):
+        return None
+    finally:
+        if old is not None:
+            STATS.write_text(old)
 
 
 def main():
@@ -73,16 +111,20 @@ def main():
                         rps_off.append(rps)
                 ratios.append(on[-1] / off[-1])
             results[name] = (statistics.median(off), statistics.median(on), statistics.median(ratios),
-                             statistics.median(rps_off), statistics.median(rps_on))
+                             statistics.median(rps_off), statistics.median(rps_on),
+                             probe_accounting(nginx, worker, flags, args.seconds, args.agent_args))
     finally:
         nginx.stop()
 
     print(f"tlsprof overhead: nginx 1 worker, ECDSA P-256, TLS 1.3; {args.pairs} alternating pairs x {args.seconds:g} s; "
           f"agent: tlsprof run {args.agent_args}")
-    print("| workload | server CPU/req without | with tlsprof | ratio (median of pairs) | req/s without | req/s with |")
-    print("|---|---|---|---|---|---|")
-    for name, (off, on, ratio, r_off, r_on) in results.items():
-        print(f"| {name} | {off:.1f} µs | {on:.1f} µs | {ratio:.3f} | {r_off:.0f} | {r_on:.0f} |")
+    print("| workload | server CPU/req without | with tlsprof | ratio (median of pairs) | req/s without | req/s with "
+          "| uprobe hits/req | BPF runs/req | BPF time/req |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, (off, on, ratio, r_off, r_on, acct) in results.items():
+        hits, runs, ns = acct if acct else (float("nan"),) * 3
+        print(f"| {name} | {off:.1f} µs | {on:.1f} µs | {ratio:.3f} | {r_off:.0f} | {r_on:.0f} "
+              f"| {hits:.2f} | {runs:.2f} | {ns / 1000:.2f} µs |")
 
 
 if __name__ == "__main__":

@@ -58,10 +58,39 @@ struct {
  */
 __u32 hs_active = 0;
 
+/*
+ * Per CPU: the thread running there while inside a handshake call, 0 if none. Kept by
+ * the handshake probes and sched_switch, so that per-read hooks can tell "this thread is
+ * in a handshake" with one per-CPU load instead of a hash lookup.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} hs_oncpu SEC(".maps");
+
+static __always_inline void set_oncpu(__u32 tid)
+{
+	__u32 zero = 0;
+	__u32 *v = bpf_map_lookup_elem(&hs_oncpu, &zero);
+	if (v)
+		*v = tid;
+}
+
+static __always_inline bool in_handshake_here(__u32 tid)
+{
+	__u32 zero = 0;
+	__u32 *v = bpf_map_lookup_elem(&hs_oncpu, &zero);
+	return v && *v == tid;
+}
+
 static __always_inline void thread_done(__u32 tid)
 {
 	if (bpf_map_delete_elem(&hs_threads, &tid) == 0)
 		__sync_fetch_and_add(&hs_active, -1);
+	if (in_handshake_here(tid))
+		set_oncpu(0);
 }
 
 static __always_inline void stat_inc(__u32 idx)
@@ -127,10 +156,12 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 		.depth = 1,
 		.role = role,
 	};
-	if (bpf_map_update_elem(&hs_threads, &tid, &nt, BPF_NOEXIST))
+	if (bpf_map_update_elem(&hs_threads, &tid, &nt, BPF_NOEXIST)) {
 		stat_inc(HS_STAT_THREAD_MAP_FULL);
-	else
-		__sync_fetch_and_add(&hs_active, 1);
+		return 0;
+	}
+	__sync_fetch_and_add(&hs_active, 1);
+	set_oncpu(tid);
 	return 0;
 }
 
@@ -262,8 +293,12 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	}
 	tid = BPF_CORE_READ(next, pid);
 	t = bpf_map_lookup_elem(&hs_threads, &tid);
-	if (t)
+	if (t) {
 		t->oncpu_ns = now ? now : bpf_ktime_get_ns();
+		set_oncpu(tid);
+	} else {
+		set_oncpu(0);
+	}
 	return 0;
 }
 
@@ -330,10 +365,7 @@ int BPF_PROG(hs_sock_state, const struct sock *sk, const int oldstate, const int
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(hs_sock_recv, struct sock *sk, int ret, int flags)
 {
-	if (!hs_active)
-		return 0;
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	if (!bpf_map_lookup_elem(&hs_threads, &tid))
+	if (!hs_active || !in_handshake_here((__u32)bpf_get_current_pid_tgid()))
 		return 0;
 	__u64 key = (__u64)sk;
 	struct hs_sock *s = bpf_map_lookup_elem(&hs_socks, &key);
