@@ -1,3 +1,4 @@
+/* Generated for x86_64 from Linux 6.18 with: bpftool btf dump file /sys/kernel/btf/vmlinux format c */
 #ifndef __VMLINUX_H__
 #define __VMLINUX_H__
 

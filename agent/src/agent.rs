@@ -262,6 +262,8 @@ struct Agent {
     ports: BTreeMap<hs::hs_port, String>,
     /// Connections closed without a handshake on ports not (yet) known to carry TLS.
     unhandshaken: BTreeMap<hs::hs_port, u64>,
+    /// Processes forgotten since the last sweep of the kernel maps.
+    exited: Vec<u32>,
 }
 
 /// The OpenSSL hooks of every candidate file of a process.
@@ -319,7 +321,8 @@ impl Agent {
         for pid in &gone {
             self.forget(*pid);
         }
-        self.probes.sweep(&gone);
+        self.exited.extend(gone);
+        self.probes.sweep(&std::mem::take(&mut self.exited));
         self.watched
             .retain(|pid, w| stats.get(pid).is_some_and(|s| s.start_time == w.start_time));
 
@@ -604,8 +607,10 @@ impl Agent {
                 }
             }
             pr::PROC_EV_EXIT => {
+                // Detach at once; the kernel maps are swept once per scan, for all exits
+                // together (a sweep walks hs_conns).
                 self.forget(n.pid);
-                self.probes.sweep(&[n.pid]);
+                self.exited.push(n.pid);
                 self.update_gauges();
             }
             _ => {}
@@ -760,6 +765,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         ever_attached: Default::default(),
         ports: BTreeMap::new(),
         unhandshaken: BTreeMap::new(),
+        exited: Vec::new(),
         args,
     };
     eprintln!("tlsprof: serving metrics on http://{}/metrics", agent.args.listen);
