@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS=(
   clang llvm libbpf-dev bpftool          # kernel side: compiler, libbpf headers, vmlinux.h tool
   libc6-dev                              # layout printer (host C)
-  nginx apache2 apache2-utils            # servers under test, ab
+  nginx apache2 apache2-utils haproxy    # servers under test, ab
   curl openssl nghttp2-client            # clients
   prometheus                             # promtool (metrics format check)
   nodejs                                 # node https server under test

@@ -431,3 +431,37 @@ SSLSessionTickets off
 
     def stop(self):
         stop_pid(self.pid, signal.SIGTERM)
+
+
+class HAProxy:
+    """HAProxy terminating TLS itself and answering from an http-request return rule."""
+
+    def __init__(self, workdir: Path):
+        self.dir = workdir / f"haproxy-{free_port()}"
+        self.dir.mkdir(parents=True)
+        self.port = free_port()
+        key, crt = make_cert(workdir)
+        pem = self.dir / "server.pem"
+        pem.write_text(crt.read_text() + key.read_text())
+        conf = self.dir / "haproxy.cfg"
+        conf.write_text(f"""
+global
+  daemon
+  pidfile {self.dir}/haproxy.pid
+  nbthread 2
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 10s
+  timeout server 10s
+frontend tls
+  bind 127.0.0.1:{self.port} ssl crt {pem}
+  http-request return status 200 content-type text/plain string "hello from haproxy"
+""")
+        subprocess.run(["haproxy", "-f", str(conf)], check=True, capture_output=True)
+        wait_port(self.port)
+        self.pid = int(wait_for(lambda: (self.dir / "haproxy.pid").exists() and
+                                (self.dir / "haproxy.pid").read_text().split()[0], 10, "haproxy.pid"))
+
+    def stop(self):
+        stop_pid(self.pid)

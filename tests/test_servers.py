@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from lib import (NODES, ROOT, Agent, Apache, NodeServer, failing_handshakes, free_port, https_connections, have,
+from lib import (NODES, ROOT, Agent, Apache, HAProxy, NodeServer, failing_handshakes, free_port, https_connections, have,
                  make_cert, plain_http_requests, stop_pid, wait_port)
 
 N = 50
@@ -97,3 +97,22 @@ def test_library_loaded_late_is_picked_up(workdir, tmp_path):
         finally:
             stop_pid(proc.pid)
             proc.wait(timeout=10)
+
+
+def test_haproxy_counted_exactly(workdir):
+    """HAProxy calls SSL_do_handshake again on finished connections: still one per connection."""
+    if not have("haproxy"):
+        pytest.skip("haproxy not installed")
+    haproxy = HAProxy(workdir)
+    try:
+        with Agent("--pid", str(haproxy.pid)) as agent:
+            agent.wait_attached([haproxy.pid])
+            client = https_connections(haproxy.port, N, concurrency=4)
+            assert client["ok"] == N, client
+            assert failing_handshakes(haproxy.port, 3, "AES128-SHA") == 3
+            got = agent.wait_value("tlsprof_handshakes_total", N, comm="haproxy", role="server", result="ok")
+            failed = agent.wait_value("tlsprof_handshakes_total", 3, comm="haproxy", result="failed")
+        assert got == N, f"haproxy: expected {N} handshakes, tlsprof says {got}"
+        assert failed == 3, f"haproxy: expected 3 failed handshakes, tlsprof says {failed}"
+    finally:
+        haproxy.stop()
