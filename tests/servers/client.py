@@ -1,0 +1,12 @@
+"""A one-shot client for tests that must run it inside another network namespace.
+usage: client.py tls|plain PORT N   -> prints how many connections completed"""
+import sys
+
+sys.path.insert(0, __import__("os").path.dirname(__file__) + "/..")
+from lib import https_connections, plain_http_requests  # noqa: E402
+
+mode, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if mode == "tls":
+    print(https_connections(port, n, concurrency=2)["ok"])
+else:
+    print(plain_http_requests(port, n))
