@@ -93,14 +93,19 @@ def main():
     results = {}
     try:
         for name, flags in WORKLOADS.items():
-            off, on, rps_off, rps_on, ratios = [], [], [], [], []
+            off, on, rps_off, rps_on, ratios, own_cpu, own_rss = [], [], [], [], [], [], []
             one_run(nginx, worker, flags, 1)  # warm-up
             for i in range(args.pairs):
                 for with_agent in ((False, True) if i % 2 == 0 else (True, False)):
                     if with_agent:
                         with Agent(*args.agent_args.split(), scan_interval=2.0) as agent:
                             agent.wait_attached([worker])
+                            cpu0, t0 = agent.value("tlsprof_agent_cpu_seconds_total"), time.monotonic()
                             cost, rps = one_run(nginx, worker, flags, args.seconds)
+                            time.sleep(2.2)  # the agent publishes its own usage at each scan
+                            own_cpu.append((agent.value("tlsprof_agent_cpu_seconds_total") - cpu0) /
+                                           (time.monotonic() - t0))
+                            own_rss.append(agent.value("tlsprof_agent_resident_memory_bytes"))
                         on.append(cost)
                         print(f"  {name} pair {i + 1}: with agent    {cost:8.1f} us/req {rps:8.0f} req/s", flush=True)
                         rps_on.append(rps)
@@ -112,19 +117,20 @@ def main():
                 ratios.append(on[-1] / off[-1])
             results[name] = (statistics.median(off), statistics.median(on), statistics.median(ratios),
                              statistics.median(rps_off), statistics.median(rps_on),
-                             probe_accounting(nginx, worker, flags, args.seconds, args.agent_args))
+                             probe_accounting(nginx, worker, flags, args.seconds, args.agent_args),
+                             statistics.median(own_cpu), max(own_rss))
     finally:
         nginx.stop()
 
     print(f"tlsprof overhead: nginx 1 worker, ECDSA P-256, TLS 1.3; {args.pairs} alternating pairs x {args.seconds:g} s; "
           f"agent: tlsprof run {args.agent_args}")
     print("| workload | server CPU/req without | with tlsprof | ratio (median of pairs) | req/s without | req/s with "
-          "| uprobe hits/req | BPF runs/req | BPF time/req |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, (off, on, ratio, r_off, r_on, acct) in results.items():
+          "| uprobe hits/req | BPF runs/req | BPF time/req | agent CPU | agent RSS |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, (off, on, ratio, r_off, r_on, acct, cpu, rss) in results.items():
         hits, runs, ns = acct if acct else (float("nan"),) * 3
         print(f"| {name} | {off:.1f} µs | {on:.1f} µs | {ratio:.3f} | {r_off:.0f} | {r_on:.0f} "
-              f"| {hits:.2f} | {runs:.2f} | {ns / 1000:.2f} µs |")
+              f"| {hits:.2f} | {runs:.2f} | {ns / 1000:.2f} µs | {cpu:.2%} of a core | {rss / 2**20:.1f} MiB |")
 
 
 if __name__ == "__main__":
