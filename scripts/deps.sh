@@ -6,7 +6,7 @@ set -euo pipefail
 
 PKGS=(
   clang llvm libbpf-dev bpftool          # kernel side: compiler, libbpf headers, vmlinux.h tool
-  libc6-dev                              # layout printer (host C)
+  libc6-dev gcc binutils libssl-dev      # layout printer (host C); a static OpenSSL server for the tests
   nginx apache2 apache2-utils haproxy    # servers under test, ab
   curl openssl nghttp2-client            # clients
   prometheus                             # promtool (metrics format check)

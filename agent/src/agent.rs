@@ -718,8 +718,9 @@ fn check_pids(pids: &[u32]) -> Result<()> {
             .any(|p| tls_files(*p, &mut cache, false).is_ok_and(|f| !f.is_empty()));
         if !child_has_tls {
             bail!(
-                "process {pid} ({}) maps no OpenSSL library (libssl.so.*) and its executable carries no \
-                 OpenSSL (no SSL_* symbols): nothing to trace",
+                "process {pid} ({}) maps no OpenSSL library (libssl.so.*) and its executable has no \
+                 OpenSSL symbols (an executable with OpenSSL linked in must keep them: not stripped): \
+                 nothing to trace",
                 st.comm
             );
         }
