@@ -57,6 +57,11 @@ impl Selector {
 
     /// A process is selected by its comm, by its pid, or by descending from a selected pid.
     fn selects(&self, pid: u32, stats: &HashMap<u32, ProcStat>) -> bool {
+        self.selects_with(pid, stats, discovery::exe_name)
+    }
+
+    /// `exe_name` gives a process's executable name (read from /proc, or made up in tests).
+    fn selects_with(&self, pid: u32, stats: &HashMap<u32, ProcStat>, exe_name: impl Fn(u32) -> Option<String>) -> bool {
         if self.all() {
             return true;
         }
@@ -66,7 +71,7 @@ impl Selector {
         }
         // `--comm node` also finds a node whose main thread renamed itself.
         if !self.comms.is_empty()
-            && discovery::exe_name(pid).is_some_and(|e| {
+            && exe_name(pid).is_some_and(|e| {
                 self.comms
                     .iter()
                     .any(|c| *c == e || (c.len() == 15 && e.starts_with(c.as_str())))
@@ -733,6 +738,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let btf = preflight::btf()?;
     let listener = preflight::listen(args.listen)?;
     check_pids(&args.pids)?;
+    preflight::raise_fd_limit();
 
     let probes = Probes::load(&btf)?;
     let metrics = Arc::new(Metrics::new());
@@ -808,4 +814,58 @@ pub fn run(args: RunArgs) -> Result<()> {
         agent.print_summary();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(comm: &str, ppid: u32) -> ProcStat {
+        ProcStat {
+            comm: comm.into(),
+            ppid,
+            start_time: 1,
+            vsize: 1,
+        }
+    }
+
+    #[test]
+    fn selection() {
+        // 100 nginx master -> 101, 102 workers; 200 bash -> 201 curl; 300 node;
+        // 400 a node that renamed its main thread
+        let stats: HashMap<u32, ProcStat> = [
+            (100, st("nginx", 1)),
+            (101, st("nginx", 100)),
+            (102, st("nginx", 100)),
+            (200, st("bash", 1)),
+            (201, st("curl", 200)),
+            (300, st("node", 1)),
+            (400, st("MainThread", 1)),
+        ]
+        .into_iter()
+        .collect();
+        let exe = |pid: u32| matches!(pid, 300 | 400).then(|| "node".to_string());
+        let cases: &[(&[u32], &[&str], &[u32])] = &[
+            (&[], &[], &[100, 101, 102, 200, 201, 300, 400]), // default: everything (TLS is checked later)
+            (&[100], &[], &[100, 101, 102]),                  // --pid master: its workers too
+            (&[101], &[], &[101]),                            // --pid worker: not its siblings
+            (&[], &["nginx"], &[100, 101, 102]),              // --comm
+            (&[], &["node"], &[300, 400]),                    // --comm also matches the executable
+            (&[200], &["node"], &[200, 201, 300, 400]),       // both: union
+            (&[999], &[], &[]),                               // a pid that is not there
+        ];
+        for (pids, comms, want) in cases {
+            let sel = Selector {
+                pids: pids.to_vec(),
+                comms: comms.iter().map(|c| c.to_string()).collect(),
+            };
+            let mut got: Vec<u32> = stats
+                .keys()
+                .copied()
+                .filter(|p| sel.selects_with(*p, &stats, exe))
+                .collect();
+            got.sort_unstable();
+            assert_eq!(&got, want, "--pid {pids:?} --comm {comms:?}");
+        }
+    }
 }

@@ -52,3 +52,19 @@ pub fn btf() -> Result<aya::Btf> {
 pub fn listen(addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))
 }
+
+/// Every attached probe holds a file descriptor (one perf event per function and process):
+/// tracing hundreds of processes needs more than the usual soft limit of 1024.
+pub fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
