@@ -275,13 +275,14 @@ struct Agent {
 fn tls_files(
     pid: u32,
     cache: &mut HashMap<(u64, u64, u64, i64), Option<HandshakeHooks>>,
+    mode: elf::HookMode,
     verbose: bool,
 ) -> std::io::Result<Vec<(discovery::Candidate, HandshakeHooks)>> {
     let mut out = Vec::new();
     for c in discovery::candidates(pid)? {
         let hooks = cache
             .entry(c.identity)
-            .or_insert_with(|| match elf::handshake_hooks(&c.host_path) {
+            .or_insert_with(|| match elf::handshake_hooks(&c.host_path, mode) {
                 Ok(h) => h,
                 Err(e) => {
                     if verbose {
@@ -418,7 +419,7 @@ impl Agent {
 
     /// Attaches to a selected process if it carries OpenSSL, else watches it.
     fn examine(&mut self, pid: u32, st: ProcStat) {
-        let files = tls_files(pid, &mut self.hooks_cache, self.args.verbose).unwrap_or_else(|e| {
+        let files = tls_files(pid, &mut self.hooks_cache, self.args.hooks, self.args.verbose).unwrap_or_else(|e| {
             self.log(format!("cannot read the memory map of {pid} ({}): {e}", st.comm));
             Vec::new()
         });
@@ -704,7 +705,7 @@ fn check_pids(pids: &[u32]) -> Result<()> {
     let mut cache = HashMap::new();
     for &pid in pids {
         let st = discovery::stat(pid).map_err(|_| anyhow::anyhow!("no process with pid {pid}"))?;
-        let files = tls_files(pid, &mut cache, false)
+        let files = tls_files(pid, &mut cache, elf::HookMode::Auto, false)
             .with_context(|| format!("cannot read /proc/{pid}/maps of {pid} ({})", st.comm))?;
         if !files.is_empty() {
             continue;
@@ -720,7 +721,7 @@ fn check_pids(pids: &[u32]) -> Result<()> {
         let child_has_tls = stats
             .keys()
             .filter(|p| **p != pid && sel.selects(**p, &stats))
-            .any(|p| tls_files(*p, &mut cache, false).is_ok_and(|f| !f.is_empty()));
+            .any(|p| tls_files(*p, &mut cache, elf::HookMode::Auto, false).is_ok_and(|f| !f.is_empty()));
         if !child_has_tls {
             bail!(
                 "process {pid} ({}) maps no OpenSSL library (libssl.so.*) and its executable has no \

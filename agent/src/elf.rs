@@ -32,6 +32,16 @@ pub struct HandshakeHooks {
     pub free: u64,
 }
 
+/// Which functions to hook (`tlsprof run --hooks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HookMode {
+    /// The handshake state machine where it can be found, else the exported API.
+    Auto,
+    /// Only the exported API (SSL_do_handshake, SSL_accept, SSL_connect): a fallback an
+    /// operator can force if the state machine is ever misidentified.
+    Api,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookSource {
     /// ossl_statem_accept/ossl_statem_connect have symbols (node, unstripped builds).
@@ -192,7 +202,7 @@ impl<'d> Image<'d> {
         }
     }
 
-    fn hooks(&self) -> Option<HandshakeHooks> {
+    fn hooks(&self, mode: HookMode) -> Option<HandshakeHooks> {
         let free = self.sym_offset("SSL_free")?;
         let base = HandshakeHooks {
             source: HookSource::Symbols,
@@ -203,7 +213,9 @@ impl<'d> Image<'d> {
             set_connect_state: None,
             free,
         };
-        if let (Some(a), Some(c)) = (
+        let statem = mode == HookMode::Auto;
+        if let (true, Some(a), Some(c)) = (
+            statem,
             self.sym_offset("ossl_statem_accept"),
             self.sym_offset("ossl_statem_connect"),
         ) {
@@ -213,7 +225,7 @@ impl<'d> Image<'d> {
                 ..base
             });
         }
-        if let Some((a, c)) = self.statem_from_method_tables() {
+        if let Some((a, c)) = self.statem_from_method_tables().filter(|_| statem) {
             return Some(HandshakeHooks {
                 source: HookSource::MethodTable,
                 accept: Some(a),
@@ -236,7 +248,7 @@ impl<'d> Image<'d> {
 
 /// Where to hook the handshake in the ELF file at `path`; `Ok(None)` when the file
 /// holds no OpenSSL (no SSL_free, or neither a state machine nor SSL_do_handshake).
-pub fn handshake_hooks(path: &Path) -> Result<Option<HandshakeHooks>, ElfError> {
+pub fn handshake_hooks(path: &Path, mode: HookMode) -> Result<Option<HandshakeHooks>, ElfError> {
     let shown = path.display().to_string();
     let file = File::open(path).map_err(|source| ElfError::Open {
         path: shown.clone(),
@@ -250,7 +262,7 @@ pub fn handshake_hooks(path: &Path) -> Result<Option<HandshakeHooks>, ElfError> 
         source,
     })?;
     let image = Image::parse(&map).map_err(|source| ElfError::Parse { path: shown, source })?;
-    Ok(image.hooks())
+    Ok(image.hooks(mode))
 }
 
 #[cfg(test)]
@@ -268,7 +280,7 @@ mod tests {
             eprintln!("skipped: {LIBSSL} not installed");
             return;
         }
-        let h = handshake_hooks(Path::new(LIBSSL))
+        let h = handshake_hooks(Path::new(LIBSSL), HookMode::Auto)
             .unwrap()
             .expect("libssl holds OpenSSL");
         assert_eq!(h.source, HookSource::MethodTable, "hooks: {h:?}");
@@ -311,14 +323,17 @@ mod tests {
                 image.sym_offset("ossl_statem_connect").unwrap(),
             );
             assert_eq!(image.statem_from_method_tables(), Some(by_sym), "{}", node.display());
-            assert_eq!(image.hooks().unwrap().source, HookSource::Symbols);
+            assert_eq!(image.hooks(HookMode::Auto).unwrap().source, HookSource::Symbols);
+            let api = image.hooks(HookMode::Api).unwrap();
+            assert_eq!(api.source, HookSource::Api);
+            assert!(api.do_handshake.is_some() && api.set_accept_state.is_some(), "{api:?}");
         }
     }
 
     #[test]
     fn files_without_openssl_have_no_hooks() {
-        assert_eq!(handshake_hooks(Path::new("/bin/sh")).unwrap(), None);
-        assert!(handshake_hooks(Path::new("/etc/hostname")).is_err());
-        assert!(handshake_hooks(Path::new("/nonexistent")).is_err());
+        assert_eq!(handshake_hooks(Path::new("/bin/sh"), HookMode::Auto).unwrap(), None);
+        assert!(handshake_hooks(Path::new("/etc/hostname"), HookMode::Auto).is_err());
+        assert!(handshake_hooks(Path::new("/nonexistent"), HookMode::Auto).is_err());
     }
 }

@@ -51,6 +51,11 @@ pub struct RunArgs {
     /// Exit with an error when a probe fails to attach (default: log and count it).
     #[arg(long)]
     pub strict: bool,
+    /// Which OpenSSL functions to hook: the handshake state machine (auto) or only the
+    /// exported SSL_do_handshake/SSL_accept/SSL_connect (api; misses handshakes driven
+    /// from SSL_read, as node's).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub hooks: elf::HookMode,
     /// Log what tlsprof attaches to and why.
     #[arg(short, long)]
     pub verbose: bool,
