@@ -65,7 +65,6 @@ def probe_accounting(nginx, worker, flags, seconds, agent_args):
         with Agent(*agent_args.split(), scan_interval=2.0) as agent:
             agent.wait_attached([worker])
             b = bpf_usage()
-            before = cpu_ns(worker)
             out = subprocess.run([*CLIENT_PIN, "ab", "-q", "-t", str(seconds), "-n", "10000000", "-s", "30", *flags,
                                   f"https://127.0.0.1:{nginx.port}/"], capture_output=True, text=True,
                                  timeout=seconds + 60)

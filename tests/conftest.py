@@ -19,3 +19,34 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("tlsprof")
+
+
+def _server(factory, *needs):
+    import shutil
+    for cmd in needs:
+        if not shutil.which(cmd):
+            pytest.skip(f"{cmd} not installed")
+    server = factory()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def nginx(workdir):
+    """nginx (Debian's package) with 2 workers, ECDSA P-256, TLS 1.2 and 1.3."""
+    from lib import Nginx
+    yield from _server(lambda: Nginx(workdir, workers=2), "nginx")
+
+
+@pytest.fixture
+def apache(workdir):
+    """Apache httpd, mod_ssl, threaded event MPM."""
+    from lib import Apache
+    yield from _server(lambda: Apache(workdir), "apache2")
+
+
+@pytest.fixture
+def haproxy(workdir):
+    """HAProxy terminating TLS itself."""
+    from lib import HAProxy
+    yield from _server(lambda: HAProxy(workdir), "haproxy")

@@ -1,9 +1,7 @@
 """The fallback that hooks only OpenSSL's exported API (SSL_do_handshake, SSL_accept,
 SSL_connect, with the role from SSL_set_accept_state/SSL_set_connect_state), forced with
 `--hooks api`: the same exact counts for servers that call them."""
-import pytest
-
-from lib import Agent, Apache, HAProxy, Nginx, failing_handshakes, have, https_connections
+from lib import Agent, failing_handshakes, https_connections
 
 N = 40
 
@@ -19,34 +17,18 @@ def check(agent, port, comm, pids):
     assert (ok, failed, unknown) == (N, 3, 0), f"{comm}: ok {ok}, failed {failed}, role unknown {unknown}"
 
 
-def test_nginx_with_api_hooks(workdir):
-    nginx = Nginx(workdir, workers=2)
-    try:
-        with Agent("--comm", "nginx", "--hooks", "api") as agent:
-            check(agent, nginx.port, "nginx", nginx.workers())
-    finally:
-        nginx.stop()
+def test_nginx_with_api_hooks(nginx):
+    with Agent("--comm", "nginx", "--hooks", "api") as agent:
+        check(agent, nginx.port, "nginx", nginx.workers())
 
 
-def test_haproxy_with_api_hooks(workdir):
+def test_haproxy_with_api_hooks(haproxy):
     """HAProxy calls SSL_do_handshake again after the handshake finished: not a new one."""
-    if not have("haproxy"):
-        pytest.skip("haproxy not installed")
-    haproxy = HAProxy(workdir)
-    try:
-        with Agent("--pid", str(haproxy.pid), "--hooks", "api") as agent:
-            check(agent, haproxy.port, "haproxy", [haproxy.pid])
-    finally:
-        haproxy.stop()
+    with Agent("--pid", str(haproxy.pid), "--hooks", "api") as agent:
+        check(agent, haproxy.port, "haproxy", [haproxy.pid])
 
 
-def test_apache_with_api_hooks(workdir):
+def test_apache_with_api_hooks(apache):
     """Apache calls SSL_accept, which in Debian's libssl tail-calls SSL_do_handshake."""
-    if not have("apache2"):
-        pytest.skip("apache2 not installed")
-    apache = Apache(workdir)
-    try:
-        with Agent("--pid", str(apache.pid), "--hooks", "api") as agent:
-            check(agent, apache.port, "apache2", [apache.pid, *apache.children()])
-    finally:
-        apache.stop()
+    with Agent("--pid", str(apache.pid), "--hooks", "api") as agent:
+        check(agent, apache.port, "apache2", [apache.pid, *apache.children()])

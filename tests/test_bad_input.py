@@ -2,7 +2,6 @@
 import socket
 import subprocess
 
-import pytest
 
 from lib import TLSPROF, Agent, Nginx, https_connections, run_tlsprof, stop_pid
 

@@ -9,13 +9,6 @@ from lib import (Agent, Nginx, cpu_ns, failing_handshakes, https_connections, pl
 N = 60
 
 
-@pytest.fixture
-def nginx(workdir):
-    n = Nginx(workdir, workers=2)
-    yield n
-    n.stop()
-
-
 @pytest.mark.parametrize("version", ["1.2", "1.3"])
 def test_exact_handshake_count_per_tls_version(nginx, version):
     with Agent("--comm", "nginx") as agent:

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from lib import (NODES, ROOT, Agent, Apache, HAProxy, NodeServer, failing_handshakes, free_port, https_connections, have,
+from lib import (NODES, ROOT, Agent, NodeServer, failing_handshakes, free_port, https_connections, have,
                  make_cert, plain_http_requests, stop_pid, wait_port)
 
 N = 50
@@ -57,26 +57,20 @@ def test_process_exit_is_forgotten(workdir):
         assert f"forgetting {node.pid} (node)" in agent.output()
 
 
-def test_apache_mod_ssl_threaded_counted_exactly(workdir):
-    if not have("apache2"):
-        pytest.skip("apache2 not installed")
-    apache = Apache(workdir)
-    try:
-        with Agent("--pid", str(apache.pid)) as agent:
-            agent.wait_attached([apache.pid, *apache.children()])
-            client = https_connections(apache.port, N, concurrency=4)
-            assert client["ok"] == N, client
-            got = agent.wait_value("tlsprof_handshakes_total", N, comm="apache2", role="server", result="ok")
-            # Apache hands everything to OpenSSL: plain HTTP and a cipher mismatch both fail there.
-            assert plain_http_requests(apache.port, 4) == 4
-            assert failing_handshakes(apache.port, 3, "AES128-SHA") == 3
-            failed = agent.wait_value("tlsprof_handshakes_total", 7, comm="apache2", result="failed")
-            ok = agent.value("tlsprof_handshakes_total", comm="apache2", result="ok")
-        assert got == N, f"apache: expected {N} handshakes, tlsprof says {got}"
-        assert failed == 7, f"apache: expected 4 + 3 failed handshakes, tlsprof says {failed}"
-        assert ok == N
-    finally:
-        apache.stop()
+def test_apache_mod_ssl_threaded_counted_exactly(apache):
+    with Agent("--pid", str(apache.pid)) as agent:
+        agent.wait_attached([apache.pid, *apache.children()])
+        client = https_connections(apache.port, N, concurrency=4)
+        assert client["ok"] == N, client
+        got = agent.wait_value("tlsprof_handshakes_total", N, comm="apache2", role="server", result="ok")
+        # Apache hands everything to OpenSSL: plain HTTP and a cipher mismatch both fail there.
+        assert plain_http_requests(apache.port, 4) == 4
+        assert failing_handshakes(apache.port, 3, "AES128-SHA") == 3
+        failed = agent.wait_value("tlsprof_handshakes_total", 7, comm="apache2", result="failed")
+        ok = agent.value("tlsprof_handshakes_total", comm="apache2", result="ok")
+    assert got == N, f"apache: expected {N} handshakes, tlsprof says {got}"
+    assert failed == 7, f"apache: expected 4 + 3 failed handshakes, tlsprof says {failed}"
+    assert ok == N
 
 
 def test_library_loaded_late_is_picked_up(workdir, tmp_path):
@@ -99,20 +93,14 @@ def test_library_loaded_late_is_picked_up(workdir, tmp_path):
             proc.wait(timeout=10)
 
 
-def test_haproxy_counted_exactly(workdir):
+def test_haproxy_counted_exactly(haproxy):
     """HAProxy calls SSL_do_handshake again on finished connections: still one per connection."""
-    if not have("haproxy"):
-        pytest.skip("haproxy not installed")
-    haproxy = HAProxy(workdir)
-    try:
-        with Agent("--pid", str(haproxy.pid)) as agent:
-            agent.wait_attached([haproxy.pid])
-            client = https_connections(haproxy.port, N, concurrency=4)
-            assert client["ok"] == N, client
-            assert failing_handshakes(haproxy.port, 3, "AES128-SHA") == 3
-            got = agent.wait_value("tlsprof_handshakes_total", N, comm="haproxy", role="server", result="ok")
-            failed = agent.wait_value("tlsprof_handshakes_total", 3, comm="haproxy", result="failed")
-        assert got == N, f"haproxy: expected {N} handshakes, tlsprof says {got}"
-        assert failed == 3, f"haproxy: expected 3 failed handshakes, tlsprof says {failed}"
-    finally:
-        haproxy.stop()
+    with Agent("--pid", str(haproxy.pid)) as agent:
+        agent.wait_attached([haproxy.pid])
+        client = https_connections(haproxy.port, N, concurrency=4)
+        assert client["ok"] == N, client
+        assert failing_handshakes(haproxy.port, 3, "AES128-SHA") == 3
+        got = agent.wait_value("tlsprof_handshakes_total", N, comm="haproxy", role="server", result="ok")
+        failed = agent.wait_value("tlsprof_handshakes_total", 3, comm="haproxy", result="failed")
+    assert got == N, f"haproxy: expected {N} handshakes, tlsprof says {got}"
+    assert failed == 3, f"haproxy: expected 3 failed handshakes, tlsprof says {failed}"
