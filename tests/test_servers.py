@@ -1,13 +1,15 @@
 """The same exact handshake accounting for servers that drive OpenSSL differently:
 node (OpenSSL inside the executable, handshake inside SSL_read), Apache httpd mod_ssl
 (SSL_accept, threaded MPM, custom BIOs), and a server that loads libssl late."""
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
-from lib import (NODES, ROOT, Agent, NodeServer, failing_handshakes, free_port, https_connections, have,
-                 make_cert, plain_http_requests, stop_pid, wait_port)
+from lib import (NODES, ROOT, Agent, NodeServer, failing_handshakes, free_port, have, https_connections, make_cert,
+                 plain_http_requests, stop_pid, tls_client_context, wait_port)
 
 N = 50
 
@@ -104,3 +106,33 @@ def test_haproxy_counted_exactly(haproxy):
         failed = agent.wait_value("tlsprof_handshakes_total", 3, comm="haproxy", result="failed")
     assert got == N, f"haproxy: expected {N} handshakes, tlsprof says {got}"
     assert failed == 3, f"haproxy: expected 3 failed handshakes, tlsprof says {failed}"
+
+
+def test_time_blocked_in_a_handshake_is_not_cpu(workdir, tmp_path):
+    """A blocking server waits inside its handshake call for the client's first flight:
+    that wait is handshake wall-clock time, not handshake CPU."""
+    key, crt = make_cert(workdir)
+    port = free_port()
+    exe = tmp_path / "blocktls"
+    exe.symlink_to(sys.executable)
+    proc = subprocess.Popen([str(exe), str(ROOT / "tests/servers/late_tls_server.py"), str(port), str(crt), str(key),
+                             "0", "60"], stdout=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        with Agent("--pid", str(proc.pid)) as agent:
+            agent.wait_attached([proc.pid])
+            ctx = tls_client_context()
+            for _ in range(3):
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+                    time.sleep(0.3)  # the server is in SSL_do_handshake, blocked in read()
+                    with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                        s.recv(1024)
+            agent.wait_value("tlsprof_handshakes_total", 3, comm="blocktls", result="ok")
+            wall = agent.value("tlsprof_handshake_duration_seconds_sum", comm="blocktls")
+            cpu = agent.value("tlsprof_handshake_cpu_seconds_sum", comm="blocktls")
+    finally:
+        stop_pid(proc.pid)
+        proc.wait(timeout=10)
+    assert wall >= 3 * 0.29, f"3 handshakes that each waited 0.3 s took {wall:.3f} s of wall-clock time"
+    assert 0 < cpu < 0.1 * wall, f"handshake CPU {cpu * 1e3:.1f} ms for {wall * 1e3:.0f} ms mostly spent blocked"
