@@ -352,8 +352,11 @@ impl Agent {
     /// connections without a handshake on ports now known to carry TLS.
     fn refresh_ports(&mut self) {
         let mut now: BTreeMap<hs::hs_port, String> = BTreeMap::new();
+        // nginx's master and workers share one namespace and its (possibly large)
+        // /proc/net/tcp tables: read them once per namespace per refresh.
+        let mut listeners = HashMap::new();
         for (pid, t) in &self.traced {
-            if let Ok((netns, ports)) = discovery::listening_ports(*pid) {
+            if let Ok((netns, ports)) = discovery::listening_ports(*pid, &mut listeners) {
                 for port in ports {
                     now.entry(hs::hs_port { netns, port, pad: 0 })
                         .or_insert_with(|| t.name.clone());
@@ -624,17 +627,17 @@ impl Agent {
     }
 
     fn descends_from_selected(&self, pid: u32, st: &ProcStat) -> bool {
-        let mut stats = HashMap::new();
-        stats.insert(pid, st.clone());
-        let mut cur = pid;
+        // The ancestry the selector walks: the child's stat is in hand, its ancestors' are read.
+        let mut stats = HashMap::from([(pid, st.clone())]);
+        let mut next = st.ppid;
         for _ in 0..64 {
-            let Ok(s) = discovery::stat(cur) else { break };
-            let next = s.ppid;
-            stats.insert(cur, s);
             if next <= 1 {
                 break;
             }
-            cur = next;
+            let Ok(s) = discovery::stat(next) else { break };
+            let parent = s.ppid;
+            stats.insert(next, s);
+            next = parent;
         }
         self.selector.selects(pid, &stats)
     }

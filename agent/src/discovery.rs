@@ -66,8 +66,12 @@ fn choose_name(comm: &str, argv0: Option<&str>, exe: Option<&str>) -> String {
 
 /// The TCP ports a process listens on, with its network namespace (the inode of
 /// /proc/PID/ns/net): its listening sockets from /proc/PID/net/tcp{,6} (which show the
-/// process's own namespace) whose inodes are among its file descriptors.
-pub fn listening_ports(pid: u32) -> io::Result<(u32, BTreeSet<u16>)> {
+/// process's own namespace) whose inodes are among its file descriptors. `tables` caches
+/// the LISTEN sockets (port, inode) of each namespace already read.
+pub fn listening_ports(
+    pid: u32,
+    tables: &mut std::collections::HashMap<u32, Vec<(u16, u64)>>,
+) -> io::Result<(u32, BTreeSet<u16>)> {
     let netns = fs::metadata(format!("/proc/{pid}/ns/net"))?.ino() as u32;
     let mut inodes = std::collections::HashSet::new();
     for fd in fs::read_dir(format!("/proc/{pid}/fd"))? {
@@ -81,17 +85,18 @@ pub fn listening_ports(pid: u32) -> io::Result<(u32, BTreeSet<u16>)> {
             }
         }
     }
-    let mut ports = BTreeSet::new();
-    for table in ["tcp", "tcp6"] {
-        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
-            continue;
-        };
-        ports.extend(
-            parse_listeners(&text)
-                .filter(|(_, ino)| inodes.contains(ino))
-                .map(|(port, _)| port),
-        );
-    }
+    let listeners = tables.entry(netns).or_insert_with(|| {
+        ["tcp", "tcp6"]
+            .iter()
+            .filter_map(|t| fs::read_to_string(format!("/proc/{pid}/net/{t}")).ok())
+            .flat_map(|text| parse_listeners(&text).collect::<Vec<_>>())
+            .collect()
+    });
+    let ports = listeners
+        .iter()
+        .filter(|(_, ino)| inodes.contains(ino))
+        .map(|(port, _)| *port)
+        .collect();
     Ok((netns, ports))
 }
 
@@ -218,7 +223,7 @@ mod tests {
     fn listening_ports_of_self() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let (netns, ports) = listening_ports(std::process::id()).unwrap();
+        let (netns, ports) = listening_ports(std::process::id(), &mut Default::default()).unwrap();
         assert!(netns > 0);
         assert!(ports.contains(&port), "{port} not in {ports:?}");
     }
