@@ -90,6 +90,14 @@ def make_cert(directory: Path, kind: str = "ecdsa_p256") -> tuple[Path, Path]:
     return key, cert
 
 
+def server_setup(workdir: Path, kind: str, cert: str = "ecdsa_p256", port: int | None = None):
+    """A fresh directory for one server, its port, and its certificate: (dir, port, key, cert)."""
+    d = workdir / f"{kind}-{free_port()}"
+    d.mkdir(parents=True)
+    key, crt = make_cert(workdir, cert)
+    return d, port or free_port(), key, crt
+
+
 # ---------------------------------------------------------------- metrics
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
@@ -215,10 +223,7 @@ def cpu_ns(pid: int) -> int:
 class Nginx:
     def __init__(self, workdir: Path, workers: int = 1, cert: str = "ecdsa_p256", extra_server: str = "",
                  port: int | None = None, extra_main: str = "", plain_port: int | None = None):
-        self.dir = workdir / f"nginx-{free_port()}"
-        self.dir.mkdir(parents=True)
-        self.port = port or free_port()
-        key, crt = make_cert(workdir, cert)
+        self.dir, self.port, key, crt = server_setup(workdir, "nginx", cert, port)
         self.conf = self.dir / "nginx.conf"
         d = self.dir
         self.conf.write_text(f"""
@@ -378,10 +383,7 @@ class Apache:
     """Apache httpd with mod_ssl and the threaded event MPM, configured from scratch."""
 
     def __init__(self, workdir: Path):
-        self.dir = workdir / f"apache-{free_port()}"
-        self.dir.mkdir(parents=True)
-        self.port = free_port()
-        key, crt = make_cert(workdir)
+        self.dir, self.port, key, crt = server_setup(workdir, "apache")
         d = self.dir
         (d / "htdocs").mkdir()
         (d / "htdocs" / "index.html").write_text("hello from apache\n")
@@ -437,10 +439,7 @@ class HAProxy:
     """HAProxy terminating TLS itself and answering from an http-request return rule."""
 
     def __init__(self, workdir: Path):
-        self.dir = workdir / f"haproxy-{free_port()}"
-        self.dir.mkdir(parents=True)
-        self.port = free_port()
-        key, crt = make_cert(workdir)
+        self.dir, self.port, key, crt = server_setup(workdir, "haproxy")
         pem = self.dir / "server.pem"
         pem.write_text(crt.read_text() + key.read_text())
         conf = self.dir / "haproxy.cfg"
