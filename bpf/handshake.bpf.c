@@ -18,7 +18,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
 #include "handshake.h"
+#include "conn.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -59,30 +61,43 @@ struct {
 __u32 hs_active = 0;
 
 /*
- * Per CPU: the thread running there while inside a handshake call, 0 if none. Kept by
- * the handshake probes and sched_switch, so that per-read hooks can tell "this thread is
- * in a handshake" with one per-CPU load instead of a hash lookup.
+ * Per CPU, so that the per-read/write socket hooks learn what they need with one per-CPU
+ * load instead of a hash lookup:
+ * - in_hs: the thread running there while inside a handshake call, 0 if none (kept by the
+ *   handshake probes and sched_switch);
+ * - after_hs: a thread whose handshake call just returned without touching a socket itself
+ *   (the library works on a memory BIO, as in node): the application's next socket
+ *   write carries that call's output, a handshake flight, not a response.
  */
+struct hs_cpu {
+	__u32 in_hs;
+	__u32 after_hs;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct hs_cpu);
 } hs_oncpu SEC(".maps");
+
+static __always_inline struct hs_cpu *this_cpu(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&hs_oncpu, &zero);
+}
 
 static __always_inline void set_oncpu(__u32 tid)
 {
-	__u32 zero = 0;
-	__u32 *v = bpf_map_lookup_elem(&hs_oncpu, &zero);
-	if (v)
-		*v = tid;
+	struct hs_cpu *c = this_cpu();
+	if (c)
+		c->in_hs = tid;
 }
 
 static __always_inline bool in_handshake_here(__u32 tid)
 {
-	__u32 zero = 0;
-	__u32 *v = bpf_map_lookup_elem(&hs_oncpu, &zero);
-	return v && *v == tid;
+	struct hs_cpu *c = this_cpu();
+	return c && c->in_hs == tid;
 }
 
 static __always_inline void thread_done(__u32 tid)
@@ -130,7 +145,6 @@ static __always_inline void emit(__u32 tgid, const struct hs_state *st, __u8 res
 	e->calls = st->calls;
 	e->role = st->role;
 	e->result = result;
-	e->kind = HS_EV_HANDSHAKE;
 	submit(e);
 }
 
@@ -205,7 +219,13 @@ int BPF_KRETPROBE(hs_exit, int ret)
 	struct hs_key key = { .ssl = t->ssl, .tgid = t->tgid };
 	__u64 enter_ns = t->enter_ns;
 	__u8 role = t->role;
+	__u8 io = t->io;
 	thread_done(tid);
+	if (!io) {
+		struct hs_cpu *c = this_cpu();
+		if (c)
+			c->after_hs = tid;
+	}
 
 	struct hs_state *st = bpf_map_lookup_elem(&hs_conns, &key);
 	if (!st) {
@@ -303,79 +323,234 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev, struct tas
 }
 
 /*
- * Connections that never reach the TLS library. nginx peeks at the first byte of a
- * connection and answers plain HTTP on its TLS port itself, without a handshake call.
- * So: connections accepted on the listening ports of traced processes (hs_ports, kept
- * by the agent) are remembered until they close; a handshake call that reads from one
- * (sock_recv_length while the thread is inside the call) marks it, and its port, as
- * TLS; one that closes unmarked is reported, and the agent counts it as a failed
- * handshake once its port is known to carry TLS. Per connection: one map insert and
- * one delete; per read: one load while no handshake is in flight.
+ * Connection accounting, per connection accepted on a listening port of a traced process
+ * (hs_ports, kept by the agent). State changes run in softirq context, where the current
+ * task is not the server: a connection belongs to the port it was accepted on.
+ *
+ * - accepted: SYN_RECV -> ESTABLISHED on a watched port creates the connection's socket-
+ *   local storage (freed with the socket) and counts the port's accepted connections;
+ * - who closed: the first transition out of ESTABLISHED says who sent the first FIN
+ *   (FIN_WAIT1: the server, CLOSE_WAIT: the client); tcp_receive_reset/tcp_send_reset
+ *   mark a reset; a socket that goes to CLOSE from ESTABLISHED or CLOSE_WAIT was aborted
+ *   (unread data, SO_LINGER 0: the kernel sends its reset right after);
+ * - TIME_WAIT: the server's full socket goes FIN_WAIT2 -> CLOSE or CLOSING -> CLOSE when
+ *   the kernel replaces it with a timewait socket. With the peer's FIN already received
+ *   (SOCK_DONE) or from CLOSING, that socket is in TIME_WAIT; an orphaned socket whose FIN
+ *   was acknowledged before the peer's FIN came is handed over in FIN_WAIT2 and reaches
+ *   TIME_WAIT only if that FIN follows: the agent finds out through sock_diag;
+ * - requests: an application data exchange is data from the client followed by data
+ *   from the server (sock_recv_length/sock_send_length). Reads and writes made inside a
+ *   handshake call, or the first write after a handshake call that did no socket I/O
+ *   itself (memory BIO), are the handshake's, not requests.
+ * One event per connection, at close. Per socket read/write: one socket-storage lookup,
+ * which finds nothing on sockets that are not watched.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct hs_port);
-	__type(value, __u32);
+	__type(value, struct hs_port_stats);
 } hs_ports SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u64);
-	__type(value, struct hs_sock);
-} hs_socks SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct conn_state);
+} conn_store SEC(".maps");
+
+#define CONN_RINGBUF_BYTES (512 * 1024)
+#define CONN_WAKEUP_BYTES (CONN_RINGBUF_BYTES / 4)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, CONN_RINGBUF_BYTES);
+} conn_events SEC(".maps");
+
+#define AF_INET 2
+#define AF_INET6 10
+#define MSG_PEEK 2
+
+static __always_inline struct conn_state *conn_of(const struct sock *sk)
+{
+	return bpf_sk_storage_get(&conn_store, (struct sock *)sk, 0, 0);
+}
+
+static __always_inline void conn_accepted(const struct sock *sk)
+{
+	struct hs_port p = {
+		.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum),
+		.port = BPF_CORE_READ(sk, __sk_common.skc_num),
+	};
+	struct hs_port_stats *ps = bpf_map_lookup_elem(&hs_ports, &p);
+	if (!ps)
+		return;
+	struct conn_state init = {
+		.start_ns = bpf_ktime_get_ns(),
+		.netns = p.netns,
+		.port = p.port,
+	};
+	if (!bpf_sk_storage_get(&conn_store, (struct sock *)sk, &init, BPF_SK_STORAGE_GET_F_CREATE)) {
+		stat_inc(HS_STAT_CONN_STORAGE_FULL);
+		return;
+	}
+	__sync_fetch_and_add(&ps->accepted, 1);
+}
+
+static __always_inline bool fin_received(const struct sock *sk)
+{
+	unsigned long flags = BPF_CORE_READ(sk, __sk_common.skc_flags);
+	return flags & (1UL << bpf_core_enum_value(enum sock_flags, SOCK_DONE));
+}
+
+static __always_inline void conn_closed(const struct sock *sk, struct conn_state *c, int oldstate)
+{
+	__u8 by, tw = CONN_TW_NO;
+
+	if (c->reset) {
+		by = CONN_BY_RESET;
+	} else if (oldstate == TCP_FIN_WAIT2 || oldstate == TCP_CLOSING) {
+		by = CONN_BY_SERVER;
+		tw = (oldstate == TCP_CLOSING || fin_received(sk)) ? CONN_TW_YES : CONN_TW_MAYBE;
+	} else if (oldstate == TCP_LAST_ACK) {
+		by = CONN_BY_CLIENT;
+	} else if (oldstate == TCP_FIN_WAIT1) {
+		by = CONN_BY_SERVER; /* our FIN was never acknowledged: retransmissions timed out */
+	} else {
+		by = CONN_BY_RESET; /* aborted from ESTABLISHED or CLOSE_WAIT */
+	}
+
+	struct conn_event *e = bpf_ringbuf_reserve(&conn_events, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(HS_STAT_CONN_EVENTS_LOST);
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->duration_ns = bpf_ktime_get_ns() - c->start_ns;
+	e->netns = c->netns;
+	e->port = c->port;
+	e->requests = c->requests;
+	e->closed_by = by;
+	e->time_wait = tw;
+	e->tls = c->tls;
+	e->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	e->family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (e->family == AF_INET6) {
+		BPF_CORE_READ_INTO(&e->saddr, sk, __sk_common.skc_v6_rcv_saddr);
+		BPF_CORE_READ_INTO(&e->daddr, sk, __sk_common.skc_v6_daddr);
+	} else {
+		BPF_CORE_READ_INTO((__u32 *)e->saddr, sk, __sk_common.skc_rcv_saddr);
+		BPF_CORE_READ_INTO((__u32 *)e->daddr, sk, __sk_common.skc_daddr);
+	}
+	bpf_ringbuf_submit(e, bpf_ringbuf_query(&conn_events, BPF_RB_AVAIL_DATA) > CONN_WAKEUP_BYTES ?
+				      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
 
 SEC("tp_btf/inet_sock_set_state")
-int BPF_PROG(hs_sock_state, const struct sock *sk, const int oldstate, const int newstate)
+int BPF_PROG(conn_state_change, const struct sock *sk, const int oldstate, const int newstate)
 {
-	__u64 key = (__u64)sk;
-
 	if (oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED) {
-		struct hs_port p = {
-			.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum),
-			.port = BPF_CORE_READ(sk, __sk_common.skc_num),
-		};
-		if (!bpf_map_lookup_elem(&hs_ports, &p))
-			return 0;
-		struct hs_sock s = { .netns = p.netns, .port = p.port };
-		bpf_map_update_elem(&hs_socks, &key, &s, BPF_ANY);
+		conn_accepted(sk);
 		return 0;
+	}
+	struct conn_state *c = conn_of(sk);
+	if (!c)
+		return 0;
+	if (oldstate == TCP_ESTABLISHED && !c->first_fin) {
+		if (newstate == TCP_FIN_WAIT1)
+			c->first_fin = CONN_BY_SERVER;
+		else if (newstate == TCP_CLOSE_WAIT)
+			c->first_fin = CONN_BY_CLIENT;
 	}
 	if (newstate != TCP_CLOSE)
 		return 0;
-	struct hs_sock *s = bpf_map_lookup_elem(&hs_socks, &key);
-	if (!s)
-		return 0;
-	if (!s->tls) {
-		struct hs_event *e = reserve();
-		if (e) {
-			e->netns = s->netns;
-			e->port = s->port;
-			e->role = HS_ROLE_SERVER;
-			e->result = HS_RESULT_FAILED;
-			e->kind = HS_EV_NO_HANDSHAKE;
-			submit(e);
-		}
-	}
-	bpf_map_delete_elem(&hs_socks, &key);
+	conn_closed(sk, c, oldstate);
+	bpf_sk_storage_delete(&conn_store, (struct sock *)sk);
 	return 0;
 }
 
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(hs_sock_recv, struct sock *sk, int ret, int flags)
+static __always_inline void conn_reset(const struct sock *sk)
 {
-	if (!hs_active || !in_handshake_here((__u32)bpf_get_current_pid_tgid()))
+	struct conn_state *c = conn_of(sk);
+	if (c)
+		c->reset = 1;
+}
+
+SEC("tp_btf/tcp_receive_reset")
+int BPF_PROG(conn_rcv_reset, const struct sock *sk)
+{
+	conn_reset(sk);
+	return 0;
+}
+
+/* Also fires for resets answering packets that match no full socket: then sk is NULL or
+ * a timewait/request socket, which has no storage. */
+SEC("tp_btf/tcp_send_reset")
+int BPF_PROG(conn_send_reset, const struct sock *sk)
+{
+	conn_reset(sk);
+	return 0;
+}
+
+/* A handshake call read or wrote this connection: it carries TLS, and so does its port. */
+static __always_inline void handshake_io(struct conn_state *c, __u32 tid)
+{
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	if (t)
+		t->io = 1;
+	if (c->tls)
+		return;
+	c->tls = 1;
+	struct hs_port p = { .netns = c->netns, .port = c->port };
+	struct hs_port_stats *ps = bpf_map_lookup_elem(&hs_ports, &p);
+	if (ps)
+		ps->flags |= HS_PORT_TLS;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(conn_recv, struct sock *sk, int ret, int flags)
+{
+	struct conn_state *c = conn_of(sk);
+	if (!c)
 		return 0;
-	__u64 key = (__u64)sk;
-	struct hs_sock *s = bpf_map_lookup_elem(&hs_socks, &key);
-	if (!s || s->tls)
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct hs_cpu *cpu = this_cpu();
+	if (!cpu)
 		return 0;
-	s->tls = 1;
-	struct hs_port p = { .netns = s->netns, .port = s->port };
-	__u32 *flags_p = bpf_map_lookup_elem(&hs_ports, &p);
-	if (flags_p)
-		*flags_p |= HS_PORT_TLS;
+	if (cpu->in_hs == tid) {
+		handshake_io(c, tid);
+		return 0;
+	}
+	if (cpu->after_hs == tid)
+		cpu->after_hs = 0;
+	if (ret > 0 && !(flags & MSG_PEEK))
+		c->dir = CONN_DIR_IN;
+	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(conn_send, struct sock *sk, int ret)
+{
+	struct conn_state *c = conn_of(sk);
+	if (!c)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct hs_cpu *cpu = this_cpu();
+	if (!cpu)
+		return 0;
+	if (cpu->in_hs == tid) {
+		handshake_io(c, tid);
+		return 0;
+	}
+	if (cpu->after_hs == tid) {
+		cpu->after_hs = 0;
+		return 0;
+	}
+	if (ret <= 0)
+		return 0;
+	if (c->dir == CONN_DIR_IN)
+		c->requests++;
+	c->dir = CONN_DIR_OUT;
 	return 0;
 }
 

@@ -15,12 +15,7 @@
 #define HS_RESULT_OK 0
 #define HS_RESULT_FAILED 1
 
-/* hs_event.kind */
-#define HS_EV_HANDSHAKE 0    /* a handshake finished (ok or failed) */
-#define HS_EV_NO_HANDSHAKE 1 /* a connection on a watched port closed without any handshake
-			      * call reading from it (nginx answers plain HTTP itself) */
-
-/* hs_ports value flags */
+/* hs_port_stats.flags */
 #define HS_PORT_LISTEN 1 /* a traced process listens here (set by the agent) */
 #define HS_PORT_TLS 2    /* a handshake call read from a connection accepted here (set by the kernel) */
 
@@ -29,21 +24,19 @@
 #define HS_STAT_THREAD_MAP_FULL 1 /* a handshake call could not be tracked (too many threads) */
 #define HS_STAT_SSL_MAP_FULL 2    /* a handshake could not be tracked (too many SSL objects) */
 #define HS_STAT_UNMATCHED_RETURN 3 /* a return probe fired without its entry (attached mid-call) */
+#define HS_STAT_CONN_EVENTS_LOST 4 /* conn_events full: a closed connection was not reported */
+#define HS_STAT_CONN_STORAGE_FULL 5 /* a connection could not be tracked (no memory for its state) */
 #define HS_STAT_MAX 8
 
-/* One finished handshake (or connection without one), sent to user space through the
- * hs_events ring buffer. */
+/* One finished handshake, sent to user space through the hs_events ring buffer. */
 struct hs_event {
 	__u64 duration_ns; /* first handshake call entered -> last handshake call returned */
 	__u64 cpu_ns;      /* on-CPU time of the calling threads inside the handshake calls */
-	__u32 tgid;        /* process (thread group) id, init pid namespace; 0 for HS_EV_NO_HANDSHAKE */
+	__u32 tgid;        /* process (thread group) id, init pid namespace */
 	__u32 calls;       /* handshake function calls that made up this handshake */
-	__u32 netns;       /* HS_EV_NO_HANDSHAKE: network namespace (inode) and local port */
-	__u16 port;
 	__u8 role;         /* HS_ROLE_* */
 	__u8 result;       /* HS_RESULT_* */
-	__u8 kind;         /* HS_EV_* */
-	__u8 pad[7];
+	__u8 pad[6];
 };
 
 /* A listening port of a traced process (key of hs_ports). */
@@ -53,12 +46,11 @@ struct hs_port {
 	__u16 pad;
 };
 
-/* A connection accepted on a watched port (value of hs_socks, key: struct sock *). */
-struct hs_sock {
-	__u32 netns;
-	__u16 port;
-	__u8 tls;  /* a handshake call has read from it */
-	__u8 pad;
+/* Value of hs_ports. */
+struct hs_port_stats {
+	__u32 flags;     /* HS_PORT_* */
+	__u32 pad;
+	__u64 accepted;  /* connections accepted here since the agent added the port */
 };
 
 /* Per-thread state while a thread is inside a handshake call (key: thread id). */
@@ -70,7 +62,8 @@ struct hs_thread {
 	__u32 tgid;
 	__u32 depth;     /* nesting: SSL_accept -> SSL_do_handshake -> ossl_statem_accept */
 	__u8 role;
-	__u8 pad[7];
+	__u8 io;         /* the call read or wrote a watched connection's socket itself */
+	__u8 pad[6];
 };
 
 /* Key of the per-connection handshake state. */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <linux/types.h>
 #include "handshake.h"
+#include "conn.h"
 #include "proc.h"
 
 #define S(T) printf(#T " size %zu\n", sizeof(struct T))
@@ -19,18 +20,14 @@ int main(void)
 	F(hs_event, cpu_ns);
 	F(hs_event, tgid);
 	F(hs_event, calls);
-	F(hs_event, netns);
-	F(hs_event, port);
 	F(hs_event, role);
 	F(hs_event, result);
-	F(hs_event, kind);
 	S(hs_port);
 	F(hs_port, netns);
 	F(hs_port, port);
-	S(hs_sock);
-	F(hs_sock, netns);
-	F(hs_sock, port);
-	F(hs_sock, tls);
+	S(hs_port_stats);
+	F(hs_port_stats, flags);
+	F(hs_port_stats, accepted);
 	S(hs_thread);
 	F(hs_thread, ssl);
 	F(hs_thread, enter_ns);
@@ -39,6 +36,7 @@ int main(void)
 	F(hs_thread, tgid);
 	F(hs_thread, depth);
 	F(hs_thread, role);
+	F(hs_thread, io);
 	S(hs_key);
 	F(hs_key, ssl);
 	F(hs_key, tgid);
@@ -49,6 +47,27 @@ int main(void)
 	F(hs_state, calls);
 	F(hs_state, role);
 	F(hs_state, done);
+	S(conn_state);
+	F(conn_state, start_ns);
+	F(conn_state, netns);
+	F(conn_state, port);
+	F(conn_state, first_fin);
+	F(conn_state, reset);
+	F(conn_state, requests);
+	F(conn_state, tls);
+	F(conn_state, dir);
+	S(conn_event);
+	F(conn_event, duration_ns);
+	F(conn_event, saddr);
+	F(conn_event, daddr);
+	F(conn_event, netns);
+	F(conn_event, requests);
+	F(conn_event, port);
+	F(conn_event, dport);
+	F(conn_event, family);
+	F(conn_event, closed_by);
+	F(conn_event, time_wait);
+	F(conn_event, tls);
 	S(proc_notice);
 	F(proc_notice, kind);
 	F(proc_notice, pid);

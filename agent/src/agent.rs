@@ -3,7 +3,7 @@ use std::{
     collections::{BTreeMap, HashMap},
     num::NonZeroU32,
     os::fd::AsRawFd as _,
-    path::Path,
+    path::{Path, PathBuf},
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -22,12 +22,13 @@ use aya::{
 };
 
 use crate::{
+    conns::Churn,
     discovery::{self, ProcStat},
     elf::{self, HandshakeHooks},
     http,
     metrics::{CommLabels, HandshakeLabels, KindLabels, Metrics, ProbeLabels, RoleLabels},
     preflight,
-    probes::{handshake as hs, proc as pr, read_record},
+    probes::{conn as cn, handshake as hs, proc as pr, read_record},
     RunArgs,
 };
 
@@ -130,7 +131,8 @@ struct Probes {
     proc_events: RingBuf<MapData>,
     hs_conns: BpfHashMap<MapData, hs::hs_key, hs::hs_state>,
     hs_stats: Array<MapData, u64>,
-    hs_ports: BpfHashMap<MapData, hs::hs_port, u32>,
+    hs_ports: BpfHashMap<MapData, hs::hs_port, hs::hs_port_stats>,
+    conn_events: RingBuf<MapData>,
     proc_traced: BpfHashMap<MapData, u32, u8>,
 }
 
@@ -178,13 +180,21 @@ impl Probes {
         }
         attach_tp_btf(&mut hs, "hs_sched_switch", "sched_switch", btf)?;
         attach_tp_btf(&mut hs, "hs_thread_exit", "sched_process_exit", btf)?;
-        attach_tp_btf(&mut hs, "hs_sock_state", "inet_sock_set_state", btf)?;
-        // sock_recv_length came with Linux 6.2: without it, connections that never reach
-        // the TLS library (plain HTTP to nginx's TLS port) are not counted as failed.
+        attach_tp_btf(&mut hs, "conn_state_change", "inet_sock_set_state", btf)?;
+        attach_tp_btf(&mut hs, "conn_rcv_reset", "tcp_receive_reset", btf)?;
+        attach_tp_btf(&mut hs, "conn_send_reset", "tcp_send_reset", btf)?;
+        // sock_recv_length/sock_send_length came with Linux 6.3: without them, requests per
+        // connection are not counted, nor connections that never reach the TLS library
+        // (plain HTTP to nginx's TLS port) as failed handshakes.
         let mut missing = Vec::new();
-        if let Err(e) = attach_tp_btf(&mut hs, "hs_sock_recv", "sock_recv_length", btf) {
-            eprintln!("tlsprof: warning: {e:#}: connections without any handshake will not be counted");
-            missing.push("hs_sock_recv");
+        for (program, tracepoint) in [("conn_recv", "sock_recv_length"), ("conn_send", "sock_send_length")] {
+            if let Err(e) = attach_tp_btf(&mut hs, program, tracepoint, btf) {
+                eprintln!(
+                    "tlsprof: warning: {e:#}: requests per connection and connections without a handshake \
+                     will not be counted"
+                );
+                missing.push(program);
+            }
         }
         let mut proc_ = Ebpf::load(pr::OBJECT).context("cannot load the process probes into the kernel")?;
         attach_tp_btf(&mut proc_, "proc_fork", "sched_process_fork", btf)?;
@@ -195,6 +205,7 @@ impl Probes {
             hs_conns: take(&mut hs, "hs_conns")?,
             hs_stats: take(&mut hs, "hs_stats")?,
             hs_ports: take(&mut hs, "hs_ports")?,
+            conn_events: take(&mut hs, "conn_events")?,
             proc_events: take(&mut proc_, "proc_events")?,
             proc_traced: take(&mut proc_, "proc_traced")?,
             hs,
@@ -267,6 +278,9 @@ struct Agent {
     ports: BTreeMap<hs::hs_port, String>,
     /// Connections closed without a handshake on ports not (yet) known to carry TLS.
     unhandshaken: BTreeMap<hs::hs_port, u64>,
+    /// Names of ports no longer listened on, for connections that close afterwards.
+    port_names: HashMap<hs::hs_port, String>,
+    churn: Churn,
     /// Processes forgotten since the last sweep of the kernel maps.
     exited: Vec<u32>,
 }
@@ -348,30 +362,63 @@ impl Agent {
         self.update_gauges();
     }
 
-    /// Keeps hs_ports equal to the listening ports of the traced processes, and counts the
-    /// connections without a handshake on ports now known to carry TLS.
+    /// Keeps hs_ports equal to the listening ports of the traced processes, exports the
+    /// kernel's per-port counts, reads TIME_WAIT sockets, and counts the connections without
+    /// a handshake on ports now known to carry TLS.
     fn refresh_ports(&mut self) {
+        // Accepted connections of the ports watched until now, before any is removed.
+        let counts: HashMap<hs::hs_port, u64> = self
+            .ports
+            .keys()
+            .filter_map(|k| Some((*k, self.probes.hs_ports.get(k, 0).ok()?.accepted)))
+            .collect();
+        self.churn.sync_accepted(&self.ports, &counts);
+
         let mut now: BTreeMap<hs::hs_port, String> = BTreeMap::new();
-        // nginx's master and workers share one namespace and its (possibly large)
-        // /proc/net/tcp tables: read them once per namespace per refresh.
-        let mut listeners = HashMap::new();
+        // Each namespace's listening sockets, read once (nginx's master and workers share one).
+        let mut listeners: HashMap<u32, Vec<(u16, u64)>> = HashMap::new();
+        let mut namespaces: HashMap<u32, (PathBuf, Vec<u16>)> = HashMap::new();
         for (pid, t) in &self.traced {
-            if let Ok((netns, ports)) = discovery::listening_ports(*pid, &mut listeners) {
-                for port in ports {
-                    now.entry(hs::hs_port { netns, port, pad: 0 })
-                        .or_insert_with(|| t.name.clone());
+            let (Ok(netns), Ok(inodes)) = (discovery::netns(*pid), discovery::socket_inodes(*pid)) else {
+                continue;
+            };
+            let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
+            let table = listeners.entry(netns).or_insert_with(|| {
+                self.churn
+                    .listeners(netns, &path)
+                    .unwrap_or_else(|| discovery::proc_listeners(*pid))
+            });
+            let ns = namespaces.entry(netns).or_insert_with(|| (path, Vec::new()));
+            for (port, _) in table.iter().filter(|(_, ino)| inodes.contains(ino)) {
+                now.entry(hs::hs_port {
+                    netns,
+                    port: *port,
+                    pad: 0,
+                })
+                .or_insert_with(|| t.name.clone());
+                if !ns.1.contains(port) {
+                    ns.1.push(*port);
                 }
             }
         }
-        for key in self.ports.keys().filter(|k| !now.contains_key(k)) {
+        for (key, name) in self.ports.iter().filter(|(k, _)| !now.contains_key(k)) {
             let _ = self.probes.hs_ports.remove(key);
+            // connections accepted there may still close
+            self.port_names.insert(*key, name.clone());
         }
         for key in now.keys() {
             if self.probes.hs_ports.get(key, 0).is_err() {
-                let _ = self.probes.hs_ports.insert(key, hs::HS_PORT_LISTEN, 0);
+                let fresh = hs::hs_port_stats {
+                    flags: hs::HS_PORT_LISTEN,
+                    ..Default::default()
+                };
+                let _ = self.probes.hs_ports.insert(key, fresh, 0);
             }
         }
         self.ports = now;
+        self.churn.refresh(&namespaces);
+        self.churn.retain_namespaces(&namespaces.keys().copied().collect());
+
         let pending: Vec<hs::hs_port> = self.unhandshaken.keys().copied().collect();
         for key in pending {
             if self.port_is_tls(&key) {
@@ -384,7 +431,10 @@ impl Agent {
     }
 
     fn port_is_tls(&self, key: &hs::hs_port) -> bool {
-        self.probes.hs_ports.get(key, 0).is_ok_and(|f| f & hs::HS_PORT_TLS != 0)
+        self.probes
+            .hs_ports
+            .get(key, 0)
+            .is_ok_and(|f| f.flags & hs::HS_PORT_TLS != 0)
     }
 
     /// Connections accepted on a TLS port that closed before any handshake call read from
@@ -407,12 +457,7 @@ impl Agent {
         self.summary.entry((name, "server", "failed")).or_default().count += n;
     }
 
-    fn on_unhandshaken(&mut self, e: &hs::hs_event) {
-        let key = hs::hs_port {
-            netns: e.netns,
-            port: e.port,
-            pad: 0,
-        };
+    fn on_unhandshaken(&mut self, key: hs::hs_port) {
         if self.port_is_tls(&key) {
             self.count_unhandshaken(&key, 1);
         } else {
@@ -569,10 +614,26 @@ impl Agent {
             .unwrap_or_else(|_| "unknown".into())
     }
 
-    fn on_handshake(&mut self, e: hs::hs_event) {
-        if e.kind == hs::HS_EV_NO_HANDSHAKE {
-            return self.on_unhandshaken(&e);
+    /// A connection accepted on a watched port ended.
+    fn on_conn(&mut self, e: cn::conn_event) {
+        let key = hs::hs_port {
+            netns: e.netns,
+            port: e.port,
+            pad: 0,
+        };
+        let comm = self
+            .ports
+            .get(&key)
+            .or_else(|| self.port_names.get(&key))
+            .map_or("unknown", String::as_str)
+            .to_string();
+        self.churn.on_event(&e, &comm);
+        if e.tls == 0 {
+            self.on_unhandshaken(key);
         }
+    }
+
+    fn on_handshake(&mut self, e: hs::hs_event) {
         let comm = self.comm_of(e.tgid);
         let role = hs::role_label(e.role);
         let result = hs::result_label(e.result);
@@ -649,6 +710,12 @@ impl Agent {
                 events.push(e);
             }
         }
+        let mut conns = Vec::new();
+        while let Some(item) = self.probes.conn_events.next() {
+            if let Some(e) = read_record::<cn::conn_event>(&item) {
+                conns.push(e);
+            }
+        }
         let mut notices = Vec::new();
         while let Some(item) = self.probes.proc_events.next() {
             if let Some(n) = read_record::<pr::proc_notice>(&item) {
@@ -658,6 +725,9 @@ impl Agent {
         // Handshake events first: a process's last handshakes arrive before its exit.
         for e in events {
             self.on_handshake(e);
+        }
+        for e in conns {
+            self.on_conn(e);
         }
         for n in notices {
             self.on_proc(n);
@@ -673,6 +743,11 @@ impl Agent {
             },
             libc::pollfd {
                 fd: self.probes.proc_events.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.probes.conn_events.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -757,6 +832,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     http::serve(listener, metrics.clone());
     install_signal_handlers();
 
+    let churn = Churn::new(metrics.clone(), args.verbose);
     let mut agent = Agent {
         selector: Selector {
             pids: args.pids.clone(),
@@ -776,6 +852,8 @@ pub fn run(args: RunArgs) -> Result<()> {
         ever_attached: Default::default(),
         ports: BTreeMap::new(),
         unhandshaken: BTreeMap::new(),
+        port_names: HashMap::new(),
+        churn,
         exited: Vec::new(),
         args,
     };
@@ -808,11 +886,14 @@ pub fn run(args: RunArgs) -> Result<()> {
             next_scan = Instant::now() + every;
             if exits_cleared.elapsed() > Duration::from_secs(60) {
                 agent.recent_exits.clear();
+                agent.port_names.clear();
                 exits_cleared = Instant::now();
             }
         }
     }
     agent.drain();
+    agent.refresh_ports();
+    agent.churn.finish();
     agent.sync_kernel_stats();
     if !agent.args.quiet {
         agent.print_summary();

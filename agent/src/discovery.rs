@@ -1,5 +1,10 @@
 //! Finds processes and the TLS library files they map, through /proc.
-use std::{collections::BTreeSet, fs, io, os::unix::fs::MetadataExt as _, path::PathBuf};
+use std::{
+    collections::{BTreeSet, HashSet},
+    fs, io,
+    os::unix::fs::MetadataExt as _,
+    path::PathBuf,
+};
 
 /// What /proc/PID/stat says that discovery needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,16 +69,14 @@ fn choose_name(comm: &str, argv0: Option<&str>, exe: Option<&str>) -> String {
     }
 }
 
-/// The TCP ports a process listens on, with its network namespace (the inode of
-/// /proc/PID/ns/net): its listening sockets from /proc/PID/net/tcp{,6} (which show the
-/// process's own namespace) whose inodes are among its file descriptors. `tables` caches
-/// the LISTEN sockets (port, inode) of each namespace already read.
-pub fn listening_ports(
-    pid: u32,
-    tables: &mut std::collections::HashMap<u32, Vec<(u16, u64)>>,
-) -> io::Result<(u32, BTreeSet<u16>)> {
-    let netns = fs::metadata(format!("/proc/{pid}/ns/net"))?.ino() as u32;
-    let mut inodes = std::collections::HashSet::new();
+/// The network namespace of a process: the inode of /proc/PID/ns/net.
+pub fn netns(pid: u32) -> io::Result<u32> {
+    Ok(fs::metadata(format!("/proc/{pid}/ns/net"))?.ino() as u32)
+}
+
+/// The inodes of the sockets a process holds open (its /proc/PID/fd links "socket:[N]").
+pub fn socket_inodes(pid: u32) -> io::Result<HashSet<u64>> {
+    let mut inodes = HashSet::new();
     for fd in fs::read_dir(format!("/proc/{pid}/fd"))? {
         let Ok(fd) = fd else { continue };
         if let Ok(target) = fs::read_link(fd.path()) {
@@ -85,19 +88,18 @@ pub fn listening_ports(
             }
         }
     }
-    let listeners = tables.entry(netns).or_insert_with(|| {
-        ["tcp", "tcp6"]
-            .iter()
-            .filter_map(|t| fs::read_to_string(format!("/proc/{pid}/net/{t}")).ok())
-            .flat_map(|text| parse_listeners(&text).collect::<Vec<_>>())
-            .collect()
-    });
-    let ports = listeners
+    Ok(inodes)
+}
+
+/// The LISTEN sockets (port, inode) of a process's network namespace, from
+/// /proc/PID/net/tcp{,6}: the fallback where sock_diag cannot be used. These tables list
+/// every socket of the namespace, TIME_WAIT ones included, so they can be large.
+pub fn proc_listeners(pid: u32) -> Vec<(u16, u64)> {
+    ["tcp", "tcp6"]
         .iter()
-        .filter(|(_, ino)| inodes.contains(ino))
-        .map(|(port, _)| *port)
-        .collect();
-    Ok((netns, ports))
+        .filter_map(|t| fs::read_to_string(format!("/proc/{pid}/net/{t}")).ok())
+        .flat_map(|text| parse_listeners(&text).collect::<Vec<_>>())
+        .collect()
 }
 
 /// (local port, inode) of the LISTEN sockets in a /proc/net/tcp{,6} table.
@@ -220,12 +222,17 @@ mod tests {
     }
 
     #[test]
-    fn listening_ports_of_self() {
+    fn listening_socket_of_self() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let (netns, ports) = listening_ports(std::process::id(), &mut Default::default()).unwrap();
-        assert!(netns > 0);
-        assert!(ports.contains(&port), "{port} not in {ports:?}");
+        let me = std::process::id();
+        assert!(netns(me).unwrap() > 0);
+        let inodes = socket_inodes(me).unwrap();
+        let ours: Vec<(u16, u64)> = proc_listeners(me)
+            .into_iter()
+            .filter(|(_, i)| inodes.contains(i))
+            .collect();
+        assert!(ours.iter().any(|(p, _)| *p == port), "{port} not in {ours:?}");
     }
 
     #[test]

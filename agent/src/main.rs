@@ -1,11 +1,13 @@
 //! tlsprof: an eBPF-based, server-side TLS performance profiler.
 mod agent;
+mod conns;
 mod discovery;
 mod elf;
 mod http;
 mod metrics;
 mod preflight;
 mod probes;
+mod sockdiag;
 
 use std::{net::SocketAddr, process::ExitCode, time::Duration};
 

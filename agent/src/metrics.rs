@@ -33,6 +33,24 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PortLabels {
+    pub comm: String,
+    pub port: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClosedByLabels {
+    pub comm: String,
+    pub port: String,
+    pub closed_by: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OnlyPortLabels {
+    pub port: String,
+}
+
 type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Handshake CPU: 10 µs .. 1 s.
@@ -43,6 +61,23 @@ const CPU_BUCKETS: &[f64] = &[
 const DURATION_BUCKETS: &[f64] = &[
     50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5, 10.0,
 ];
+
+/// Connection lifetime: 1 ms .. 1 h.
+const CONNECTION_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+/// Requests per connection: 0 (handshake only), 1 (no reuse), Domino's 5, Apache's 100,
+/// nginx's 1000.
+const REQUEST_BUCKETS: &[f64] = &[
+    0.0, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 10000.0,
+];
+
+fn connection_histogram() -> Histogram {
+    Histogram::new(CONNECTION_BUCKETS.iter().copied())
+}
+fn requests_histogram() -> Histogram {
+    Histogram::new(REQUEST_BUCKETS.iter().copied())
+}
 
 fn cpu_histogram() -> Histogram {
     Histogram::new(CPU_BUCKETS.iter().copied())
@@ -64,6 +99,12 @@ pub struct Metrics {
     pub attach_failures: Family<ProbeLabels, Counter>,
     pub agent_cpu: Counter<f64>,
     pub agent_memory: Gauge,
+    pub connections_accepted: Family<PortLabels, Counter>,
+    pub connections: Family<ClosedByLabels, Counter>,
+    pub time_wait: Family<PortLabels, Counter>,
+    pub time_wait_sockets: Family<OnlyPortLabels, Gauge>,
+    pub connection_duration: HistFamily<PortLabels>,
+    pub requests_per_connection: HistFamily<PortLabels>,
 }
 
 impl Metrics {
@@ -118,7 +159,8 @@ impl Metrics {
         let kernel_errors = Family::<KindLabels, Counter>::default();
         registry.register(
             "kernel_errors",
-            "Kernel-side failure paths taken (thread_map_full, ssl_map_full, unmatched_return)",
+            "Kernel-side failure paths taken (events_lost, thread_map_full, ssl_map_full, unmatched_return, \
+             conn_events_lost, conn_storage_full)",
             kernel_errors.clone(),
         );
         let attach_failures = Family::<ProbeLabels, Counter>::default();
@@ -141,7 +183,53 @@ impl Metrics {
             Unit::Bytes,
             agent_memory.clone(),
         );
+        let connections_accepted = Family::<PortLabels, Counter>::default();
+        registry.register(
+            "tcp_connections_accepted",
+            "TCP connections accepted on a listening port of a traced process (the TCP handshake completed)",
+            connections_accepted.clone(),
+        );
+        let connections = Family::<ClosedByLabels, Counter>::default();
+        registry.register(
+            "tcp_connections",
+            "TCP connections accepted on a listening port of a traced process that ended, by who ended them: \
+             server (sent the first FIN), client (sent the first FIN) or reset",
+            connections.clone(),
+        );
+        let time_wait = Family::<PortLabels, Counter>::default();
+        registry.register(
+            "tcp_time_wait",
+            "Server-side sockets that entered TIME_WAIT: the server closed first and the client closed cleanly",
+            time_wait.clone(),
+        );
+        let time_wait_sockets = Family::<OnlyPortLabels, Gauge>::default();
+        registry.register(
+            "tcp_time_wait_sockets",
+            "Sockets in TIME_WAIT now with this local port (sock_diag), summed over the network namespaces of the traced processes",
+            time_wait_sockets.clone(),
+        );
+        let connection_duration =
+            HistFamily::<PortLabels>::new_with_constructor(connection_histogram as fn() -> Histogram);
+        registry.register_with_unit(
+            "tcp_connection_duration",
+            "Lifetime of an accepted connection, from the TCP handshake to the server's socket closing",
+            Unit::Seconds,
+            connection_duration.clone(),
+        );
+        let requests_per_connection =
+            HistFamily::<PortLabels>::new_with_constructor(requests_histogram as fn() -> Histogram);
+        registry.register(
+            "requests_per_connection",
+            "Application data exchanges (client data, then server data; TLS handshake traffic excluded) per ended connection",
+            requests_per_connection.clone(),
+        );
         Self {
+            connections_accepted,
+            connections,
+            time_wait,
+            time_wait_sockets,
+            connection_duration,
+            requests_per_connection,
             agent_cpu,
             agent_memory,
             registry,

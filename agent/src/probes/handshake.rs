@@ -7,7 +7,6 @@ pub const HS_ROLE_CLIENT: u8 = 2;
 pub const HS_RESULT_OK: u8 = 0;
 #[cfg(test)]
 pub const HS_RESULT_FAILED: u8 = 1;
-pub const HS_EV_NO_HANDSHAKE: u8 = 1;
 pub const HS_PORT_LISTEN: u32 = 1;
 pub const HS_PORT_TLS: u32 = 2;
 
@@ -17,6 +16,8 @@ pub const STATS: &[(u32, &str)] = &[
     (1, "thread_map_full"),
     (2, "ssl_map_full"),
     (3, "unmatched_return"),
+    (4, "conn_events_lost"),
+    (5, "conn_storage_full"),
 ];
 
 #[repr(C)]
@@ -26,12 +27,9 @@ pub struct hs_event {
     pub cpu_ns: u64,
     pub tgid: u32,
     pub calls: u32,
-    pub netns: u32,
-    pub port: u16,
     pub role: u8,
     pub result: u8,
-    pub kind: u8,
-    pub pad: [u8; 7],
+    pub pad: [u8; 6],
 }
 
 #[repr(C)]
@@ -43,19 +41,11 @@ pub struct hs_port {
 }
 
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "mirror of bpf/handshake.h, checked by the layout test; only the kernel writes it"
-    )
-)]
-pub struct hs_sock {
-    pub netns: u32,
-    pub port: u16,
-    pub tls: u8,
-    pub pad: u8,
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct hs_port_stats {
+    pub flags: u32,
+    pub pad: u32,
+    pub accepted: u64,
 }
 
 #[repr(C)]
@@ -75,7 +65,8 @@ pub struct hs_thread {
     pub tgid: u32,
     pub depth: u32,
     pub role: u8,
-    pub pad: [u8; 7],
+    pub io: u8,
+    pub pad: [u8; 6],
 }
 
 #[repr(C)]
@@ -103,6 +94,7 @@ unsafe impl aya::Pod for hs_thread {}
 unsafe impl aya::Pod for hs_key {}
 unsafe impl aya::Pod for hs_state {}
 unsafe impl aya::Pod for hs_port {}
+unsafe impl aya::Pod for hs_port_stats {}
 
 /// The role label of an event.
 pub fn role_label(role: u8) -> &'static str {
@@ -133,28 +125,14 @@ mod tests {
         raw.extend_from_slice(&250_000u64.to_le_bytes());
         raw.extend_from_slice(&4242u32.to_le_bytes());
         raw.extend_from_slice(&3u32.to_le_bytes());
-        raw.extend_from_slice(&4026531840u32.to_le_bytes());
-        raw.extend_from_slice(&8443u16.to_le_bytes());
-        raw.extend_from_slice(&[
-            HS_ROLE_SERVER,
-            HS_RESULT_FAILED,
-            HS_EV_NO_HANDSHAKE,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-        ]);
+        raw.extend_from_slice(&[HS_ROLE_SERVER, HS_RESULT_FAILED, 0, 0, 0, 0, 0, 0]);
         let e: hs_event = read_record(&raw).unwrap();
         assert_eq!(
             (e.duration_ns, e.cpu_ns, e.tgid, e.calls),
             (1_500_000, 250_000, 4242, 3)
         );
-        assert_eq!((e.netns, e.port, e.kind), (4026531840, 8443, HS_EV_NO_HANDSHAKE));
         assert_eq!((role_label(e.role), result_label(e.result)), ("server", "failed"));
-        assert!(read_record::<hs_event>(&raw[..39]).is_none());
+        assert!(read_record::<hs_event>(&raw[..31]).is_none());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! One module per kernel-side probe: the #[repr(C)] mirror of its shared header
 //! and the embedded object.
+pub mod conn;
 pub mod handshake;
 pub mod proc;
 
@@ -22,7 +23,7 @@ pub fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
 mod layout_tests {
     use std::collections::BTreeMap;
 
-    use super::{handshake::*, proc::*};
+    use super::{conn::*, handshake::*, proc::*};
 
     /// Field offsets and sizes as the C compiler lays them out (bpf/layout.c, run by build.rs).
     fn c_layout() -> BTreeMap<String, (usize, usize)> {
@@ -64,15 +65,12 @@ mod layout_tests {
                 cpu_ns,
                 tgid,
                 calls,
-                netns,
-                port,
                 role,
-                result,
-                kind
+                result
             }
         );
         rust_layout!(rust, hs_port { netns, port });
-        rust_layout!(rust, hs_sock { netns, port, tls });
+        rust_layout!(rust, hs_port_stats { flags, accepted });
         rust_layout!(
             rust,
             hs_thread {
@@ -82,7 +80,8 @@ mod layout_tests {
                 cpu_ns,
                 tgid,
                 depth,
-                role
+                role,
+                io
             }
         );
         rust_layout!(rust, hs_key { ssl, tgid });
@@ -95,6 +94,35 @@ mod layout_tests {
                 calls,
                 role,
                 done
+            }
+        );
+        rust_layout!(
+            rust,
+            conn_state {
+                start_ns,
+                netns,
+                port,
+                first_fin,
+                reset,
+                requests,
+                tls,
+                dir
+            }
+        );
+        rust_layout!(
+            rust,
+            conn_event {
+                duration_ns,
+                saddr,
+                daddr,
+                netns,
+                requests,
+                port,
+                dport,
+                family,
+                closed_by,
+                time_wait,
+                tls
             }
         );
         rust_layout!(rust, proc_notice { kind, pid, parent });

@@ -1,0 +1,265 @@
+//! Connection churn: turns the kernel's per-connection close events into metrics, reads
+//! TIME_WAIT sockets per port through sock_diag, and settles the connections whose
+//! TIME_WAIT the kernel could not tell at close time (an orphaned socket handed to a
+//! FIN_WAIT2 timewait socket: it reaches TIME_WAIT only if the client's FIN follows).
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    net::IpAddr,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use crate::{
+    metrics::{ClosedByLabels, Metrics, OnlyPortLabels, PortLabels},
+    probes::{conn as cn, handshake as hs},
+    sockdiag::{self, DiagSocket, SockDiag},
+};
+
+/// A connection whose end is settled once its FIN_WAIT2 timewait socket is seen again.
+struct Pending {
+    comm: String,
+    port: u16,
+    closed: Instant,
+}
+
+/// (netns, local address, local port, remote address, remote port)
+type Tuple = (u32, IpAddr, u16, IpAddr, u16);
+
+pub struct Churn {
+    metrics: Arc<Metrics>,
+    /// One sock_diag socket per network namespace; None where it could not be opened.
+    diag: HashMap<u32, Option<SockDiag>>,
+    pending: HashMap<Tuple, Pending>,
+    /// Accepted counts already exported, per port (the kernel counts since the port was added).
+    accepted_seen: HashMap<hs::hs_port, u64>,
+    /// Ports whose TIME_WAIT gauge was set: a port that goes away is removed.
+    gauged: HashSet<u16>,
+    /// A FIN_WAIT2 timewait socket lives this long without the client's FIN (tcp_fin_timeout).
+    fin_timeout: Duration,
+    verbose: bool,
+}
+
+/// More unsettled connections than this and the oldest are settled as server-closed
+/// without TIME_WAIT (a client that never sends its FIN leaves them for tcp_fin_timeout).
+const MAX_PENDING: usize = 1 << 18;
+
+impl Churn {
+    pub fn new(metrics: Arc<Metrics>, verbose: bool) -> Self {
+        let fin_timeout = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fin_timeout")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(60);
+        Self {
+            metrics,
+            diag: HashMap::new(),
+            pending: HashMap::new(),
+            accepted_seen: HashMap::new(),
+            gauged: HashSet::new(),
+            fin_timeout: Duration::from_secs(fin_timeout),
+            verbose,
+        }
+    }
+
+    fn ended(&self, comm: &str, port: u16, closed_by: &str, time_wait: bool) {
+        let port = port.to_string();
+        self.metrics
+            .connections
+            .get_or_create(&ClosedByLabels {
+                comm: comm.into(),
+                port: port.clone(),
+                closed_by: closed_by.into(),
+            })
+            .inc();
+        if time_wait {
+            self.metrics
+                .time_wait
+                .get_or_create(&PortLabels {
+                    comm: comm.into(),
+                    port,
+                })
+                .inc();
+        }
+    }
+
+    /// A connection's full socket closed.
+    pub fn on_event(&mut self, e: &cn::conn_event, comm: &str) {
+        let labels = PortLabels {
+            comm: comm.into(),
+            port: e.port.to_string(),
+        };
+        self.metrics
+            .connection_duration
+            .get_or_create(&labels)
+            .observe(e.duration_ns as f64 / 1e9);
+        self.metrics
+            .requests_per_connection
+            .get_or_create(&labels)
+            .observe(f64::from(e.requests));
+        if e.time_wait == cn::CONN_TW_MAYBE && self.diag.get(&e.netns).is_some_and(Option::is_some) {
+            if self.pending.len() >= MAX_PENDING {
+                self.settle_oldest();
+            }
+            let key = (e.netns, e.local(), e.port, e.remote(), e.dport);
+            self.pending.insert(
+                key,
+                Pending {
+                    comm: comm.into(),
+                    port: e.port,
+                    closed: Instant::now(),
+                },
+            );
+            return;
+        }
+        // Without sock_diag in that namespace, a FIN_WAIT2 handover counts as TIME_WAIT:
+        // what it becomes when the client closes cleanly.
+        let tw = matches!(e.time_wait, cn::CONN_TW_YES | cn::CONN_TW_MAYBE);
+        self.ended(comm, e.port, cn::closed_by_label(e.closed_by), tw);
+    }
+
+    fn settle_oldest(&mut self) {
+        let mut v: Vec<(Tuple, Instant)> = self.pending.iter().map(|(k, p)| (*k, p.closed)).collect();
+        v.sort_by_key(|(_, t)| *t);
+        for (k, _) in v.into_iter().take(MAX_PENDING / 8) {
+            if let Some(p) = self.pending.remove(&k) {
+                self.ended(&p.comm, p.port, "server", false);
+            }
+        }
+    }
+
+    /// Connections accepted: the kernel's per-port counters, exported as deltas.
+    pub fn sync_accepted(&mut self, ports: &BTreeMap<hs::hs_port, String>, counts: &HashMap<hs::hs_port, u64>) {
+        for (key, comm) in ports {
+            let Some(&now) = counts.get(key) else { continue };
+            let seen = self.accepted_seen.entry(*key).or_default();
+            // a port removed and added again starts from zero in the kernel
+            let delta = if now >= *seen { now - *seen } else { now };
+            *seen = now;
+            let c = self.metrics.connections_accepted.get_or_create(&PortLabels {
+                comm: comm.clone(),
+                port: key.port.to_string(),
+            });
+            c.inc_by(delta);
+        }
+        self.accepted_seen.retain(|k, _| ports.contains_key(k));
+    }
+
+    /// The sock_diag socket of a namespace, opened on first use through `ns_path`.
+    fn diag_for(&mut self, netns: u32, ns_path: &PathBuf) -> Option<&SockDiag> {
+        self.diag
+            .entry(netns)
+            .or_insert_with(|| {
+                let own = std::fs::metadata("/proc/self/ns/net")
+                    .map(|m| std::os::unix::fs::MetadataExt::ino(&m) as u32 == netns)
+                    .unwrap_or(false);
+                let r = if own {
+                    SockDiag::open()
+                } else {
+                    SockDiag::open_in(ns_path)
+                };
+                match r {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        eprintln!(
+                            "tlsprof: warning: cannot read the sockets of network namespace {netns} \
+                             through sock_diag ({e}): no TIME_WAIT gauge there, and listening ports come from /proc"
+                        );
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    /// The listening sockets (local port, inode) of a namespace, or None without sock_diag.
+    pub fn listeners(&mut self, netns: u32, ns_path: &PathBuf) -> Option<Vec<(u16, u64)>> {
+        let d = self.diag_for(netns, ns_path)?;
+        let socks = d.dump_all(1 << sockdiag::TCP_LISTEN, &[]).ok()?;
+        Some(socks.into_iter().map(|s| (s.sport, u64::from(s.inode))).collect())
+    }
+
+    /// Reads the TIME_WAIT sockets of the watched ports (and the FIN_WAIT2 ones where
+    /// connections are unsettled), sets the gauge and settles what can be settled.
+    /// `namespaces`: each watched namespace, a /proc/PID/ns/net path into it, and its ports.
+    pub fn refresh(&mut self, namespaces: &HashMap<u32, (PathBuf, Vec<u16>)>) {
+        let mut per_port: BTreeMap<u16, i64> = BTreeMap::new();
+        let mut found: HashMap<u32, (HashSet<Tuple>, HashSet<Tuple>)> = HashMap::new();
+        for (&netns, (path, ports)) in namespaces {
+            let want_fw2 = self.pending.keys().any(|k| k.0 == netns);
+            let Some(d) = self.diag_for(netns, path) else { continue };
+            let mut states = 1 << sockdiag::TCP_TIME_WAIT;
+            if want_fw2 {
+                states |= 1 << sockdiag::TCP_FIN_WAIT2;
+            }
+            let socks: Vec<DiagSocket> = match d.dump_all(states, ports) {
+                Ok(s) => s,
+                Err(e) => {
+                    if self.verbose {
+                        eprintln!("tlsprof: sock_diag dump in namespace {netns} failed: {e}");
+                    }
+                    continue;
+                }
+            };
+            let (tw, fw2) = found.entry(netns).or_default();
+            for s in socks.iter().filter(|s| ports.contains(&s.sport)) {
+                let t = (netns, s.local, s.sport, s.remote, s.dport);
+                if s.state == sockdiag::TCP_TIME_WAIT {
+                    *per_port.entry(s.sport).or_default() += 1;
+                    tw.insert(t);
+                } else if s.state == sockdiag::TCP_FIN_WAIT2 {
+                    fw2.insert(t);
+                }
+            }
+            for p in ports {
+                per_port.entry(*p).or_default();
+            }
+        }
+        for (port, n) in &per_port {
+            self.metrics
+                .time_wait_sockets
+                .get_or_create(&OnlyPortLabels { port: port.to_string() })
+                .set(*n);
+        }
+        for gone in self.gauged.iter().filter(|p| !per_port.contains_key(p)) {
+            self.metrics
+                .time_wait_sockets
+                .remove(&OnlyPortLabels { port: gone.to_string() });
+        }
+        self.gauged = per_port.keys().copied().collect();
+        self.settle(&found);
+    }
+
+    fn settle(&mut self, found: &HashMap<u32, (HashSet<Tuple>, HashSet<Tuple>)>) {
+        let mut done = Vec::new();
+        for (key, p) in &self.pending {
+            let Some((tw, fw2)) = found.get(&key.0) else {
+                continue; // namespace not read this time
+            };
+            if tw.contains(key) {
+                done.push((*key, "server", true));
+            } else if !fw2.contains(key) {
+                // Gone without TIME_WAIT: killed by the client's reset, unless it lived out
+                // tcp_fin_timeout waiting for a FIN that never came.
+                let timed_out = p.closed.elapsed() + Duration::from_secs(2) >= self.fin_timeout;
+                done.push((*key, if timed_out { "server" } else { "reset" }, false));
+            }
+        }
+        for (key, by, tw) in done {
+            if let Some(p) = self.pending.remove(&key) {
+                self.ended(&p.comm, p.port, by, tw);
+            }
+        }
+    }
+
+    /// Namespaces no traced process lives in any more: close their sock_diag sockets.
+    pub fn retain_namespaces(&mut self, live: &HashSet<u32>) {
+        self.diag.retain(|ns, _| live.contains(ns));
+    }
+
+    /// Settles what is left at exit as the kernel said at close time.
+    pub fn finish(&mut self) {
+        for (_, p) in std::mem::take(&mut self.pending) {
+            self.ended(&p.comm, p.port, "server", false);
+        }
+    }
+}

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Connection accounting types shared by handshake.bpf.c and the agent
+ * (agent/src/probes/conn.rs mirrors them; the layout test checks them).
+ */
+#ifndef TLSPROF_CONN_H
+#define TLSPROF_CONN_H
+
+/* Who ended a connection. */
+#define CONN_BY_SERVER 1 /* the server sent the first FIN */
+#define CONN_BY_CLIENT 2 /* the client sent the first FIN */
+#define CONN_BY_RESET 3  /* a reset was sent or received, or the socket was aborted */
+
+/* conn_event.time_wait: did the server's side enter TIME_WAIT? */
+#define CONN_TW_NO 0
+#define CONN_TW_YES 1   /* FIN received after ours (FIN_WAIT2->CLOSE with the peer's FIN, or CLOSING->CLOSE) */
+#define CONN_TW_MAYBE 2 /* the closed socket was handed to a FIN_WAIT2 timewait socket before the
+			 * peer's FIN came: the agent watches that socket through sock_diag */
+
+/* conn_state.dir: the direction application data last moved */
+#define CONN_DIR_NONE 0
+#define CONN_DIR_IN 1
+#define CONN_DIR_OUT 2
+
+/* Socket-local state of a connection accepted on a watched port (BPF_MAP_TYPE_SK_STORAGE). */
+struct conn_state {
+	__u64 start_ns;   /* handshake completed (SYN_RECV -> ESTABLISHED) */
+	__u32 netns;
+	__u16 port;       /* local (listening) port */
+	__u8 first_fin;   /* CONN_BY_SERVER / CONN_BY_CLIENT, 0 before any FIN */
+	__u8 reset;       /* a reset was sent or received */
+	__u32 requests;   /* application data exchanges: client data, then server data */
+	__u8 tls;         /* a TLS handshake call read or wrote this socket */
+	__u8 dir;         /* CONN_DIR_* */
+	__u8 pad[2];
+};
+
+/* A connection on a watched port ended (its full socket reached TCP_CLOSE). */
+struct conn_event {
+	__u64 duration_ns; /* ESTABLISHED -> CLOSE */
+	__u8 saddr[16];    /* local address: IPv4 in the first 4 bytes, or IPv6 */
+	__u8 daddr[16];    /* remote address */
+	__u32 netns;
+	__u32 requests;
+	__u16 port;        /* local port, host byte order */
+	__u16 dport;       /* remote port, host byte order */
+	__u16 family;      /* AF_INET or AF_INET6 */
+	__u8 closed_by;    /* CONN_BY_* */
+	__u8 time_wait;    /* CONN_TW_* */
+	__u8 tls;
+	__u8 pad[7];
+};
+
+#endif
