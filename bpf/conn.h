@@ -7,9 +7,9 @@
 #define TLSPROF_CONN_H
 
 /* Who ended a connection. */
-#define CONN_BY_SERVER 1 /* the server sent the first FIN */
+#define CONN_BY_SERVER 1 /* the server sent the first FIN, and no reset followed */
 #define CONN_BY_CLIENT 2 /* the client sent the first FIN */
-#define CONN_BY_RESET 3  /* a reset was sent or received, or the socket was aborted */
+#define CONN_BY_RESET 3  /* a reset before any FIN or after the server's, or an abort */
 
 /* conn_event.time_wait: did the server's side enter TIME_WAIT? */
 #define CONN_TW_NO 0

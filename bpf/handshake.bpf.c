@@ -330,9 +330,10 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev, struct tas
  * - accepted: SYN_RECV -> ESTABLISHED on a watched port creates the connection's socket-
  *   local storage (freed with the socket) and counts the port's accepted connections;
  * - who closed: the first transition out of ESTABLISHED says who sent the first FIN
- *   (FIN_WAIT1: the server, CLOSE_WAIT: the client); tcp_receive_reset/tcp_send_reset
- *   mark a reset; a socket that goes to CLOSE from ESTABLISHED or CLOSE_WAIT was aborted
- *   (unread data, SO_LINGER 0: the kernel sends its reset right after);
+ *   (FIN_WAIT1: the server, CLOSE_WAIT: the client); the client's FIN first makes it
+ *   "client" whatever follows; otherwise a reset (tcp_receive_reset/tcp_send_reset, or a
+ *   socket aborted from ESTABLISHED: unread data, SO_LINGER 0, the kernel sends its reset
+ *   right after) makes it "reset", and the server's FIN first "server";
  * - TIME_WAIT: the server's full socket goes FIN_WAIT2 -> CLOSE or CLOSING -> CLOSE when
  *   the kernel replaces it with a timewait socket. With the peer's FIN already received
  *   (SOCK_DONE) or from CLOSING, that socket is in TIME_WAIT; an orphaned socket whose FIN
@@ -407,7 +408,13 @@ static __always_inline void conn_closed(const struct sock *sk, struct conn_state
 {
 	__u8 by, tw = CONN_TW_NO;
 
-	if (c->reset) {
+	if (c->first_fin == CONN_BY_CLIENT) {
+		/* The client ended it. A reset may follow: a server that answers the client's FIN
+		 * with its own close_notify gets one from a client socket that is gone. */
+		by = CONN_BY_CLIENT;
+	} else if (c->reset) {
+		/* before any FIN (SO_LINGER 0, an abort), or after the server's: the client closed
+		 * with the server's data (close_notify, FIN) unread */
 		by = CONN_BY_RESET;
 	} else if (oldstate == TCP_FIN_WAIT2 || oldstate == TCP_CLOSING) {
 		by = CONN_BY_SERVER;

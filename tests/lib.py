@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -319,6 +320,123 @@ def https_connections(port: int, n: int, version: str | None = None, concurrency
     return counts
 
 
+def _read_response(s, buf: bytes) -> bytes:
+    """Reads one HTTP/1.1 response with a Content-Length; returns what follows it."""
+    while b"\r\n\r\n" not in buf:
+        d = s.recv(65536)
+        if not d:
+            raise ConnectionError("EOF before a whole response")
+        buf += d
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    while len(rest) < length:
+        d = s.recv(65536)
+        if not d:
+            raise ConnectionError("EOF inside a response body")
+        rest += d
+    return rest[length:]
+
+
+_SOURCES = iter(f"127.{a}.{b}.{c}" for a in range(100, 255) for b in range(256) for c in range(1, 255))
+_SOURCES_LOCK = threading.Lock()
+
+
+def next_source() -> str:
+    """A loopback source address no connection of this test run used before. The server's
+    TIME_WAIT socket for a 4-tuple dies when a new SYN reuses that tuple (the kernel
+    recycles it), and the client side, which closed second, may reuse its port at once:
+    distinct source addresses keep the kernel's TIME_WAIT count equal to the closes."""
+    with _SOURCES_LOCK:
+        return next(_SOURCES)
+
+
+def keepalive_connections(port: int, conns: int, per_conn: int, end: str = "eof", concurrency: int = 2,
+                          tls: bool = True, timeout: float = 60.0) -> dict:
+    """`conns` keep-alive connections with `per_conn` HTTP/1.1 requests each, every
+    response read whole. How each connection ends:
+      eof     - read to EOF (the server closes: its close_notify and FIN are read), then close;
+      close   - the client closes first, with nothing unread (clean FIN);
+      eof-pause - as eof, but waits 0.2 s before closing, so that its kernel acknowledges
+                the server's FIN alone, before the client's FIN goes;
+      linger0 - the client closes with SO_LINGER 0: a reset;
+      unread  - the client waits for more data from the server (its close_notify and FIN,
+                when the server closes), then closes without reading it: a reset;
+    Returns the client's own counts: {"requests", "connections", "failed"}."""
+    ctx = tls_client_context()
+    counts = {"requests": 0, "connections": 0, "failed": 0}
+    lock = threading.Lock()
+    todo = iter(range(conns))
+    deadline = time.monotonic() + timeout
+    request = b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"
+
+    def one():
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(next_source(), 0))
+        s = ctx.wrap_socket(raw, server_hostname="localhost") if tls else raw
+        done = 0
+        try:
+            buf = b""
+            for _ in range(per_conn):
+                s.sendall(request)
+                buf = _read_response(s, buf)
+                done += 1
+            if end in ("eof", "eof-pause"):
+                try:
+                    while s.recv(65536):
+                        pass
+                except (ssl.SSLError, ConnectionResetError):
+                    pass
+                if tls:
+                    # The TLS stream ends at the server's close_notify, which may come a
+                    # moment before its FIN: read the TCP stream to its end too.
+                    tcp = socket.socket(fileno=os.dup(s.fileno()))
+                    tcp.settimeout(10)  # the descriptor is non-blocking: wait in poll
+                    try:
+                        while tcp.recv(65536):
+                            pass
+                    except OSError:
+                        pass
+                    finally:
+                        tcp.close()
+                if end == "eof-pause":
+                    time.sleep(0.2)
+            elif end == "unread":
+                select.select([s], [], [], 10)
+            elif end == "linger0":
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        finally:
+            s.close()
+        return done
+
+    def worker():
+        while time.monotonic() < deadline:
+            with lock:
+                if next(todo, None) is None:
+                    return
+            try:
+                done = one()
+                with lock:
+                    counts["requests"] += done
+                    counts["connections"] += 1
+            except (OSError, ssl.SSLError, ConnectionError):
+                with lock:
+                    counts["failed"] += 1
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return counts
+
+
+def ss_time_wait(port: int) -> int:
+    """Sockets in TIME_WAIT with this local port, as the kernel shows them to ss."""
+    out = subprocess.run(["ss", "-Htan", "state", "time-wait", f"( sport = :{port} )"],
+                         capture_output=True, text=True, check=True).stdout
+    return len([line for line in out.splitlines() if line.strip()])
+
+
 def failing_handshakes(port: int, n: int, ciphers: str) -> int:
     """n TLS 1.2 connections offering only `ciphers`, each expected to fail the handshake."""
     failed = 0
@@ -363,10 +481,11 @@ NODES = {
 
 
 class NodeServer:
-    def __init__(self, workdir: Path, node: Path = Path("/usr/bin/node")):
+    def __init__(self, workdir: Path, node: Path = Path("/usr/bin/node"), keepalive: bool = False):
         self.port = free_port()
         key, crt = make_cert(workdir)
-        self.proc = subprocess.Popen([str(node), str(ROOT / "tests/servers/https_server.js"), str(self.port), str(crt), str(key)],
+        self.proc = subprocess.Popen([str(node), str(ROOT / "tests/servers/https_server.js"), str(self.port), str(crt), str(key),
+                                      *(["keepalive"] if keepalive else [])],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.pid = self.proc.pid
         wait_port(self.port)
@@ -382,7 +501,7 @@ APACHE_MODULES = ["mpm_event", "authz_core", "ssl", "socache_shmcb"]
 class Apache:
     """Apache httpd with mod_ssl and the threaded event MPM, configured from scratch."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, keepalive: bool = False):
         self.dir, self.port, key, crt = server_setup(workdir, "apache")
         d = self.dir
         (d / "htdocs").mkdir()
@@ -407,7 +526,8 @@ ThreadsPerChild 16
 MinSpareThreads 1
 MaxSpareThreads 16
 MaxRequestWorkers 16
-KeepAlive Off
+KeepAlive {"On" if keepalive else "Off"}
+MaxKeepAliveRequests 100
 DocumentRoot {d}/htdocs
 <Directory {d}/htdocs>
   Require all granted

@@ -244,6 +244,13 @@ impl Churn {
                 done.push((*key, if timed_out { "server" } else { "reset" }, false));
             }
         }
+        if self.verbose && !done.is_empty() {
+            let tw = done.iter().filter(|d| d.2).count();
+            eprintln!(
+                "tlsprof: settled {} connection(s) through sock_diag, {tw} in TIME_WAIT",
+                done.len()
+            );
+        }
         for (key, by, tw) in done {
             if let Some(p) = self.pending.remove(&key) {
                 self.ended(&p.comm, p.port, by, tw);

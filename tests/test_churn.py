@@ -1,0 +1,277 @@
+"""Connection churn against real servers and clients: connections by who ended them,
+server-side TIME_WAIT entries against the kernel's own count (ss), requests per connection
+against the client's own count."""
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lib import (ROOT, Agent, Apache, HAProxy, Nginx, NodeServer, free_port, have, keepalive_connections,
+                 next_source, ss_time_wait, stop_pid, wait_for)
+
+N = 200
+
+
+def churn(agent, port: int) -> dict:
+    """What tlsprof says about one port."""
+    s = agent.scrape()
+    p = str(port)
+
+    def v(name, **labels):
+        return sum(val for n, l, val in s if n == name and l.get("port") == p
+                   and all(l.get(k) == w for k, w in labels.items()))
+
+    return {
+        "accepted": v("tlsprof_tcp_connections_accepted_total"),
+        "server": v("tlsprof_tcp_connections_total", closed_by="server"),
+        "client": v("tlsprof_tcp_connections_total", closed_by="client"),
+        "reset": v("tlsprof_tcp_connections_total", closed_by="reset"),
+        "time_wait": v("tlsprof_tcp_time_wait_total"),
+        "time_wait_sockets": v("tlsprof_tcp_time_wait_sockets"),
+        "requests": v("tlsprof_requests_per_connection_sum"),
+        "conns": v("tlsprof_requests_per_connection_count"),
+        "duration_count": v("tlsprof_tcp_connection_duration_seconds_count"),
+        "comms": {l["comm"] for n, l, val in s if l.get("port") == p and "comm" in l and val > 0},
+        "buckets": {float(l["le"]): val for n, l, val in s
+                    if n == "tlsprof_requests_per_connection_bucket" and l.get("port") == p},
+    }
+
+
+def wait_watched(agent, port: int):
+    """Waits until the agent watches the port (its TIME_WAIT gauge exists)."""
+    wait_for(lambda: any(n == "tlsprof_tcp_time_wait_sockets" and l.get("port") == str(port)
+                         for n, l, v in agent.scrape()), 10, f"tlsprof to watch port {port}")
+
+
+def settled(agent, port: int, conns: int) -> dict:
+    """Waits until every connection of the port has ended in tlsprof's view."""
+    def done():
+        c = churn(agent, port)
+        return c if c["server"] + c["client"] + c["reset"] >= conns and c["accepted"] >= conns else None
+    wait_for(done, 20, f"{conns} ended connections on port {port} (now {churn(agent, port)})")
+    time.sleep(1.2)  # a further scan: the gauge and accepted count are refreshed per scan
+    return churn(agent, port)
+
+
+def test_keepalive_requests_5_vs_100_time_wait_exact(workdir):
+    """Two nginx servers at once on their own fresh ports, keepalive_requests 5 and 100,
+    the same keep-alive load of N requests each from a client that reads every connection
+    to EOF: the server closes every connection, each leaves one TIME_WAIT socket on the
+    server, N/5 and N/100 of them, as ss counts them; nothing crosses between the ports."""
+    a = Nginx(workdir, workers=1, extra_server="keepalive_requests 5;")
+    b = Nginx(workdir, workers=1, extra_server="keepalive_requests 100;")
+    try:
+        with Agent("--pid", str(a.pid), "--pid", str(b.pid)) as agent:
+            agent.wait_attached([a.pid, b.pid, *a.workers(), *b.workers()])
+            wait_watched(agent, a.port)
+            wait_watched(agent, b.port)
+            results = {}
+
+            def load(server, per):
+                results[per] = keepalive_connections(server.port, N // per, per, end="eof")
+
+            import threading
+            threads = [threading.Thread(target=load, args=(a, 5)), threading.Thread(target=load, args=(b, 100))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for per in (5, 100):
+                assert results[per] == {"requests": N, "connections": N // per, "failed": 0}, results
+            got = {5: settled(agent, a.port, N // 5), 100: settled(agent, b.port, N // 100)}
+            kernel = {5: ss_time_wait(a.port), 100: ss_time_wait(b.port)}
+        for per, port in ((5, a.port), (100, b.port)):
+            c, conns = got[per], N // per
+            assert kernel[per] == conns, f"ss shows {kernel[per]} TIME_WAIT sockets on {port}, expected {conns}; tlsprof {c}"
+            assert c["time_wait"] == kernel[per], f"keepalive_requests {per}: tlsprof {c}, ss {kernel[per]}"
+            assert c["time_wait_sockets"] == kernel[per], f"keepalive_requests {per}: gauge {c}, ss {kernel[per]}"
+            assert (c["accepted"], c["server"], c["client"], c["reset"]) == (conns, conns, 0, 0), c
+            assert (c["requests"], c["conns"], c["duration_count"]) == (N, conns, conns), c
+            # every connection carried exactly `per` requests
+            below = max(le for le in c["buckets"] if le < per)
+            assert c["buckets"][below] == 0 and c["buckets"][float(per)] == conns, c["buckets"]
+            assert c["comms"] == {"nginx"}, c
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_client_closes_first(workdir):
+    """A keep-alive client that closes its connections itself, with nothing unread: every
+    connection ended by the client, no TIME_WAIT on the server (it is the client's)."""
+    nginx = Nginx(workdir, workers=1)
+    try:
+        with Agent("--pid", str(nginx.pid)) as agent:
+            agent.wait_attached(nginx.workers())
+            wait_watched(agent, nginx.port)
+            client = keepalive_connections(nginx.port, 12, 4, end="close")
+            assert client == {"requests": 48, "connections": 12, "failed": 0}
+            c = settled(agent, nginx.port, 12)
+            kernel = ss_time_wait(nginx.port)
+        assert (c["accepted"], c["client"], c["server"], c["reset"]) == (12, 12, 0, 0), c
+        assert kernel == 0 and c["time_wait"] == 0 and c["time_wait_sockets"] == 0, (c, kernel)
+        assert (c["requests"], c["conns"]) == (48, 12), c
+    finally:
+        nginx.stop()
+
+
+@pytest.mark.skipif(not have("ab"), reason="ab not installed")
+def test_ab(workdir):
+    """ab -k closes its connections itself at the end: closed by the client, and the
+    requests it made are the requests tlsprof counts. ab without -k: nginx answers
+    HTTP/1.0 by closing first, and ab closes with nginx's close_notify unread, so its
+    kernel resets: whatever mix of resets and clean closes the kernel makes, tlsprof's
+    TIME_WAIT entries are what ss shows, and no connection is 'client'."""
+    nginx = Nginx(workdir, workers=1)
+    try:
+        with Agent("--pid", str(nginx.pid)) as agent:
+            agent.wait_attached(nginx.workers())
+            wait_watched(agent, nginx.port)
+            out = subprocess.run(["ab", "-k", "-q", "-n", "200", "-c", "4", f"https://127.0.0.1:{nginx.port}/"],
+                                 capture_output=True, text=True, timeout=120).stdout
+            assert "Complete requests:      200" in out, out
+            first = churn(agent, nginx.port)
+            wait_for(lambda: churn(agent, nginx.port)["client"] >= 4, 20, "ab -k connections to end")
+            c = settled(agent, nginx.port, churn(agent, nginx.port)["accepted"])
+            assert c["client"] == c["accepted"] and c["server"] == c["reset"] == 0, (first, c)
+            assert c["requests"] == 200 and c["time_wait"] == 0, c
+
+            # a second phase on the same server: ab without keep-alive
+            tw_before = ss_time_wait(nginx.port)
+            out = subprocess.run(["ab", "-q", "-n", "50", "-c", "2", f"https://127.0.0.1:{nginx.port}/"],
+                                 capture_output=True, text=True, timeout=120).stdout
+            assert "Complete requests:      50" in out, out
+            accepted = wait_for(lambda: churn(agent, nginx.port)["accepted"] - c["accepted"] >= 50 and
+                                churn(agent, nginx.port)["accepted"], 20, "ab's connections")
+            d = settled(agent, nginx.port, accepted)
+            kernel = ss_time_wait(nginx.port) - tw_before
+        new = {k: d[k] - c[k] for k in ("server", "client", "reset", "time_wait", "requests")}
+        assert new["client"] == 0 and new["server"] + new["reset"] == accepted - c["accepted"], new
+        assert new["time_wait"] == kernel == new["server"], (new, kernel)
+        assert new["requests"] == 50, new
+    finally:
+        nginx.stop()
+
+
+def test_resets_are_never_time_wait(workdir):
+    """Clients that reset: SO_LINGER 0 after their requests, and clients that close
+    while the server's close_notify is still unread (the server closed first). All
+    count as reset, none as TIME_WAIT, and ss agrees."""
+    nginx = Nginx(workdir, workers=1, extra_server="keepalive_requests 2;")
+    try:
+        with Agent("--pid", str(nginx.pid)) as agent:
+            agent.wait_attached(nginx.workers())
+            wait_watched(agent, nginx.port)
+            lingered = keepalive_connections(nginx.port, 10, 1, end="linger0")
+            # the second response comes with the server's close_notify and FIN; closing
+            # right after reading it leaves the close_notify unread: a reset
+            unread = keepalive_connections(nginx.port, 10, 2, end="unread")
+            assert lingered["connections"] == 10 and unread["connections"] == 10, (lingered, unread)
+            c = settled(agent, nginx.port, 20)
+            kernel = ss_time_wait(nginx.port)
+        assert kernel == 0, f"ss shows {kernel} TIME_WAIT sockets"
+        assert (c["accepted"], c["reset"], c["time_wait"], c["time_wait_sockets"]) == (20, 20, 0, 0), c
+        assert c["requests"] == 10 + 20, c
+    finally:
+        nginx.stop()
+
+
+def test_orphaned_close_reaches_time_wait_through_sock_diag(workdir):
+    """A server that close()s at once (no shutdown) after 3 requests: its socket is handed
+    to a FIN_WAIT2 timewait socket when the client acknowledges the FIN, before the client's
+    own FIN. The agent settles those through sock_diag: each one that reached TIME_WAIT is
+    counted, exactly as ss shows them."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(ROOT / "tests/servers/churn_server.py"), str(port), "3", "120"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "serving"
+        with Agent("--pid", str(server.pid)) as agent:
+            agent.wait_attached([server.pid])
+            wait_watched(agent, port)
+            import socket
+            for _ in range(7):
+                with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(next_source(), 0)) as s:
+                    f = s.makefile("rb")
+                    for _ in range(3):
+                        s.sendall(b"ping\n")
+                        assert f.readline() == b"pong\n"
+                    assert s.recv(16) == b""  # the server's FIN
+                    f.close()
+                    time.sleep(0.2)  # acknowledged alone, before our FIN goes
+            c = settled(agent, port, 7)
+            kernel = ss_time_wait(port)
+            log = agent.output()
+        assert kernel == 7
+        assert (c["accepted"], c["server"], c["time_wait"], c["time_wait_sockets"]) == (7, 7, 7, 7), c
+        assert (c["requests"], c["conns"]) == (21, 7), c
+        # the orphan path was taken (not the FIN-received one)
+        settled_lines = re.findall(r"settled (\d+) connection\(s\) through sock_diag, (\d+) in TIME_WAIT", log)
+        assert sum(int(tw) for _, tw in settled_lines) == 7, log[-2000:]
+    finally:
+        stop_pid(server.pid)
+        server.wait(timeout=10)
+
+
+def _keepalive_server(kind, workdir):
+    if kind == "node":
+        return NodeServer(workdir, keepalive=True)
+    if kind == "haproxy":
+        return HAProxy(workdir)
+    return Apache(workdir, keepalive=True)
+
+
+@pytest.mark.parametrize("kind", ["node", "haproxy", "apache"])
+def test_requests_per_connection_other_servers(workdir, kind):
+    """Requests per connection on servers whose TLS library runs its handshake differently:
+    node over a memory BIO (the application writes the handshake flights itself), HAProxy
+    and Apache over their own BIOs. 5 connections of 6 requests, closed by the client."""
+    need = {"node": "node", "haproxy": "haproxy", "apache": "apache2"}[kind]
+    if not have(need):
+        pytest.skip(f"{need} not installed")
+    server = _keepalive_server(kind, workdir)
+    try:
+        with Agent("--pid", str(server.pid)) as agent:
+            wait_for(lambda: agent.attached(server.pid) or any(agent.attached(p) for p in _children(server.pid)),
+                     15, f"tlsprof to attach to {kind}")
+            wait_watched(agent, server.port)
+            client = keepalive_connections(server.port, 5, 6, end="close")
+            assert client == {"requests": 30, "connections": 5, "failed": 0}, client
+            c = settled(agent, server.port, 5)
+        assert (c["accepted"], c["client"], c["requests"], c["conns"]) == (5, 5, 30, 5), c
+        assert c["buckets"][5.0] == 0 and c["buckets"][10.0] == 5, c["buckets"]
+    finally:
+        server.stop()
+
+
+def _children(pid):
+    from lib import proc_children
+    return proc_children(pid)
+
+
+def test_connections_of_other_processes_are_not_counted(workdir):
+    """A plain TCP listener that is not traced (this test process) sees traffic at the
+    same time: nothing of it appears."""
+    import socket
+    nginx = Nginx(workdir, workers=1)
+    other = socket.create_server(("127.0.0.1", 0))
+    other_port = other.getsockname()[1]
+    try:
+        with Agent("--pid", str(nginx.pid)) as agent:
+            agent.wait_attached(nginx.workers())
+            for _ in range(5):
+                c = socket.create_connection(("127.0.0.1", other_port))
+                s, _ = other.accept()
+                c.close()
+                s.close()
+            keepalive_connections(nginx.port, 3, 2, end="close")
+            c = settled(agent, nginx.port, 3)
+            samples = agent.scrape()
+        ports = {l.get("port") for n, l, v in samples if n.startswith("tlsprof_tcp") and "port" in l}
+        assert ports == {str(nginx.port)}, ports
+        assert c["accepted"] == 3, c
+    finally:
+        other.close()
+        nginx.stop()
