@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Overhead of tlsprof on a real nginx, measured as server CPU per request.
 
-Two workloads against one nginx worker (ECDSA P-256, TLS 1.3, small response):
+Three workloads against one nginx worker (ECDSA P-256, TLS 1.3, small response):
   handshake  - a new TLS connection per request (ab -c 16)
   keepalive  - keep-alive requests on reused connections (ab -k -c 16)
+  churn      - keep-alive with 5 requests per connection (nginx keepalive_requests 5,
+               as Domino's default), so connections open and close all the time (ab -k -c 16)
 For each workload, runs alternate without and with the agent (the order flips every
 pair), and each run's cost is the worker's on-CPU time (/proc/PID/task/*/schedstat,
 the kernel's own accounting) divided by the requests ab completed. Prints the medians
@@ -28,22 +30,25 @@ PIN = os.cpu_count() >= 2
 CLIENT_PIN = ["taskset", "-c", "1"] if PIN else []
 
 WORKLOADS = {
-    "handshake": ["-c", "16"],
-    "keepalive": ["-k", "-c", "16"],
+    "handshake": (["-c", "16"], "/"),
+    "keepalive": (["-k", "-c", "16"], "/"),
+    "churn": (["-k", "-c", "16"], "/churn"),
 }
 
 
 def one_run(nginx, worker, flags, seconds):
+    flags, path = flags
     before = cpu_ns(worker)
     out = subprocess.run([*CLIENT_PIN, "ab", "-q", "-t", str(seconds), "-n", "10000000", "-s", "30", *flags,
-                          f"https://127.0.0.1:{nginx.port}/"], capture_output=True, text=True, timeout=seconds + 60)
+                          f"https://127.0.0.1:{nginx.port}{path}"], capture_output=True, text=True,
+                         timeout=seconds + 60)
     after = cpu_ns(worker)
     done = next(int(l.split()[-1]) for l in out.stdout.splitlines() if l.startswith("Complete requests:"))
     return (after - before) / 1e3 / max(done, 1), done / seconds
 
 
 # tlsprof's BPF programs, by name prefix (bpftool shows names cut at 15 characters).
-OUR_PROGRAMS = ("hs_", "ssl_", "proc_")
+OUR_PROGRAMS = ("hs_", "ssl_", "proc_", "conn_")
 STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 
 
@@ -65,9 +70,9 @@ def probe_accounting(nginx, worker, flags, seconds, agent_args):
         with Agent(*agent_args.split(), scan_interval=2.0) as agent:
             agent.wait_attached([worker])
             b = bpf_usage()
-            out = subprocess.run([*CLIENT_PIN, "ab", "-q", "-t", str(seconds), "-n", "10000000", "-s", "30", *flags,
-                                  f"https://127.0.0.1:{nginx.port}/"], capture_output=True, text=True,
-                                 timeout=seconds + 60)
+            out = subprocess.run([*CLIENT_PIN, "ab", "-q", "-t", str(seconds), "-n", "10000000", "-s", "30",
+                                  *flags[0], f"https://127.0.0.1:{nginx.port}{flags[1]}"], capture_output=True,
+                                 text=True, timeout=seconds + 60)
             a = bpf_usage()
         done = next(int(l.split()[-1]) for l in out.stdout.splitlines() if l.startswith("Complete requests:"))
         return (a[0] - b[0]) / done, (a[1] - b[1]) / done, (a[2] - b[2]) / done
@@ -86,7 +91,8 @@ def main():
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tlsprof-bench-"))
-    nginx = Nginx(work, workers=1, extra_server="ssl_protocols TLSv1.3; keepalive_requests 100000;",
+    nginx = Nginx(work, workers=1, extra_server="ssl_protocols TLSv1.3; keepalive_requests 100000; "
+                  "location /churn { keepalive_requests 5; return 200 \"hello from nginx\\n\"; }",
                   extra_main="worker_cpu_affinity 01;" if PIN else "")
     (worker,) = nginx.workers()
     results = {}
