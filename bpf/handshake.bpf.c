@@ -221,7 +221,8 @@ int BPF_KRETPROBE(hs_exit, int ret)
 	__u8 role = t->role;
 	__u8 io = t->io;
 	thread_done(tid);
-	if (!io) {
+	if (!io && role == HS_ROLE_SERVER) {
+		/* a server handshake on a memory BIO: see hs_cpu.after_hs */
 		struct hs_cpu *c = this_cpu();
 		if (c)
 			c->after_hs = tid;

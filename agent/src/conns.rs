@@ -258,9 +258,17 @@ impl Churn {
         }
     }
 
-    /// Namespaces no traced process lives in any more: close their sock_diag sockets.
+    /// Namespaces no traced process lives in any more: close their sock_diag sockets, and
+    /// settle their unsettled connections as the kernel said at close time (server-closed;
+    /// whether they reached TIME_WAIT can no longer be seen).
     pub fn retain_namespaces(&mut self, live: &HashSet<u32>) {
         self.diag.retain(|ns, _| live.contains(ns));
+        let orphaned: Vec<Tuple> = self.pending.keys().filter(|k| !live.contains(&k.0)).copied().collect();
+        for key in orphaned {
+            if let Some(p) = self.pending.remove(&key) {
+                self.ended(&p.comm, p.port, "server", false);
+            }
+        }
     }
 
     /// Settles what is left at exit as the kernel said at close time.
@@ -268,5 +276,113 @@ impl Churn {
         for (_, p) in std::mem::take(&mut self.pending) {
             self.ended(&p.comm, p.port, "server", false);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(dport: u16, time_wait: u8, by: u8) -> cn::conn_event {
+        let mut saddr = [0u8; 16];
+        saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+        cn::conn_event {
+            duration_ns: 1_000_000,
+            saddr,
+            daddr: saddr,
+            netns: 7,
+            requests: 5,
+            port: 8443,
+            dport,
+            family: cn::AF_INET,
+            closed_by: by,
+            time_wait,
+            tls: 1,
+            pad: [0; 7],
+        }
+    }
+
+    fn value(m: &Metrics, by: &str) -> u64 {
+        m.connections
+            .get_or_create(&ClosedByLabels {
+                comm: "nginx".into(),
+                port: "8443".into(),
+                closed_by: by.into(),
+            })
+            .get()
+    }
+
+    fn tw(m: &Metrics) -> u64 {
+        m.time_wait
+            .get_or_create(&PortLabels {
+                comm: "nginx".into(),
+                port: "8443".into(),
+            })
+            .get()
+    }
+
+    #[test]
+    fn fin_wait2_handovers_are_settled_by_what_sock_diag_shows() {
+        let m = Arc::new(Metrics::new());
+        let mut c = Churn::new(m.clone(), false);
+        c.diag.insert(7, Some(SockDiag::open().unwrap()));
+        c.on_event(&event(1001, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER), "nginx");
+        c.on_event(&event(1002, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER), "nginx");
+        c.on_event(&event(1003, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER), "nginx");
+        c.on_event(&event(1004, cn::CONN_TW_YES, cn::CONN_BY_SERVER), "nginx");
+        c.on_event(&event(1005, cn::CONN_TW_NO, cn::CONN_BY_CLIENT), "nginx");
+        assert_eq!((value(&m, "server"), value(&m, "client"), tw(&m)), (1, 1, 1));
+        assert_eq!(c.pending.len(), 3);
+
+        let lo = IpAddr::from([127, 0, 0, 1]);
+        let t = |dport| (7, lo, 8443, lo, dport);
+        // 1001 reached TIME_WAIT, 1002 still waits in FIN_WAIT2, 1003 was reset away
+        let found = HashMap::from([(7, (HashSet::from([t(1001)]), HashSet::from([t(1002)])))]);
+        c.settle(&found);
+        assert_eq!((value(&m, "server"), value(&m, "reset"), tw(&m)), (2, 1, 2));
+        assert_eq!(c.pending.len(), 1);
+        // a namespace not read this time settles nothing
+        c.settle(&HashMap::new());
+        assert_eq!(c.pending.len(), 1);
+        // its namespace gone: settled as server-closed without TIME_WAIT
+        c.retain_namespaces(&HashSet::new());
+        assert!(c.pending.is_empty());
+        assert_eq!((value(&m, "server"), tw(&m)), (3, 2));
+    }
+
+    #[test]
+    fn without_sock_diag_a_handover_counts_as_time_wait() {
+        let m = Arc::new(Metrics::new());
+        let mut c = Churn::new(m.clone(), false);
+        c.diag.insert(7, None);
+        c.on_event(&event(1001, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER), "nginx");
+        assert!(c.pending.is_empty());
+        assert_eq!((value(&m, "server"), tw(&m)), (1, 1));
+    }
+
+    #[test]
+    fn accepted_counts_are_exported_as_deltas() {
+        let m = Arc::new(Metrics::new());
+        let mut c = Churn::new(m.clone(), false);
+        let key = hs::hs_port {
+            netns: 7,
+            port: 8443,
+            pad: 0,
+        };
+        let ports = BTreeMap::from([(key, "nginx".to_string())]);
+        let accepted = || {
+            m.connections_accepted
+                .get_or_create(&PortLabels {
+                    comm: "nginx".into(),
+                    port: "8443".into(),
+                })
+                .get()
+        };
+        c.sync_accepted(&ports, &HashMap::from([(key, 10)]));
+        c.sync_accepted(&ports, &HashMap::from([(key, 25)]));
+        assert_eq!(accepted(), 25);
+        // the port was removed and added again: the kernel counts from zero
+        c.sync_accepted(&ports, &HashMap::from([(key, 3)]));
+        assert_eq!(accepted(), 28);
     }
 }

@@ -4,6 +4,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub const CONN_BY_SERVER: u8 = 1;
 pub const CONN_BY_CLIENT: u8 = 2;
 pub const CONN_BY_RESET: u8 = 3;
+#[cfg(test)]
+pub const CONN_TW_NO: u8 = 0;
 pub const CONN_TW_YES: u8 = 1;
 pub const CONN_TW_MAYBE: u8 = 2;
 pub const AF_INET: u16 = libc::AF_INET as u16;
