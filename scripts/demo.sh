@@ -49,6 +49,9 @@ for _ in 1 2 3; do openssl s_client -connect "127.0.0.1:$PORT" -tls1_2 -cipher A
 
 echo "demo: what http://$METRICS/metrics says now (handshake series):"
 curl -s "http://$METRICS/metrics" | grep -E '^tlsprof_(handshakes_total|handshake_cpu_seconds_(sum|count)|handshake_duration_seconds_(sum|count)|attached_processes|events_lost_total)' || true
+echo "demo: connection churn (keepalive_requests 100; ab without -k closes with nginx's close_notify unread: resets):"
+curl -s "http://$METRICS/metrics" | grep -E '^tlsprof_(tcp_connections_accepted_total|tcp_connections_total|tcp_time_wait_total|tcp_time_wait_sockets|requests_per_connection_(sum|count))' || true
+echo "demo: ss says $(ss -Htan state time-wait "( sport = :$PORT )" | wc -l) sockets in TIME_WAIT on port $PORT"
 echo "demo: tlsprof's own summary at exit:"
 wait "$agent"
 agent=""
