@@ -37,7 +37,7 @@ CONF
 nginx -c "$DIR/nginx.conf"
 echo "demo: nginx (2 workers, ECDSA P-256) on https://127.0.0.1:$PORT, master pid $(cat "$DIR/nginx.pid")"
 
-"$TLSPROF" run --comm nginx --listen "$METRICS" --duration 26 &
+"$TLSPROF" run --comm nginx --listen "$METRICS" --duration 30 &
 agent=$!
 sleep 2
 
@@ -47,6 +47,7 @@ ab -q -k -t 10 -n 1000000 -c 8 "https://127.0.0.1:$PORT/" | grep -E "Complete re
 echo "demo: some failing handshakes (a client offering only RSA suites to an ECDSA server)"
 for _ in 1 2 3; do openssl s_client -connect "127.0.0.1:$PORT" -tls1_2 -cipher AES128-SHA </dev/null >/dev/null 2>&1 || true; done
 
+sleep 2.5  # one agent scan (every 2 s) refreshes the TIME_WAIT gauge and accepted counts
 echo "demo: what http://$METRICS/metrics says now (handshake series):"
 curl -s "http://$METRICS/metrics" | grep -E '^tlsprof_(handshakes_total|handshake_cpu_seconds_(sum|count)|handshake_duration_seconds_(sum|count)|attached_processes|events_lost_total)' || true
 echo "demo: connection churn (keepalive_requests 100; ab without -k closes with nginx's close_notify unread: resets):"
