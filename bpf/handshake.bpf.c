@@ -515,23 +515,37 @@ static __always_inline void handshake_io(struct conn_state *c, __u32 tid)
 		ps->flags |= HS_PORT_TLS;
 }
 
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(conn_recv, struct sock *sk, int ret, int flags)
+/*
+ * The connection's state when this read or write of sk is the application's, NULL when
+ * the socket is not watched or the I/O belongs to the handshake: made inside a handshake
+ * call, or the first write after a memory-BIO server handshake call (hs_cpu.after_hs).
+ */
+static __always_inline struct conn_state *app_io(struct sock *sk, bool write)
 {
 	struct conn_state *c = conn_of(sk);
 	if (!c)
-		return 0;
+		return NULL;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct hs_cpu *cpu = this_cpu();
 	if (!cpu)
-		return 0;
+		return NULL;
 	if (cpu->in_hs == tid) {
 		handshake_io(c, tid);
-		return 0;
+		return NULL;
 	}
-	if (cpu->after_hs == tid)
+	if (cpu->after_hs == tid) {
 		cpu->after_hs = 0;
-	if (ret > 0 && !(flags & MSG_PEEK))
+		if (write)
+			return NULL;
+	}
+	return c;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(conn_recv, struct sock *sk, int ret, int flags)
+{
+	struct conn_state *c = app_io(sk, false);
+	if (c && ret > 0 && !(flags & MSG_PEEK))
 		c->dir = CONN_DIR_IN;
 	return 0;
 }
@@ -539,22 +553,8 @@ int BPF_PROG(conn_recv, struct sock *sk, int ret, int flags)
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(conn_send, struct sock *sk, int ret)
 {
-	struct conn_state *c = conn_of(sk);
-	if (!c)
-		return 0;
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct hs_cpu *cpu = this_cpu();
-	if (!cpu)
-		return 0;
-	if (cpu->in_hs == tid) {
-		handshake_io(c, tid);
-		return 0;
-	}
-	if (cpu->after_hs == tid) {
-		cpu->after_hs = 0;
-		return 0;
-	}
-	if (ret <= 0)
+	struct conn_state *c = app_io(sk, true);
+	if (!c || ret <= 0)
 		return 0;
 	if (c->dir == CONN_DIR_IN)
 		c->requests++;

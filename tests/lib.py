@@ -271,6 +271,26 @@ http {{
 
 # ---------------------------------------------------------------- clients
 
+def run_pool(n: int, concurrency: int, timeout: float, job):
+    """Runs job() n times on `concurrency` threads, starting no new run after `timeout` s."""
+    lock = threading.Lock()
+    todo = iter(range(n))
+    deadline = time.monotonic() + timeout
+
+    def worker():
+        while time.monotonic() < deadline:
+            with lock:
+                if next(todo, None) is None:
+                    return
+            job()
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def tls_client_context(version: str | None = None, ciphers: str | None = None) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
@@ -290,33 +310,23 @@ def https_connections(port: int, n: int, version: str | None = None, concurrency
     ctx = tls_client_context(version)
     counts = {"ok": 0, "failed": 0, "versions": set()}
     lock = threading.Lock()
-    todo = iter(range(n))
-    deadline = time.monotonic() + timeout
 
-    def worker():
-        while time.monotonic() < deadline:
+    def job():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+                with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                    version_used = s.version()
+                    s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                    while s.recv(65536):
+                        pass
             with lock:
-                if next(todo, None) is None:
-                    return
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-                    with ctx.wrap_socket(raw, server_hostname="localhost") as s:
-                        version_used = s.version()
-                        s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                        while s.recv(65536):
-                            pass
-                with lock:
-                    counts["ok"] += 1
-                    counts["versions"].add(version_used)
-            except (OSError, ssl.SSLError):
-                with lock:
-                    counts["failed"] += 1
+                counts["ok"] += 1
+                counts["versions"].add(version_used)
+        except (OSError, ssl.SSLError):
+            with lock:
+                counts["failed"] += 1
 
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_pool(n, concurrency, timeout, job)
     return counts
 
 
@@ -366,8 +376,6 @@ def keepalive_connections(port: int, conns: int, per_conn: int, end: str = "eof"
     ctx = tls_client_context()
     counts = {"requests": 0, "connections": 0, "failed": 0}
     lock = threading.Lock()
-    todo = iter(range(conns))
-    deadline = time.monotonic() + timeout
     request = b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
     def one():
@@ -408,25 +416,17 @@ def keepalive_connections(port: int, conns: int, per_conn: int, end: str = "eof"
             s.close()
         return done
 
-    def worker():
-        while time.monotonic() < deadline:
+    def job():
+        try:
+            done = one()
             with lock:
-                if next(todo, None) is None:
-                    return
-            try:
-                done = one()
-                with lock:
-                    counts["requests"] += done
-                    counts["connections"] += 1
-            except (OSError, ssl.SSLError, ConnectionError):
-                with lock:
-                    counts["failed"] += 1
+                counts["requests"] += done
+                counts["connections"] += 1
+        except (OSError, ssl.SSLError, ConnectionError):
+            with lock:
+                counts["failed"] += 1
 
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_pool(conns, concurrency, timeout, job)
     return counts
 
 
