@@ -9,7 +9,7 @@ import time
 import pytest
 
 from lib import (ROOT, Agent, Apache, HAProxy, Nginx, NodeServer, free_port, have, keepalive_connections,
-                 next_source, ss_time_wait, stop_pid, wait_for)
+                 next_source, proc_children, ss_time_wait, stop_pid, wait_for)
 
 N = 200
 
@@ -234,7 +234,7 @@ def test_requests_per_connection_other_servers(workdir, kind):
     server = _keepalive_server(kind, workdir)
     try:
         with Agent("--pid", str(server.pid)) as agent:
-            wait_for(lambda: agent.attached(server.pid) or any(agent.attached(p) for p in _children(server.pid)),
+            wait_for(lambda: agent.attached(server.pid) or any(agent.attached(p) for p in proc_children(server.pid)),
                      15, f"tlsprof to attach to {kind}")
             wait_watched(agent, server.port)
             client = keepalive_connections(server.port, 5, 6, end="close")
@@ -244,11 +244,6 @@ def test_requests_per_connection_other_servers(workdir, kind):
         assert c["buckets"][5.0] == 0 and c["buckets"][10.0] == 5, c["buckets"]
     finally:
         server.stop()
-
-
-def _children(pid):
-    from lib import proc_children
-    return proc_children(pid)
 
 
 def test_connections_of_other_processes_are_not_counted(workdir):

@@ -377,7 +377,7 @@ impl Agent {
         let mut now: BTreeMap<hs::hs_port, String> = BTreeMap::new();
         // Each namespace's listening sockets, read once (nginx's master and workers share one).
         let mut listeners: HashMap<u32, Vec<(u16, u64)>> = HashMap::new();
-        let mut namespaces: HashMap<u32, (PathBuf, Vec<u16>)> = HashMap::new();
+        let mut ns_paths: HashMap<u32, PathBuf> = HashMap::new();
         for (pid, t) in &self.traced {
             let (Ok(netns), Ok(inodes)) = (discovery::netns(*pid), discovery::socket_inodes(*pid)) else {
                 continue;
@@ -388,7 +388,7 @@ impl Agent {
                     .listeners(netns, &path)
                     .unwrap_or_else(|| discovery::proc_listeners(*pid))
             });
-            let ns = namespaces.entry(netns).or_insert_with(|| (path, Vec::new()));
+            ns_paths.entry(netns).or_insert(path);
             for (port, _) in table.iter().filter(|(_, ino)| inodes.contains(ino)) {
                 now.entry(hs::hs_port {
                     netns,
@@ -396,9 +396,16 @@ impl Agent {
                     pad: 0,
                 })
                 .or_insert_with(|| t.name.clone());
-                if !ns.1.contains(port) {
-                    ns.1.push(*port);
-                }
+            }
+        }
+        // Each namespace: a way into it, and its watched ports.
+        let mut namespaces: HashMap<u32, (PathBuf, Vec<u16>)> = ns_paths
+            .into_iter()
+            .map(|(ns, path)| (ns, (path, Vec::new())))
+            .collect();
+        for key in now.keys() {
+            if let Some((_, ports)) = namespaces.get_mut(&key.netns) {
+                ports.push(key.port);
             }
         }
         for (key, name) in self.ports.iter().filter(|(k, _)| !now.contains_key(k)) {

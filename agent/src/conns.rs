@@ -5,7 +5,7 @@
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     net::IpAddr,
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -145,7 +145,7 @@ impl Churn {
     }
 
     /// The sock_diag socket of a namespace, opened on first use through `ns_path`.
-    fn diag_for(&mut self, netns: u32, ns_path: &PathBuf) -> Option<&SockDiag> {
+    fn diag_for(&mut self, netns: u32, ns_path: &Path) -> Option<&SockDiag> {
         self.diag
             .entry(netns)
             .or_insert_with(|| {
@@ -172,7 +172,7 @@ impl Churn {
     }
 
     /// The listening sockets (local port, inode) of a namespace, or None without sock_diag.
-    pub fn listeners(&mut self, netns: u32, ns_path: &PathBuf) -> Option<Vec<(u16, u64)>> {
+    pub fn listeners(&mut self, netns: u32, ns_path: &Path) -> Option<Vec<(u16, u64)>> {
         let d = self.diag_for(netns, ns_path)?;
         let socks = d.dump_all(1 << sockdiag::TCP_LISTEN, &[]).ok()?;
         Some(socks.into_iter().map(|s| (s.sport, u64::from(s.inode))).collect())

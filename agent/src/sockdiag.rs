@@ -219,14 +219,14 @@ fn parse(mut buf: &[u8], family: u8, out: &mut Vec<DiagSocket>) -> io::Result<bo
                 }
             }
             SOCK_DIAG_BY_FAMILY if body.len() >= MSG_LEN => {
-                let f = body[0];
+                let f = if body[0] == 0 { family } else { body[0] };
                 // inet_diag_sockid: sport, dport (big endian), src[16], dst[16]
                 out.push(DiagSocket {
                     state: body[1],
                     sport: u16::from_be_bytes([body[4], body[5]]),
                     dport: u16::from_be_bytes([body[6], body[7]]),
-                    local: address(if f == 0 { family } else { f }, &body[8..24]),
-                    remote: address(if f == 0 { family } else { f }, &body[24..40]),
+                    local: address(f, &body[8..24]),
+                    remote: address(f, &body[24..40]),
                     inode: u32_ne(body, 68),
                 });
             }
