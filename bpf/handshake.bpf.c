@@ -21,6 +21,7 @@
 #include <bpf/bpf_endian.h>
 #include "handshake.h"
 #include "conn.h"
+#include "cpu.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -72,6 +73,9 @@ __u32 hs_active = 0;
 struct hs_cpu {
 	__u32 in_hs;
 	__u32 after_hs;
+	__u32 run_tgid;  /* the traced process running here (cpu_procs), 0 if none */
+	__u32 pad;
+	__u64 run_since; /* when its on-CPU time was last added to cpu_procs */
 };
 
 struct {
@@ -296,11 +300,55 @@ int BPF_KPROBE(ssl_free, void *ssl)
 	return 0;
 }
 
+/*
+ * CPU attribution. cpu_procs holds the traced processes (filled by the agent): their exact
+ * on-CPU time is summed here at every context switch (one hash lookup per switch of the
+ * machine, two when a traced process is involved), and a per-CPU perf event samples what
+ * they run (cpu_sample) for the split into handshake/crypto/kernel_net/other.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct cpu_proc);
+} cpu_procs SEC(".maps");
+
+/* Resized by the agent to the number of CPUs and the sampling frequency. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1024 * 1024);
+} cpu_samples SEC(".maps");
+
+static __always_inline void cpu_account(struct hs_cpu *c, __u64 now)
+{
+	struct cpu_proc *p = bpf_map_lookup_elem(&cpu_procs, &c->run_tgid);
+
+	if (p && now > c->run_since)
+		__sync_fetch_and_add(&p->oncpu_ns, now - c->run_since);
+	c->run_since = now;
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	__u64 now = 0;
 	__u32 tid;
+	struct hs_cpu *c = this_cpu();
+
+	if (!c)
+		return 0;
+	if (c->run_tgid) {
+		now = bpf_ktime_get_ns();
+		cpu_account(c, now);
+		c->run_tgid = 0;
+	}
+	__u32 tgid = BPF_CORE_READ(next, tgid);
+	if (tgid && bpf_map_lookup_elem(&cpu_procs, &tgid)) {
+		if (!now)
+			now = bpf_ktime_get_ns();
+		c->run_tgid = tgid;
+		c->run_since = now;
+	}
 
 	if (!hs_active)
 		return 0;
@@ -572,5 +620,47 @@ int BPF_PROG(hs_thread_exit, struct task_struct *task)
 		return 0;
 	tid = BPF_CORE_READ(task, pid);
 	thread_done(tid);
+	return 0;
+}
+
+/*
+ * One sample of a traced process: whether the thread is inside a handshake call, where it
+ * is (kernel and user stacks), and its on-CPU time brought up to date, so that a thread
+ * that never switches out is counted too. Everything else is decided in user space.
+ */
+SEC("perf_event")
+int cpu_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	long n;
+
+	if (!tid)
+		return 0; /* idle */
+	if (!bpf_map_lookup_elem(&cpu_procs, &tgid))
+		return 0;
+	struct hs_cpu *c = this_cpu();
+	if (c && c->run_tgid == tgid)
+		cpu_account(c, bpf_ktime_get_ns());
+
+	struct cpu_sample *e = bpf_ringbuf_reserve(&cpu_samples, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(HS_STAT_SAMPLES_LOST);
+		return 0;
+	}
+	e->tgid = tgid;
+	e->tid = tid;
+	e->flags = 0;
+	if (bpf_map_lookup_elem(&hs_threads, &tid))
+		e->flags |= CPU_SAMPLE_HANDSHAKE;
+	if ((BPF_CORE_READ(ctx, regs.cs) & 3) == 3)
+		e->flags |= CPU_SAMPLE_USER;
+	n = 0;
+	if (!(e->flags & CPU_SAMPLE_USER))
+		n = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
+	e->kdepth = n > 0 ? (__u64)n / 8 : 0;
+	n = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
+	e->udepth = n > 0 ? (__u64)n / 8 : 0;
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP); /* the agent reads them on its own clock */
 	return 0;
 }

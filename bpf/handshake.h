@@ -26,6 +26,7 @@
 #define HS_STAT_UNMATCHED_RETURN 3 /* a return probe fired without its entry (attached mid-call) */
 #define HS_STAT_CONN_EVENTS_LOST 4 /* conn_events full: a closed connection was not reported */
 #define HS_STAT_CONN_STORAGE_FULL 5 /* a connection could not be tracked (no memory for its state) */
+#define HS_STAT_SAMPLES_LOST 6 /* cpu_samples full: a CPU sample was dropped */
 #define HS_STAT_MAX 8
 
 /* One finished handshake, sent to user space through the hs_events ring buffer. */

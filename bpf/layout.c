@@ -9,6 +9,7 @@
 #include "handshake.h"
 #include "conn.h"
 #include "proc.h"
+#include "cpu.h"
 
 #define S(T) printf(#T " size %zu\n", sizeof(struct T))
 #define F(T, f) printf(#T "." #f " %zu %zu\n", offsetof(struct T, f), sizeof(((struct T *)0)->f))
@@ -72,5 +73,15 @@ int main(void)
 	F(proc_notice, kind);
 	F(proc_notice, pid);
 	F(proc_notice, parent);
+	S(cpu_sample);
+	F(cpu_sample, tgid);
+	F(cpu_sample, tid);
+	F(cpu_sample, flags);
+	F(cpu_sample, kdepth);
+	F(cpu_sample, udepth);
+	F(cpu_sample, kstack);
+	F(cpu_sample, ustack);
+	S(cpu_proc);
+	F(cpu_proc, oncpu_ns);
 	return 0;
 }

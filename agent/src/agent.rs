@@ -15,20 +15,23 @@ use anyhow::{bail, Context as _, Result};
 use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, RingBuf},
     programs::{
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
-        BtfTracePoint, UProbe,
+        BtfTracePoint, PerfEvent, UProbe,
     },
-    Btf, Ebpf,
+    Btf, Ebpf, EbpfLoader,
 };
 
 use crate::{
     conns::Churn,
+    cpu::{self, Profiler},
     discovery::{self, ProcStat},
     elf::{self, HandshakeHooks},
     http,
     metrics::{CommLabels, HandshakeLabels, KindLabels, Metrics, ProbeLabels, RoleLabels},
     preflight,
-    probes::{conn as cn, handshake as hs, proc as pr, read_record},
+    probes::{conn as cn, cpu as pc, handshake as hs, proc as pr, read_record},
+    symbols::{self, StackMemo},
     RunArgs,
 };
 
@@ -134,6 +137,9 @@ struct Probes {
     hs_ports: BpfHashMap<MapData, hs::hs_port, hs::hs_port_stats>,
     conn_events: RingBuf<MapData>,
     proc_traced: BpfHashMap<MapData, u32, u8>,
+    /// Moved into the Profiler.
+    cpu_samples: Option<RingBuf<MapData>>,
+    cpu_procs: Option<BpfHashMap<MapData, u32, pc::cpu_proc>>,
 }
 
 const UPROBES: &[&str] = &[
@@ -167,9 +173,43 @@ fn attach_tp_btf(ebpf: &mut Ebpf, program: &str, tracepoint: &str, btf: &Btf) ->
         })
 }
 
+/// Bytes of the sample ring buffer: a second of samples from every CPU (the agent reads it
+/// five times a second), as a power of two.
+fn sample_ring_bytes(cpus: usize, hz: u64) -> u32 {
+    let record = std::mem::size_of::<pc::cpu_sample>() as u64 + 8;
+    let want = (cpus as u64 * hz * record).clamp(256 * 1024, 64 * 1024 * 1024);
+    want.next_power_of_two() as u32
+}
+
+/// One perf event per online CPU, sampling whatever runs there at `hz`; cpu_sample keeps the
+/// samples of traced processes.
+fn attach_sampler(hs: &mut Ebpf, cpus: &[u32], hz: u64) -> Result<()> {
+    let p: &mut PerfEvent = hs
+        .program_mut("cpu_sample")
+        .context("program cpu_sample missing")?
+        .try_into()?;
+    p.load().context("the kernel rejected program cpu_sample")?;
+    for &cpu in cpus {
+        p.attach(
+            PerfEventConfig::Software(SoftwareEvent::CpuClock),
+            PerfEventScope::AllProcessesOneCpu { cpu },
+            SamplePolicy::Frequency(hz),
+            false,
+        )
+        .with_context(|| {
+            format!("cannot open a cpu-clock perf event on CPU {cpu} (run with --sample-hz 0 to profile without sampling)")
+        })?;
+    }
+    Ok(())
+}
+
 impl Probes {
-    fn load(btf: &Btf) -> Result<Self> {
-        let mut hs = Ebpf::load(hs::OBJECT).context("cannot load the handshake probes into the kernel")?;
+    fn load(btf: &Btf, sample_hz: u64) -> Result<Self> {
+        let cpus = aya::util::online_cpus().map_err(|(_, e)| e).context("cannot read the online CPUs")?;
+        let mut hs = EbpfLoader::new()
+            .map_max_entries("cpu_samples", sample_ring_bytes(cpus.len(), sample_hz))
+            .load(hs::OBJECT)
+            .context("cannot load the handshake probes into the kernel")?;
         for name in UPROBES {
             let p: &mut UProbe = hs
                 .program_mut(name)
@@ -196,6 +236,9 @@ impl Probes {
                 missing.push(program);
             }
         }
+        if sample_hz > 0 {
+            attach_sampler(&mut hs, &cpus, sample_hz)?;
+        }
         let mut proc_ = Ebpf::load(pr::OBJECT).context("cannot load the process probes into the kernel")?;
         attach_tp_btf(&mut proc_, "proc_fork", "sched_process_fork", btf)?;
         attach_tp_btf(&mut proc_, "proc_exit", "sched_process_exit", btf)?;
@@ -208,6 +251,8 @@ impl Probes {
             conn_events: take(&mut hs, "conn_events")?,
             proc_events: take(&mut proc_, "proc_events")?,
             proc_traced: take(&mut proc_, "proc_traced")?,
+            cpu_samples: Some(take(&mut hs, "cpu_samples")?),
+            cpu_procs: Some(take(&mut hs, "cpu_procs")?),
             hs,
             _proc: proc_,
         })
@@ -283,6 +328,8 @@ struct Agent {
     churn: Churn,
     /// Processes forgotten since the last sweep of the kernel maps.
     exited: Vec<u32>,
+    profiler: Profiler,
+    stack_memo: StackMemo,
 }
 
 /// The OpenSSL hooks of every candidate file of a process.
@@ -479,6 +526,13 @@ impl Agent {
             Vec::new()
         });
         if files.is_empty() {
+            // Another TLS stack (GnuTLS, Go, …): no handshake probes, but CPU and connections.
+            if let Some(stack) = symbols::process_tls_stack(pid, &mut self.stack_memo) {
+                self.watched.remove(&pid);
+                self.log(format!("attached to {pid} ({}): TLS stack {stack}, no handshake probes", st.comm));
+                self.track(pid, st, Vec::new());
+                return;
+            }
             let watched = Watched {
                 start_time: st.start_time,
                 vsize: st.vsize,
@@ -531,9 +585,15 @@ impl Agent {
                 h.source.as_str()
             ));
         }
+        self.track(pid, st, links);
+    }
+
+    /// Starts following a process: forks, CPU, listening ports.
+    fn track(&mut self, pid: u32, st: ProcStat, links: Vec<Link>) {
         let _ = self.probes.proc_traced.insert(pid, 1, 0);
         let name = discovery::process_name(pid, &st.comm);
         self.ever_attached.insert(name.clone());
+        self.profiler.add(pid, &name, !links.is_empty());
         self.traced.insert(
             pid,
             Traced {
@@ -551,6 +611,7 @@ impl Agent {
             for l in t.links {
                 self.probes.detach(l);
             }
+            self.profiler.remove(pid);
             self.recent_exits.insert(pid, t.name);
         }
     }
@@ -711,6 +772,7 @@ impl Agent {
     }
 
     fn drain(&mut self) {
+        self.profiler.drain();
         let mut events = Vec::new();
         while let Some(item) = self.probes.hs_events.next() {
             if let Some(e) = read_record::<hs::hs_event>(&item) {
@@ -785,14 +847,17 @@ impl Agent {
     }
 }
 
-/// `--pid` must name a live process that carries OpenSSL, itself or in a child.
+/// `--pid` must name a live process that carries a TLS stack, itself or in a child.
 fn check_pids(pids: &[u32]) -> Result<()> {
     let mut cache = HashMap::new();
+    let mut memo = StackMemo::default();
+    let mut has_tls = |pid: u32, cache: &mut HashMap<_, _>| -> Result<bool> {
+        let files = tls_files(pid, cache, elf::HookMode::Auto, false)?;
+        Ok(!files.is_empty() || symbols::process_tls_stack(pid, &mut memo).is_some())
+    };
     for &pid in pids {
         let st = discovery::stat(pid).map_err(|_| anyhow::anyhow!("no process with pid {pid}"))?;
-        let files = tls_files(pid, &mut cache, elf::HookMode::Auto, false)
-            .with_context(|| format!("cannot read /proc/{pid}/maps of {pid} ({})", st.comm))?;
-        if !files.is_empty() {
+        if has_tls(pid, &mut cache).with_context(|| format!("cannot read /proc/{pid}/maps of {pid} ({})", st.comm))? {
             continue;
         }
         let stats: HashMap<u32, ProcStat> = discovery::pids()?
@@ -806,12 +871,12 @@ fn check_pids(pids: &[u32]) -> Result<()> {
         let child_has_tls = stats
             .keys()
             .filter(|p| **p != pid && sel.selects(**p, &stats))
-            .any(|p| tls_files(*p, &mut cache, elf::HookMode::Auto, false).is_ok_and(|f| !f.is_empty()));
+            .any(|p| has_tls(*p, &mut cache).unwrap_or(false));
         if !child_has_tls {
             bail!(
-                "process {pid} ({}) maps no OpenSSL library (libssl.so.*) and its executable has no \
-                 OpenSSL symbols (an executable with OpenSSL linked in must keep them: not stripped): \
-                 nothing to trace",
+                "process {pid} ({}) maps no TLS library (libssl, libgnutls, libmbedtls, …) and its executable \
+                 carries no TLS code found by symbols (OpenSSL, mbed TLS or Go's crypto/tls linked in; a \
+                 stripped executable hides it): nothing to trace",
                 st.comm
             );
         }
@@ -822,12 +887,23 @@ fn check_pids(pids: &[u32]) -> Result<()> {
 pub fn run(args: RunArgs) -> Result<()> {
     preflight::privileges()?;
     let btf = preflight::btf()?;
-    let listener = preflight::listen(args.listen)?;
+    let listener = match args.flamegraph {
+        None => Some(preflight::listen(args.listen)?),
+        Some(_) => None,
+    };
     check_pids(&args.pids)?;
     preflight::raise_fd_limit();
 
-    let probes = Probes::load(&btf)?;
+    let mut probes = Probes::load(&btf, args.sample_hz)?;
     let metrics = Arc::new(Metrics::new());
+    let profiler = Profiler::new(
+        metrics.clone(),
+        probes.cpu_samples.take().context("cpu_samples taken")?,
+        probes.cpu_procs.take().context("cpu_procs taken")?,
+        args.debug_dirs.clone(),
+        args.flamegraph.is_some(),
+        args.verbose,
+    );
     for program in &probes.missing {
         metrics
             .attach_failures
@@ -836,7 +912,9 @@ pub fn run(args: RunArgs) -> Result<()> {
             })
             .inc();
     }
-    http::serve(listener, metrics.clone());
+    if let Some(listener) = listener {
+        http::serve(listener, metrics.clone());
+    }
     install_signal_handlers();
 
     let churn = Churn::new(metrics.clone(), args.verbose);
@@ -862,9 +940,13 @@ pub fn run(args: RunArgs) -> Result<()> {
         port_names: HashMap::new(),
         churn,
         exited: Vec::new(),
+        profiler,
+        stack_memo: StackMemo::default(),
         args,
     };
-    eprintln!("tlsprof: serving metrics on http://{}/metrics", agent.args.listen);
+    if agent.args.flamegraph.is_none() {
+        eprintln!("tlsprof: serving metrics on http://{}/metrics", agent.args.listen);
+    }
     agent.scan();
     agent.sync_self_usage();
 
@@ -874,6 +956,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     let mut next_scan = Instant::now() + every;
+    let mut next_split = Instant::now() + Duration::from_secs(1);
     let mut exits_cleared = Instant::now();
     while !STOP.load(Ordering::SeqCst) {
         if let Some(msg) = agent.fatal.take() {
@@ -884,8 +967,12 @@ pub fn run(args: RunArgs) -> Result<()> {
             break;
         }
         let until = next_scan.saturating_duration_since(now).min(Duration::from_millis(200));
-        agent.wait(until);
+        agent.wait(until.min(next_split.saturating_duration_since(now)));
         agent.drain();
+        if Instant::now() >= next_split {
+            agent.profiler.tick();
+            next_split = Instant::now() + Duration::from_secs(1);
+        }
         if Instant::now() >= next_scan {
             agent.scan();
             agent.sync_kernel_stats();
@@ -899,12 +986,35 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
     }
     agent.drain();
+    agent.profiler.tick();
     agent.refresh_ports();
     agent.churn.finish();
     agent.sync_kernel_stats();
+    if let Some(out) = agent.args.flamegraph.clone() {
+        return write_flamegraph(&agent, &out);
+    }
     if !agent.args.quiet {
         agent.print_summary();
     }
+    Ok(())
+}
+
+fn write_flamegraph(agent: &Agent, out: &Path) -> Result<()> {
+    let folded = agent.profiler.folded.as_ref().context("no stacks collected")?;
+    let samples: u64 = folded.stacks.values().sum();
+    if samples == 0 {
+        bail!(
+            "no CPU samples of the selected processes in {:.0} s (idle, or not attached): no flame graph written",
+            agent.args.duration.unwrap_or(0.0)
+        );
+    }
+    let mut names: Vec<&str> = agent.traced.values().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let title = format!("tlsprof: {} ({} samples at {} Hz)", names.join(", "), samples, agent.args.sample_hz);
+    let file = std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
+    cpu::render(folded, &title, std::io::BufWriter::new(file)).with_context(|| format!("writing {}", out.display()))?;
+    eprintln!("tlsprof: wrote {} ({samples} samples, {} stacks)", out.display(), folded.stacks.len());
     Ok(())
 }
 

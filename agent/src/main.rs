@@ -1,6 +1,7 @@
 //! tlsprof: an eBPF-based, server-side TLS performance profiler.
 mod agent;
 mod conns;
+mod cpu;
 mod discovery;
 mod elf;
 mod http;
@@ -8,8 +9,9 @@ mod metrics;
 mod preflight;
 mod probes;
 mod sockdiag;
+mod symbols;
 
-use std::{net::SocketAddr, process::ExitCode, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
 
@@ -28,6 +30,34 @@ struct Cli {
 enum Command {
     /// Attach to TLS server processes and serve Prometheus metrics.
     Run(RunArgs),
+    /// Sample the selected processes for a while and write an SVG flame graph, TLS frames in red.
+    Flamegraph(FlameArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("target").required(true).multiple(true).args(["pids", "comms"])))]
+pub struct FlameArgs {
+    /// Sample this process and the processes it forks (repeatable).
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Sample every process with this command name (repeatable).
+    #[arg(long = "comm", value_name = "NAME")]
+    pub comms: Vec<String>,
+    /// How long to sample.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub seconds: f64,
+    /// Where to write the SVG.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+    /// Samples per second on each CPU.
+    #[arg(long, default_value_t = 99, value_name = "HZ")]
+    pub sample_hz: u64,
+    /// Directories holding debug files by build id (<DIR>/.build-id/xx/yyyy.debug) (repeatable).
+    #[arg(long = "debug-dir", value_name = "DIR", default_value = "/usr/lib/debug")]
+    pub debug_dirs: Vec<PathBuf>,
+    /// Log what tlsprof attaches to and why.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -58,9 +88,20 @@ pub struct RunArgs {
     /// from SSL_read, as node's).
     #[arg(long, value_enum, default_value = "auto")]
     pub hooks: elf::HookMode,
+    /// CPU samples per second on each CPU, for the split of each process's CPU time
+    /// (0: no sampling; process CPU totals are still exact).
+    #[arg(long, default_value_t = 49, value_name = "HZ")]
+    pub sample_hz: u64,
+    /// Directories holding debug files by build id (<DIR>/.build-id/xx/yyyy.debug), for
+    /// crypto primitives in stripped libraries (repeatable).
+    #[arg(long = "debug-dir", value_name = "DIR", default_value = "/usr/lib/debug")]
+    pub debug_dirs: Vec<PathBuf>,
     /// Log what tlsprof attaches to and why.
     #[arg(short, long)]
     pub verbose: bool,
+    /// Set by `tlsprof flamegraph`: collect stacks and write them here instead of serving metrics.
+    #[arg(skip)]
+    pub flamegraph: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -73,6 +114,20 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => agent::run(args),
+        Command::Flamegraph(f) => agent::run(RunArgs {
+            pids: f.pids,
+            comms: f.comms,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            scan_interval: 1.0,
+            duration: Some(f.seconds),
+            quiet: true,
+            strict: false,
+            hooks: elf::HookMode::Auto,
+            sample_hz: f.sample_hz.max(1),
+            debug_dirs: f.debug_dirs,
+            verbose: f.verbose,
+            flamegraph: Some(f.output),
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

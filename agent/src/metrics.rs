@@ -51,6 +51,25 @@ pub struct OnlyPortLabels {
     pub port: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CategoryLabels {
+    pub comm: String,
+    pub category: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PrimitiveLabels {
+    pub comm: String,
+    pub primitive: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LibraryLabels {
+    pub comm: String,
+    pub library: String,
+    pub symbols: String,
+}
+
 type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Handshake CPU: 10 µs .. 1 s.
@@ -105,6 +124,11 @@ pub struct Metrics {
     pub time_wait_sockets: Family<OnlyPortLabels, Gauge>,
     pub connection_duration: HistFamily<PortLabels>,
     pub requests_per_connection: HistFamily<PortLabels>,
+    pub process_cpu: Family<CommLabels, Counter<f64>>,
+    pub cpu: Family<CategoryLabels, Counter<f64>>,
+    pub crypto_cpu: Family<PrimitiveLabels, Counter<f64>>,
+    pub tls_library: Family<LibraryLabels, Gauge>,
+    pub cpu_samples: Counter,
 }
 
 impl Metrics {
@@ -223,7 +247,47 @@ impl Metrics {
             "Application data exchanges (client data, then server data; TLS handshake traffic excluded) per ended connection",
             requests_per_connection.clone(),
         );
+        let process_cpu = Family::<CommLabels, Counter<f64>>::default();
+        registry.register_with_unit(
+            "process_cpu",
+            "On-CPU time (user and kernel) of the traced processes, summed by the kernel at every context switch",
+            Unit::Seconds,
+            process_cpu.clone(),
+        );
+        let cpu = Family::<CategoryLabels, Counter<f64>>::default();
+        registry.register_with_unit(
+            "cpu",
+            "On-CPU time of the traced processes split by sampling into handshake, crypto (TLS record crypto), \
+             tls_library (TLS code of stacks without handshake probes), kernel_net, probes (tlsprof's own) and other",
+            Unit::Seconds,
+            cpu.clone(),
+        );
+        let crypto_cpu = Family::<PrimitiveLabels, Counter<f64>>::default();
+        registry.register_with_unit(
+            "crypto_cpu",
+            "On-CPU time in TLS library code (handshakes included) and kernel TLS, by crypto primitive; \
+             no_symbols where the library has no function names",
+            Unit::Seconds,
+            crypto_cpu.clone(),
+        );
+        let tls_library = Family::<LibraryLabels, Gauge>::default();
+        registry.register(
+            "tls_library_info",
+            "TLS code a traced process maps, and where its function names come from (full, debug_file, exported_only, none)",
+            tls_library.clone(),
+        );
+        let cpu_samples = Counter::default();
+        registry.register(
+            "cpu_samples",
+            "CPU samples of traced processes received from the kernel",
+            cpu_samples.clone(),
+        );
         Self {
+            process_cpu,
+            cpu,
+            crypto_cpu,
+            tls_library,
+            cpu_samples,
             connections_accepted,
             connections,
             time_wait,

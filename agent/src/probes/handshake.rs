@@ -18,6 +18,7 @@ pub const STATS: &[(u32, &str)] = &[
     (3, "unmatched_return"),
     (4, "conn_events_lost"),
     (5, "conn_storage_full"),
+    (6, "samples_lost"),
 ];
 
 #[repr(C)]

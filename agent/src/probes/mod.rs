@@ -1,6 +1,7 @@
 //! One module per kernel-side probe: the #[repr(C)] mirror of its shared header
 //! and the embedded object.
 pub mod conn;
+pub mod cpu;
 pub mod handshake;
 pub mod proc;
 
@@ -23,7 +24,7 @@ pub fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
 mod layout_tests {
     use std::collections::BTreeMap;
 
-    use super::{conn::*, handshake::*, proc::*};
+    use super::{conn::*, cpu::*, handshake::*, proc::*};
 
     /// Field offsets and sizes as the C compiler lays them out (bpf/layout.c, run by build.rs).
     fn c_layout() -> BTreeMap<String, (usize, usize)> {
@@ -126,6 +127,19 @@ mod layout_tests {
             }
         );
         rust_layout!(rust, proc_notice { kind, pid, parent });
+        rust_layout!(
+            rust,
+            cpu_sample {
+                tgid,
+                tid,
+                flags,
+                kdepth,
+                udepth,
+                kstack,
+                ustack
+            }
+        );
+        rust_layout!(rust, cpu_proc { oncpu_ns });
         let c = c_layout();
         assert!(!c.is_empty(), "layout.txt is empty");
         for (name, layout) in &c {
