@@ -653,8 +653,15 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	e->flags = 0;
 	if (bpf_map_lookup_elem(&hs_threads, &tid))
 		e->flags |= CPU_SAMPLE_HANDSHAKE;
-	if ((BPF_CORE_READ(ctx, regs.cs) & 3) == 3)
+	/* ctx fields are read directly (the verifier rewrites them), whole: no narrowed load */
+	__u64 cs = *(volatile __u64 *)&ctx->regs.cs;
+	e->sp_word = 0;
+	if ((cs & 3) == 3) {
 		e->flags |= CPU_SAMPLE_USER;
+		__u64 sp = *(volatile __u64 *)&ctx->regs.sp;
+		if (bpf_probe_read_user(&e->sp_word, sizeof(e->sp_word), (void *)sp))
+			e->sp_word = 0;
+	}
 	n = 0;
 	if (!(e->flags & CPU_SAMPLE_USER))
 		n = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);

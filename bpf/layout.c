@@ -79,6 +79,7 @@ int main(void)
 	F(cpu_sample, flags);
 	F(cpu_sample, kdepth);
 	F(cpu_sample, udepth);
+	F(cpu_sample, sp_word);
 	F(cpu_sample, kstack);
 	F(cpu_sample, ustack);
 	S(cpu_proc);

@@ -362,7 +362,8 @@ def next_source() -> str:
 
 
 def keepalive_connections(port: int, conns: int, per_conn: int, end: str = "eof", concurrency: int = 2,
-                          tls: bool = True, timeout: float = 60.0) -> dict:
+                          tls: bool = True, timeout: float = 60.0, path: str = "/", version: str | None = None,
+                          ciphers: str | None = None) -> dict:
     """`conns` keep-alive connections with `per_conn` HTTP/1.1 requests each, every
     response read whole. How each connection ends:
       eof     - read to EOF (the server closes: its close_notify and FIN are read), then close;
@@ -372,15 +373,18 @@ def keepalive_connections(port: int, conns: int, per_conn: int, end: str = "eof"
       linger0 - the client closes with SO_LINGER 0: a reset;
       unread  - the client waits for more data from the server (its close_notify and FIN,
                 when the server closes), then closes without reading it: a reset;
-    Returns the client's own counts: {"requests", "connections", "failed"}."""
-    ctx = tls_client_context()
-    counts = {"requests": 0, "connections": 0, "failed": 0}
+    Returns the client's own counts: {"requests", "connections", "failed", "ciphers"}."""
+    ctx = tls_client_context(version, ciphers)
+    counts = {"requests": 0, "connections": 0, "failed": 0, "ciphers": set()}
     lock = threading.Lock()
-    request = b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    request = f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
 
     def one():
         raw = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(next_source(), 0))
         s = ctx.wrap_socket(raw, server_hostname="localhost") if tls else raw
+        if tls:
+            with lock:
+                counts["ciphers"].add(s.cipher()[0])
         done = 0
         try:
             buf = b""
@@ -481,11 +485,13 @@ NODES = {
 
 
 class NodeServer:
-    def __init__(self, workdir: Path, node: Path = Path("/usr/bin/node"), keepalive: bool = False):
+    def __init__(self, workdir: Path, node: Path = Path("/usr/bin/node"), keepalive: bool = False, body: int = 0):
+        """body: keep-alive responses of this many bytes."""
         self.port = free_port()
         key, crt = make_cert(workdir)
+        mode = [f"bulk:{body}"] if body else ["keepalive"] if keepalive else []
         self.proc = subprocess.Popen([str(node), str(ROOT / "tests/servers/https_server.js"), str(self.port), str(crt), str(key),
-                                      *(["keepalive"] if keepalive else [])],
+                                      *mode],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.pid = self.proc.pid
         wait_port(self.port)

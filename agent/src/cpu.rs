@@ -317,6 +317,7 @@ pub fn classify(s: &pc::cpu_sample, probed: bool, maps: &[Mapping], ks: Option<&
             prim: Prim::None,
         };
     }
+    let user_prim = user_prim(s, maps);
     if !user {
         // Kernel TLS: its crypto is record crypto (the handshake is always in user space).
         if kclasses.contains(&KClass::Ktls) {
@@ -326,28 +327,55 @@ pub fn classify(s: &pc::cpu_sample, probed: bool, maps: &[Mapping], ks: Option<&
             let category = if in_hs { Category::Handshake } else { tls_cat };
             return Verdict { category, prim };
         }
-        let category = if in_hs {
-            Category::Handshake
-        } else if kclasses.contains(&KClass::Net) {
-            Category::KernelNet
-        } else {
-            Category::Other
-        };
+        if in_hs {
+            return Verdict {
+                category: Category::Handshake,
+                prim: Prim::None,
+            };
+        }
+        if kclasses.contains(&KClass::Net) {
+            return Verdict {
+                category: Category::KernelNet,
+                prim: Prim::None,
+            };
+        }
+        // Other kernel work the TLS library caused (page faults on its buffers, getrandom).
+        let category = if user_prim != Prim::None { tls_cat } else { Category::Other };
         return Verdict {
             category,
             prim: Prim::None,
         };
     }
-    // User mode: is the interrupted instruction TLS code?
-    let prim = user_prim(s, maps);
     let category = if in_hs {
         Category::Handshake
-    } else if prim != Prim::None {
+    } else if user_prim != Prim::None {
         tls_cat
     } else {
         Category::Other
     };
-    Verdict { category, prim }
+    Verdict {
+        category,
+        prim: user_prim,
+    }
+}
+
+/// A validated return address in TLS code just above a leaf that is not: the TLS library
+/// called a helper (memcpy, memset from its buffer code). From the first frame-pointer
+/// frame, or from the word at the stack pointer (a leaf that pushed nothing), each checked
+/// to follow a call instruction.
+fn tls_caller(s: &pc::cpu_sample, maps: &[Mapping]) -> Option<Prim> {
+    let frames = s.user_frames();
+    let candidates = [frames.get(1).copied(), (s.sp_word != 0).then_some(s.sp_word)];
+    candidates.into_iter().flatten().find_map(|ra| {
+        let m = symbols::find(maps, ra)?;
+        let f = m.file.as_ref()?;
+        let va = m.vaddr(ra)?;
+        if !f.follows_call(va) {
+            return None;
+        }
+        let p = f.prim(m.vaddr(ra - 1)?);
+        (p != Prim::None).then_some(p)
+    })
 }
 
 /// The primitive of a user-mode sample: its leaf's, or — for a generic leaf (bignum or
@@ -358,6 +386,9 @@ fn user_prim(s: &pc::cpu_sample, maps: &[Mapping]) -> Prim {
     let Some((m, Some(va))) = locate(maps, ip) else { return Prim::None };
     let Some(f) = &m.file else { return Prim::None };
     let leaf = f.prim(va);
+    if leaf == Prim::None {
+        return tls_caller(s, maps).unwrap_or(Prim::None);
+    }
     if !leaf.generic() {
         return leaf;
     }

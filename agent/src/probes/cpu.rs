@@ -13,6 +13,7 @@ pub struct cpu_sample {
     pub flags: u32,
     pub kdepth: u16,
     pub udepth: u16,
+    pub sp_word: u64,
     pub kstack: [u64; CPU_KSTACK_MAX],
     pub ustack: [u64; CPU_USTACK_MAX],
 }

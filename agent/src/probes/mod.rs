@@ -135,6 +135,7 @@ mod layout_tests {
                 flags,
                 kdepth,
                 udepth,
+                sp_word,
                 kstack,
                 ustack
             }
