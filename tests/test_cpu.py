@@ -301,13 +301,22 @@ def test_go_crypto_tls_server_split(workdir, gotls_bin):
 # ------------------------------------------------------------------ flame graphs
 
 def flamegraph_during(load, *args, seconds: float = 3.0):
+    """Runs `tlsprof flamegraph` while `load` runs in rounds (at most 60 s of them) until it ends."""
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"tlsprof-fg-{os.getpid()}-{time.monotonic_ns()}.svg"
-    t = threading.Thread(target=load)
+    done = threading.Event()
+
+    def rounds():
+        deadline = time.monotonic() + 60
+        while not done.is_set() and time.monotonic() < deadline:
+            load()
+
+    t = threading.Thread(target=rounds)
     t.start()
     try:
         r = subprocess.run([str(TLSPROF), "flamegraph", *args, "--seconds", str(seconds), "-o", str(out)],
                            capture_output=True, text=True, timeout=60)
     finally:
+        done.set()
         t.join()
     svg = out.read_text() if out.exists() else ""
     out.unlink(missing_ok=True)
@@ -317,7 +326,7 @@ def flamegraph_during(load, *args, seconds: float = 3.0):
 def test_flamegraph_of_nginx_highlights_tls(workdir):
     ng = Nginx(workdir, workers=1)
     try:
-        r, svg = flamegraph_during(lambda: https_connections(ng.port, 1200, concurrency=8),
+        r, svg = flamegraph_during(lambda: https_connections(ng.port, 200, concurrency=8),
                                    "--pid", str(ng.pid), "--sample-hz", HZ)
         assert r.returncode == 0, r.stderr
         assert svg.startswith("<?xml") and svg.rstrip().endswith("</svg>")
@@ -325,7 +334,8 @@ def test_flamegraph_of_nginx_highlights_tls(workdir):
         # the stripped library is one honest frame, highlighted
         assert 'class="tls"' in svg
         assert "libcrypto.so.3 (no symbols)" in svg
-        assert "tcp_sendmsg_[k]" in svg or "tcp_v4_rcv_[k]" in svg or "do_epoll_wait_[k]" in svg
+        # kernel frames (inferno shows them without their _[k] mark)
+        assert "tcp_sendmsg" in svg and "entry_SYSCALL_64" in svg
         # nginx and libc have no frame pointers: stacks are cut, not invented
         assert "[stack cut]" in svg
     finally:
@@ -335,13 +345,16 @@ def test_flamegraph_of_nginx_highlights_tls(workdir):
 def test_flamegraph_of_node_names_crypto(workdir):
     srv = NodeServer(workdir, body=256 * 1024)
     try:
-        r, svg = flamegraph_during(lambda: keepalive_connections(srv.port, 2, 400, end="close"),
+        r, svg = flamegraph_during(lambda: keepalive_connections(srv.port, 2, 100, end="close"),
                                    "--pid", str(srv.pid), "--sample-hz", HZ)
         assert r.returncode == 0, r.stderr
-        assert "aesni_gcm" in svg or "gcm_ghash" in svg, "node's OpenSSL is named"
         import re
         tls_titles = re.findall(r'<g class="tls"><title>([^<(]+)', svg)
-        assert any("gcm" in t for t in tls_titles), tls_titles[:20]
+        # node's OpenSSL is named, frame by frame (node keeps frame pointers)
+        assert tls_titles and not any("no symbols" in t for t in tls_titles), tls_titles[:20]
+        assert any(t.startswith(("ossl_", "tls_", "ssl_", "SSL_", "EVP_", "aesni_", "gcm_")) for t in tls_titles), \
+            tls_titles[:20]
+        assert "uv_run" in svg, "whole stacks down to the event loop"
     finally:
         srv.stop()
 
