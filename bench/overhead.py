@@ -10,6 +10,10 @@ For each workload, runs alternate without and with the agent (the order flips ev
 pair), and each run's cost is the worker's on-CPU time (/proc/PID/task/*/schedstat,
 the kernel's own accounting) divided by the requests ab completed. Prints the medians
 and the with/without ratio. Usage: bench/overhead.py [--pairs N] [--seconds S]
+
+--baseline-args runs the "without" side with the agent too, with other arguments: the cost
+of one feature alone, e.g. CPU attribution (sampling and per-process accounting):
+  bench/overhead.py --agent-args "--comm nginx" --baseline-args "--comm nginx --sample-hz 0"
 """
 import argparse
 import json
@@ -48,7 +52,7 @@ def one_run(nginx, worker, flags, seconds):
 
 
 # tlsprof's BPF programs, by name prefix (bpftool shows names cut at 15 characters).
-OUR_PROGRAMS = ("hs_", "ssl_", "proc_", "conn_")
+OUR_PROGRAMS = ("hs_", "ssl_", "proc_", "conn_", "cpu_")
 STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 
 
@@ -88,6 +92,8 @@ def main():
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--agent-args", default="--comm nginx", help="arguments for `tlsprof run` (default: %(default)s)")
+    ap.add_argument("--baseline-args", default=None,
+                    help="run the baseline with the agent and these arguments instead of without the agent")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tlsprof-bench-"))
@@ -114,6 +120,13 @@ def main():
                         on.append(cost)
                         print(f"  {name} pair {i + 1}: with agent    {cost:8.1f} us/req {rps:8.0f} req/s", flush=True)
                         rps_on.append(rps)
+                    elif args.baseline_args is not None:
+                        with Agent(*args.baseline_args.split(), scan_interval=2.0) as agent:
+                            agent.wait_attached([worker])
+                            cost, rps = one_run(nginx, worker, flags, args.seconds)
+                        off.append(cost)
+                        print(f"  {name} pair {i + 1}: baseline      {cost:8.1f} us/req {rps:8.0f} req/s", flush=True)
+                        rps_off.append(rps)
                     else:
                         cost, rps = one_run(nginx, worker, flags, args.seconds)
                         off.append(cost)
@@ -128,7 +141,8 @@ def main():
         nginx.stop()
 
     print(f"tlsprof overhead: nginx 1 worker, ECDSA P-256, TLS 1.3; {args.pairs} alternating pairs x {args.seconds:g} s; "
-          f"agent: tlsprof run {args.agent_args}")
+          f"agent: tlsprof run {args.agent_args}" +
+          (f"; baseline: tlsprof run {args.baseline_args}" if args.baseline_args is not None else ""))
     print("| workload | server CPU/req without | with tlsprof | ratio (median of pairs) | req/s without | req/s with "
           "| uprobe hits/req | BPF runs/req | BPF time/req | agent CPU | agent RSS |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

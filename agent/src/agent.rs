@@ -903,6 +903,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         args.debug_dirs.clone(),
         args.flamegraph.is_some(),
         args.verbose,
+        args.sample_hz > 0,
     );
     for program in &probes.missing {
         metrics

@@ -92,6 +92,8 @@ pub struct Profiler {
     /// Libraries already exported in tlsprof_tls_library_info.
     libs_exported: HashSet<(String, String, String)>,
     verbose: bool,
+    /// --sample-hz 0 turns CPU attribution off: no sampling, no per-process accounting.
+    enabled: bool,
 }
 
 /// Address -> (mapping, file virtual address).
@@ -108,6 +110,7 @@ impl Profiler {
         debug_dirs: Vec<std::path::PathBuf>,
         flamegraph: bool,
         verbose: bool,
+        enabled: bool,
     ) -> Self {
         let kallsyms = Kallsyms::load(flamegraph);
         if kallsyms.is_none() {
@@ -126,6 +129,7 @@ impl Profiler {
             folded: flamegraph.then(Folded::default),
             libs_exported: HashSet::new(),
             verbose,
+            enabled,
         }
     }
 
@@ -134,7 +138,9 @@ impl Profiler {
         if self.procs.contains_key(&pid) {
             return;
         }
-        let _ = self.procs_map.insert(pid, pc::cpu_proc::default(), 0);
+        if self.enabled {
+            let _ = self.procs_map.insert(pid, pc::cpu_proc::default(), 0);
+        }
         let maps = self.files.mappings(pid).unwrap_or_default();
         for m in &maps {
             let Some(f) = &m.file else { continue };

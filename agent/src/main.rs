@@ -89,7 +89,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub hooks: elf::HookMode,
     /// CPU samples per second on each CPU, for the split of each process's CPU time
-    /// (0: no sampling; process CPU totals are still exact).
+    /// (0: CPU attribution off, no sampling and no per-process CPU accounting).
     #[arg(long, default_value_t = 49, value_name = "HZ")]
     pub sample_hz: u64,
     /// Directories holding debug files by build id (<DIR>/.build-id/xx/yyyy.debug), for
