@@ -197,7 +197,9 @@ fn attach_sampler(hs: &mut Ebpf, cpus: &[u32], hz: u64) -> Result<()> {
             false,
         )
         .with_context(|| {
-            format!("cannot open a cpu-clock perf event on CPU {cpu} (run with --sample-hz 0 to profile without sampling)")
+            format!(
+                "cannot open a cpu-clock perf event on CPU {cpu} (run with --sample-hz 0 to profile without sampling)"
+            )
         })?;
     }
     Ok(())
@@ -205,7 +207,9 @@ fn attach_sampler(hs: &mut Ebpf, cpus: &[u32], hz: u64) -> Result<()> {
 
 impl Probes {
     fn load(btf: &Btf, sample_hz: u64) -> Result<Self> {
-        let cpus = aya::util::online_cpus().map_err(|(_, e)| e).context("cannot read the online CPUs")?;
+        let cpus = aya::util::online_cpus()
+            .map_err(|(_, e)| e)
+            .context("cannot read the online CPUs")?;
         let mut hs = EbpfLoader::new()
             .map_max_entries("cpu_samples", sample_ring_bytes(cpus.len(), sample_hz))
             .load(hs::OBJECT)
@@ -529,7 +533,10 @@ impl Agent {
             // Another TLS stack (GnuTLS, Go, …): no handshake probes, but CPU and connections.
             if let Some(stack) = symbols::process_tls_stack(pid, &mut self.stack_memo) {
                 self.watched.remove(&pid);
-                self.log(format!("attached to {pid} ({}): TLS stack {stack}, no handshake probes", st.comm));
+                self.log(format!(
+                    "attached to {pid} ({}): TLS stack {stack}, no handshake probes",
+                    st.comm
+                ));
                 self.track(pid, st, Vec::new());
                 return;
             }
@@ -1012,10 +1019,19 @@ fn write_flamegraph(agent: &Agent, out: &Path) -> Result<()> {
     let mut names: Vec<&str> = agent.traced.values().map(|t| t.name.as_str()).collect();
     names.sort_unstable();
     names.dedup();
-    let title = format!("tlsprof: {} ({} samples at {} Hz)", names.join(", "), samples, agent.args.sample_hz);
+    let title = format!(
+        "tlsprof: {} ({} samples at {} Hz)",
+        names.join(", "),
+        samples,
+        agent.args.sample_hz
+    );
     let file = std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
     cpu::render(folded, &title, std::io::BufWriter::new(file)).with_context(|| format!("writing {}", out.display()))?;
-    eprintln!("tlsprof: wrote {} ({samples} samples, {} stacks)", out.display(), folded.stacks.len());
+    eprintln!(
+        "tlsprof: wrote {} ({samples} samples, {} stacks)",
+        out.display(),
+        folded.stacks.len()
+    );
     Ok(())
 }
 

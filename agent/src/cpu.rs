@@ -328,7 +328,12 @@ pub fn classify(s: &pc::cpu_sample, probed: bool, maps: &[Mapping], ks: Option<&
         // Kernel TLS: its crypto is record crypto (the handshake is always in user space).
         if kclasses.contains(&KClass::Ktls) {
             let prim = ks
-                .and_then(|k| kframes.iter().map(|a| k.prim(*a)).find(|p| !p.generic() && *p != Prim::None))
+                .and_then(|k| {
+                    kframes
+                        .iter()
+                        .map(|a| k.prim(*a))
+                        .find(|p| !p.generic() && *p != Prim::None)
+                })
                 .unwrap_or(Prim::Other);
             let category = if in_hs { Category::Handshake } else { tls_cat };
             return Verdict { category, prim };
@@ -346,7 +351,11 @@ pub fn classify(s: &pc::cpu_sample, probed: bool, maps: &[Mapping], ks: Option<&
             };
         }
         // Other kernel work the TLS library caused (page faults on its buffers, getrandom).
-        let category = if user_prim != Prim::None { tls_cat } else { Category::Other };
+        let category = if user_prim != Prim::None {
+            tls_cat
+        } else {
+            Category::Other
+        };
         return Verdict {
             category,
             prim: Prim::None,
@@ -388,8 +397,12 @@ fn tls_caller(s: &pc::cpu_sample, maps: &[Mapping]) -> Option<Prim> {
 /// curve arithmetic, helpers) — that of the nearest validated caller in TLS code that names
 /// one (ECDSA signing, ECDH, RSA). `Prim::None` when the leaf is not TLS code.
 fn user_prim(s: &pc::cpu_sample, maps: &[Mapping]) -> Prim {
-    let Some(&ip) = s.user_frames().first() else { return Prim::None };
-    let Some((m, Some(va))) = locate(maps, ip) else { return Prim::None };
+    let Some(&ip) = s.user_frames().first() else {
+        return Prim::None;
+    };
+    let Some((m, Some(va))) = locate(maps, ip) else {
+        return Prim::None;
+    };
     let Some(f) = &m.file else { return Prim::None };
     let leaf = f.prim(va);
     if leaf == Prim::None {
@@ -401,7 +414,9 @@ fn user_prim(s: &pc::cpu_sample, maps: &[Mapping]) -> Prim {
     let (frames, _) = user_frames(s, maps);
     for (addr, m) in frames.iter().skip(1) {
         let Some(m) = m else { break };
-        let (Some(f), Some(va)) = (&m.file, m.vaddr(addr.saturating_sub(1))) else { break };
+        let (Some(f), Some(va)) = (&m.file, m.vaddr(addr.saturating_sub(1))) else {
+            break;
+        };
         let p = f.prim(va);
         if p == Prim::None {
             break; // back in the application
@@ -447,7 +462,9 @@ pub fn fold(out: &mut Folded, s: &pc::cpu_sample, comm: &str, maps: &[Mapping], 
         parts.push(name);
     }
     for addr in s.kernel_frames().iter().rev() {
-        let name = ks.and_then(|k| k.name(*addr)).map_or_else(|| "[kernel]".to_string(), str::to_string);
+        let name = ks
+            .and_then(|k| k.name(*addr))
+            .map_or_else(|| "[kernel]".to_string(), str::to_string);
         if ks.is_some_and(|k| k.class(*addr) == KClass::Ktls) {
             out.tls_frames.insert(format!("{name}_[k]"));
         }

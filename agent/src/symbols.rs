@@ -86,13 +86,33 @@ pub fn classify_name(name: &str) -> Prim {
         Prim::Ecdh
     } else if n.starts_with("rsa") || has(&["_rsa", "/rsa", ".rsa", "rsa_", "rsaz"]) {
         Prim::Rsa
-    } else if has(&["sha1", "sha256", "sha512", "sha3", "keccak", "hmac", "sha2", "/sha", "md5", "hkdf"]) {
+    } else if has(&[
+        "sha1", "sha256", "sha512", "sha3", "keccak", "hmac", "sha2", "/sha", "md5", "hkdf",
+    ]) {
         Prim::ShaHmac
-    } else if n.starts_with("bn_") || n.starts_with("bn.") || has(&["_bn_", "bignum", "bigmod", "mpi_", "mpn_", "gmpn", "math/big"]) {
+    } else if n.starts_with("bn_")
+        || n.starts_with("bn.")
+        || has(&["_bn_", "bignum", "bigmod", "mpi_", "mpn_", "gmpn", "math/big"])
+    {
         Prim::Bignum
     } else if n.starts_with("ec_")
         || n.starts_with("ecp_")
-        || has(&["_ec_", "ec_gfp", "ec_point", "ec_scalar", "nistz256", "nistec", "p256", "p384", "p521", "felem", "ecc_", "ec_wnaf", "/ecc", "ecp_"])
+        || has(&[
+            "_ec_",
+            "ec_gfp",
+            "ec_point",
+            "ec_scalar",
+            "nistz256",
+            "nistec",
+            "p256",
+            "p384",
+            "p521",
+            "felem",
+            "ecc_",
+            "ec_wnaf",
+            "/ecc",
+            "ecp_",
+        ])
     {
         Prim::Ec
     } else if has(&["aes", "rijndael"]) {
@@ -146,7 +166,10 @@ fn lib_matches(base: &str, lib: &str) -> bool {
 /// The TLS stack a library file name is, if any.
 pub fn stack_of_library(path: &str) -> Option<&'static str> {
     let base = basename(path);
-    TLS_STACKS.iter().find(|(lib, _)| lib_matches(base, lib)).map(|(_, s)| *s)
+    TLS_STACKS
+        .iter()
+        .find(|(lib, _)| lib_matches(base, lib))
+        .map(|(_, s)| *s)
 }
 
 fn is_tls_code_library(path: &str) -> bool {
@@ -207,17 +230,62 @@ pub struct FileSyms {
 /// OpenSSL (and mbed TLS) function names: the span they cover in an executable is TLS code.
 fn openssl_anchor(name: &str) -> bool {
     const PREFIXES: &[&str] = &[
-        "SSL_", "ssl_", "ssl3_", "tls1_", "tls13_", "dtls1_", "ossl_", "OSSL_", "OPENSSL_", "EVP_", "evp_", "BN_",
-        "bn_", "EC_", "ec_", "ecp_", "RSA_", "rsa_", "X509", "x509", "ASN1_", "asn1_", "CRYPTO_", "ERR_", "BIO_",
-        "PEM_", "OBJ_", "aesni_", "AES_", "sha1_", "sha256_", "sha512_", "SHA1", "SHA256", "SHA512", "ChaCha20_",
-        "Poly1305_", "x25519_", "gcm_", "HMAC", "RAND_", "ECDSA_", "ECDH_", "PKCS", "i2d_", "d2i_", "mbedtls_",
+        "SSL_",
+        "ssl_",
+        "ssl3_",
+        "tls1_",
+        "tls13_",
+        "dtls1_",
+        "ossl_",
+        "OSSL_",
+        "OPENSSL_",
+        "EVP_",
+        "evp_",
+        "BN_",
+        "bn_",
+        "EC_",
+        "ec_",
+        "ecp_",
+        "RSA_",
+        "rsa_",
+        "X509",
+        "x509",
+        "ASN1_",
+        "asn1_",
+        "CRYPTO_",
+        "ERR_",
+        "BIO_",
+        "PEM_",
+        "OBJ_",
+        "aesni_",
+        "AES_",
+        "sha1_",
+        "sha256_",
+        "sha512_",
+        "SHA1",
+        "SHA256",
+        "SHA512",
+        "ChaCha20_",
+        "Poly1305_",
+        "x25519_",
+        "gcm_",
+        "HMAC",
+        "RAND_",
+        "ECDSA_",
+        "ECDH_",
+        "PKCS",
+        "i2d_",
+        "d2i_",
+        "mbedtls_",
     ];
     PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// Go's TLS and crypto packages.
 fn go_crypto(name: &str) -> bool {
-    name.starts_with("crypto/") || name.starts_with("vendor/golang.org/x/crypto/") || name.starts_with("golang.org/x/crypto/")
+    name.starts_with("crypto/")
+        || name.starts_with("vendor/golang.org/x/crypto/")
+        || name.starts_with("golang.org/x/crypto/")
 }
 
 /// The spans of OpenSSL-named functions in an address-sorted function list: runs of
@@ -252,8 +320,11 @@ fn anchor_spans(funcs: &[(u64, u64, bool)]) -> Vec<(u64, u64)> {
 }
 
 fn text_symbols<'d>(file: &object::File<'d>, dynamic: bool) -> Vec<(u64, u64, &'d str)> {
-    let syms: Box<dyn Iterator<Item = object::Symbol<'d, '_>>> =
-        if dynamic { Box::new(file.dynamic_symbols()) } else { Box::new(file.symbols()) };
+    let syms: Box<dyn Iterator<Item = object::Symbol<'d, '_>>> = if dynamic {
+        Box::new(file.dynamic_symbols())
+    } else {
+        Box::new(file.symbols())
+    };
     let mut out: Vec<(u64, u64, &str)> = syms
         .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0 && s.size() > 0)
         .filter_map(|s| Some((s.address(), s.address() + s.size(), s.name().ok()?)))
@@ -316,7 +387,11 @@ impl FileSyms {
             }
             if syms.is_empty() {
                 syms = text_symbols(&file, true);
-                symbols = if syms.is_empty() { SymbolSource::None } else { SymbolSource::Exported };
+                symbols = if syms.is_empty() {
+                    SymbolSource::None
+                } else {
+                    SymbolSource::Exported
+                };
             }
         }
 
@@ -325,7 +400,11 @@ impl FileSyms {
             let anchors: Vec<(u64, u64, bool)> = syms.iter().map(|s| (s.0, s.1, openssl_anchor(s.2))).collect();
             let spans = anchor_spans(&anchors);
             if !spans.is_empty() {
-                stack = Some(if syms.iter().any(|s| s.2.starts_with("mbedtls_ssl_")) { "mbedtls" } else { "openssl" });
+                stack = Some(if syms.iter().any(|s| s.2.starts_with("mbedtls_ssl_")) {
+                    "mbedtls"
+                } else {
+                    "openssl"
+                });
             }
             ranges.extend(spans);
             let before = ranges.len();
@@ -446,7 +525,11 @@ impl FileSyms {
     /// is cut there.
     pub fn follows_call(&self, vaddr: u64) -> bool {
         let Some(data) = &self.data else { return false };
-        let Some(off) = self.segs.iter().find(|(_, v, size)| vaddr >= *v && vaddr < v + size).map(|(o, v, _)| vaddr - v + o)
+        let Some(off) = self
+            .segs
+            .iter()
+            .find(|(_, v, size)| vaddr >= *v && vaddr < v + size)
+            .map(|(o, v, _)| vaddr - v + o)
         else {
             return false;
         };
@@ -501,16 +584,81 @@ pub enum KClass {
 }
 
 const NET_PREFIXES: &[&str] = &[
-    "tcp", "__tcp", "inet", "__inet", "ip_", "ip6", "__ip", "ipv4", "ipv6", "udp", "__udp", "raw_", "sock_", "__sock",
-    "sk_", "__sk_", "skb_", "__skb", "kfree_skb", "consume_skb", "alloc_skb", "__alloc_skb", "__sys_accept",
-    "__sys_send", "__sys_recv", "__sys_connect", "__sys_shutdown", "__sys_socket", "__sys_bind", "__sys_listen",
-    "__sys_setsockopt", "__sys_getsockopt", "__sys_getsockname", "__sys_getpeername", "do_accept", "move_addr_to",
-    "ep_", "do_epoll", "__x64_sys_epoll", "__do_sys_epoll", "__se_sys_epoll", "net_", "__net", "netif_", "__netif",
-    "napi_", "__napi", "dev_queue_xmit", "__dev_queue_xmit", "dev_hard_start_xmit", "loopback_xmit", "process_backlog",
-    "validate_xmit", "nf_", "__nf_", "nft_", "ipt_", "unix_", "security_socket", "security_sock", "lock_sock",
-    "release_sock", "__release_sock", "__lock_sock", "sockfd_", "__x64_sys_accept", "__x64_sys_send",
-    "__x64_sys_recv", "__x64_sys_connect", "__x64_sys_shutdown", "__x64_sys_socket", "__x64_sys_setsockopt",
-    "__x64_sys_getsockopt", "__x64_sys_listen", "__x64_sys_bind",
+    "tcp",
+    "__tcp",
+    "inet",
+    "__inet",
+    "ip_",
+    "ip6",
+    "__ip",
+    "ipv4",
+    "ipv6",
+    "udp",
+    "__udp",
+    "raw_",
+    "sock_",
+    "__sock",
+    "sk_",
+    "__sk_",
+    "skb_",
+    "__skb",
+    "kfree_skb",
+    "consume_skb",
+    "alloc_skb",
+    "__alloc_skb",
+    "__sys_accept",
+    "__sys_send",
+    "__sys_recv",
+    "__sys_connect",
+    "__sys_shutdown",
+    "__sys_socket",
+    "__sys_bind",
+    "__sys_listen",
+    "__sys_setsockopt",
+    "__sys_getsockopt",
+    "__sys_getsockname",
+    "__sys_getpeername",
+    "do_accept",
+    "move_addr_to",
+    "ep_",
+    "do_epoll",
+    "__x64_sys_epoll",
+    "__do_sys_epoll",
+    "__se_sys_epoll",
+    "net_",
+    "__net",
+    "netif_",
+    "__netif",
+    "napi_",
+    "__napi",
+    "dev_queue_xmit",
+    "__dev_queue_xmit",
+    "dev_hard_start_xmit",
+    "loopback_xmit",
+    "process_backlog",
+    "validate_xmit",
+    "nf_",
+    "__nf_",
+    "nft_",
+    "ipt_",
+    "unix_",
+    "security_socket",
+    "security_sock",
+    "lock_sock",
+    "release_sock",
+    "__release_sock",
+    "__lock_sock",
+    "sockfd_",
+    "__x64_sys_accept",
+    "__x64_sys_send",
+    "__x64_sys_recv",
+    "__x64_sys_connect",
+    "__x64_sys_shutdown",
+    "__x64_sys_socket",
+    "__x64_sys_setsockopt",
+    "__x64_sys_getsockopt",
+    "__x64_sys_listen",
+    "__x64_sys_bind",
 ];
 
 pub fn kernel_class(name: &str, module: Option<&str>) -> KClass {
@@ -560,8 +708,17 @@ impl Kallsyms {
                     return None;
                 }
                 let class = kernel_class(name, module);
-                let prim = if class == KClass::Ktls || module == Some("tls") { Prim::Other } else { classify_name(name) };
-                Some((addr, class, prim, if keep_names { name.to_string() } else { String::new() }))
+                let prim = if class == KClass::Ktls || module == Some("tls") {
+                    Prim::Other
+                } else {
+                    classify_name(name)
+                };
+                Some((
+                    addr,
+                    class,
+                    prim,
+                    if keep_names { name.to_string() } else { String::new() },
+                ))
             })
             .collect();
         if all.is_empty() {
@@ -572,7 +729,11 @@ impl Kallsyms {
             addrs: all.iter().map(|s| s.0).collect(),
             class: all.iter().map(|s| s.1).collect(),
             prim: all.iter().map(|s| s.2).collect(),
-            names: if keep_names { all.into_iter().map(|s| s.3).collect() } else { Vec::new() },
+            names: if keep_names {
+                all.into_iter().map(|s| s.3).collect()
+            } else {
+                Vec::new()
+            },
         })
     }
 
@@ -683,7 +844,8 @@ impl FileCache {
 
     /// Drops files no process maps any more (those only the cache holds).
     pub fn trim(&mut self) {
-        self.files.retain(|_, f| f.as_ref().is_none_or(|f| Arc::strong_count(f) > 1));
+        self.files
+            .retain(|_, f| f.as_ref().is_none_or(|f| Arc::strong_count(f) > 1));
     }
 }
 
@@ -697,7 +859,10 @@ pub struct StackMemo(HashMap<(u64, u64), Option<&'static str>>);
 pub fn process_tls_stack(pid: u32, memo: &mut StackMemo) -> Option<&'static str> {
     use std::os::unix::fs::MetadataExt as _;
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    if let Some(s) = crate::discovery::parse_maps(&maps).iter().find_map(|p| stack_of_library(p)) {
+    if let Some(s) = crate::discovery::parse_maps(&maps)
+        .iter()
+        .find_map(|p| stack_of_library(p))
+    {
         return Some(s);
     }
     let exe = format!("/proc/{pid}/exe");
@@ -749,9 +914,15 @@ mod tests {
             ("ssl3_read_bytes", Prim::Other),
             ("crypto/internal/fips140/aes/gcm.seal", Prim::AesGcm),
             ("crypto/internal/fips140/nistec.(*P256Point).ScalarMult", Prim::Ec),
-            ("crypto/ecdsa.signFIPS[go.shape.*crypto/internal/fips140/nistec.P256Point]", Prim::Ecdsa),
+            (
+                "crypto/ecdsa.signFIPS[go.shape.*crypto/internal/fips140/nistec.P256Point]",
+                Prim::Ecdsa,
+            ),
             ("crypto/internal/fips140/sha256.blockAVX2", Prim::ShaHmac),
-            ("vendor/golang.org/x/crypto/chacha20poly1305.(*chacha20poly1305).seal", Prim::Chacha20Poly1305),
+            (
+                "vendor/golang.org/x/crypto/chacha20poly1305.(*chacha20poly1305).seal",
+                Prim::Chacha20Poly1305,
+            ),
             ("crypto/tls.(*Conn).readRecordOrCCS", Prim::Other),
             ("nettle_gcm_encrypt", Prim::AesGcm),
             ("_nettle_ecc_mul_a", Prim::Ec),
@@ -765,8 +936,14 @@ mod tests {
 
     #[test]
     fn library_names() {
-        assert_eq!(stack_of_library("/usr/lib/x86_64-linux-gnu/libssl.so.3"), Some("openssl"));
-        assert_eq!(stack_of_library("/usr/lib/x86_64-linux-gnu/libgnutls.so.30"), Some("gnutls"));
+        assert_eq!(
+            stack_of_library("/usr/lib/x86_64-linux-gnu/libssl.so.3"),
+            Some("openssl")
+        );
+        assert_eq!(
+            stack_of_library("/usr/lib/x86_64-linux-gnu/libgnutls.so.30"),
+            Some("gnutls")
+        );
         assert_eq!(stack_of_library("/usr/lib/x86_64-linux-gnu/libssl3.so"), Some("nss"));
         assert_eq!(stack_of_library("/usr/lib/x86_64-linux-gnu/libcrypto.so.3"), None);
         assert!(is_tls_code_library("/usr/lib/x86_64-linux-gnu/libcrypto.so.3"));
