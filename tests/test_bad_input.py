@@ -25,7 +25,7 @@ def test_process_without_tls():
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         r = run_tlsprof("run", "--pid", str(sleeper.pid), "--listen", "127.0.0.1:0")
-        one_error_line(r, f"process {sleeper.pid} (sleep)", "no OpenSSL")
+        one_error_line(r, f"process {sleeper.pid} (sleep)", "no TLS library")
     finally:
         stop_pid(sleeper.pid)
         sleeper.wait()
