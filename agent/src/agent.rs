@@ -533,11 +533,12 @@ impl Agent {
             // Another TLS stack (GnuTLS, Go, …): no handshake probes, but CPU and connections.
             if let Some(stack) = symbols::process_tls_stack(pid, &mut self.stack_memo) {
                 self.watched.remove(&pid);
-                self.log(format!(
+                let msg = format!(
                     "attached to {pid} ({}): TLS stack {stack}, no handshake probes",
                     st.comm
-                ));
+                );
                 self.track(pid, st, Vec::new());
+                self.log(msg);
                 return;
             }
             let watched = Watched {
@@ -549,6 +550,7 @@ impl Agent {
         }
         self.watched.remove(&pid);
         let mut links = Vec::new();
+        let mut attached = Vec::new();
         for (file, h) in &files {
             let mut plan: Vec<(&'static str, u64)> = Vec::new();
             for (prog, off) in [
@@ -585,7 +587,7 @@ impl Agent {
                     }
                 }
             }
-            self.log(format!(
+            attached.push(format!(
                 "attached to {pid} ({}): {} via {}",
                 st.comm,
                 file.path,
@@ -593,6 +595,10 @@ impl Agent {
             ));
         }
         self.track(pid, st, links);
+        // logged once everything is in place: tests and operators read it as "ready"
+        for msg in attached {
+            self.log(msg);
+        }
     }
 
     /// Starts following a process: forks, CPU, listening ports.
@@ -610,6 +616,7 @@ impl Agent {
                 links,
             },
         );
+        self.update_gauges();
     }
 
     fn forget(&mut self, pid: u32) {
