@@ -323,7 +323,6 @@ pub fn classify(s: &pc::cpu_sample, probed: bool, maps: &[Mapping], ks: Option<&
             prim: Prim::None,
         };
     }
-    let user_prim = user_prim(s, maps);
     if !user {
         // Kernel TLS: its crypto is record crypto (the handshake is always in user space).
         if kclasses.contains(&KClass::Ktls) {
@@ -351,7 +350,7 @@ pub fn classify(s: &pc::cpu_sample, probed: bool, maps: &[Mapping], ks: Option<&
             };
         }
         // Other kernel work the TLS library caused (page faults on its buffers, getrandom).
-        let category = if user_prim != Prim::None {
+        let category = if user_prim(s, maps) != Prim::None {
             tls_cat
         } else {
             Category::Other
@@ -361,17 +360,15 @@ pub fn classify(s: &pc::cpu_sample, probed: bool, maps: &[Mapping], ks: Option<&
             prim: Prim::None,
         };
     }
+    let prim = user_prim(s, maps);
     let category = if in_hs {
         Category::Handshake
-    } else if user_prim != Prim::None {
+    } else if prim != Prim::None {
         tls_cat
     } else {
         Category::Other
     };
-    Verdict {
-        category,
-        prim: user_prim,
-    }
+    Verdict { category, prim }
 }
 
 /// A validated return address in TLS code just above a leaf that is not: the TLS library

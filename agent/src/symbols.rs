@@ -224,7 +224,8 @@ pub struct FileSyms {
     names: Vec<String>,
     /// Loadable segments: (file offset, virtual address, file size).
     segs: Vec<(u64, u64, u64)>,
-    data: Option<memmap2::Mmap>,
+    /// The file's bytes, for checking return addresses (every file, TLS or not).
+    data: memmap2::Mmap,
 }
 
 /// OpenSSL (and mbed TLS) function names: the span they cover in an executable is TLS code.
@@ -447,20 +448,6 @@ impl FileSyms {
                 name: idx,
             });
         }
-        if !whole && ranges.is_empty() && !keep_names {
-            // nothing TLS here: no need to keep the file mapped
-            return Some(FileSyms {
-                base: basename(path).to_string(),
-                stack,
-                whole,
-                ranges,
-                symbols,
-                funcs: Vec::new(),
-                names,
-                segs,
-                data: Some(data),
-            });
-        }
         Some(FileSyms {
             base: basename(path).to_string(),
             stack,
@@ -470,7 +457,7 @@ impl FileSyms {
             funcs,
             names,
             segs,
-            data: Some(data),
+            data,
         })
     }
 
@@ -524,7 +511,6 @@ impl FileSyms {
     /// without frame pointers yields values that are not return addresses, and the stack
     /// is cut there.
     pub fn follows_call(&self, vaddr: u64) -> bool {
-        let Some(data) = &self.data else { return false };
         let Some(off) = self
             .segs
             .iter()
@@ -533,7 +519,7 @@ impl FileSyms {
         else {
             return false;
         };
-        follows_call(data, off as usize)
+        follows_call(&self.data, off as usize)
     }
 }
 
