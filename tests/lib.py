@@ -433,6 +433,8 @@ def keepalive_connections(port: int, conns: int, per_conn: int, end: str = "eof"
                 counts["failed"] += 1
 
     run_pool(conns, concurrency, timeout, job)
+    if version or ciphers:
+        counts["ciphers"] = negotiated
     return counts
 
 
