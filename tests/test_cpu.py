@@ -215,7 +215,7 @@ def test_node_primitive_follows_the_forced_cipher(workdir, cipher, expect, other
         with Agent("--pid", str(srv.pid), "--sample-hz", HZ) as agent:
             agent.wait_attached([srv.pid])
             w = Window(agent, [srv.pid], "node", lambda: keepalive_connections(
-                srv.port, 2, 600, end="close", version="1.2", ciphers=cipher))
+                srv.port, 2, 1500, end="close", version="1.2", ciphers=cipher))
             assert w.load_result["ciphers"] == {cipher}
             w.check_totals()
             assert value(w.metrics, "tlsprof_tls_library_info", comm="node", library="node", symbols="full") == 1
@@ -279,12 +279,12 @@ def test_go_crypto_tls_server_split(workdir, gotls_bin):
             assert "TLS stack go, no handshake probes" in agent.output()
 
             def load():
-                r = keepalive_connections(port, 2, 500, end="close")
+                r = keepalive_connections(port, 2, 1000, end="close")
                 h = https_connections(port, 200)
                 return r["requests"], h["ok"]
 
             w = Window(agent, [srv.pid], "gotls", load)
-            assert w.load_result == (1000, 200)
+            assert w.load_result == (2000, 200)
             w.check_totals()
             assert w.cats["handshake"] == 0 and w.cats["crypto"] == 0, w
             assert w.share("tls_library") > 0.15, w
