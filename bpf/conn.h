@@ -33,6 +33,18 @@ struct conn_state {
 	__u8 tls;         /* a TLS handshake call read or wrote this socket */
 	__u8 dir;         /* CONN_DIR_* */
 	__u8 pad[2];
+	/* the server's handshake output, as far as it is looked at (wire.h) */
+	__u32 wire_seq;     /* output stream position (tcp write_seq) looked at so far */
+	__u32 wire_left;    /* body bytes of the current record not yet sent */
+	__u32 wire_tgid;    /* the process that wrote it */
+	__u16 wire_copied;  /* plaintext bytes copied to user space */
+	__u8 wire;          /* WIRE_IDLE/PLAIN/SEALED/DONE */
+	__u8 wire_flags;    /* WIRE_F_* */
+	__u8 wire_hdr[8];   /* a record header split across writes (5 bytes used) */
+	__u8 wire_hdr_have; /* bytes of it so far */
+	__u8 wire_sealed;   /* encrypted record headers sent */
+	__u8 wire_end;      /* WIRE_END_* to report when the current record ends, 0 if none */
+	__u8 pad2[5];
 };
 
 /* A connection on a watched port ended (its full socket reached TCP_CLOSE). */

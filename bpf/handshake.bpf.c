@@ -22,6 +22,7 @@
 #include "handshake.h"
 #include "conn.h"
 #include "cpu.h"
+#include "wire.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -54,6 +55,18 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } hs_stats SEC(".maps");
+
+/*
+ * The SSL object of a server handshake call that just returned without socket I/O of its
+ * own (memory BIO, as in node), per thread: the thread's next write on a connection whose
+ * handshake output is being captured carries that call's flight, so it links the two.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct hs_key);
+} hs_last SEC(".maps");
 
 /*
  * Threads inside a handshake call right now. sched_switch runs on every context
@@ -149,6 +162,8 @@ static __always_inline void emit(__u32 tgid, const struct hs_state *st, __u8 res
 	e->calls = st->calls;
 	e->role = st->role;
 	e->result = result;
+	e->conn_sk = st->conn_sk;
+	e->conn_start = st->conn_start;
 	submit(e);
 }
 
@@ -224,12 +239,14 @@ int BPF_KRETPROBE(hs_exit, int ret)
 	__u64 enter_ns = t->enter_ns;
 	__u8 role = t->role;
 	__u8 io = t->io;
+	__u64 conn_sk = t->conn_sk, conn_start = t->conn_start;
 	thread_done(tid);
 	if (!io && role == HS_ROLE_SERVER) {
-		/* a server handshake on a memory BIO: see hs_cpu.after_hs */
+		/* a server handshake on a memory BIO: see hs_cpu.after_hs and hs_last */
 		struct hs_cpu *c = this_cpu();
 		if (c)
 			c->after_hs = tid;
+		bpf_map_update_elem(&hs_last, &tid, &key, BPF_ANY);
 	}
 
 	struct hs_state *st = bpf_map_lookup_elem(&hs_conns, &key);
@@ -248,6 +265,10 @@ int BPF_KRETPROBE(hs_exit, int ret)
 		st->first_ns = enter_ns;
 	if (role != HS_ROLE_UNKNOWN)
 		st->role = role;
+	if (conn_sk && !st->conn_sk) {
+		st->conn_sk = conn_sk;
+		st->conn_start = conn_start;
+	}
 	st->last_ns = now;
 	st->cpu_ns += cpu;
 	st->calls++;
@@ -426,6 +447,9 @@ static __always_inline struct conn_state *conn_of(const struct sock *sk)
 	return bpf_sk_storage_get(&conn_store, (struct sock *)sk, 0, 0);
 }
 
+/* The end of the capture of a connection's handshake output (defined with it below). */
+static __always_inline void wire_finish(const struct sock *sk, struct conn_state *c, __u8 why);
+
 static __always_inline void conn_accepted(const struct sock *sk)
 {
 	struct hs_port p = {
@@ -520,6 +544,8 @@ int BPF_PROG(conn_state_change, const struct sock *sk, const int oldstate, const
 	}
 	if (newstate != TCP_CLOSE)
 		return 0;
+	if (c->wire == WIRE_PLAIN || c->wire == WIRE_SEALED)
+		wire_finish(sk, c, WIRE_END_CLOSED);
 	conn_closed(sk, c, oldstate);
 	bpf_sk_storage_delete(&conn_store, (struct sock *)sk);
 	return 0;
@@ -548,12 +574,9 @@ int BPF_PROG(conn_send_reset, const struct sock *sk)
 	return 0;
 }
 
-/* A handshake call read or wrote this connection: it carries TLS, and so does its port. */
-static __always_inline void handshake_io(struct conn_state *c, __u32 tid)
+/* The connection carries TLS, and so does its port. */
+static __always_inline void mark_tls(struct conn_state *c)
 {
-	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
-	if (t)
-		t->io = 1;
 	if (c->tls)
 		return;
 	c->tls = 1;
@@ -561,6 +584,20 @@ static __always_inline void handshake_io(struct conn_state *c, __u32 tid)
 	struct hs_port_stats *ps = bpf_map_lookup_elem(&hs_ports, &p);
 	if (ps)
 		ps->flags |= HS_PORT_TLS;
+}
+
+/* A handshake call read or wrote this connection. */
+static __always_inline void handshake_io(struct conn_state *c, const struct sock *sk, __u32 tid)
+{
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	if (t) {
+		t->io = 1;
+		if (!t->conn_sk) {
+			t->conn_sk = (__u64)sk;
+			t->conn_start = c->start_ns;
+		}
+	}
+	mark_tls(c);
 }
 
 /*
@@ -578,7 +615,7 @@ static __always_inline struct conn_state *app_io(struct sock *sk, bool write)
 	if (!cpu)
 		return NULL;
 	if (cpu->in_hs == tid) {
-		handshake_io(c, tid);
+		handshake_io(c, sk, tid);
 		return NULL;
 	}
 	if (cpu->after_hs == tid) {
@@ -592,6 +629,10 @@ static __always_inline struct conn_state *app_io(struct sock *sk, bool write)
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(conn_recv, struct sock *sk, int ret, int flags)
 {
+	struct conn_state *w = conn_of(sk);
+	/* the client answered the server's encrypted flight: TLS 1.3's handshake is over */
+	if (w && w->wire == WIRE_SEALED && ret > 0 && !(flags & MSG_PEEK))
+		wire_finish(sk, w, WIRE_END_FINISHED);
 	struct conn_state *c = app_io(sk, false);
 	if (c && ret > 0 && !(flags & MSG_PEEK))
 		c->dir = CONN_DIR_IN;
@@ -607,6 +648,336 @@ int BPF_PROG(conn_send, struct sock *sk, int ret)
 	if (c->dir == CONN_DIR_IN)
 		c->requests++;
 	c->dir = CONN_DIR_OUT;
+	return 0;
+}
+
+/*
+ * The server's handshake output (wire.h): what it negotiated, for servers with and without
+ * handshake probes. tcp_sendmsg_locked fires for every TCP send of the machine, once per
+ * chunk the kernel queues: on a socket that is not watched, or whose handshake is over,
+ * it stops at the socket-storage lookup.
+ */
+#define WIRE_RINGBUF_BYTES (2 * 1024 * 1024)
+#define WIRE_WAKEUP_BYTES (WIRE_RINGBUF_BYTES / 4)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, WIRE_RINGBUF_BYTES);
+} wire_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wire_event);
+} wire_scratch SEC(".maps");
+
+#define WIRE_STEPS 24 /* record headers and bodies walked per chunk of output */
+#define WIRE_SEGS 4   /* iovec segments looked at per send */
+#define WIRE_MAX_RECORD (16384 + 2048)
+
+static __always_inline struct wire_event *wire_ev(const struct sock *sk, const struct conn_state *c, __u8 kind)
+{
+	__u32 zero = 0;
+	struct wire_event *e = bpf_map_lookup_elem(&wire_scratch, &zero);
+	if (!e)
+		return NULL;
+	e->sk = (__u64)sk;
+	e->conn_start = c->start_ns;
+	e->tgid = c->wire_tgid;
+	e->netns = c->netns;
+	e->port = c->port;
+	e->kind = kind;
+	e->flags = 0;
+	e->len = 0;
+	e->pad = 0;
+	return e;
+}
+
+static __always_inline void wire_out(struct wire_event *e, __u32 len)
+{
+	__u64 size = WIRE_EVENT_HEADER + (__u64)len;
+	/* keep the compiler from folding the bound into something the verifier cannot follow */
+	asm volatile("" : "+r"(size));
+	if (size > sizeof(*e))
+		return;
+	/* the agent reads them on its own clock, woken only when the buffer fills up */
+	__u64 flags = bpf_ringbuf_query(&wire_events, BPF_RB_AVAIL_DATA) > WIRE_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
+											     : BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&wire_events, e, size, flags))
+		stat_inc(HS_STAT_WIRE_EVENTS_LOST);
+}
+
+/* The capture is over: nothing more of this connection is looked at. */
+static __always_inline void wire_finish(const struct sock *sk, struct conn_state *c, __u8 why)
+{
+	bool tls = c->wire_flags & WIRE_F_TLS;
+	if (c->wire == WIRE_DONE)
+		return;
+	c->wire = WIRE_DONE;
+	if (!tls)
+		return; /* not TLS: nothing was sent, nothing to say */
+	struct wire_event *e = wire_ev(sk, c, WIRE_EV_END);
+	if (!e)
+		return;
+	e->flags = why;
+	wire_out(e, 0);
+}
+
+/* Copies plaintext bytes [ptr, ptr + len) of the output to user space, within the cap. */
+static __always_inline void wire_copy(const struct sock *sk, struct conn_state *c, __u64 ptr, __u32 len)
+{
+	for (int i = 0; i < WIRE_MAX_PLAIN / WIRE_CHUNK && len > 0; i++) {
+		__u32 room = WIRE_MAX_PLAIN - c->wire_copied;
+		if (room == 0 || room > WIRE_MAX_PLAIN) {
+			wire_finish(sk, c, WIRE_END_CAP);
+			return;
+		}
+		__u32 n = len < WIRE_CHUNK ? len : WIRE_CHUNK;
+		if (n > room)
+			n = room;
+		struct wire_event *e = wire_ev(sk, c, WIRE_EV_DATA);
+		if (!e)
+			return;
+		__u64 sz = n;
+		asm volatile("" : "+r"(sz));
+		if (sz > WIRE_CHUNK)
+			return;
+		if (bpf_probe_read_user(e->data, sz, (void *)ptr)) {
+			wire_finish(sk, c, WIRE_END_UNSUPPORTED);
+			return;
+		}
+		e->len = n;
+		wire_out(e, n);
+		c->wire_copied += n;
+		ptr += n;
+		len -= n;
+	}
+}
+
+#define WIRE_NOT_TLS 255 /* internal: the output is not TLS, end silently */
+
+/* A complete record header: what it means for the capture. Returns why the capture ends
+ * (WIRE_END_*, WIRE_NOT_TLS), 0 to go on. */
+static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state *c, const __u8 *h,
+					__u64 body, __u32 avail)
+{
+	__u8 type = h[0];
+	__u32 len = (__u32)h[3] << 8 | h[4];
+	bool valid = type >= 20 && type <= 23 && h[1] == 3 && h[2] <= 4 && len > 0 && len <= WIRE_MAX_RECORD;
+
+	if (!(c->wire_flags & WIRE_F_TLS)) {
+		if (!valid || (type != 22 && type != 21))
+			return WIRE_NOT_TLS; /* the server does not speak TLS first */
+		c->wire_flags |= WIRE_F_TLS;
+		mark_tls(c); /* also for servers without handshake probes */
+	} else if (!valid) {
+		return WIRE_END_BAD;
+	}
+	c->wire_left = len;
+	if (type == 23) {
+		c->wire = WIRE_SEALED;
+		struct wire_event *e = wire_ev(sk, c, WIRE_EV_RECORD);
+		if (e) {
+			__builtin_memcpy(e->data, h, 5);
+			e->len = 5;
+			wire_out(e, 5);
+		}
+		if (++c->wire_sealed >= WIRE_MAX_SEALED)
+			c->wire_end = WIRE_END_CAP;
+		return 0;
+	}
+	if (c->wire != WIRE_PLAIN)
+		return 0; /* after encryption started only type 23 is expected: keep walking */
+	if (type == 20) {
+		c->wire_flags |= WIRE_F_CCS;
+	} else if (type == 21) {
+		c->wire_end = WIRE_END_ALERT;
+	} else if (type == 22 && (c->wire_flags & WIRE_F_CCS)) {
+		/* After change_cipher_spec: TLS 1.2's encrypted Finished ends the server's part;
+		 * a TLS 1.3 ServerHello after a HelloRetryRequest (a record holding exactly one
+		 * message of type 2) does not. */
+		__u8 b[4] = {};
+		bool hello = false;
+		if (avail >= 4 && !bpf_probe_read_user(b, 4, (void *)body))
+			hello = b[0] == 2 && ((__u32)b[1] << 16 | (__u32)b[2] << 8 | b[3]) + 4 == len;
+		if (!hello)
+			c->wire_end = WIRE_END_FINISHED;
+	}
+	return 0;
+}
+
+struct wire_walk_ctx {
+	const struct sock *sk;
+	struct conn_state *c;
+	__u64 ptr;      /* user address of the bytes */
+	__u32 n;        /* how many */
+	__u32 off;      /* walked so far */
+	__u32 plain_end; /* end of the plaintext-phase bytes among them */
+	__u8 why;       /* the capture ends: WIRE_END_*, WIRE_NOT_TLS */
+};
+
+/* One step of the walk (bpf_loop: verified once, whatever the number of steps): a record
+ * header, or as much of the current record's body as this write holds. 1 stops. */
+static long wire_step(__u32 i, void *ctx)
+{
+	struct wire_walk_ctx *w = ctx;
+	struct conn_state *c = w->c;
+	__u32 off = w->off, n = w->n;
+
+	if (off >= n)
+		return 1;
+	__u32 avail = n - off;
+	bool plain = c->wire == WIRE_PLAIN;
+	if (c->wire_left) {
+		__u32 take = c->wire_left < avail ? c->wire_left : avail;
+		c->wire_left -= take;
+		w->off = off + take;
+		if (plain)
+			w->plain_end = w->off;
+		if (!c->wire_left && c->wire_end) {
+			w->why = c->wire_end;
+			return 1;
+		}
+		return 0;
+	}
+	/* a record header, possibly continued from the previous write */
+	__u32 have = c->wire_hdr_have, hdr_at = off;
+	__u8 h[8] = {};
+	if (have == 0 && avail >= 5) {
+		if (bpf_probe_read_user(h, 5, (void *)(w->ptr + off))) {
+			w->why = WIRE_END_UNSUPPORTED;
+			return 1;
+		}
+		off += 5;
+	} else {
+		for (int k = 0; k < 5; k++) {
+			if (have >= 5 || off >= n)
+				break;
+			__u8 byte;
+			if (bpf_probe_read_user(&byte, 1, (void *)(w->ptr + off))) {
+				w->why = WIRE_END_UNSUPPORTED;
+				return 1;
+			}
+			c->wire_hdr[have & 7] = byte;
+			have++;
+			off++;
+		}
+		w->off = off;
+		c->wire_hdr_have = have;
+		if (have < 5) {
+			if (plain)
+				w->plain_end = off;
+			return 1;
+		}
+		c->wire_hdr_have = 0;
+		__builtin_memcpy(h, c->wire_hdr, 5);
+	}
+	w->off = off;
+	w->why = wire_header(w->sk, c, h, w->ptr + off, n - off);
+	if (plain)
+		w->plain_end = c->wire == WIRE_PLAIN ? off : hdr_at;
+	return w->why ? 1 : 0;
+}
+
+/*
+ * Walks n bytes of output at user address ptr, record header by record body. The bytes
+ * written while the capture is in its plaintext phase are copied; encrypted records give
+ * their headers only; the walk stops where the capture ends.
+ */
+static __noinline int wire_walk(const struct sock *sk, struct conn_state *c, __u64 ptr, __u32 n)
+{
+	struct wire_walk_ctx w = { .sk = sk, .c = c, .ptr = ptr, .n = n };
+	bool plain_start = c->wire == WIRE_PLAIN;
+
+	bpf_loop(WIRE_STEPS, wire_step, &w, 0);
+	if (!w.why && w.off < n)
+		w.why = WIRE_END_CAP; /* more records in one write than walked */
+	if (plain_start && w.plain_end && (c->wire_flags & WIRE_F_TLS))
+		wire_copy(sk, c, ptr, w.plain_end);
+	if (w.why)
+		wire_finish(sk, c, w.why == WIRE_NOT_TLS ? 0 : w.why);
+	return 0;
+}
+
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, int size_goal)
+{
+	struct conn_state *c = conn_of(sk);
+	if (!c || c->wire == WIRE_DONE)
+		return 0;
+
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	__u32 seq = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
+	if (c->wire == WIRE_IDLE) {
+		c->wire = WIRE_PLAIN;
+		c->wire_seq = seq;
+		c->wire_tgid = id >> 32;
+		/* a memory-BIO server's handshake call just returned on this thread: its flight */
+		if (!in_handshake_here(tid)) {
+			struct hs_key *k = bpf_map_lookup_elem(&hs_last, &tid);
+			if (k) {
+				struct hs_state *st = bpf_map_lookup_elem(&hs_conns, k);
+				if (st && !st->conn_sk && k->tgid == id >> 32) {
+					st->conn_sk = (__u64)sk;
+					st->conn_start = c->start_ns;
+				}
+				bpf_map_delete_elem(&hs_last, &tid);
+			}
+		}
+	}
+
+	__u64 left = BPF_CORE_READ(msg, msg_iter.count);
+	__s32 skip = (__s32)(c->wire_seq - seq);
+	if (skip < 0) {
+		wire_finish(sk, c, WIRE_END_UNSUPPORTED); /* output sent by a path not seen here */
+		return 0;
+	}
+	if ((__u64)skip >= left)
+		return 0; /* already walked when this send began: the kernel calls once per chunk */
+	c->wire_seq = seq + (__u32)left;
+
+	__u8 type = BPF_CORE_READ(msg, msg_iter.iter_type);
+	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
+	if (type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
+		__u64 base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
+		__u64 n = left - skip;
+		wire_walk(sk, c, base + offset + skip, n > 0xffffffff ? 0xffffffff : n);
+		return 0;
+	}
+	if (type != bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
+		wire_finish(sk, c, WIRE_END_UNSUPPORTED);
+		return 0;
+	}
+	const struct iovec *iov = BPF_CORE_READ(msg, msg_iter.__iov);
+	__u64 nsegs = BPF_CORE_READ(msg, msg_iter.nr_segs);
+	__u64 todo = left;
+	for (int i = 0; i < WIRE_SEGS; i++) {
+		if (i >= nsegs || todo == 0 || c->wire == WIRE_DONE)
+			break;
+		struct iovec v;
+		if (bpf_probe_read_kernel(&v, sizeof(v), &iov[i]))
+			break;
+		__u64 base = (__u64)v.iov_base, len = v.iov_len;
+		if (i == 0) {
+			base += offset;
+			len = len > offset ? len - offset : 0;
+		}
+		if (len > todo)
+			len = todo;
+		todo -= len;
+		if ((__u64)skip >= len) {
+			skip -= len;
+			continue;
+		}
+		base += skip;
+		len -= skip;
+		skip = 0;
+		wire_walk(sk, c, base, len > 0xffffffff ? 0xffffffff : len);
+	}
+	if (todo && c->wire != WIRE_DONE)
+		wire_finish(sk, c, WIRE_END_CAP);
 	return 0;
 }
 

@@ -27,6 +27,7 @@
 #define HS_STAT_CONN_EVENTS_LOST 4 /* conn_events full: a closed connection was not reported */
 #define HS_STAT_CONN_STORAGE_FULL 5 /* a connection could not be tracked (no memory for its state) */
 #define HS_STAT_SAMPLES_LOST 6 /* cpu_samples full: a CPU sample was dropped */
+#define HS_STAT_WIRE_EVENTS_LOST 7 /* wire_events full: handshake bytes were dropped */
 #define HS_STAT_MAX 8
 
 /* One finished handshake, sent to user space through the hs_events ring buffer. */
@@ -38,6 +39,8 @@ struct hs_event {
 	__u8 role;         /* HS_ROLE_* */
 	__u8 result;       /* HS_RESULT_* */
 	__u8 pad[6];
+	__u64 conn_sk;     /* the connection it ran on (wire_event.sk, conn_start), 0 if unknown */
+	__u64 conn_start;
 };
 
 /* A listening port of a traced process (key of hs_ports). */
@@ -65,6 +68,8 @@ struct hs_thread {
 	__u8 role;
 	__u8 io;         /* the call read or wrote a watched connection's socket itself */
 	__u8 pad[6];
+	__u64 conn_sk;   /* that connection (conn_state.start_ns identifies it with sk) */
+	__u64 conn_start;
 };
 
 /* Key of the per-connection handshake state. */
@@ -83,6 +88,8 @@ struct hs_state {
 	__u8 role;
 	__u8 done;      /* the handshake finished; later calls (post-handshake) are not counted */
 	__u8 pad[2];
+	__u64 conn_sk;  /* the connection it runs on, 0 until known */
+	__u64 conn_start;
 };
 
 #endif

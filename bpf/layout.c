@@ -10,6 +10,7 @@
 #include "conn.h"
 #include "proc.h"
 #include "cpu.h"
+#include "wire.h"
 
 #define S(T) printf(#T " size %zu\n", sizeof(struct T))
 #define F(T, f) printf(#T "." #f " %zu %zu\n", offsetof(struct T, f), sizeof(((struct T *)0)->f))
@@ -23,6 +24,8 @@ int main(void)
 	F(hs_event, calls);
 	F(hs_event, role);
 	F(hs_event, result);
+	F(hs_event, conn_sk);
+	F(hs_event, conn_start);
 	S(hs_port);
 	F(hs_port, netns);
 	F(hs_port, port);
@@ -38,6 +41,8 @@ int main(void)
 	F(hs_thread, depth);
 	F(hs_thread, role);
 	F(hs_thread, io);
+	F(hs_thread, conn_sk);
+	F(hs_thread, conn_start);
 	S(hs_key);
 	F(hs_key, ssl);
 	F(hs_key, tgid);
@@ -48,6 +53,8 @@ int main(void)
 	F(hs_state, calls);
 	F(hs_state, role);
 	F(hs_state, done);
+	F(hs_state, conn_sk);
+	F(hs_state, conn_start);
 	S(conn_state);
 	F(conn_state, start_ns);
 	F(conn_state, netns);
@@ -57,6 +64,16 @@ int main(void)
 	F(conn_state, requests);
 	F(conn_state, tls);
 	F(conn_state, dir);
+	F(conn_state, wire_seq);
+	F(conn_state, wire_left);
+	F(conn_state, wire_tgid);
+	F(conn_state, wire_copied);
+	F(conn_state, wire);
+	F(conn_state, wire_flags);
+	F(conn_state, wire_hdr);
+	F(conn_state, wire_hdr_have);
+	F(conn_state, wire_sealed);
+	F(conn_state, wire_end);
 	S(conn_event);
 	F(conn_event, duration_ns);
 	F(conn_event, saddr);
@@ -84,5 +101,15 @@ int main(void)
 	F(cpu_sample, ustack);
 	S(cpu_proc);
 	F(cpu_proc, oncpu_ns);
+	S(wire_event);
+	F(wire_event, sk);
+	F(wire_event, conn_start);
+	F(wire_event, tgid);
+	F(wire_event, netns);
+	F(wire_event, port);
+	F(wire_event, kind);
+	F(wire_event, flags);
+	F(wire_event, len);
+	F(wire_event, data);
 	return 0;
 }

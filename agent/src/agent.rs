@@ -1,6 +1,6 @@
 //! `tlsprof run`: discovery, attachment and the event loop.
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, VecDeque},
     num::NonZeroU32,
     os::fd::AsRawFd as _,
     path::{Path, PathBuf},
@@ -28,10 +28,12 @@ use crate::{
     discovery::{self, ProcStat},
     elf::{self, HandshakeHooks},
     http,
-    metrics::{CommLabels, HandshakeLabels, KindLabels, Metrics, ProbeLabels, RoleLabels},
+    metrics::{CommLabels, KindLabels, Metrics, ParamLabels, ProbeLabels, ReasonLabels, RoleLabels},
     preflight,
-    probes::{conn as cn, cpu as pc, handshake as hs, proc as pr, read_record},
+    probes::{conn as cn, cpu as pc, handshake as hs, proc as pr, read_record, wire::WireEvent},
     symbols::{self, StackMemo},
+    tls::Negotiated,
+    wire::{self, Lookup, Tracker, WireHandshake},
     RunArgs,
 };
 
@@ -136,6 +138,7 @@ struct Probes {
     hs_stats: Array<MapData, u64>,
     hs_ports: BpfHashMap<MapData, hs::hs_port, hs::hs_port_stats>,
     conn_events: RingBuf<MapData>,
+    wire_events: RingBuf<MapData>,
     proc_traced: BpfHashMap<MapData, u32, u8>,
     /// Moved into the Profiler.
     cpu_samples: Option<RingBuf<MapData>>,
@@ -240,6 +243,15 @@ impl Probes {
                 missing.push(program);
             }
         }
+        // tcp_sendmsg_locked (Linux 6.12) hands over what a server sends: without it,
+        // handshakes are counted but not labelled by what they negotiated.
+        if let Err(e) = attach_tp_btf(&mut hs, "wire_send", "tcp_sendmsg_locked", btf) {
+            eprintln!(
+                "tlsprof: warning: {e:#}: handshakes will not be labelled by version, cipher, group, certificate \
+                 and resumption, and servers without handshake probes get no handshake counts"
+            );
+            missing.push("wire_send");
+        }
         if sample_hz > 0 {
             attach_sampler(&mut hs, &cpus, sample_hz)?;
         }
@@ -253,6 +265,7 @@ impl Probes {
             hs_stats: take(&mut hs, "hs_stats")?,
             hs_ports: take(&mut hs, "hs_ports")?,
             conn_events: take(&mut hs, "conn_events")?,
+            wire_events: take(&mut hs, "wire_events")?,
             proc_events: take(&mut proc_, "proc_events")?,
             proc_traced: take(&mut proc_, "proc_traced")?,
             cpu_samples: Some(take(&mut hs, "cpu_samples")?),
@@ -334,6 +347,12 @@ struct Agent {
     exited: Vec<u32>,
     profiler: Profiler,
     stack_memo: StackMemo,
+    /// What servers sent during their handshakes, per connection.
+    wire: Tracker,
+    /// The kernel captures it (tcp_sendmsg_locked attached).
+    wire_capture: bool,
+    /// Successful handshakes waiting for their connection's parameters.
+    pending: VecDeque<(hs::hs_event, Instant)>,
 }
 
 /// The OpenSSL hooks of every candidate file of a process.
@@ -506,11 +525,7 @@ impl Agent {
         };
         self.metrics
             .handshakes
-            .get_or_create(&HandshakeLabels {
-                comm: name.clone(),
-                role: "server".into(),
-                result: "failed".into(),
-            })
+            .get_or_create(&ParamLabels::new(&name, "server", &Negotiated::UNKNOWN).with_result("failed"))
             .inc_by(n);
         self.summary.entry((name, "server", "failed")).or_default().count += n;
     }
@@ -715,36 +730,96 @@ impl Agent {
         }
     }
 
+    /// A handshake the probes saw: labelled by what its connection's server sent, which may
+    /// still be on its way (see wire.rs).
     fn on_handshake(&mut self, e: hs::hs_event) {
+        if e.conn_sk == 0 || !self.wire_capture {
+            return self.count_handshake(&e, &Negotiated::UNKNOWN, Some("no_connection"));
+        }
+        let id = (e.conn_sk, e.conn_start);
+        match self.wire.lookup(id) {
+            Lookup::Ready(l, complete) => self.count_handshake(&e, &l, (!complete).then_some("incomplete")),
+            // a failed handshake may have sent nothing: take what is known
+            Lookup::Wait if e.result != hs::HS_RESULT_OK => self.count_handshake(&e, &self.wire.give_up(id).0, None),
+            Lookup::Wait => self.pending.push_back((e, Instant::now())),
+        }
+    }
+
+    /// Counts the waiting handshakes whose parameters arrived, and those that waited too
+    /// long (or all, at exit) with what is known.
+    fn flush_pending(&mut self, all: bool) {
+        let now = Instant::now();
+        for (e, since) in std::mem::take(&mut self.pending) {
+            let id = (e.conn_sk, e.conn_start);
+            match self.wire.lookup(id) {
+                Lookup::Ready(l, complete) => self.count_handshake(&e, &l, (!complete).then_some("incomplete")),
+                Lookup::Wait if all || now.duration_since(since) >= wire::WAIT => {
+                    let (l, complete) = self.wire.give_up(id);
+                    self.count_handshake(&e, &l, (!complete).then_some("incomplete"));
+                }
+                Lookup::Wait => self.pending.push_back((e, since)),
+            }
+        }
+    }
+
+    fn count_handshake(&mut self, e: &hs::hs_event, n: &Negotiated, unlabelled: Option<&str>) {
         let comm = self.comm_of(e.tgid);
         let role = hs::role_label(e.role);
         let result = hs::result_label(e.result);
         let cpu = e.cpu_ns as f64 / 1e9;
-        self.metrics
-            .handshakes
-            .get_or_create(&HandshakeLabels {
-                comm: comm.clone(),
-                role: role.into(),
-                result: result.into(),
-            })
-            .inc();
-        let rl = RoleLabels {
-            comm: comm.clone(),
-            role: role.into(),
-        };
+        let p = ParamLabels::new(&comm, role, n);
+        self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
+        if let Some(reason) = unlabelled {
+            self.metrics
+                .handshakes_unlabelled
+                .get_or_create(&ReasonLabels {
+                    comm: comm.clone(),
+                    reason: reason.into(),
+                })
+                .inc();
+        }
         if e.result == hs::HS_RESULT_OK {
-            self.metrics.handshake_cpu.get_or_create(&rl).observe(cpu);
+            self.metrics.handshake_cpu.get_or_create(&p).observe(cpu);
             self.metrics
                 .handshake_duration
-                .get_or_create(&rl)
+                .get_or_create(&p)
                 .observe(e.duration_ns as f64 / 1e9);
         } else {
+            let rl = RoleLabels {
+                comm: comm.clone(),
+                role: role.into(),
+            };
             self.metrics.failed_handshake_cpu.get_or_create(&rl).inc_by(cpu);
         }
         let s = self.summary.entry((comm, role, result)).or_default();
         s.count += 1;
         s.cpu_ns += e.cpu_ns;
         s.duration_ns += e.duration_ns;
+    }
+
+    /// A capture ended. For a server without handshake probes this is the handshake: a
+    /// ServerHello was sent (or a fatal alert instead), and the server finished its part.
+    fn on_wire_handshake(&mut self, h: WireHandshake) {
+        if !self.traced.get(&h.tgid).is_some_and(|t| t.links.is_empty()) {
+            return; // the probes count this process's handshakes
+        }
+        if !h.hello && !h.alert {
+            return;
+        }
+        let comm = self.comm_of(h.tgid);
+        let result = if h.ok { "ok" } else { "failed" };
+        let p = ParamLabels::new(&comm, "server", &h.labels);
+        self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
+        if h.hello && !h.complete {
+            self.metrics
+                .handshakes_unlabelled
+                .get_or_create(&ReasonLabels {
+                    comm: comm.clone(),
+                    reason: "incomplete".into(),
+                })
+                .inc();
+        }
+        self.summary.entry((comm, "server", result)).or_default().count += 1;
     }
 
     fn on_proc(&mut self, n: pr::proc_notice) {
@@ -787,6 +862,14 @@ impl Agent {
 
     fn drain(&mut self) {
         self.profiler.drain();
+        // Wire bytes first: a handshake event finds its connection's parameters.
+        let now = Instant::now();
+        let mut wire_done = Vec::new();
+        while let Some(item) = self.probes.wire_events.next() {
+            if let Some(h) = WireEvent::decode(&item).and_then(|e| self.wire.on_event(e, now)) {
+                wire_done.push(h);
+            }
+        }
         let mut events = Vec::new();
         while let Some(item) = self.probes.hs_events.next() {
             if let Some(e) = read_record::<hs::hs_event>(&item) {
@@ -806,9 +889,13 @@ impl Agent {
             }
         }
         // Handshake events first: a process's last handshakes arrive before its exit.
+        for h in wire_done {
+            self.on_wire_handshake(h);
+        }
         for e in events {
             self.on_handshake(e);
         }
+        self.flush_pending(false);
         for e in conns {
             self.on_conn(e);
         }
@@ -831,6 +918,11 @@ impl Agent {
             },
             libc::pollfd {
                 fd: self.probes.conn_events.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.probes.wire_events.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -933,6 +1025,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     install_signal_handlers();
 
     let churn = Churn::new(metrics.clone(), args.verbose);
+    let probes_missing_wire = probes.missing.contains(&"wire_send");
     let mut agent = Agent {
         selector: Selector {
             pids: args.pids.clone(),
@@ -957,6 +1050,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         exited: Vec::new(),
         profiler,
         stack_memo: StackMemo::default(),
+        wire_capture: !probes_missing_wire,
+        wire: Tracker::default(),
+        pending: VecDeque::new(),
         args,
     };
     if agent.args.flamegraph.is_none() {
@@ -992,6 +1088,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             agent.scan();
             agent.sync_kernel_stats();
             agent.sync_self_usage();
+            agent.wire.expire(Instant::now());
             next_scan = Instant::now() + every;
             if exits_cleared.elapsed() > Duration::from_secs(60) {
                 agent.recent_exits.clear();
@@ -1001,6 +1098,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
     }
     agent.drain();
+    agent.flush_pending(true);
     agent.profiler.tick();
     agent.refresh_ports();
     agent.churn.finish();

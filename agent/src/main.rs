@@ -10,6 +10,8 @@ mod preflight;
 mod probes;
 mod sockdiag;
 mod symbols;
+mod tls;
+mod wire;
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 

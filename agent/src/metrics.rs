@@ -10,6 +10,56 @@ pub struct HandshakeLabels {
     pub comm: String,
     pub role: String,
     pub result: String,
+    pub version: String,
+    pub cipher: String,
+    pub group: String,
+    pub cert: String,
+    pub resumed: String,
+}
+
+/// What a handshake negotiated (tls::Negotiated), with the process and role.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ParamLabels {
+    pub comm: String,
+    pub role: String,
+    pub version: String,
+    pub cipher: String,
+    pub group: String,
+    pub cert: String,
+    pub resumed: String,
+}
+
+impl ParamLabels {
+    pub fn new(comm: &str, role: &str, n: &crate::tls::Negotiated) -> Self {
+        Self {
+            comm: comm.into(),
+            role: role.into(),
+            version: n.version.into(),
+            cipher: n.cipher.into(),
+            group: n.group.into(),
+            cert: n.cert.into(),
+            resumed: n.resumed.to_string(),
+        }
+    }
+
+    pub fn with_result(&self, result: &str) -> HandshakeLabels {
+        HandshakeLabels {
+            comm: self.comm.clone(),
+            role: self.role.clone(),
+            result: result.into(),
+            version: self.version.clone(),
+            cipher: self.cipher.clone(),
+            group: self.group.clone(),
+            cert: self.cert.clone(),
+            resumed: self.resumed.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub comm: String,
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -108,9 +158,10 @@ fn duration_histogram() -> Histogram {
 pub struct Metrics {
     pub registry: Registry,
     pub handshakes: Family<HandshakeLabels, Counter>,
-    pub handshake_cpu: HistFamily<RoleLabels>,
-    pub handshake_duration: HistFamily<RoleLabels>,
+    pub handshake_cpu: HistFamily<ParamLabels>,
+    pub handshake_duration: HistFamily<ParamLabels>,
     pub failed_handshake_cpu: Family<RoleLabels, Counter<f64>>,
+    pub handshakes_unlabelled: Family<ReasonLabels, Counter>,
     pub attached_processes: Family<CommLabels, Gauge>,
     pub attached_probes: Gauge,
     pub events_lost: Counter,
@@ -137,10 +188,20 @@ impl Metrics {
         let handshakes = Family::<HandshakeLabels, Counter>::default();
         registry.register(
             "handshakes",
-            "TLS handshakes finished, by process name, role (server|client) and result (ok|failed)",
+            "TLS handshakes finished, by process name, role (server|client), result (ok|failed) and what was \
+             negotiated: version, cipher (IANA), group (IANA, or rsa for RSA key transport), cert (the server \
+             certificate's key) and resumed; unknown or rare values are other",
             handshakes.clone(),
         );
-        let handshake_cpu = HistFamily::<RoleLabels>::new_with_constructor(cpu_histogram as fn() -> Histogram);
+        let handshakes_unlabelled = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "handshakes_unlabelled",
+            "Handshakes counted with some negotiated labels other because tlsprof could not see them: \
+             no_connection (not on a connection accepted on a watched port since tlsprof started: client role, \
+             older connections), incomplete (the server's handshake output did not show them all)",
+            handshakes_unlabelled.clone(),
+        );
+        let handshake_cpu = HistFamily::<ParamLabels>::new_with_constructor(cpu_histogram as fn() -> Histogram);
         registry.register_with_unit(
             "handshake_cpu",
             "On-CPU time (user and kernel) of the threads performing a successful handshake, summed over all its calls",
@@ -148,7 +209,7 @@ impl Metrics {
             handshake_cpu.clone(),
         );
         let handshake_duration =
-            HistFamily::<RoleLabels>::new_with_constructor(duration_histogram as fn() -> Histogram);
+            HistFamily::<ParamLabels>::new_with_constructor(duration_histogram as fn() -> Histogram);
         registry.register_with_unit(
             "handshake_duration",
             "Wall-clock time of a successful handshake, from its first handshake call to the call that completed it",
@@ -301,6 +362,7 @@ impl Metrics {
             handshake_cpu,
             handshake_duration,
             failed_handshake_cpu,
+            handshakes_unlabelled,
             attached_processes,
             attached_probes,
             events_lost,
@@ -354,18 +416,9 @@ mod tests {
     #[test]
     fn text_format_names_counters_like_their_samples() {
         let m = Metrics::new();
-        let l = HandshakeLabels {
-            comm: "nginx".into(),
-            role: "server".into(),
-            result: "ok".into(),
-        };
-        m.handshakes.get_or_create(&l).inc_by(3);
-        m.handshake_cpu
-            .get_or_create(&RoleLabels {
-                comm: "nginx".into(),
-                role: "server".into(),
-            })
-            .observe(0.0004);
+        let p = ParamLabels::new("nginx", "server", &crate::tls::Negotiated::UNKNOWN);
+        m.handshakes.get_or_create(&p.with_result("ok")).inc_by(3);
+        m.handshake_cpu.get_or_create(&p).observe(0.0004);
         let text = m.render_text();
         assert!(text.contains("# TYPE tlsprof_handshakes_total counter\n"), "{text}");
         assert!(
@@ -373,7 +426,10 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("tlsprof_handshakes_total{comm=\"nginx\",role=\"server\",result=\"ok\"} 3\n"),
+            text.contains(
+                "tlsprof_handshakes_total{comm=\"nginx\",role=\"server\",result=\"ok\",version=\"other\",\
+                 cipher=\"other\",group=\"other\",cert=\"other\",resumed=\"false\"} 3\n"
+            ),
             "{text}"
         );
         assert!(
@@ -381,7 +437,10 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("tlsprof_handshake_cpu_seconds_bucket{le=\"0.0005\",comm=\"nginx\",role=\"server\"} 1\n"),
+            text.contains(
+                "tlsprof_handshake_cpu_seconds_bucket{le=\"0.0005\",comm=\"nginx\",role=\"server\",\
+                 version=\"other\",cipher=\"other\",group=\"other\",cert=\"other\",resumed=\"false\"} 1\n"
+            ),
             "{text}"
         );
         assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");

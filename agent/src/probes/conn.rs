@@ -29,6 +29,17 @@ pub struct conn_state {
     pub tls: u8,
     pub dir: u8,
     pub pad: [u8; 2],
+    pub wire_seq: u32,
+    pub wire_left: u32,
+    pub wire_tgid: u32,
+    pub wire_copied: u16,
+    pub wire: u8,
+    pub wire_flags: u8,
+    pub wire_hdr: [u8; 8],
+    pub wire_hdr_have: u8,
+    pub wire_sealed: u8,
+    pub wire_end: u8,
+    pub pad2: [u8; 5],
 }
 
 #[repr(C)]

@@ -19,6 +19,7 @@ pub const STATS: &[(u32, &str)] = &[
     (4, "conn_events_lost"),
     (5, "conn_storage_full"),
     (6, "samples_lost"),
+    (7, "wire_events_lost"),
 ];
 
 #[repr(C)]
@@ -31,6 +32,8 @@ pub struct hs_event {
     pub role: u8,
     pub result: u8,
     pub pad: [u8; 6],
+    pub conn_sk: u64,
+    pub conn_start: u64,
 }
 
 #[repr(C)]
@@ -68,6 +71,8 @@ pub struct hs_thread {
     pub role: u8,
     pub io: u8,
     pub pad: [u8; 6],
+    pub conn_sk: u64,
+    pub conn_start: u64,
 }
 
 #[repr(C)]
@@ -88,6 +93,8 @@ pub struct hs_state {
     pub role: u8,
     pub done: u8,
     pub pad: [u8; 2],
+    pub conn_sk: u64,
+    pub conn_start: u64,
 }
 
 // SAFETY: plain #[repr(C)] integers with explicit padding, valid for any bit pattern.
@@ -127,13 +134,16 @@ mod tests {
         raw.extend_from_slice(&4242u32.to_le_bytes());
         raw.extend_from_slice(&3u32.to_le_bytes());
         raw.extend_from_slice(&[HS_ROLE_SERVER, HS_RESULT_FAILED, 0, 0, 0, 0, 0, 0]);
+        raw.extend_from_slice(&0xffff_8880_1234_5678u64.to_le_bytes());
+        raw.extend_from_slice(&99u64.to_le_bytes());
         let e: hs_event = read_record(&raw).unwrap();
+        assert_eq!((e.conn_sk, e.conn_start), (0xffff_8880_1234_5678, 99));
         assert_eq!(
             (e.duration_ns, e.cpu_ns, e.tgid, e.calls),
             (1_500_000, 250_000, 4242, 3)
         );
         assert_eq!((role_label(e.role), result_label(e.result)), ("server", "failed"));
-        assert!(read_record::<hs_event>(&raw[..31]).is_none());
+        assert!(read_record::<hs_event>(&raw[..47]).is_none());
     }
 
     #[test]

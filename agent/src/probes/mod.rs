@@ -4,6 +4,7 @@ pub mod conn;
 pub mod cpu;
 pub mod handshake;
 pub mod proc;
+pub mod wire;
 
 /// The compiled object of `bpf/<name>.bpf.c`, 8-byte aligned as aya wants it.
 macro_rules! bpf_object {
@@ -24,7 +25,7 @@ pub fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
 mod layout_tests {
     use std::collections::BTreeMap;
 
-    use super::{conn::*, cpu::*, handshake::*, proc::*};
+    use super::{conn::*, cpu::*, handshake::*, proc::*, wire::*};
 
     /// Field offsets and sizes as the C compiler lays them out (bpf/layout.c, run by build.rs).
     fn c_layout() -> BTreeMap<String, (usize, usize)> {
@@ -67,7 +68,9 @@ mod layout_tests {
                 tgid,
                 calls,
                 role,
-                result
+                result,
+                conn_sk,
+                conn_start
             }
         );
         rust_layout!(rust, hs_port { netns, port });
@@ -82,7 +85,9 @@ mod layout_tests {
                 tgid,
                 depth,
                 role,
-                io
+                io,
+                conn_sk,
+                conn_start
             }
         );
         rust_layout!(rust, hs_key { ssl, tgid });
@@ -94,7 +99,9 @@ mod layout_tests {
                 cpu_ns,
                 calls,
                 role,
-                done
+                done,
+                conn_sk,
+                conn_start
             }
         );
         rust_layout!(
@@ -107,7 +114,17 @@ mod layout_tests {
                 reset,
                 requests,
                 tls,
-                dir
+                dir,
+                wire_seq,
+                wire_left,
+                wire_tgid,
+                wire_copied,
+                wire,
+                wire_flags,
+                wire_hdr,
+                wire_hdr_have,
+                wire_sealed,
+                wire_end
             }
         );
         rust_layout!(
@@ -141,6 +158,20 @@ mod layout_tests {
             }
         );
         rust_layout!(rust, cpu_proc { oncpu_ns });
+        rust_layout!(
+            rust,
+            wire_event {
+                sk,
+                conn_start,
+                tgid,
+                netns,
+                port,
+                kind,
+                flags,
+                len,
+                data
+            }
+        );
         let c = c_layout();
         assert!(!c.is_empty(), "layout.txt is empty");
         for (name, layout) in &c {

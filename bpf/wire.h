@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * What crosses a server's socket during its TLS handshake, as handshake.bpf.c sends it to
+ * the agent (agent/src/probes/wire.rs mirrors these types; the layout test checks them).
+ *
+ * Only the server's output is looked at, and only until its handshake is over:
+ * - plaintext records (handshake, alert, change_cipher_spec) before the first encrypted
+ *   record are copied whole: ServerHello, and in TLS 1.2 Certificate, ServerKeyExchange;
+ * - of encrypted records (TLS 1.3's EncryptedExtensions..Finished) only the 5-byte header
+ *   (type, length) is kept: their contents are never read;
+ * - it stops at TLS 1.2's server Finished, at the first data the client sends after the
+ *   server's first encrypted record (TLS 1.3), at a fatal plaintext alert, or at a cap.
+ * No byte of an application data record is ever read.
+ */
+#ifndef TLSPROF_WIRE_H
+#define TLSPROF_WIRE_H
+
+/* conn_state.wire */
+#define WIRE_IDLE 0   /* nothing sent yet */
+#define WIRE_PLAIN 1  /* plaintext records so far: copied */
+#define WIRE_SEALED 2 /* after the first encrypted record: headers only */
+#define WIRE_DONE 3   /* over (or not TLS): nothing more is looked at */
+
+/* conn_state.wire_flags */
+#define WIRE_F_CCS 1       /* the server sent change_cipher_spec */
+#define WIRE_F_FINISHED 2  /* the current record is TLS 1.2's (encrypted) server Finished */
+#define WIRE_F_TLS 4       /* the output started as TLS records */
+
+/* wire_event.kind */
+#define WIRE_EV_DATA 1   /* data[0..len]: plaintext handshake-phase bytes of the output stream */
+#define WIRE_EV_RECORD 2 /* data[0..5]: header of an encrypted handshake record */
+#define WIRE_EV_END 3    /* the capture is over; flags: WIRE_END_* */
+
+/* wire_event.flags of WIRE_EV_END: why it ended */
+#define WIRE_END_FINISHED 1 /* TLS 1.2 server Finished sent, or the client answered the
+			     * server's encrypted flight (TLS 1.3) */
+#define WIRE_END_ALERT 2    /* the server sent a plaintext alert */
+#define WIRE_END_CLOSED 3   /* the connection closed first */
+#define WIRE_END_CAP 4      /* too many bytes or records: gave up */
+#define WIRE_END_BAD 5      /* a record header that is not TLS after TLS had started */
+#define WIRE_END_UNSUPPORTED 6 /* output the capture cannot read (kernel buffers, splice) */
+
+#define WIRE_CHUNK 4096      /* largest DATA event */
+#define WIRE_MAX_PLAIN 16384 /* plaintext bytes copied per connection at most */
+#define WIRE_MAX_SEALED 12   /* encrypted record headers kept per connection at most */
+
+struct wire_event {
+	__u64 sk;         /* connection identity: socket address and ... */
+	__u64 conn_start; /* ... conn_state.start_ns */
+	__u32 tgid;       /* the process that wrote (for END: the last one that did) */
+	__u32 netns;
+	__u16 port;       /* local (listening) port */
+	__u8 kind;        /* WIRE_EV_* */
+	__u8 flags;
+	__u16 len;        /* bytes in data */
+	__u16 pad;
+	__u8 data[WIRE_CHUNK];
+};
+
+#define WIRE_EVENT_HEADER 32 /* offsetof(struct wire_event, data) */
+
+#endif
