@@ -225,7 +225,7 @@ mod tests {
         assert_eq!(h.labels, Negotiated::UNKNOWN);
         // closed after the ServerHello: the server's part did not finish
         let bytes = resumed12();
-        t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..75]), t0);
+        t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..79]), t0);
         let h = t.on_event(ev(WIRE_EV_END, WIRE_END_CLOSED, &[]), t0).unwrap();
         assert!(!h.ok && h.hello);
         // gave up on a cap after the ServerHello: counted, labels as far as seen
