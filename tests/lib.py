@@ -223,7 +223,8 @@ def cpu_ns(pid: int) -> int:
 
 class Nginx:
     def __init__(self, workdir: Path, workers: int = 1, cert: str = "ecdsa_p256", extra_server: str = "",
-                 port: int | None = None, extra_main: str = "", plain_port: int | None = None):
+                 port: int | None = None, extra_main: str = "", plain_port: int | None = None,
+                 resumption: bool = False):
         self.dir, self.port, key, crt = server_setup(workdir, "nginx", cert, port)
         self.conf = self.dir / "nginx.conf"
         d = self.dir
@@ -243,8 +244,8 @@ http {{
     ssl_certificate {crt};
     ssl_certificate_key {key};
     ssl_protocols TLSv1.2 TLSv1.3;
-    ssl_session_tickets off;
-    ssl_session_cache off;
+    {"ssl_session_tickets on; ssl_session_cache shared:tlsprof:1m;" if resumption else
+     "ssl_session_tickets off; ssl_session_cache off;"}
     {extra_server}
     location / {{ return 200 "hello from nginx\\n"; }}
   }}
@@ -304,29 +305,57 @@ def tls_client_context(version: str | None = None, ciphers: str | None = None) -
 
 
 def https_connections(port: int, n: int, version: str | None = None, concurrency: int = 4,
-                      timeout: float = 60.0) -> dict:
+                      timeout: float = 60.0, ciphers: str | None = None) -> dict:
     """Makes exactly n new TLS connections, one request each (Connection: close), reading
-    each response to EOF. Returns the client's own counts."""
-    ctx = tls_client_context(version)
-    counts = {"ok": 0, "failed": 0, "versions": set()}
+    each response to EOF. Returns the client's own counts, and the versions and cipher
+    suites (OpenSSL names) it negotiated."""
+    ctx = tls_client_context(version, ciphers)
+    counts = {"ok": 0, "failed": 0, "versions": set(), "ciphers": set()}
     lock = threading.Lock()
 
     def job():
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
                 with ctx.wrap_socket(raw, server_hostname="localhost") as s:
-                    version_used = s.version()
+                    version_used, cipher_used = s.version(), s.cipher()[0]
                     s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                     while s.recv(65536):
                         pass
             with lock:
                 counts["ok"] += 1
                 counts["versions"].add(version_used)
+                counts["ciphers"].add(cipher_used)
         except (OSError, ssl.SSLError):
             with lock:
                 counts["failed"] += 1
 
     run_pool(n, concurrency, timeout, job)
+    return counts
+
+
+def resuming_connections(port: int, n: int, version: str | None = None, timeout: float = 60.0) -> dict:
+    """n connections one after the other, each offering the session of the previous one
+    (a session ID or ticket; in TLS 1.3 the ticket arrives after the handshake, so each
+    response is read to EOF first). Returns the client's own counts: "full" and "resumed"
+    handshakes, "failed" connections, and the versions negotiated."""
+    ctx = tls_client_context(version)
+    counts = {"full": 0, "resumed": 0, "failed": 0, "versions": set()}
+    session = None
+    deadline = time.monotonic() + timeout
+    for _ in range(n):
+        if time.monotonic() > deadline:
+            break
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+                with ctx.wrap_socket(raw, server_hostname="localhost", session=session) as s:
+                    s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                    while s.recv(65536):
+                        pass
+                    counts["resumed" if s.session_reused else "full"] += 1
+                    counts["versions"].add(s.version())
+                    session = s.session
+        except (OSError, ssl.SSLError):
+            counts["failed"] += 1
     return counts
 
 
@@ -505,14 +534,31 @@ class NodeServer:
         self.proc.wait(timeout=10)
 
 
+class GoTLS:
+    """The Go crypto/tls server of tests/servers/gotls (binary built by the gotls_bin fixture)."""
+
+    def __init__(self, workdir: Path, binary: Path, body: int = 16, cert: str = "ecdsa_p256"):
+        self.port = free_port()
+        key, crt = make_cert(workdir, cert)
+        self.proc = subprocess.Popen([str(binary), str(self.port), str(crt), str(key), str(body)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.pid = self.proc.pid
+        wait_port(self.port)
+
+    def stop(self):
+        stop_pid(self.pid)
+        self.proc.wait(timeout=10)
+
+
 APACHE_MODULES = ["mpm_event", "authz_core", "ssl", "socache_shmcb"]
 
 
 class Apache:
     """Apache httpd with mod_ssl and the threaded event MPM, configured from scratch."""
 
-    def __init__(self, workdir: Path, keepalive: bool = False):
-        self.dir, self.port, key, crt = server_setup(workdir, "apache")
+    def __init__(self, workdir: Path, keepalive: bool = False, cert: str = "ecdsa_p256", resumption: bool = False,
+                 extra: str = ""):
+        self.dir, self.port, key, crt = server_setup(workdir, "apache", cert)
         d = self.dir
         (d / "htdocs").mkdir()
         (d / "htdocs" / "index.html").write_text("hello from apache\n")
@@ -542,10 +588,11 @@ DocumentRoot {d}/htdocs
 <Directory {d}/htdocs>
   Require all granted
 </Directory>
-SSLSessionCache none
-SSLSessionTickets off
+{f"SSLSessionCache shmcb:{d}/scache(512000)" if resumption else "SSLSessionCache none"}
+SSLSessionTickets {"on" if resumption else "off"}
 <VirtualHost 127.0.0.1:{self.port}>
   SSLEngine on
+  {extra}
   SSLCertificateFile {crt}
   SSLCertificateKeyFile {key}
 </VirtualHost>

@@ -248,23 +248,6 @@ def test_node_handshake_primitives(workdir):
 
 # ------------------------------------------------------------------ a TLS stack without probes
 
-@pytest.fixture(scope="module")
-def gotls_bin(tmp_path_factory):
-    import shutil
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
-    if not go:
-        pytest.skip("go is not installed")
-    d = tmp_path_factory.mktemp("gotls")
-    (d / "main.go").write_text((ROOT / "tests/servers/gotls/main.go").read_text())
-    (d / "go.mod").write_text("module gotls\n\ngo 1.21\n")
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
-    env.setdefault("HOME", "/root")
-    r = subprocess.run([go, "build", "-o", str(d / "gotls"), "."], cwd=d, capture_output=True, text=True, env=env,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr
-    return d / "gotls"
-
-
 def test_go_crypto_tls_server_split(workdir, gotls_bin):
     """Go's crypto/tls has no SSL_* symbols to probe: tlsprof still attaches (the TLS stack
     is found by its symbols), accounts the process exactly, and splits its CPU into TLS
