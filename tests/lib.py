@@ -537,10 +537,11 @@ class NodeServer:
 class GoTLS:
     """The Go crypto/tls server of tests/servers/gotls (binary built by the gotls_bin fixture)."""
 
-    def __init__(self, workdir: Path, binary: Path, body: int = 16, cert: str = "ecdsa_p256"):
+    def __init__(self, workdir: Path, binary: Path, body: int = 16, cert: str = "ecdsa_p256", resumption: bool = False):
         self.port = free_port()
         key, crt = make_cert(workdir, cert)
-        self.proc = subprocess.Popen([str(binary), str(self.port), str(crt), str(key), str(body)],
+        self.proc = subprocess.Popen([str(binary), str(self.port), str(crt), str(key), str(body),
+                                      *(["resume"] if resumption else [])],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.pid = self.proc.pid
         wait_port(self.port)

@@ -43,7 +43,7 @@ class Server:
             self.s = NodeServer(workdir)  # node's TLS server issues session tickets by default
             self.comm, self.pids = "node", [self.s.pid]
         elif kind == "go":
-            self.s = GoTLS(workdir, gotls_bin)  # so does Go's
+            self.s = GoTLS(workdir, gotls_bin, resumption=resumption)
             self.comm, self.pids = "gotls", [self.s.pid]
         self.port, self.pid = self.s.port, self.s.pid
         self.probes = kind != "go"

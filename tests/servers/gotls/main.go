@@ -1,7 +1,8 @@
 // A TLS server on Go's crypto/tls (no OpenSSL, no SSL_* symbols), for tlsprof's tests of
 // servers whose TLS stack it cannot probe: every HTTP/1.1 request gets a BODY_BYTES
 // response on a keep-alive connection, closed after a "Connection: close" request.
-// usage: gotls PORT CERT KEY BODY_BYTES
+// usage: gotls PORT CERT KEY BODY_BYTES [resume]
+// With "resume", the server issues session tickets (Go's default); without, it does not.
 package main
 
 import (
@@ -40,9 +41,10 @@ func serve(c net.Conn, body []byte) {
 }
 
 func main() {
-	if len(os.Args) != 5 {
-		log.Fatal("usage: gotls PORT CERT KEY BODY_BYTES")
+	if len(os.Args) != 5 && len(os.Args) != 6 {
+		log.Fatal("usage: gotls PORT CERT KEY BODY_BYTES [resume]")
 	}
+	resume := len(os.Args) == 6 && os.Args[5] == "resume"
 	cert, err := tls.LoadX509KeyPair(os.Args[2], os.Args[3])
 	if err != nil {
 		log.Fatal(err)
@@ -52,7 +54,7 @@ func main() {
 	for i := range body {
 		body[i] = 'x'
 	}
-	l, err := tls.Listen("tcp", "127.0.0.1:"+os.Args[1], &tls.Config{Certificates: []tls.Certificate{cert}, SessionTicketsDisabled: true})
+	l, err := tls.Listen("tcp", "127.0.0.1:"+os.Args[1], &tls.Config{Certificates: []tls.Certificate{cert}, SessionTicketsDisabled: !resume})
 	if err != nil {
 		log.Fatal(err)
 	}
