@@ -245,7 +245,7 @@ impl Metrics {
         registry.register(
             "kernel_errors",
             "Kernel-side failure paths taken (events_lost, thread_map_full, ssl_map_full, unmatched_return, \
-             conn_events_lost, conn_storage_full)",
+             conn_events_lost, conn_storage_full, samples_lost, wire_events_lost)",
             kernel_errors.clone(),
         );
         let attach_failures = Family::<ProbeLabels, Counter>::default();
