@@ -52,7 +52,7 @@ def one_run(nginx, worker, flags, seconds):
 
 
 # tlsprof's BPF programs, by name prefix (bpftool shows names cut at 15 characters).
-OUR_PROGRAMS = ("hs_", "ssl_", "proc_", "conn_", "cpu_")
+OUR_PROGRAMS = ("hs_", "ssl_", "proc_", "conn_", "cpu_", "wire_")
 STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 
 
