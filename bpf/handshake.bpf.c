@@ -602,14 +602,11 @@ static __always_inline void handshake_io(struct conn_state *c, const struct sock
 
 /*
  * The connection's state when this read or write of sk is the application's, NULL when
- * the socket is not watched or the I/O belongs to the handshake: made inside a handshake
- * call, or the first write after a memory-BIO server handshake call (hs_cpu.after_hs).
+ * the I/O belongs to the handshake: made inside a handshake call, or the first write after
+ * a memory-BIO server handshake call (hs_cpu.after_hs).
  */
-static __always_inline struct conn_state *app_io(struct sock *sk, bool write)
+static __always_inline struct conn_state *app_io(struct conn_state *c, struct sock *sk, bool write)
 {
-	struct conn_state *c = conn_of(sk);
-	if (!c)
-		return NULL;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct hs_cpu *cpu = this_cpu();
 	if (!cpu)
@@ -629,12 +626,14 @@ static __always_inline struct conn_state *app_io(struct sock *sk, bool write)
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(conn_recv, struct sock *sk, int ret, int flags)
 {
-	struct conn_state *w = conn_of(sk);
+	struct conn_state *c = conn_of(sk);
+	if (!c)
+		return 0;
+	bool data = ret > 0 && !(flags & MSG_PEEK);
 	/* the client answered the server's encrypted flight: TLS 1.3's handshake is over */
-	if (w && w->wire == WIRE_SEALED && ret > 0 && !(flags & MSG_PEEK))
-		wire_finish(sk, w, WIRE_END_FINISHED);
-	struct conn_state *c = app_io(sk, false);
-	if (c && ret > 0 && !(flags & MSG_PEEK))
+	if (data && c->wire == WIRE_SEALED)
+		wire_finish(sk, c, WIRE_END_FINISHED);
+	if (app_io(c, sk, false) && data)
 		c->dir = CONN_DIR_IN;
 	return 0;
 }
@@ -642,8 +641,8 @@ int BPF_PROG(conn_recv, struct sock *sk, int ret, int flags)
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(conn_send, struct sock *sk, int ret)
 {
-	struct conn_state *c = app_io(sk, true);
-	if (!c || ret <= 0)
+	struct conn_state *c = conn_of(sk);
+	if (!c || !app_io(c, sk, true) || ret <= 0)
 		return 0;
 	if (c->dir == CONN_DIR_IN)
 		c->requests++;
