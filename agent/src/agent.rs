@@ -770,13 +770,7 @@ impl Agent {
         let p = ParamLabels::new(&comm, role, n);
         self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
         if let Some(reason) = unlabelled {
-            self.metrics
-                .handshakes_unlabelled
-                .get_or_create(&ReasonLabels {
-                    comm: comm.clone(),
-                    reason: reason.into(),
-                })
-                .inc();
+            self.count_unlabelled(&comm, reason);
         }
         if e.result == hs::HS_RESULT_OK {
             self.metrics.handshake_cpu.get_or_create(&p).observe(cpu);
@@ -797,6 +791,16 @@ impl Agent {
         s.duration_ns += e.duration_ns;
     }
 
+    fn count_unlabelled(&self, comm: &str, reason: &str) {
+        self.metrics
+            .handshakes_unlabelled
+            .get_or_create(&ReasonLabels {
+                comm: comm.into(),
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
     /// A capture ended. For a server without handshake probes this is the handshake: a
     /// ServerHello was sent (or a fatal alert instead), and the server finished its part.
     fn on_wire_handshake(&mut self, h: WireHandshake) {
@@ -811,13 +815,7 @@ impl Agent {
         let p = ParamLabels::new(&comm, "server", &h.labels);
         self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
         if h.hello && !h.complete {
-            self.metrics
-                .handshakes_unlabelled
-                .get_or_create(&ReasonLabels {
-                    comm: comm.clone(),
-                    reason: "incomplete".into(),
-                })
-                .inc();
+            self.count_unlabelled(&comm, "incomplete");
         }
         self.summary.entry((comm, "server", result)).or_default().count += 1;
     }

@@ -103,7 +103,12 @@ pub struct Suite {
 }
 
 const fn s(name: &'static str, kx: Kx, hash: u16) -> Suite {
-    Suite { name, kx, hash, tag: 16 }
+    Suite {
+        name,
+        kx,
+        hash,
+        tag: 16,
+    }
 }
 
 /// Cipher suites by IANA code: those OpenSSL, Go, GnuTLS and the common clients negotiate.
@@ -114,7 +119,12 @@ pub fn suite(code: u16) -> Option<Suite> {
         0x1302 => s("TLS_AES_256_GCM_SHA384", Any, 48),
         0x1303 => s("TLS_CHACHA20_POLY1305_SHA256", Any, 32),
         0x1304 => s("TLS_AES_128_CCM_SHA256", Any, 32),
-        0x1305 => Suite { name: "TLS_AES_128_CCM_8_SHA256", kx: Any, hash: 32, tag: 8 },
+        0x1305 => Suite {
+            name: "TLS_AES_128_CCM_8_SHA256",
+            kx: Any,
+            hash: 32,
+            tag: 8,
+        },
         0xC02B => s("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", Ecdhe, 0),
         0xC02C => s("TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", Ecdhe, 0),
         0xCCA9 => s("TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256", Ecdhe, 0),
@@ -175,17 +185,15 @@ pub fn group_name(code: u16) -> &'static str {
 
 /// SHA-256("HelloRetryRequest"): the random of a HelloRetryRequest.
 const HRR_RANDOM: [u8; 32] = [
-    0xCF, 0x21, 0xAD, 0x74, 0xE5, 0x9A, 0x61, 0x11, 0xBE, 0x1D, 0x8C, 0x02, 0x1E, 0x65, 0xB8, 0x91, 0xC2, 0xA2,
-    0x11, 0x16, 0x7A, 0xBB, 0x8C, 0x5E, 0x07, 0x9E, 0x09, 0xE2, 0xC8, 0xA8, 0x33, 0x9C,
+    0xCF, 0x21, 0xAD, 0x74, 0xE5, 0x9A, 0x61, 0x11, 0xBE, 0x1D, 0x8C, 0x02, 0x1E, 0x65, 0xB8, 0x91, 0xC2, 0xA2, 0x11,
+    0x16, 0x7A, 0xBB, 0x8C, 0x5E, 0x07, 0x9E, 0x09, 0xE2, 0xC8, 0xA8, 0x33, 0x9C,
 ];
 
 const HS_SERVER_HELLO: u8 = 2;
 const HS_NEW_SESSION_TICKET: u8 = 4;
 const HS_CERTIFICATE: u8 = 11;
 const HS_SERVER_KEY_EXCHANGE: u8 = 12;
-const HS_CERTIFICATE_REQUEST: u8 = 13;
 const HS_SERVER_HELLO_DONE: u8 = 14;
-const HS_CERTIFICATE_STATUS: u8 = 22;
 
 /// A big-endian reader that never panics.
 struct Rd<'a>(&'a [u8]);
@@ -352,8 +360,7 @@ pub fn parse(plain: &[u8], sealed: &[u16], ended: bool) -> Parsed {
             HS_CERTIFICATE => p.cert = Some(cert_from_chain(body)),
             HS_SERVER_KEY_EXCHANGE => p.group = Some(ske_group(body, suite.map(|s| s.kx))),
             HS_SERVER_HELLO_DONE => p.complete = true,
-            HS_CERTIFICATE_REQUEST | HS_CERTIFICATE_STATUS => {}
-            _ => {}
+            _ => {} // CertificateRequest, CertificateStatus, …
         }
     }
     p.complete |= ended;
@@ -371,7 +378,9 @@ fn ske_group(b: &[u8], kx: Option<Kx>) -> &'static str {
             r.u16().map_or(OTHER, group_name)
         }
         Some(Kx::Dhe) => {
-            let Some(p) = r.u16().and_then(|n| r.take(n as usize)) else { return OTHER };
+            let Some(p) = r.u16().and_then(|n| r.take(n as usize)) else {
+                return OTHER;
+            };
             let p = match p.iter().position(|&b| b != 0) {
                 Some(i) => &p[i..],
                 None => return OTHER,
@@ -476,11 +485,10 @@ pub fn spki_label(cert: &[u8]) -> Option<&'static str> {
     let (_, c) = der(&mut Rd(cert))?;
     let (_, tbs) = der(&mut Rd(c))?;
     let mut t = Rd(tbs);
-    let mut field = der(&mut t)?;
-    if field.0 == 0xA0 {
-        field = der(&mut t)?; // version
+    // [0] version (optional), then serialNumber
+    if der(&mut t)?.0 == 0xA0 {
+        der(&mut t)?;
     }
-    let _serial = field;
     for _ in 0..4 {
         der(&mut t)?; // signature, issuer, validity, subject
     }
@@ -589,7 +597,11 @@ mod tests {
 
     #[test]
     fn tls13_retry_and_resumption() {
-        let hrr = hello(HRR_RANDOM, 0x1303, &[(0x002b, vec![3, 4]), (0x0033, 23u16.to_be_bytes().to_vec())]);
+        let hrr = hello(
+            HRR_RANDOM,
+            0x1303,
+            &[(0x002b, vec![3, 4]), (0x0033, 23u16.to_be_bytes().to_vec())],
+        );
         let sh = hello(
             [2; 32],
             0x1303,
@@ -649,7 +661,13 @@ mod tests {
         let n = chain.len() - 3;
         chain[..3].copy_from_slice(&[0, (n >> 8) as u8, n as u8]);
         let ske = [vec![3, 0, 29, 32], vec![5; 32]].concat();
-        let flight = [sh.clone(), msg(HS_CERTIFICATE, &chain), msg(HS_SERVER_KEY_EXCHANGE, &ske), msg(14, &[])].concat();
+        let flight = [
+            sh.clone(),
+            msg(HS_CERTIFICATE, &chain),
+            msg(HS_SERVER_KEY_EXCHANGE, &ske),
+            msg(14, &[]),
+        ]
+        .concat();
         let p = parse(&record(22, &flight), &[], false);
         assert!(p.complete);
         assert_eq!(
@@ -694,7 +712,11 @@ mod tests {
         let p = parse(&record(21, &[2, 40]), &[], true);
         assert!(p.alert && !p.hello);
         assert_eq!(p.labels(), Negotiated::UNKNOWN);
-        for junk in [&b"HTTP/1.1 400 Bad Request\r\n"[..], &[22, 3, 3, 0xff, 0xff, 2, 0, 0], &[]] {
+        for junk in [
+            &b"HTTP/1.1 400 Bad Request\r\n"[..],
+            &[22, 3, 3, 0xff, 0xff, 2, 0, 0],
+            &[],
+        ] {
             assert_eq!(parse(junk, &[1, 2, 3], true).labels(), Negotiated::UNKNOWN);
         }
         assert_eq!(suite(0x0005).map(|s| s.name), None);

@@ -203,7 +203,9 @@ mod tests {
         assert!(t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..50]), t0).is_none());
         assert_eq!(t.lookup(id), Lookup::Wait, "ServerHello cut in half");
         assert!(t.on_event(ev(WIRE_EV_DATA, 0, &bytes[50..]), t0).is_none());
-        let Lookup::Ready(l, true) = t.lookup(id) else { panic!("{:?}", t.lookup(id)) };
+        let Lookup::Ready(l, true) = t.lookup(id) else {
+            panic!("{:?}", t.lookup(id))
+        };
         assert_eq!((l.version, l.resumed, l.cert), ("TLSv1.2", true, tls::NONE));
         let h = t.on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0).unwrap();
         assert!(h.ok && h.hello && h.complete);
@@ -245,7 +247,10 @@ mod tests {
         let bytes = resumed12();
         t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..80]), t0);
         let (l, complete) = t.give_up(id);
-        assert_eq!((l.version, l.cipher, complete), ("TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", false));
+        assert_eq!(
+            (l.version, l.cipher, complete),
+            ("TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", false)
+        );
         t.expire(t0 + STALE);
         assert_eq!(t.in_flight(), 0);
     }

@@ -17,13 +17,7 @@ pub const HEADER: usize = 32;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "mirror of bpf/wire.h, checked by the layout test; events are decoded by WireEvent::decode"
-    )
-)]
+/// Mirror of bpf/wire.h (the layout test checks it); WireEvent::decode reads by its offsets.
 pub struct wire_event {
     pub sk: u64,
     pub conn_start: u64,
@@ -56,19 +50,20 @@ impl WireEvent {
         if b.len() < HEADER {
             return None;
         }
+        use std::mem::offset_of;
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         let u16_at = |o: usize| u16::from_le_bytes(b[o..o + 2].try_into().unwrap());
-        let len = u16_at(28) as usize;
+        let len = u16_at(offset_of!(wire_event, len)) as usize;
         let data = b.get(HEADER..HEADER + len)?.to_vec();
         Some(Self {
-            sk: u64_at(0),
-            conn_start: u64_at(8),
-            tgid: u32_at(16),
-            netns: u32_at(20),
-            port: u16_at(24),
-            kind: b[26],
-            flags: b[27],
+            sk: u64_at(offset_of!(wire_event, sk)),
+            conn_start: u64_at(offset_of!(wire_event, conn_start)),
+            tgid: u32_at(offset_of!(wire_event, tgid)),
+            netns: u32_at(offset_of!(wire_event, netns)),
+            port: u16_at(offset_of!(wire_event, port)),
+            kind: b[offset_of!(wire_event, kind)],
+            flags: b[offset_of!(wire_event, flags)],
             data,
         })
     }
@@ -91,7 +86,10 @@ mod tests {
         raw[28..30].copy_from_slice(&3u16.to_le_bytes());
         raw.extend_from_slice(&[22, 3, 3]);
         let e = WireEvent::decode(&raw).unwrap();
-        assert_eq!((e.sk, e.conn_start, e.tgid, e.port, e.kind), (7, 8, 1234, 8443, WIRE_EV_DATA));
+        assert_eq!(
+            (e.sk, e.conn_start, e.tgid, e.port, e.kind),
+            (7, 8, 1234, 8443, WIRE_EV_DATA)
+        );
         assert_eq!(e.data, vec![22, 3, 3]);
         assert!(WireEvent::decode(&raw[..HEADER + 2]).is_none());
         assert_eq!(std::mem::offset_of!(wire_event, data), HEADER);
