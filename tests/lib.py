@@ -517,14 +517,12 @@ NODES = {
 }
 
 
-class NodeServer:
-    def __init__(self, workdir: Path, node: Path = Path("/usr/bin/node"), keepalive: bool = False, body: int = 0):
-        """body: keep-alive responses of this many bytes."""
+class SpawnedServer:
+    """A test server started as `argv(port)`, listening on a fresh loopback port."""
+
+    def _spawn(self, argv):
         self.port = free_port()
-        key, crt = make_cert(workdir)
-        mode = [f"bulk:{body}"] if body else ["keepalive"] if keepalive else []
-        self.proc = subprocess.Popen([str(node), str(ROOT / "tests/servers/https_server.js"), str(self.port), str(crt), str(key),
-                                      *mode],
+        self.proc = subprocess.Popen([str(a) for a in argv(self.port)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.pid = self.proc.pid
         wait_port(self.port)
@@ -534,21 +532,20 @@ class NodeServer:
         self.proc.wait(timeout=10)
 
 
-class GoTLS:
+class NodeServer(SpawnedServer):
+    def __init__(self, workdir: Path, node: Path = Path("/usr/bin/node"), keepalive: bool = False, body: int = 0):
+        """body: keep-alive responses of this many bytes."""
+        key, crt = make_cert(workdir)
+        mode = [f"bulk:{body}"] if body else ["keepalive"] if keepalive else []
+        self._spawn(lambda port: [node, ROOT / "tests/servers/https_server.js", port, crt, key, *mode])
+
+
+class GoTLS(SpawnedServer):
     """The Go crypto/tls server of tests/servers/gotls (binary built by the gotls_bin fixture)."""
 
     def __init__(self, workdir: Path, binary: Path, body: int = 16, cert: str = "ecdsa_p256", resumption: bool = False):
-        self.port = free_port()
         key, crt = make_cert(workdir, cert)
-        self.proc = subprocess.Popen([str(binary), str(self.port), str(crt), str(key), str(body),
-                                      *(["resume"] if resumption else [])],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.pid = self.proc.pid
-        wait_port(self.port)
-
-    def stop(self):
-        stop_pid(self.pid)
-        self.proc.wait(timeout=10)
+        self._spawn(lambda port: [binary, port, crt, key, body, *(["resume"] if resumption else [])])
 
 
 APACHE_MODULES = ["mpm_event", "authz_core", "ssl", "socache_shmcb"]

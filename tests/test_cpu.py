@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lib import (ROOT, TLSPROF, Agent, Nginx, NodeServer, free_port, https_connections, keepalive_connections,
-                 make_cert, parse_metrics, proc_children, value, wait_for, wait_port, stop_pid)
+from lib import (ROOT, TLSPROF, Agent, GoTLS, Nginx, NodeServer, free_port, https_connections,
+                 keepalive_connections, make_cert, value, wait_port, stop_pid)
 
 HZ = "199"
 CATEGORIES = ["handshake", "crypto", "tls_library", "kernel_net", "probes", "other"]
@@ -252,11 +252,9 @@ def test_go_crypto_tls_server_split(workdir, gotls_bin):
     """Go's crypto/tls has no SSL_* symbols to probe: tlsprof still attaches (the TLS stack
     is found by its symbols), accounts the process exactly, and splits its CPU into TLS
     library code, kernel networking and the rest — never into handshake, which it cannot see."""
-    key, crt = make_cert(workdir)
-    port = free_port()
-    srv = subprocess.Popen([str(gotls_bin), str(port), str(crt), str(key), str(256 * 1024)])
+    srv = GoTLS(workdir, gotls_bin, body=256 * 1024)
+    port = srv.port
     try:
-        wait_port(port)
         with Agent("--pid", str(srv.pid), "--sample-hz", HZ) as agent:
             agent.wait_attached([srv.pid])
             assert "TLS stack go, no handshake probes" in agent.output()
@@ -277,8 +275,7 @@ def test_go_crypto_tls_server_split(workdir, gotls_bin):
             # the connections are tracked as for any server
             assert value(w.metrics, "tlsprof_tcp_connections_accepted_total", comm="gotls", port=str(port)) == 202
     finally:
-        stop_pid(srv.pid)
-        srv.wait(timeout=10)
+        srv.stop()
 
 
 # ------------------------------------------------------------------ flame graphs
