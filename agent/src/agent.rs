@@ -155,6 +155,13 @@ const UPROBES: &[&str] = &[
     "ssl_free",
 ];
 
+/// Programs whose tracepoint a kernel may lack: tlsprof runs without them.
+const OPTIONAL_PROGRAMS: &[&str] = &["conn_recv", "conn_send", "wire_send"];
+
+/// Why a handshake's negotiated labels are `other` (tlsprof_handshakes_unlabelled_total).
+const UNLABELLED_NO_CONNECTION: &str = "no_connection";
+const UNLABELLED_INCOMPLETE: &str = "incomplete";
+
 fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T>
 where
     T: TryFrom<aya::maps::Map>,
@@ -666,6 +673,13 @@ impl Agent {
                 .attached_processes
                 .get_or_create(&CommLabels { comm: comm.into() })
                 .set(n);
+            // Exported at zero from the start, so that rate() sees the first increment.
+            for reason in [UNLABELLED_NO_CONNECTION, UNLABELLED_INCOMPLETE] {
+                let _ = self.metrics.handshakes_unlabelled.get_or_create(&ReasonLabels {
+                    comm: comm.into(),
+                    reason: reason.into(),
+                });
+            }
         }
         self.metrics.attached_probes.set(probes);
     }
@@ -734,11 +748,11 @@ impl Agent {
     /// still be on its way (see wire.rs).
     fn on_handshake(&mut self, e: hs::hs_event) {
         if e.conn_sk == 0 || !self.wire_capture {
-            return self.count_handshake(&e, &Negotiated::UNKNOWN, Some("no_connection"));
+            return self.count_handshake(&e, &Negotiated::UNKNOWN, Some(UNLABELLED_NO_CONNECTION));
         }
         let id = (e.conn_sk, e.conn_start);
         match self.wire.lookup(id) {
-            Lookup::Ready(l, complete) => self.count_handshake(&e, &l, (!complete).then_some("incomplete")),
+            Lookup::Ready(l, complete) => self.count_handshake(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE)),
             // a failed handshake may have sent nothing: take what is known
             Lookup::Wait if e.result != hs::HS_RESULT_OK => self.count_handshake(&e, &self.wire.give_up(id).0, None),
             Lookup::Wait => self.pending.push_back((e, Instant::now())),
@@ -752,10 +766,12 @@ impl Agent {
         for (e, since) in std::mem::take(&mut self.pending) {
             let id = (e.conn_sk, e.conn_start);
             match self.wire.lookup(id) {
-                Lookup::Ready(l, complete) => self.count_handshake(&e, &l, (!complete).then_some("incomplete")),
+                Lookup::Ready(l, complete) => {
+                    self.count_handshake(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE))
+                }
                 Lookup::Wait if all || now.duration_since(since) >= wire::WAIT => {
                     let (l, complete) = self.wire.give_up(id);
-                    self.count_handshake(&e, &l, (!complete).then_some("incomplete"));
+                    self.count_handshake(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE));
                 }
                 Lookup::Wait => self.pending.push_back((e, since)),
             }
@@ -815,7 +831,7 @@ impl Agent {
         let p = ParamLabels::new(&comm, "server", &h.labels);
         self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
         if h.hello && !h.complete {
-            self.count_unlabelled(&comm, "incomplete");
+            self.count_unlabelled(&comm, UNLABELLED_INCOMPLETE);
         }
         self.summary.entry((comm, "server", result)).or_default().count += 1;
     }
@@ -1009,6 +1025,13 @@ pub fn run(args: RunArgs) -> Result<()> {
         args.verbose,
         args.sample_hz > 0,
     );
+    // Every probe is exported from the start (at zero when it attached), so that dashboards
+    // and alerts see the series and rate() sees the first failure.
+    for program in UPROBES.iter().chain(OPTIONAL_PROGRAMS) {
+        let _ = metrics.attach_failures.get_or_create(&ProbeLabels {
+            probe: (*program).into(),
+        });
+    }
     for program in &probes.missing {
         metrics
             .attach_failures

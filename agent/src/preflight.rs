@@ -3,6 +3,8 @@ use std::{fs, net::SocketAddr, net::TcpListener, path::Path};
 
 use anyhow::{bail, Context as _, Result};
 
+const CAP_DAC_OVERRIDE: u32 = 1;
+const CAP_DAC_READ_SEARCH: u32 = 2;
 const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
@@ -18,19 +20,37 @@ fn effective_caps() -> Result<u64> {
     u64::from_str_radix(hex.trim(), 16).context("bad CapEff in /proc/self/status")
 }
 
-/// Loading BPF and opening uprobes needs CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN);
-/// reading other users' /proc/PID/maps and /proc/PID/root needs CAP_SYS_PTRACE.
+/// What each capability is for (deploy/systemd/tlsprof.service says the same, and
+/// tests/test_deploy.py checks each is needed):
+/// - CAP_BPF + CAP_PERFMON: load the BPF programs, attach tracepoints, open the sampling
+///   perf events (or CAP_SYS_ADMIN, which implies both);
+/// - CAP_SYS_ADMIN: the kernel opens uprobe perf events only for it (the handshake probes);
+/// - CAP_SYS_PTRACE: read other users' /proc/PID/maps, /proc/PID/root, /proc/PID/fd links;
+/// - CAP_DAC_READ_SEARCH: list other users' /proc/PID/fd (their listening sockets).
 pub fn privileges() -> Result<()> {
     let caps = effective_caps()?;
     let has = |c: u32| caps & (1u64 << c) != 0;
     if !(has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))) {
         bail!(
             "insufficient privileges: tlsprof needs root, or CAP_BPF and CAP_PERFMON \
-             (and CAP_SYS_PTRACE to see other users' processes); run it with sudo or see deploy/"
+             (and CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH for all it measures); \
+             run it with sudo or see deploy/"
         );
     }
-    if !has(CAP_SYS_PTRACE) && !has(CAP_SYS_ADMIN) {
+    if !has(CAP_SYS_ADMIN) {
+        eprintln!(
+            "tlsprof: warning: without CAP_SYS_ADMIN the kernel refuses uprobes: no handshake probes \
+             (handshakes are counted from what servers send, without CPU or duration histograms)"
+        );
+    }
+    if !has(CAP_SYS_PTRACE) {
         eprintln!("tlsprof: warning: without CAP_SYS_PTRACE, processes of other users cannot be traced");
+    }
+    if !has(CAP_DAC_READ_SEARCH) && !has(CAP_DAC_OVERRIDE) {
+        eprintln!(
+            "tlsprof: warning: without CAP_DAC_READ_SEARCH, the listening sockets of other users' processes \
+             cannot be read: no connection, TIME_WAIT or negotiated-parameter figures for them"
+        );
     }
     Ok(())
 }
