@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""Writes tlsprof's Grafana dashboards (classic JSON model) from the panel lists below.
+
+    python3 dashboards/build.py          # (re)write dashboards/*.json
+    python3 dashboards/build.py --check  # exit 1 if a committed file differs from what this writes
+
+The JSON files are committed, so that Grafana can provision them as they are; tests check
+they are what this script writes, and that every query they hold returns data from a real
+Prometheus scraping a real agent (tests/test_dashboards.py).
+"""
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCHEMA_VERSION = 42  # Grafana 12's classic dashboard model
+DS = {"type": "prometheus", "uid": "${datasource}"}
+RI = "[$__rate_interval]"
+
+# Label matchers shared by the queries. Handshake and CPU metrics are per process name
+# (comm); connection metrics also per listening port; TIME_WAIT sockets belong to no process.
+S = 'instance=~"$instance", comm=~"$comm"'
+SP = 'instance=~"$instance", comm=~"$comm", port=~"$port"'
+SI = 'instance=~"$instance"'
+STW = 'instance=~"$instance", port=~"$port"'
+OK = 'result="ok"'
+OK_FULL = 'result="ok", resumed="false"'
+OK_RESUMED = 'result="ok", resumed="true"'
+FAILED = 'result="failed"'
+CAT_HANDSHAKE = 'category="handshake"'
+CAT_PROBES = 'category="probes"'
+
+
+def rate(metric: str, sel: str, extra: str = "") -> str:
+    matchers = sel + (", " + extra if extra else "")
+    return f"rate({metric}{{{matchers}}}{RI})"
+
+
+def mean_by(hist: str, by: str, sel: str, extra: str = "") -> str:
+    """Mean of a histogram over the rate interval: sum of the observations / their count."""
+    grouping = f" by ({by})" if by else ""
+    return (f"sum{grouping} ({rate(hist + '_sum', sel, extra)})\n  / "
+            f"sum{grouping} ({rate(hist + '_count', sel, extra)})")
+
+
+def quantile(q: float, hist: str, sel: str, extra: str = "", by: str = "") -> str:
+    return f"histogram_quantile({q}, sum by (le{', ' + by if by else ''}) ({rate(hist + '_bucket', sel, extra)}))"
+
+
+def target(expr: str, legend: str = "", instant: bool = False, fmt: str = "time_series") -> dict:
+    t = {"datasource": DS, "expr": expr, "legendFormat": legend or "__auto", "range": not instant,
+         "instant": instant, "format": fmt}
+    return t
+
+
+class Layout:
+    """Places panels left to right, 24 columns wide, rows of panels of the same height."""
+
+    def __init__(self):
+        self.panels = []
+        self.x = 0
+        self.y = 0
+        self.row_h = 0
+        self.next_id = 1
+
+    def row(self, title: str):
+        self._newline()
+        self.panels.append({"type": "row", "title": title, "id": self._id(), "collapsed": False,
+                            "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y}, "panels": []})
+        self.y += 1
+
+    def add(self, panel: dict, w: int, h: int):
+        if self.x + w > 24:
+            self._newline()
+        panel["id"] = self._id()
+        panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
+        self.panels.append(panel)
+        self.x += w
+        self.row_h = max(self.row_h, h)
+
+    def _newline(self):
+        self.y += self.row_h
+        self.x = 0
+        self.row_h = 0
+
+    def _id(self) -> int:
+        i = self.next_id
+        self.next_id += 1
+        return i
+
+
+def refids(targets):
+    for i, t in enumerate(targets):
+        t["refId"] = chr(ord("A") + i)
+    return targets
+
+
+def timeseries(title: str, desc: str, unit: str, targets, stack: bool = False, links=None) -> dict:
+    custom = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 20 if stack else 0,
+              "showPoints": "never", "spanNulls": True,
+              "stacking": {"mode": "normal" if stack else "none", "group": "A"}}
+    defaults = {"unit": unit, "custom": custom, "min": 0}
+    if links:
+        defaults["links"] = links
+    return {"type": "timeseries", "title": title, "description": desc, "datasource": DS,
+            "targets": refids(targets),
+            "fieldConfig": {"defaults": defaults, "overrides": []},
+            "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+                        "tooltip": {"mode": "multi", "sort": "desc"}}}
+
+
+def stat(title: str, desc: str, unit: str, expr: str, thresholds=None) -> dict:
+    steps = [{"color": "green", "value": None}]
+    for value, color in thresholds or []:
+        steps.append({"color": color, "value": value})
+    return {"type": "stat", "title": title, "description": desc, "datasource": DS,
+            "targets": refids([target(expr)]),
+            "fieldConfig": {"defaults": {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps}},
+                            "overrides": []},
+            "options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                        "colorMode": "value", "graphMode": "area", "textMode": "auto"}}
+
+
+def table(title: str, desc: str, unit: str, expr: str) -> dict:
+    return {"type": "table", "title": title, "description": desc, "datasource": DS,
+            "targets": refids([target(expr, instant=True, fmt="table")]),
+            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "options": {"showHeader": True},
+            "transformations": [{"id": "organize", "options": {"excludeByName": {"Time": True}}}]}
+
+
+def query_var(name: str, label: str, query: str, multi: bool) -> dict:
+    return {"type": "query", "name": name, "label": label, "datasource": DS,
+            "query": {"qryType": 1, "query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+            "definition": query, "refresh": 2, "sort": 1, "multi": multi, "includeAll": multi,
+            "allValue": ".*" if multi else None, "current": {}, "options": [], "hide": 0, "regex": ""}
+
+
+def templating(multi: bool) -> dict:
+    return {"list": [
+        {"type": "datasource", "name": "datasource", "label": "Data source", "query": "prometheus",
+         "current": {}, "hide": 0, "refresh": 1, "regex": "", "options": []},
+        query_var("instance", "tlsprof instance", "label_values(tlsprof_agent_cpu_seconds_total, instance)", multi),
+        query_var("comm", "Process", 'label_values(tlsprof_attached_processes{instance=~"$instance"}, comm)', multi),
+        query_var("port", "Port",
+                  'label_values(tlsprof_tcp_connections_accepted_total{instance=~"$instance", comm=~"$comm"}, port)',
+                  True),
+    ]}
+
+
+def dashboard(uid: str, title: str, desc: str, panels, multi: bool) -> dict:
+    return {
+        "uid": uid, "title": title, "description": desc, "tags": ["tlsprof", "tls"],
+        "schemaVersion": SCHEMA_VERSION, "version": 1, "editable": True, "graphTooltip": 1,
+        "time": {"from": "now-30m", "to": "now"}, "refresh": "10s", "timezone": "browser",
+        "timepicker": {}, "fiscalYearStartMonth": 0, "liveNow": False,
+        "annotations": {"list": [
+            {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True,
+             "hide": True, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts",
+             "type": "dashboard"},
+            {"name": "tlsprof alerts", "datasource": DS, "enable": True, "iconColor": "red",
+             "expr": 'ALERTS{alertstate="firing", instance=~"$instance", comm=~"$comm"}',
+             "titleFormat": "{{alertname}}", "textFormat": "{{comm}} on {{instance}}", "step": "60s"},
+        ]},
+        "links": [{"type": "dashboards", "tags": ["tlsprof"], "asDropdown": False, "title": "tlsprof",
+                   "includeVars": True, "keepTime": True}],
+        "templating": templating(multi),
+        "panels": panels,
+    }
+
+
+# ------------------------------------------------------------------ the overview
+
+HS = "tlsprof_handshakes_total"
+CPU_H = "tlsprof_handshake_cpu_seconds"
+DRILL = [{"title": "Open ${__field.labels.comm} in the per-process view",
+          "url": "/d/tlsprof-process/tlsprof-per-process?${datasource:queryparam}"
+                 "&var-instance=${__field.labels.instance}&var-comm=${__field.labels.comm}&${__url_time_range}"}]
+
+
+def overview() -> dict:
+    L = Layout()
+    L.row("Handshakes")
+    L.add(stat("Handshakes/s", "TLS handshakes finished per second, all results.", "ops",
+               f"sum({rate(HS, S)})"), 4, 4)
+    L.add(stat("Resumed", "Share of successful handshakes that resumed a session (cache or ticket). "
+               "Low: enable session tickets or a shared session cache.", "percentunit",
+               f'sum({rate(HS, S, OK_RESUMED)})\n  / sum({rate(HS, S, OK)})'),
+          4, 4)
+    L.add(stat("Failed", "Share of handshakes that failed.", "percentunit",
+               f'sum({rate(HS, S, FAILED)}) / sum({rate(HS, S)})', [(0.05, "red")]), 4, 4)
+    L.add(stat("CPU per full handshake", "Mean on-CPU time of a full (not resumed) successful handshake.",
+               "s", mean_by(CPU_H, "", S, 'resumed="false"'), [(0.003, "red")]), 4, 4)
+    L.add(stat("Handshake share of CPU", "Share of the traced processes' CPU time spent in handshakes "
+               "(sampled).", "percentunit",
+               f'sum({rate("tlsprof_cpu_seconds_total", S, CAT_HANDSHAKE)})\n  / '
+               f'sum({rate("tlsprof_process_cpu_seconds_total", S)})', [(0.5, "red")]), 4, 4)
+    L.add(stat("TIME_WAIT entries/s", "Server sockets entering TIME_WAIT per second (the server closed first).",
+               "ops", f'sum({rate("tlsprof_tcp_time_wait_total", SP)})'), 4, 4)
+    L.add(timeseries("Handshakes/s: full, resumed, failed", "Successful full and resumed handshakes, and failed "
+                     "ones, per second.", "ops", [
+                         target(f'sum({rate(HS, S, OK_FULL)})', "full"),
+                         target(f'sum({rate(HS, S, OK_RESUMED)})', "resumed"),
+                         target(f'sum({rate(HS, S, FAILED)})', "failed"),
+                     ], stack=True), 12, 8)
+    L.add(timeseries("CPU per full handshake: p50, p90, p99", "Quantiles of the on-CPU time of full handshakes "
+                     "(histogram buckets 10 µs … 1 s).", "s", [
+                         target(quantile(q, CPU_H, S, 'resumed="false"'), f"p{int(q * 100)}")
+                         for q in (0.5, 0.9, 0.99)]), 12, 8)
+    for label, what in (("group", "key-exchange group (x25519 is the cheapest; secp384r1 costs several times more)"),
+                        ("cert", "server certificate key (an ECDSA P-256 signature is far cheaper than RSA)"),
+                        ("cipher", "cipher suite")):
+        L.add(timeseries(f"CPU per full handshake by {label}", f"Mean on-CPU time of a full handshake by {what}.",
+                         "s", [target(mean_by(CPU_H, label, S, 'resumed="false"'), f"{{{{{label}}}}}")]), 8, 8)
+
+    L.row("CPU")
+    L.add(timeseries("Share of process CPU by category", "Where the traced processes' CPU goes (sampled): "
+                     "handshake, crypto (record encryption/decryption), tls_library, kernel_net, probes "
+                     "(tlsprof's own), other.", "percentunit", [
+                         target(f'sum by (category) ({rate("tlsprof_cpu_seconds_total", S)})\n  / ignoring(category) '
+                                f'group_left sum({rate("tlsprof_process_cpu_seconds_total", S)})', "{{category}}")],
+                     stack=True), 12, 8)
+    L.add(timeseries("CPU by process (1.0 = one core)", "On-CPU time of each traced process name, summed by the "
+                     "kernel at every context switch. Click a series for the per-process view.", "percentunit",
+                     [target(f'sum by (instance, comm) ({rate("tlsprof_process_cpu_seconds_total", S)})',
+                             "{{comm}} on {{instance}}")], links=DRILL), 12, 8)
+    L.add(timeseries("Crypto primitives (1.0 = one core)", "On-CPU time in TLS library code by crypto primitive "
+                     "(no_symbols: the library has no function names; install its debug symbols).", "percentunit",
+                     [target(f'sum by (primitive) ({rate("tlsprof_crypto_cpu_seconds_total", S)})', "{{primitive}}")],
+                     stack=True), 12, 8)
+    L.add(timeseries("CPU by category (1.0 = one core)", "The same split in cores rather than shares.",
+                     "percentunit", [target(f'sum by (category) ({rate("tlsprof_cpu_seconds_total", S)})',
+                                            "{{category}}")], stack=True), 12, 8)
+
+    L.row("Connections")
+    L.add(timeseries("TIME_WAIT entries/s by port", "Server sockets that entered TIME_WAIT per second: the server "
+                     "closed first. Keep-alive and a higher per-connection request limit lower it.", "ops",
+                     [target(f'sum by (port) ({rate("tlsprof_tcp_time_wait_total", SP)})', "port {{port}}")]), 8, 8)
+    L.add(timeseries("Sockets in TIME_WAIT", "TIME_WAIT sockets with the server's local port now (sock_diag).",
+                     "short", [target(f"sum by (port) (tlsprof_tcp_time_wait_sockets{{{STW}}})", "port {{port}}")]),
+          8, 8)
+    L.add(timeseries("Requests per connection (mean)", "Requests carried by each connection that ended. "
+                     "Near 1: every request pays a handshake and a TCP connection.", "short",
+                     [target(mean_by("tlsprof_requests_per_connection", "port", SP), "port {{port}}")]), 8, 8)
+    L.add(timeseries("Connections/s by who closed", "Connections that ended per second: server (closed first), "
+                     "client (closed first), reset.", "ops",
+                     [target(f'sum by (closed_by) ({rate("tlsprof_tcp_connections_total", SP)})', "{{closed_by}}")],
+                     stack=True), 12, 8)
+    L.add(timeseries("TIME_WAIT entries per request", "TIME_WAIT entries divided by requests: 1 when every "
+                     "request gets its own server-closed connection, 0.2 with Domino's default of 5 requests "
+                     "per connection.", "short",
+                     [target(f'sum by (port) ({rate("tlsprof_tcp_time_wait_total", SP)})\n  / sum by (port) '
+                             f'({rate("tlsprof_requests_per_connection_sum", SP)})', "port {{port}}")]), 12, 8)
+
+    L.row("tlsprof health")
+    L.add(timeseries("Events lost/s", "Handshake events the kernel could not report (ring buffer full), and "
+                     "every kernel-side failure path by kind. Should stay at 0.", "ops", [
+                         target(f'sum({rate("tlsprof_events_lost_total", SI)})', "handshake events lost"),
+                         target(f'sum by (kind) ({rate("tlsprof_kernel_errors_total", SI)})', "{{kind}}")]), 8, 8)
+    L.add(timeseries("Probe attach failures", "Probes that failed to attach, by program (total since start).",
+                     "short", [target(f"sum by (probe) (tlsprof_probe_attach_failures_total{{{SI}}})",
+                                      "{{probe}}")]), 8, 8)
+    L.add(timeseries("tlsprof overhead (1.0 = one core)", "CPU of the tlsprof agent itself, and time the traced "
+                     "processes spent in tlsprof's probes (sampled).", "percentunit", [
+                         target(f'sum by (instance) ({rate("tlsprof_agent_cpu_seconds_total", SI)})',
+                                "agent {{instance}}"),
+                         target(f'sum({rate("tlsprof_cpu_seconds_total", S, CAT_PROBES)})',
+                                "probes in traced processes")]), 8, 8)
+    L.add(timeseries("tlsprof memory", "Resident memory of the agent.", "bytes",
+                     [target(f"tlsprof_agent_resident_memory_bytes{{{SI}}}", "{{instance}}")]), 8, 8)
+    L.add(timeseries("Attached processes", "Processes with tlsprof's probes, by name.", "short",
+                     [target(f"sum by (comm) (tlsprof_attached_processes{{{S}}})", "{{comm}}")]), 8, 8)
+    L.add(timeseries("Handshakes without negotiated labels", "Handshakes counted with version/cipher/group/cert "
+                     "other, by why: no_connection (client role, connections older than tlsprof), incomplete.",
+                     "ops", [target(f'sum by (reason) ({rate("tlsprof_handshakes_unlabelled_total", S)})',
+                                    "{{reason}}")]), 8, 8)
+    return dashboard("tlsprof-overview", "tlsprof: TLS cost at a glance",
+                     "What TLS costs the traced servers: handshakes, CPU by category, crypto primitives, "
+                     "connection churn, and tlsprof's own health.", L.panels, multi=True)
+
+
+# ------------------------------------------------------------------ per process
+
+def per_process() -> dict:
+    L = Layout()
+    L.row("Handshakes of $comm")
+    L.add(timeseries("Handshakes/s by result and resumption", "", "ops",
+                     [target(f"sum by (result, resumed) ({rate(HS, S)})", "{{result}} resumed={{resumed}}")],
+                     stack=True), 12, 8)
+    L.add(timeseries("Handshake CPU: p50, p99, full and resumed", "Quantiles of the on-CPU time of successful "
+                     "handshakes.", "s", [
+                         target(quantile(q, CPU_H, S, by="resumed"), f"p{int(q * 100)} resumed={{{{resumed}}}}")
+                         for q in (0.5, 0.99)]), 12, 8)
+    for label in ("version", "cipher", "group", "cert"):
+        L.add(timeseries(f"Handshakes/s by {label}", "", "ops",
+                         [target(f"sum by ({label}) ({rate(HS, S)})", f"{{{{{label}}}}}")], stack=True), 6, 8)
+    L.add(table("CPU per handshake by configuration", "Mean on-CPU time of successful handshakes per negotiated "
+                "configuration: compare what a choice costs on this host.", "s",
+                mean_by(CPU_H, "version, cipher, group, cert, resumed", S)), 12, 8)
+    L.add(timeseries("Handshake duration: p50, p99", "Wall-clock time from the first handshake call to the "
+                     "one that completed it (includes waiting for the client).", "s", [
+                         target(quantile(q, "tlsprof_handshake_duration_seconds", S), f"p{int(q * 100)}")
+                         for q in (0.5, 0.99)]), 6, 8)
+    L.add(timeseries("CPU in failed handshakes (1.0 = one core)", "", "percentunit",
+                     [target(f'sum({rate("tlsprof_failed_handshake_cpu_seconds_total", S)})', "failed")]), 6, 8)
+
+    L.row("CPU of $comm")
+    L.add(timeseries("CPU by category (1.0 = one core)", "", "percentunit",
+                     [target(f'sum by (category) ({rate("tlsprof_cpu_seconds_total", S)})', "{{category}}"),
+                      ], stack=True), 8, 8)
+    L.add(timeseries("Share of CPU by category", "", "percentunit",
+                     [target(f'sum by (category) ({rate("tlsprof_cpu_seconds_total", S)})\n  / ignoring(category) '
+                             f'group_left sum({rate("tlsprof_process_cpu_seconds_total", S)})', "{{category}}")],
+                     stack=True), 8, 8)
+    L.add(timeseries("Crypto primitives (1.0 = one core)", "", "percentunit",
+                     [target(f'sum by (primitive) ({rate("tlsprof_crypto_cpu_seconds_total", S)})',
+                             "{{primitive}}")], stack=True), 8, 8)
+
+    L.row("Connections of $comm")
+    L.add(timeseries("Connections accepted/s by port", "", "ops",
+                     [target(f'sum by (port) ({rate("tlsprof_tcp_connections_accepted_total", SP)})',
+                             "port {{port}}")]), 8, 8)
+    L.add(timeseries("Connections ended/s by who closed", "", "ops",
+                     [target(f'sum by (closed_by) ({rate("tlsprof_tcp_connections_total", SP)})',
+                             "{{closed_by}}")], stack=True), 8, 8)
+    L.add(timeseries("TIME_WAIT: entries/s and sockets", "", "short", [
+        target(f'sum by (port) ({rate("tlsprof_tcp_time_wait_total", SP)})', "entries/s port {{port}}"),
+        target(f"sum by (port) (tlsprof_tcp_time_wait_sockets{{{STW}}})", "sockets port {{port}}")]), 8, 8)
+    L.add(timeseries("Requests per connection: mean, p50, p90", "", "short", [
+        target(mean_by("tlsprof_requests_per_connection", "", SP), "mean"),
+        target(quantile(0.5, "tlsprof_requests_per_connection", SP), "p50"),
+        target(quantile(0.9, "tlsprof_requests_per_connection", SP), "p90")]), 12, 8)
+    L.add(timeseries("Connection lifetime: p50, p99", "", "s", [
+        target(quantile(q, "tlsprof_tcp_connection_duration_seconds", SP), f"p{int(q * 100)}")
+        for q in (0.5, 0.99)]), 12, 8)
+
+    L.row("TLS library of $comm")
+    L.add(table("TLS libraries", "TLS code the process maps, and where tlsprof's function names come from.",
+                "short", f"tlsprof_tls_library_info{{{S}}}"), 24, 6)
+    return dashboard("tlsprof-process", "tlsprof: per process",
+                     "One server process: what its handshakes negotiate and cost, where its CPU goes, how its "
+                     "connections end.", L.panels, multi=False)
+
+
+DASHBOARDS = {"tlsprof-overview.json": overview, "tlsprof-process.json": per_process}
+
+
+def render(build) -> str:
+    return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+
+
+def main() -> int:
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for name, build in DASHBOARDS.items():
+        path = HERE / name
+        text = render(build)
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+    if stale:
+        print(f"dashboards: {', '.join(stale)} differ from dashboards/build.py: run it", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
