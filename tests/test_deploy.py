@@ -1,0 +1,189 @@
+"""deploy/: the systemd unit, the Kubernetes manifests and the compose file are valid, and
+the capabilities they grant are enough for everything tlsprof measures, each one needed."""
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lib import ROOT, TESTDEPS, TLSPROF, Agent, Nginx, https_connections, keepalive_connections, value
+
+DEPLOY = ROOT / "deploy"
+UNIT = DEPLOY / "systemd" / "tlsprof.service"
+PYTOOLS = TESTDEPS / "pytools" / "bin"
+
+
+def unit_caps() -> list[str]:
+    """The capabilities the systemd unit grants, as names without CAP_ (lower case)."""
+    text = UNIT.read_text()
+    ambient = re.search(r"^AmbientCapabilities=(.*)$", text, re.M).group(1).split()
+    bounding = re.search(r"^CapabilityBoundingSet=(.*)$", text, re.M).group(1).split()
+    assert ambient == bounding, "the unit's ambient and bounding sets differ"
+    return [c.removeprefix("CAP_").lower() for c in ambient]
+
+
+def test_systemd_unit_verifies():
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze not installed")
+    # systemd-analyze checks that ExecStart's binary exists: point it at the one just built.
+    with tempfile.TemporaryDirectory() as d:
+        unit = Path(d) / "tlsprof.service"
+        unit.write_text(UNIT.read_text().replace("/usr/local/bin/tlsprof", str(TLSPROF)))
+        r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+        assert r.returncode == 0 and not r.stderr.strip(), r.stderr
+
+
+def test_every_deployment_grants_the_same_capabilities():
+    caps = sorted(c.upper() for c in unit_caps())
+    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "tlsprof.yaml").read_text()))
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["hostPID"] is True
+    sc = spec["containers"][0]["securityContext"]
+    assert sc["capabilities"]["drop"] == ["ALL"] and sorted(sc["capabilities"]["add"]) == caps
+    assert sc.get("privileged") is False
+    res = spec["containers"][0]["resources"]
+    assert res["requests"] and res["limits"]
+    compose = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())
+    svc = compose["services"]["tlsprof"]
+    assert svc["pid"] == "host" and svc["cap_drop"] == ["ALL"] and sorted(svc["cap_add"]) == caps
+    # Every file the compose file mounts or builds from is in the repository.
+    base = DEPLOY / "compose"
+    for name, s in compose["services"].items():
+        for v in s.get("volumes", []):
+            src = v.split(":")[0]
+            if src.startswith("."):
+                assert (base / src).exists(), f"{name} mounts {src}, which is missing"
+    assert (base / compose["services"]["tlsprof"]["build"]["context"] / "Dockerfile").exists()
+    # Grafana's provisioning points at the dashboards' mount, Prometheus' at the rules.
+    prov = yaml.safe_load((base / "grafana/provisioning/dashboards/tlsprof.yaml").read_text())
+    mount = next(v for v in compose["services"]["grafana"]["volumes"] if v.startswith("../../dashboards"))
+    assert prov["providers"][0]["options"]["path"] == mount.split(":")[1]
+    prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    mounted = [v.split(":")[1] for v in compose["services"]["prometheus"]["volumes"]]
+    assert all(f"/etc/prometheus/{f}" in mounted for f in prom["rule_files"])
+
+
+def _tool(name: str) -> Path:
+    tool = PYTOOLS / name
+    if not tool.exists():
+        pytest.skip(f"{tool} missing (scripts/deps.sh installs it from PyPI)")
+    return tool
+
+
+def test_kubernetes_manifests_match_the_api_schema():
+    tool = _tool("kubernetes-validate")
+    r = subprocess.run([str(tool), "--strict", str(DEPLOY / "kubernetes" / "tlsprof.yaml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("passed") == 3, r.stdout
+    # The check can fail: a misspelt field is refused.
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as bad:
+        bad.write((DEPLOY / "kubernetes" / "tlsprof.yaml").read_text().replace("hostPID:", "hostPid:"))
+        bad.flush()
+        r = subprocess.run([str(tool), "--strict", bad.name], capture_output=True, text=True)
+        assert r.returncode != 0 and "hostPid" in r.stdout + r.stderr
+
+
+def test_compose_file_matches_the_compose_spec():
+    tool = _tool("check-jsonschema")
+    compose = DEPLOY / "compose" / "compose.yaml"
+    r = subprocess.run([str(tool), "--builtin-schema", "vendor.compose-spec", str(compose)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as bad:
+        bad.write(compose.read_text().replace("network_mode:", "network_mod:"))
+        bad.flush()
+        r = subprocess.run([str(tool), "--builtin-schema", "vendor.compose-spec", bad.name],
+                           capture_output=True, text=True)
+        assert r.returncode != 0
+
+
+# ------------------------------------------------------------- the unit's capabilities
+
+@pytest.fixture
+def www_nginx():
+    """nginx whose workers run as www-data, as Debian's does: another user than tlsprof's."""
+    d = Path(tempfile.mkdtemp(prefix="tlsprof-deploy-"))
+    d.chmod(0o755)
+    server = Nginx(d, workers=1, extra_main="user www-data;")
+    yield server
+    server.stop()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def run_with_caps(server: Nginx, caps: list[str]) -> tuple[list, str, dict]:
+    """tlsprof as user nobody with exactly `caps` (ambient, as systemd's AmbientCapabilities
+    gives them), against `server` under a little load. Returns its metrics, its log and the
+    client's counts."""
+    spec = ",".join(f"+{c}" for c in caps)
+    prefix = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+              f"--inh-caps=-all,{spec}", f"--ambient-caps=-all,{spec}")
+    with Agent("--pid", str(server.pid), "--sample-hz", "499", prefix=prefix) as agent:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not all(agent.attached(p) for p in server.workers()):
+            time.sleep(0.2)
+        time.sleep(1.0)  # a scan: the listening port
+        counts = https_connections(server.port, 20)
+        ka = keepalive_connections(server.port, 3, 100, end="close")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            m = agent.scrape()
+            if value(m, "tlsprof_tcp_connections_total") >= 23 and value(m, "tlsprof_handshakes_total") >= 23:
+                break
+            time.sleep(0.3)
+        time.sleep(0.5)
+        m = agent.scrape()
+        out = agent.stop()
+    counts["keepalive"] = ka
+    return m, out, counts
+
+
+def test_the_units_capabilities_are_enough(www_nginx):
+    caps = unit_caps()
+    m, out, counts = run_with_caps(www_nginx, caps)
+    assert counts["ok"] == 20 and counts["keepalive"]["connections"] == 3
+    warnings = [l for l in out.splitlines() if "warning" in l or "error" in l]
+    assert warnings == [], warnings
+    assert value(m, "tlsprof_probe_attach_failures_total") == 0
+    # Every handshake seen by the probes (CPU histogram) and labelled from the wire.
+    assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="nginx", version="TLSv1.3",
+                 group="x25519", cert="ecdsa_p256") == 23
+    assert value(m, "tlsprof_tcp_connections_total", comm="nginx", port=str(www_nginx.port)) == 23
+    assert value(m, "tlsprof_requests_per_connection_sum", port=str(www_nginx.port)) == 20 + 3 * 100
+    assert value(m, "tlsprof_cpu_seconds_total", category="kernel_net") > 0
+
+
+@pytest.mark.parametrize("dropped,symptom", [
+    ("sys_admin", "without CAP_SYS_ADMIN the kernel refuses uprobes"),
+    ("sys_ptrace", "without CAP_SYS_PTRACE"),
+    ("dac_read_search", "without CAP_DAC_READ_SEARCH"),
+    ("syslog", "/proc/kallsyms shows no addresses"),
+])
+def test_each_of_the_units_capabilities_is_needed(www_nginx, dropped, symptom):
+    caps = [c for c in unit_caps() if c != dropped]
+    assert len(caps) == len(unit_caps()) - 1
+    m, out, _ = run_with_caps(www_nginx, caps)
+    assert symptom in out, out[-2000:]
+    # And what is lost with it:
+    if dropped == "sys_admin":
+        assert value(m, "tlsprof_probe_attach_failures_total") > 0
+        assert value(m, "tlsprof_handshake_cpu_seconds_count") == 0
+    elif dropped == "sys_ptrace":
+        assert value(m, "tlsprof_handshakes_total") == 0
+    elif dropped == "dac_read_search":
+        assert value(m, "tlsprof_tcp_connections_total") == 0
+        assert value(m, "tlsprof_handshakes_total", cert="ecdsa_p256") == 0
+    else:
+        assert value(m, "tlsprof_cpu_seconds_total", category="kernel_net") == 0
+
+
+def test_unit_and_prometheus_config_listen_where_they_scrape():
+    listen = re.search(r"--listen (\S+)", UNIT.read_text()).group(1)
+    prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    job = next(j for j in prom["scrape_configs"] if j["job_name"] == "tlsprof")
+    assert job["static_configs"][0]["targets"] == [listen]
