@@ -38,6 +38,15 @@ pub enum Category {
 }
 
 impl Category {
+    pub const ALL: [Category; 6] = [
+        Category::Handshake,
+        Category::Crypto,
+        Category::TlsLibrary,
+        Category::KernelNet,
+        Category::Probes,
+        Category::Other,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             Category::Handshake => "handshake",
@@ -140,6 +149,14 @@ impl Profiler {
         }
         if self.enabled {
             let _ = self.procs_map.insert(pid, pc::cpu_proc::default(), 0);
+            // Every category is exported from the start, at zero until a sample lands in it
+            // (the probes' share may take a while at a low sampling rate).
+            for category in Category::ALL {
+                let _ = self.metrics.cpu.get_or_create(&CategoryLabels {
+                    comm: comm.to_string(),
+                    category: category.label().to_string(),
+                });
+            }
         }
         let maps = self.files.mappings(pid).unwrap_or_default();
         for m in &maps {

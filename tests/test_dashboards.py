@@ -1,0 +1,388 @@
+"""The Grafana dashboards and the Prometheus rules, against a real Prometheus scraping the
+real agent while real load runs against nginx.
+
+Day 1 ("yesterday"): nginx with an ECDSA P-256 certificate and X25519, session tickets and
+cache on, keep-alive limited to 5 requests per connection, a few failing clients. Every
+dashboard query and every rule returns data; the handshake-cost alert stays silent. The
+samples Prometheus stored are then written, one day earlier, into the storage of a second
+Prometheus (promtool tsdb create-blocks-from openmetrics): real measurements, time-shifted.
+
+Day 2 ("today"): the same host and process name with an RSA-4096 certificate and no
+resumption. The alerts comparing with yesterday (offset 1d) have data, and the handshake
+cost, cost regression and resumption alerts fire.
+"""
+import json
+import math
+import re
+import shutil
+import signal
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lib import (ROOT, Agent, Nginx, failing_handshakes, free_port, https_connections,
+                 keepalive_connections, parse_metrics, plain_http_requests, resuming_connections, stop_pid,
+                 wait_for)
+
+DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
+RULES = ROOT / "deploy" / "prometheus" / "tlsprof-rules.yml"
+RATE_INTERVAL = "10s"  # what Grafana's $__rate_interval is with a 1 s scrape interval and short ranges
+UNITS = {"s", "percentunit", "ops", "reqps", "short", "bytes"}
+
+
+# ------------------------------------------------------------------ what the files hold
+
+def panels(dash: dict):
+    for p in dash["panels"]:
+        yield p
+        yield from p.get("panels", [])
+
+
+def dashboard_queries() -> list[tuple[str, str, str]]:
+    """(dashboard uid, panel title, expression) for every panel target."""
+    out = []
+    for path in DASHBOARDS:
+        d = json.loads(path.read_text())
+        for p in panels(d):
+            for t in p.get("targets", []):
+                out.append((d["uid"], p["title"], t["expr"]))
+    return out
+
+
+def rules() -> list[dict]:
+    return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+
+
+def substitute(expr: str, instance: str, comm: str, port: int) -> str:
+    return (expr.replace("$__rate_interval", RATE_INTERVAL).replace("$instance", instance)
+            .replace("$comm", comm).replace("$port", str(port)))
+
+
+def as_bool(expr: str) -> str:
+    """An alert expression whose comparisons return 0/1 for every series instead of filtering
+    them: it returns data whenever what the alert measures exists."""
+    return re.sub(r"(>=|<=|==|!=|>|<)\s+(?!bool)", r"\1 bool ", expr)
+
+
+# ------------------------------------------------------------------ static checks
+
+def test_dashboards_are_what_build_py_writes():
+    r = subprocess.run(["python3", str(ROOT / "dashboards" / "build.py"), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_dashboard_structure():
+    assert [p.name for p in DASHBOARDS] == ["tlsprof-overview.json", "tlsprof-process.json"]
+    uids = set()
+    for path in DASHBOARDS:
+        d = json.loads(path.read_text())
+        assert d["schemaVersion"] == 42 and d["uid"] not in uids
+        uids.add(d["uid"])
+        variables = {v["name"]: v for v in d["templating"]["list"]}
+        assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+        assert {"instance", "comm", "port"} <= set(variables)
+        ids = set()
+        for p in panels(d):
+            assert p["id"] not in ids
+            ids.add(p["id"])
+            g = p["gridPos"]
+            assert g["x"] + g["w"] <= 24
+            if p["type"] == "row":
+                continue
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+            assert p["fieldConfig"]["defaults"]["unit"] in UNITS, p["title"]
+            for t in p["targets"]:
+                # Every rate() and increase() over Grafana's $__rate_interval.
+                windows = re.findall(r"(?:rate|increase)\([^\[]*\[([^\]]*)\]", t["expr"])
+                assert all(w == "$__rate_interval" for w in windows), (p["title"], t["expr"])
+                assert "[" not in t["expr"] or windows, t["expr"]
+    assert uids == {"tlsprof-overview", "tlsprof-process"}
+
+
+def test_dashboard_queries_parse():
+    """promtool parses every query (as a recording rule of a scratch rule file)."""
+    exprs = [substitute(e, "127.0.0.1:9435", "nginx", 443) for _, _, e in dashboard_queries()]
+    scratch = {"groups": [{"name": "parse", "rules": [{"record": f"q:{i}", "expr": e} for i, e in enumerate(exprs)]}]}
+    path = Path("/tmp") / f"tlsprof-dash-queries-{free_port()}.yml"
+    path.write_text(yaml.safe_dump(scratch))
+    try:
+        r = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        path.unlink()
+
+
+def test_rules_check_and_unit_tests():
+    r = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run(["promtool", "test", "rules", "tests/tlsprof-rules.test.yml"], capture_output=True,
+                       text=True, cwd=RULES.parent)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run(["promtool", "check", "config", str(RULES.parent / "prometheus.yml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_every_alert_has_a_runbook_section():
+    runbook = (ROOT / "docs" / "runbook.md").read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.*)$", runbook, re.M)}
+    alerts = [r for r in rules() if "alert" in r]
+    assert len(alerts) >= 8
+    for a in alerts:
+        ann = a["annotations"]
+        assert ann["summary"] and ann["description"], a["alert"]
+        if a["alert"] != "TlsprofDown":  # up == 0 has no number to give
+            assert "{{ $value" in ann["description"], f"{a['alert']}: the description should give the number"
+        assert ann["runbook"] == f"docs/runbook.md#{a['alert'].lower()}"
+        assert a["alert"].lower() in anchors, f"docs/runbook.md has no section {a['alert']}"
+
+
+# ------------------------------------------------------------------ a real Prometheus
+
+class Prometheus:
+    def __init__(self, workdir: Path, name: str, target: str, rule_file: Path):
+        self.port = free_port()
+        self.data = workdir / f"{name}-data"
+        self.data.mkdir(exist_ok=True)
+        cfg = workdir / f"{name}.yml"
+        cfg.write_text(yaml.safe_dump({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(rule_file)],
+            "scrape_configs": [{"job_name": "tlsprof", "static_configs": [{"targets": [target]}]}],
+        }))
+        self.log = workdir / f"{name}.log"
+        self.proc = subprocess.Popen(
+            ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={self.data}",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        wait_for(self._ready, 60, f"prometheus to start ({self.log})")
+
+    def _ready(self):
+        assert self.proc.poll() is None, self.log.read_text()[-2000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def api(self, path: str, **params):
+        url = f"http://127.0.0.1:{self.port}/api/v1/{path}?" + urllib.parse.urlencode(params, doseq=True)
+        try:
+            with urllib.request.urlopen(url, timeout=30) as r:
+                body = json.load(r)
+        except urllib.error.HTTPError as e:
+            raise AssertionError(f"{path} {params}: {e.read().decode()}")
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None):
+        return self.api("query", query=expr, **({"time": at} if at else {}))["result"]
+
+    def finite_points(self, expr: str, start: float, end: float) -> int:
+        res = self.api("query_range", query=expr, start=start, end=end, step=1)["result"]
+        return sum(1 for s in res for _, v in s["values"] if math.isfinite(float(v)))
+
+    def stop(self):
+        stop_pid(self.proc.pid, signal.SIGTERM, timeout=30)
+
+
+def short_for(workdir: Path) -> Path:
+    """The shipped rules with every `for:` shortened to 2 s; nothing else changed."""
+    doc = yaml.safe_load(RULES.read_text())
+    for g in doc["groups"]:
+        for r in g["rules"]:
+            if "for" in r:
+                r["for"] = "2s"
+    path = workdir / "rules-short-for.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def firing(prom: Prometheus, alert: str, instance: str) -> list[dict]:
+    return prom.query(f'ALERTS{{alertname="{alert}", alertstate="firing", instance="{instance}"}}')
+
+
+def check_names_and_labels(scrape_text: str):
+    """Every tlsprof metric a dashboard or rule names is exported, and every label it matches
+    or groups by is one that metric carries (or instance, job, le)."""
+    samples = parse_metrics(scrape_text)
+    labels: dict[str, set] = {}
+    for name, ls, _ in samples:
+        labels.setdefault(name, set()).update(ls)
+    recorded = {r["record"] for r in rules() if "record" in r}
+    exprs = [e for _, _, e in dashboard_queries()] + [r["expr"] for r in rules()]
+    for expr in exprs:
+        used = set()
+        for name, matchers in re.findall(r"\b(tlsprof[_:][A-Za-z0-9_:]*)(\{[^}]*\})?", expr):
+            if ":" in name:
+                assert name in recorded, f"{name} is not a recording rule ({expr})"
+                continue
+            assert name in labels, f"{name} is not exported by the agent ({expr})"
+            used |= labels[name]
+            for label in re.findall(r"(\w+)\s*=~?", matchers):
+                assert label in labels[name] | {"instance", "job"}, f"{name} has no label {label} ({expr})"
+        for group in re.findall(r"\b(?:by|on|ignoring)\s*\(([^)]*)\)", expr):
+            for label in filter(None, (g.strip() for g in group.split(","))):
+                assert label in used | {"instance", "job", "le", "comm", "port"}, f"no label {label} in {expr}"
+
+
+def load_day1(port: int, seconds: float) -> dict:
+    """Full, resumed and failed handshakes, keep-alive connections that nginx closes after its
+    5th request: bounded in count and time."""
+    totals = {"full": 0, "resumed": 0, "failed": 0, "requests": 0}
+    deadline = time.monotonic() + seconds
+    for _ in range(60):
+        if time.monotonic() > deadline:
+            break
+        c = https_connections(port, 6)
+        totals["full"] += c["ok"]
+        r = resuming_connections(port, 10)
+        totals["full"] += r["full"]
+        totals["resumed"] += r["resumed"]
+        k = keepalive_connections(port, 2, 5, end="eof")
+        totals["requests"] += k["requests"]
+        totals["failed"] += failing_handshakes(port, 1, "AES128-SHA")
+        totals["failed"] += plain_http_requests(port, 1)
+    return totals
+
+
+def export_shifted(prom: Prometheus, instance: str, since: float, shift: float, path: Path) -> int:
+    """Every tlsprof sample (raw and recorded) Prometheus holds for `instance`, written as
+    OpenMetrics with timestamps moved by `shift` seconds."""
+    window = int(time.time() - since) + 5
+    res = prom.query(f'{{__name__=~"tlsprof_.+|tlsprof:.+", instance="{instance}"}}[{window}s]')
+    lines = 0
+    with open(path, "w") as f:
+        for series in sorted(res, key=lambda s: s["metric"]["__name__"]):
+            m = dict(series["metric"])
+            name = m.pop("__name__")
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(m.items()))
+            for ts, v in series["values"]:
+                f.write(f"{name}{{{labels}}} {v} {float(ts) + shift:.3f}\n")
+                lines += 1
+        f.write("# EOF\n")
+    return lines
+
+
+@pytest.mark.skipif(not shutil.which("prometheus"), reason="prometheus not installed")
+def test_dashboards_and_alerts_against_prometheus(tmp_path):
+    workdir = tmp_path
+    rule_file = short_for(workdir)
+    agent_port = free_port()
+    instance = f"127.0.0.1:{agent_port}"
+
+    # ---- day 1: cheap handshakes
+    nginx = Nginx(workdir, workers=1, cert="ecdsa_p256", resumption=True, extra_server="keepalive_requests 5;")
+    agent = Agent("--pid", str(nginx.pid), port=agent_port, scan_interval=0.5)
+    prom1 = prom2 = None
+    try:
+        agent.wait_attached(nginx.workers())
+        prom1 = Prometheus(workdir, "day1", instance, rule_file)
+        wait_for(lambda: prom1.query(f'up{{instance="{instance}"}} == 1'), 20, "the first scrape")
+        t0 = time.time()
+        day1 = load_day1(nginx.port, 30)
+        time.sleep(4)  # the last scrapes and rule evaluations
+        t1 = time.time()
+        assert day1["resumed"] > day1["full"] / 2 and day1["failed"] > 0 and day1["requests"] > 0, day1
+
+        check_names_and_labels(agent.scrape_text())
+
+        empty = []
+        for uid, title, expr in dashboard_queries():
+            q = substitute(expr, instance, "nginx", nginx.port)
+            if prom1.finite_points(q, t0, t1) == 0:
+                empty.append(f"{uid} / {title}: {q}")
+        assert empty == [], "dashboard queries without data:\n" + "\n".join(empty)
+
+        # Template variables: label_values(metric{…}, label) finds this run's values.
+        for path in DASHBOARDS:
+            for v in json.loads(path.read_text())["templating"]["list"]:
+                if v["type"] != "query":
+                    continue
+                metric, label = re.fullmatch(r"label_values\((.*), (\w+)\)", v["query"]["query"]).groups()
+                series = prom1.api("series", **{"match[]": substitute(metric, instance, "nginx", nginx.port),
+                                                "start": t0, "end": t1})
+                values = {s.get(label) for s in series}
+                want = {"instance": instance, "comm": "nginx", "port": str(nginx.port)}[label]
+                assert want in values, (v["name"], values)
+
+        health = prom1.api("rules")["groups"]
+        bad = [(r["name"], r.get("lastError")) for g in health for r in g["rules"] if r["health"] != "ok"]
+        assert bad == [], bad
+        no_data = []
+        for r in rules():
+            expr = r["record"] if "record" in r else as_bool(r["expr"])
+            if "offset 1d" in expr:
+                continue  # no yesterday yet: day 2
+            if "up{" in expr:
+                expr = expr.replace('up{job="tlsprof"}', f'up{{job="tlsprof", instance="{instance}"}}')
+            elif "record" in r:
+                expr = f'{expr}{{instance="{instance}"}}'
+            if prom1.finite_points(expr, t0, t1) == 0:
+                no_data.append(r.get("record") or r.get("alert"))
+        assert no_data == [], f"rules without data: {no_data}"
+
+        mean1 = float(prom1.query(f'tlsprof:handshake_cpu_seconds:mean5m{{instance="{instance}"}}')[0]["value"][1])
+        print(f"day 1: {day1}, CPU per full handshake {mean1 * 1e3:.2f} ms")
+        ever = prom1.api("query_range", query=f'ALERTS{{alertname="TLSHandshakeCPUHigh", instance="{instance}"}}',
+                         start=t0, end=t1, step=1)["result"]
+        assert ever == [], f"the handshake-cost alert went off for ECDSA P-256 + X25519 ({mean1 * 1e3:.2f} ms)"
+
+        # ---- yesterday's samples into a second Prometheus
+        om = workdir / "day1.om"
+        n = export_shifted(prom1, instance, t0 - 60, -86400, om)
+        assert n > 100
+        prom1.stop()
+        prom1 = None
+        r = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om),
+                            str(workdir / "day2-data")], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+        # ---- day 2: the same server name, now with an RSA-4096 certificate, no resumption
+        agent.stop()
+        nginx.stop()
+        nginx = Nginx(workdir, workers=1, cert="rsa4096", resumption=False)
+        agent = Agent("--pid", str(nginx.pid), port=agent_port, scan_interval=0.5)
+        agent.wait_attached(nginx.workers())
+        prom2 = Prometheus(workdir, "day2", instance, rule_file)
+        yesterday = prom2.query(f'tlsprof:handshake_cpu_seconds:mean5m{{instance="{instance}"}} offset 1d')
+        assert yesterday, "the backfilled day 1 is not visible a day ago"
+        t2 = time.time()
+        full = 0
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and full < 1500:  # about 50 handshakes/s
+            full += https_connections(nginx.port, 5)["ok"]
+            time.sleep(0.1)
+        time.sleep(4)
+        t3 = time.time()
+
+        for r in rules():
+            if "alert" in r and "offset 1d" in r["expr"]:
+                parts = {e: prom2.finite_points(e, t2, t3) for e in (
+                    "tlsprof:handshake_cpu_seconds:mean5m", "tlsprof:handshake_cpu_seconds:mean5m offset 1d",
+                    "tlsprof:handshakes_full:rate5m", "tlsprof:handshakes_resumed:ratio5m offset 1d")}
+                assert prom2.finite_points(as_bool(r["expr"]), t2, t3) > 0, f"{r['alert']}: no data {parts}"
+        expected = ["TLSHandshakeCPUHigh", "TLSHandshakeCPURegression", "TLSResumptionRatioDropped"]
+        wait_for(lambda: all(firing(prom2, a, instance) for a in expected), 30,
+                 f"{expected} to fire: {prom2.query('ALERTS')}")
+        mean2 = float(prom2.query(f'tlsprof:handshake_cpu_seconds:mean5m{{instance="{instance}"}}')[0]["value"][1])
+        print(f"day 2: {full} full handshakes, CPU per full handshake {mean2 * 1e3:.2f} ms "
+              f"(yesterday {float(yesterday[0]['value'][1]) * 1e3:.2f} ms)")
+        assert mean2 > 0.003 > mean1
+        desc = prom2.api("alerts")["alerts"]
+        reg = next(a for a in desc if a["labels"]["alertname"] == "TLSHandshakeCPURegression")
+        assert "at the same time yesterday" in reg["annotations"]["description"]
+        assert re.search(r"against \d+(\.\d+)?(us|ms)", reg["annotations"]["description"]), reg["annotations"]
+    finally:
+        for p in (prom1, prom2):
+            if p:
+                p.stop()
+        if agent.proc.poll() is None:
+            agent.stop()
+        nginx.stop()
