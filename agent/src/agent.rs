@@ -155,8 +155,20 @@ const UPROBES: &[&str] = &[
     "ssl_free",
 ];
 
-/// Programs whose tracepoint a kernel may lack: tlsprof runs without them.
-const OPTIONAL_PROGRAMS: &[&str] = &["conn_recv", "conn_send", "wire_send"];
+/// Programs whose tracepoint a kernel may lack, and what tlsprof does without them.
+/// sock_recv_length/sock_send_length came with Linux 6.3; tcp_sendmsg_locked, which hands
+/// over what a server sends, with Linux 6.12.
+const OPTIONAL_PROGRAMS: &[(&str, &str, &str)] = &[
+    ("conn_recv", "sock_recv_length", NO_CONN_IO),
+    ("conn_send", "sock_send_length", NO_CONN_IO),
+    (
+        "wire_send",
+        "tcp_sendmsg_locked",
+        "handshakes will not be labelled by version, cipher, group, certificate and resumption, and servers \
+         without handshake probes get no handshake counts",
+    ),
+];
+const NO_CONN_IO: &str = "requests per connection and connections without a handshake will not be counted";
 
 /// Why a handshake's negotiated labels are `other` (tlsprof_handshakes_unlabelled_total).
 const UNLABELLED_NO_CONNECTION: &str = "no_connection";
@@ -237,27 +249,12 @@ impl Probes {
         attach_tp_btf(&mut hs, "conn_state_change", "inet_sock_set_state", btf)?;
         attach_tp_btf(&mut hs, "conn_rcv_reset", "tcp_receive_reset", btf)?;
         attach_tp_btf(&mut hs, "conn_send_reset", "tcp_send_reset", btf)?;
-        // sock_recv_length/sock_send_length came with Linux 6.3: without them, requests per
-        // connection are not counted, nor connections that never reach the TLS library
-        // (plain HTTP to nginx's TLS port) as failed handshakes.
         let mut missing = Vec::new();
-        for (program, tracepoint) in [("conn_recv", "sock_recv_length"), ("conn_send", "sock_send_length")] {
+        for &(program, tracepoint, without) in OPTIONAL_PROGRAMS {
             if let Err(e) = attach_tp_btf(&mut hs, program, tracepoint, btf) {
-                eprintln!(
-                    "tlsprof: warning: {e:#}: requests per connection and connections without a handshake \
-                     will not be counted"
-                );
+                eprintln!("tlsprof: warning: {e:#}: {without}");
                 missing.push(program);
             }
-        }
-        // tcp_sendmsg_locked (Linux 6.12) hands over what a server sends: without it,
-        // handshakes are counted but not labelled by what they negotiated.
-        if let Err(e) = attach_tp_btf(&mut hs, "wire_send", "tcp_sendmsg_locked", btf) {
-            eprintln!(
-                "tlsprof: warning: {e:#}: handshakes will not be labelled by version, cipher, group, certificate \
-                 and resumption, and servers without handshake probes get no handshake counts"
-            );
-            missing.push("wire_send");
         }
         if sample_hz > 0 {
             attach_sampler(&mut hs, &cpus, sample_hz)?;
@@ -627,7 +624,15 @@ impl Agent {
     fn track(&mut self, pid: u32, st: ProcStat, links: Vec<Link>) {
         let _ = self.probes.proc_traced.insert(pid, 1, 0);
         let name = discovery::process_name(pid, &st.comm);
-        self.ever_attached.insert(name.clone());
+        if self.ever_attached.insert(name.clone()) {
+            // Exported at zero from the start, so that rate() sees the first increment.
+            for reason in [UNLABELLED_NO_CONNECTION, UNLABELLED_INCOMPLETE] {
+                let _ = self.metrics.handshakes_unlabelled.get_or_create(&ReasonLabels {
+                    comm: name.clone(),
+                    reason: reason.into(),
+                });
+            }
+        }
         self.profiler.add(pid, &name, !links.is_empty());
         self.traced.insert(
             pid,
@@ -673,13 +678,6 @@ impl Agent {
                 .attached_processes
                 .get_or_create(&CommLabels { comm: comm.into() })
                 .set(n);
-            // Exported at zero from the start, so that rate() sees the first increment.
-            for reason in [UNLABELLED_NO_CONNECTION, UNLABELLED_INCOMPLETE] {
-                let _ = self.metrics.handshakes_unlabelled.get_or_create(&ReasonLabels {
-                    comm: comm.into(),
-                    reason: reason.into(),
-                });
-            }
         }
         self.metrics.attached_probes.set(probes);
     }
@@ -1027,7 +1025,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     );
     // Every probe is exported from the start (at zero when it attached), so that dashboards
     // and alerts see the series and rate() sees the first failure.
-    for program in UPROBES.iter().chain(OPTIONAL_PROGRAMS) {
+    for program in UPROBES.iter().chain(OPTIONAL_PROGRAMS.iter().map(|(p, _, _)| p)) {
         let _ = metrics.attach_failures.get_or_create(&ProbeLabels {
             probe: (*program).into(),
         });
