@@ -173,6 +173,12 @@ def dashboard(uid: str, title: str, desc: str, panels, multi: bool) -> dict:
 
 HS = "tlsprof_handshakes_total"
 CPU_H = "tlsprof_handshake_cpu_seconds"
+# The CPU split, shared by both dashboards: cores by category, shares of the process's CPU,
+# cores by crypto primitive.
+CPU_CORES = f'sum by (category) ({rate("tlsprof_cpu_seconds_total", S)})'
+CPU_SHARE = (f'{CPU_CORES}\n  / ignoring(category) '
+             f'group_left sum({rate("tlsprof_process_cpu_seconds_total", S)})')
+PRIMITIVES = f'sum by (primitive) ({rate("tlsprof_crypto_cpu_seconds_total", S)})'
 DRILL = [{"title": "Open ${__field.labels.comm} in the per-process view",
           "url": "/d/tlsprof-process/tlsprof-per-process?${datasource:queryparam}"
                  "&var-instance=${__field.labels.instance}&var-comm=${__field.labels.comm}&${__url_time_range}"}]
@@ -217,8 +223,7 @@ def overview() -> dict:
     L.add(timeseries("Share of process CPU by category", "Where the traced processes' CPU goes (sampled): "
                      "handshake, crypto (record encryption/decryption), tls_library, kernel_net, probes "
                      "(tlsprof's own), other.", "percentunit", [
-                         target(f'sum by (category) ({rate("tlsprof_cpu_seconds_total", S)})\n  / ignoring(category) '
-                                f'group_left sum({rate("tlsprof_process_cpu_seconds_total", S)})', "{{category}}")],
+                         target(CPU_SHARE, "{{category}}")],
                      stack=True), 12, 8)
     L.add(timeseries("CPU by process (1.0 = one core)", "On-CPU time of each traced process name, summed by the "
                      "kernel at every context switch. Click a series for the per-process view.", "percentunit",
@@ -226,11 +231,10 @@ def overview() -> dict:
                              "{{comm}} on {{instance}}")], links=DRILL), 12, 8)
     L.add(timeseries("Crypto primitives (1.0 = one core)", "On-CPU time in TLS library code by crypto primitive "
                      "(no_symbols: the library has no function names; install its debug symbols).", "percentunit",
-                     [target(f'sum by (primitive) ({rate("tlsprof_crypto_cpu_seconds_total", S)})', "{{primitive}}")],
+                     [target(PRIMITIVES, "{{primitive}}")],
                      stack=True), 12, 8)
     L.add(timeseries("CPU by category (1.0 = one core)", "The same split in cores rather than shares.",
-                     "percentunit", [target(f'sum by (category) ({rate("tlsprof_cpu_seconds_total", S)})',
-                                            "{{category}}")], stack=True), 12, 8)
+                     "percentunit", [target(CPU_CORES, "{{category}}")], stack=True), 12, 8)
 
     L.row("Connections")
     L.add(timeseries("TIME_WAIT entries/s by port", "Server sockets that entered TIME_WAIT per second: the server "
@@ -306,15 +310,12 @@ def per_process() -> dict:
 
     L.row("CPU of $comm")
     L.add(timeseries("CPU by category (1.0 = one core)", "", "percentunit",
-                     [target(f'sum by (category) ({rate("tlsprof_cpu_seconds_total", S)})', "{{category}}"),
-                      ], stack=True), 8, 8)
+                     [target(CPU_CORES, "{{category}}")], stack=True), 8, 8)
     L.add(timeseries("Share of CPU by category", "", "percentunit",
-                     [target(f'sum by (category) ({rate("tlsprof_cpu_seconds_total", S)})\n  / ignoring(category) '
-                             f'group_left sum({rate("tlsprof_process_cpu_seconds_total", S)})', "{{category}}")],
+                     [target(CPU_SHARE, "{{category}}")],
                      stack=True), 8, 8)
     L.add(timeseries("Crypto primitives (1.0 = one core)", "", "percentunit",
-                     [target(f'sum by (primitive) ({rate("tlsprof_crypto_cpu_seconds_total", S)})',
-                             "{{primitive}}")], stack=True), 8, 8)
+                     [target(PRIMITIVES, "{{primitive}}")], stack=True), 8, 8)
 
     L.row("Connections of $comm")
     L.add(timeseries("Connections accepted/s by port", "", "ops",
