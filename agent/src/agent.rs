@@ -43,6 +43,16 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
+/// Asks a running agent (in this process) to stop.
+pub fn request_stop() {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Whether SIGINT/SIGTERM arrived or a stop was asked for.
+pub fn stopping() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
 fn install_signal_handlers() {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
@@ -1005,9 +1015,9 @@ fn check_pids(pids: &[u32]) -> Result<()> {
 pub fn run(args: RunArgs) -> Result<()> {
     preflight::privileges()?;
     let btf = preflight::btf()?;
-    let listener = match args.flamegraph {
-        None => Some(preflight::listen(args.listen)?),
-        Some(_) => None,
+    let listener = match (&args.flamegraph, &args.metrics_out) {
+        (None, None) => Some(preflight::listen(args.listen)?),
+        _ => None,
     };
     check_pids(&args.pids)?;
     preflight::raise_fd_limit();
@@ -1074,11 +1084,15 @@ pub fn run(args: RunArgs) -> Result<()> {
         pending: VecDeque::new(),
         args,
     };
-    if agent.args.flamegraph.is_none() {
+    if agent.args.flamegraph.is_none() && agent.args.metrics_out.is_none() {
         eprintln!("tlsprof: serving metrics on http://{}/metrics", agent.args.listen);
     }
     agent.scan();
     agent.sync_self_usage();
+    if let Some(out) = agent.args.metrics_out.take() {
+        // `top` and `report` read the metrics from here on: the first scan has attached.
+        let _ = out.send(agent.metrics.clone());
+    }
 
     let every = agent.args.scan_every();
     let deadline = agent

@@ -1,16 +1,21 @@
 //! tlsprof: an eBPF-based, server-side TLS performance profiler.
 mod agent;
+mod calibrate;
 mod conns;
 mod cpu;
 mod discovery;
 mod elf;
 mod http;
+mod live;
 mod metrics;
 mod preflight;
 mod probes;
+mod report;
+mod snapshot;
 mod sockdiag;
 mod symbols;
 mod tls;
+mod top;
 mod wire;
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
@@ -34,6 +39,10 @@ enum Command {
     Run(RunArgs),
     /// Sample the selected processes for a while and write an SVG flame graph, TLS frames in red.
     Flamegraph(FlameArgs),
+    /// A live view, refreshed every second, of what TLS costs each server process (q quits).
+    Top(top::TopArgs),
+    /// Observe for a while, then write what to change, with the numbers and the savings.
+    Report(report::ReportArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -104,6 +113,10 @@ pub struct RunArgs {
     /// Set by `tlsprof flamegraph`: collect stacks and write them here instead of serving metrics.
     #[arg(skip)]
     pub flamegraph: Option<PathBuf>,
+    /// Set by `tlsprof top` and `tlsprof report`: no HTTP endpoint; the metrics are handed
+    /// over here once the first scan has attached.
+    #[arg(skip)]
+    pub metrics_out: Option<std::sync::mpsc::Sender<std::sync::Arc<metrics::Metrics>>>,
 }
 
 impl RunArgs {
@@ -129,7 +142,10 @@ fn main() -> ExitCode {
             debug_dirs: f.debug_dirs,
             verbose: f.verbose,
             flamegraph: Some(f.output),
+            metrics_out: None,
         }),
+        Command::Top(t) => top::run(t),
+        Command::Report(r) => report::run(r),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -135,10 +135,10 @@ const DURATION_BUCKETS: &[f64] = &[
 const CONNECTION_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
 ];
-/// Requests per connection: 0 (handshake only), 1 (no reuse), Domino's 5, Apache's 100,
-/// nginx's 1000.
+/// Requests per connection: 0 (handshake only), 1 (no reuse), every count up to 10 (so a
+/// low per-connection limit such as Domino's 5 shows exactly), Apache's 100, nginx's 1000.
 const REQUEST_BUCKETS: &[f64] = &[
-    0.0, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 10000.0,
+    0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 10000.0,
 ];
 
 fn connection_histogram() -> Histogram {
