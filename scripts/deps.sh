@@ -13,6 +13,8 @@ PKGS=(
   nodejs                                 # node https server under test
   python3 python3-pytest                 # integration test runner
   util-linux iproute2 procps             # setpriv, unshare, ss, pgrep
+  tmux                                   # drives `tlsprof top` in a terminal in the tests
+  chromium                               # renders the HTML report headless in the tests
 )
 
 missing=()

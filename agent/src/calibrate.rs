@@ -32,6 +32,7 @@ type Free = unsafe extern "C" fn(Ptr);
 type CtxNew = unsafe extern "C" fn(Ptr, Ptr) -> Ptr;
 type Init = unsafe extern "C" fn(Ptr) -> c_int;
 type SetPeer = unsafe extern "C" fn(Ptr, Ptr) -> c_int;
+type Keygen = unsafe extern "C" fn(Ptr, *mut Ptr) -> c_int;
 type Derive = unsafe extern "C" fn(Ptr, *mut u8, *mut usize) -> c_int;
 type Sign = unsafe extern "C" fn(Ptr, *mut u8, *mut usize, *const u8, usize) -> c_int;
 type CipherCtxNew = unsafe extern "C" fn() -> Ptr;
@@ -47,6 +48,8 @@ struct Lib {
     pkey_free: Free,
     ctx_new: CtxNew,
     ctx_free: Free,
+    keygen_init: Init,
+    keygen_from: Keygen,
     derive_init: Init,
     derive_set_peer: SetPeer,
     derive: Derive,
@@ -103,6 +106,8 @@ impl Lib {
             pkey_free: sym(h, "EVP_PKEY_free")?,
             ctx_new: sym(h, "EVP_PKEY_CTX_new")?,
             ctx_free: sym(h, "EVP_PKEY_CTX_free")?,
+            keygen_init: sym(h, "EVP_PKEY_keygen_init")?,
+            keygen_from: sym(h, "EVP_PKEY_keygen")?,
             derive_init: sym(h, "EVP_PKEY_derive_init")?,
             derive_set_peer: sym(h, "EVP_PKEY_derive_set_peer")?,
             derive: sym(h, "EVP_PKEY_derive")?,
@@ -133,15 +138,22 @@ impl Lib {
         }
     }
 
-    /// One server-side key exchange: a fresh key pair, and the shared secret with the peer's.
-    fn key_exchange(&self, kind: &Kind, peer: Ptr) -> bool {
-        let k = self.keygen(kind);
-        if k.is_null() {
-            return false;
+    /// One server-side key exchange as libssl does it: a fresh key pair with the group of
+    /// the peer's key (generated from it as a template), and the shared secret.
+    fn key_exchange(&self, peer: Ptr) -> bool {
+        let mut k: Ptr = std::ptr::null_mut();
+        // SAFETY: keys and contexts from this library, freed once; buffers outlive the calls.
+        unsafe {
+            let gen = (self.ctx_new)(peer, std::ptr::null_mut());
+            let ok = !gen.is_null() && (self.keygen_init)(gen) == 1 && (self.keygen_from)(gen, &mut k) == 1;
+            (self.ctx_free)(gen);
+            if !ok || k.is_null() {
+                return false;
+            }
         }
         let mut out = [0u8; 512];
         let mut len = out.len();
-        // SAFETY: keys and contexts from this library, freed once; buffers outlive the calls.
+        // SAFETY: as above.
         unsafe {
             let ctx = (self.ctx_new)(k, std::ptr::null_mut());
             let ok = !ctx.is_null()
@@ -247,7 +259,7 @@ pub fn measure(library: &str, groups: &[String], certs: &[String]) -> Result<Hos
         if peer.is_null() {
             continue;
         }
-        if let Some(t) = time_op(BUDGET, || lib.key_exchange(&kind, peer)) {
+        if let Some(t) = time_op(BUDGET, || lib.key_exchange(peer)) {
             out.group.insert(g.to_string(), t);
         }
         // SAFETY: the peer key from keygen, freed once.

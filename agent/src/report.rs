@@ -233,6 +233,8 @@ pub fn groups(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Finding> {
         let Some((diff, basis)) = in_process.or_else(on_host) else {
             continue;
         };
+        // A host measurement cannot save more than the handshake costs.
+        let diff = diff.min(mean_g);
         if diff < MIN_GAIN * mean_g {
             continue;
         }
@@ -321,6 +323,8 @@ pub fn certificates(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Findin
         let Some((diff, basis)) = in_process.or_else(on_host) else {
             continue;
         };
+        // A host measurement cannot save more than the handshake costs.
+        let diff = diff.min(mean_c);
         if diff < MIN_GAIN * mean_c {
             continue;
         }

@@ -70,6 +70,7 @@ pub fn run(args: TopArgs) -> Result<()> {
     if args.once {
         let mut live = Live::start(&args.view)?;
         let a = live.snapshot()?;
+        eprintln!("tlsprof: measuring for {:.1} s", interval.as_secs_f64());
         if !live.sleep(interval) {
             bail!("interrupted");
         }

@@ -1,0 +1,356 @@
+"""`tlsprof report`: each rule against a real nginx configured to trigger it, and one
+configured not to. The load runs wholly inside the report's window (the test starts it
+when the report says it observes, and it ends before the window does), so the counts in
+the findings equal the client's own."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+from lib import (TLSPROF, Nginx, https_connections, keepalive_connections, resuming_connections,
+                 stop_pid)
+
+WINDOW = 12.0
+
+
+class Report:
+    """A `tlsprof report` over a server while `load()` runs inside its window."""
+
+    def __init__(self, pid: int, load, seconds: float = WINDOW, extra=()):
+        out = Path(tempfile.mkdtemp(prefix="tlsprof-report-"))
+        out.chmod(0o755)
+        self.md, self.html, self.json_path = out / "report.md", out / "report.html", out / "report.json"
+        p = subprocess.Popen(
+            [str(TLSPROF), "report", "--pid", str(pid), "--seconds", str(seconds), "-o", str(self.md),
+             "--html", str(self.html), "--json", str(self.json_path), *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen = ""
+        while "observing" not in seen:
+            line = p.stderr.readline()
+            if not line:
+                p.wait(timeout=30)
+                raise AssertionError(f"report did not start ({p.returncode}): {seen}")
+            seen += line
+        t0 = time.monotonic()
+        self.client = load()
+        self.load_seconds = time.monotonic() - t0
+        assert self.load_seconds < seconds - 1, f"the load took {self.load_seconds:.1f} s, longer than the window"
+        try:
+            _, err = p.communicate(timeout=seconds + 60)
+        except subprocess.TimeoutExpired:
+            stop_pid(p.pid)
+            raise
+        assert p.returncode == 0, err
+        self.stderr = err
+        self.data = json.loads(self.json_path.read_text())
+        self.text = self.md.read_text()
+        self.seconds = self.data["window_seconds"]
+        assert seconds - 0.1 <= self.seconds <= seconds + 2, self.seconds
+
+    def findings(self, rule: str) -> list[dict]:
+        return [f for f in self.data["findings"] if f["rule"] == rule]
+
+    def one(self, rule: str) -> dict:
+        found = self.findings(rule)
+        assert len(found) == 1, (rule, self.text)
+        assert found[0]["title"] in self.text
+        return found[0]
+
+    def proc(self, comm: str = "nginx") -> dict:
+        return next(p for p in self.data["processes"] if p["comm"] == comm)
+
+    def count(self, keep) -> float:
+        return sum(c["count"] for c in self.proc()["configs"] if keep(c))
+
+    def mean_cpu(self, keep) -> float:
+        cs = [c for c in self.proc()["configs"] if keep(c)]
+        return sum(c["cpu_seconds"] for c in cs) / sum(c["count"] for c in cs)
+
+
+def per_window(f: dict, key: str, seconds: float) -> float:
+    return f["numbers"][key] * seconds
+
+
+def test_resumption(tmp_path):
+    """Cache and tickets off: every handshake full although the client offers its session
+    each time; on: the finding is gone."""
+    off = Nginx(tmp_path / "off", resumption=False)
+    try:
+        r = Report(off.pid, lambda: resuming_connections(off.port, 60, version="1.3"))
+    finally:
+        off.stop()
+    assert r.client == {"full": 60, "resumed": 0, "failed": 0, "versions": {"TLSv1.3"}}
+    f = r.one("resumption")
+    n = f["numbers"]
+    assert round(per_window(f, "full_per_second", r.seconds)) == 60
+    assert n["resumed_share"] == 0
+    assert abs(n["cpu_per_full_seconds"] - r.mean_cpu(lambda c: not c["resumed"])) < 1e-9
+    # Estimated without resumed handshakes: a full one less the ECDSA signature.
+    assert 0 < n["cpu_per_resumed_seconds"] < n["cpu_per_full_seconds"]
+    sign = r.data["host"]["sign_seconds"]["ecdsa_p256"]
+    assert abs(n["cpu_per_full_seconds"] - n["cpu_per_resumed_seconds"] - sign) < 1e-9
+    assert 0 < f["saving_cpu_cores"] <= n["full_per_second"] * n["cpu_per_full_seconds"]
+    assert "none at all" in r.text
+
+    on = Nginx(tmp_path / "on", resumption=True)
+    try:
+        r2 = Report(on.pid, lambda: resuming_connections(on.port, 60, version="1.3"))
+    finally:
+        on.stop()
+    assert r2.client["resumed"] >= 50, r2.client
+    assert r2.findings("resumption") == [], r2.text
+    assert r2.count(lambda c: c["resumed"]) == r2.client["resumed"]
+    # What the off server's finding estimated for a resumed handshake is no lower than
+    # what one costs where resumption is on: the estimate is conservative.
+    measured = r2.mean_cpu(lambda c: c["resumed"])
+    assert measured < r2.mean_cpu(lambda c: not c["resumed"])
+    assert n["cpu_per_resumed_seconds"] >= 0.5 * measured
+
+
+def test_group_and_certificate(tmp_path):
+    """P-384 + RSA-2048 against X25519 + ECDSA P-256: the group and certificate findings,
+    their extra costs measured on this host, against what the switch really saves."""
+    slow = Nginx(tmp_path / "slow", cert="rsa2048", extra_server="ssl_ecdh_curve secp384r1;")
+    try:
+        r = Report(slow.pid, lambda: https_connections(slow.port, 150, concurrency=2))
+    finally:
+        slow.stop()
+    assert r.client["ok"] == 150 and r.client["failed"] == 0
+    g = r.one("group")
+    c = r.one("certificate")
+    assert "secp384r1" in g["title"] and "rsa2048" in c["title"]
+    assert round(per_window(g, "handshakes_per_second", r.seconds)) == 150
+    assert round(per_window(c, "full_per_second", r.seconds)) == 150
+    host = r.data["host"]
+    assert abs(g["numbers"]["extra_cpu_per_handshake_seconds"]
+               - (host["group_seconds"]["secp384r1"] - host["group_seconds"]["x25519"])) < 1e-9
+    assert abs(c["numbers"]["extra_cpu_per_handshake_seconds"]
+               - (host["sign_seconds"]["rsa2048"] - host["sign_seconds"]["ecdsa_p256"])) < 1e-9
+
+    fast = Nginx(tmp_path / "fast", cert="ecdsa_p256", extra_server="ssl_ecdh_curve X25519;")
+    try:
+        r2 = Report(fast.pid, lambda: https_connections(fast.port, 150, concurrency=2))
+    finally:
+        fast.stop()
+    assert r2.client["ok"] == 150
+    assert r2.findings("group") == [] and r2.findings("certificate") == [], r2.text
+    # The two estimates against the real difference between the two servers' handshakes.
+    real = r.mean_cpu(lambda c: not c["resumed"] and c["group"] == "secp384r1") \
+        - r2.mean_cpu(lambda c: not c["resumed"] and c["group"] == "x25519")
+    estimated = g["numbers"]["extra_cpu_per_handshake_seconds"] + c["numbers"]["extra_cpu_per_handshake_seconds"]
+    assert 0.3 * real <= estimated <= 1.25 * real, (estimated, real)
+    # Ranked by saving.
+    savings = [f["saving_cpu_cores"] for f in r.data["findings"] if f["saving_cpu_cores"] is not None]
+    assert savings == sorted(savings, reverse=True)
+    check_html_renders(r.html, expect_colours={"#d62728": 2000})
+
+
+def test_keepalive_request_limit(tmp_path):
+    """keepalive_requests 5 (Domino's default limit): the server closes after 5; with the
+    default limit and clients sending 50 requests per connection, nothing to say."""
+    limited = Nginx(tmp_path / "limited", extra_server="keepalive_requests 5;")
+    try:
+        r = Report(limited.pid, lambda: keepalive_connections(limited.port, 40, 5, end="eof"))
+    finally:
+        limited.stop()
+    assert r.client == {"requests": 200, "connections": 40, "failed": 0}
+    f = r.one("keepalive")
+    n = f["numbers"]
+    assert n["request_limit"] == 5
+    assert n["requests_per_connection"] == 5
+    assert round(per_window(f, "connections_per_second", r.seconds)) == 40
+    assert n["server_close_share"] == 1
+    # At 100 requests per connection, 95% of the 40 handshakes go.
+    assert abs(per_window(f, "handshakes_removed_per_second", r.seconds) - 38) < 0.01
+    assert f["saving_cpu_cores"] > 0
+    assert "after 5 requests" in f["title"] and "Domino" in r.text
+
+    reused = Nginx(tmp_path / "reused")
+    try:
+        r2 = Report(reused.pid, lambda: keepalive_connections(reused.port, 20, 50, end="close"))
+    finally:
+        reused.stop()
+    assert r2.client == {"requests": 1000, "connections": 20, "failed": 0}
+    assert r2.findings("keepalive") == [] and r2.findings("time_wait") == [], r2.text
+    port = next(iter(r2.proc()["ports"].values()))
+    assert port["ended"] == 20 and port["requests"] == 1000
+
+
+def test_time_wait(tmp_path):
+    """keepalive_timeout 0: nginx closes after each response and holds the TIME_WAIT
+    sockets; clients that close first leave none on the server (one request each, so the
+    keep-alive finding stays)."""
+    off = Nginx(tmp_path / "off", extra_server="keepalive_timeout 0;")
+    try:
+        r = Report(off.pid, lambda: keepalive_connections(off.port, 60, 1, end="eof"))
+    finally:
+        off.stop()
+    assert r.client == {"requests": 60, "connections": 60, "failed": 0}
+    f = r.one("time_wait")
+    assert round(per_window(f, "time_wait_per_second", r.seconds)) == 60
+    assert f["numbers"]["time_wait_per_request"] == 1
+    assert f["numbers"]["time_wait_sockets"] >= 55  # the kernel's own count, sock_diag
+    k = r.one("keepalive")
+    assert "server closes them" in k["title"]
+
+    client_first = Nginx(tmp_path / "client-first")
+    try:
+        r2 = Report(client_first.pid, lambda: keepalive_connections(client_first.port, 60, 1, end="close"))
+    finally:
+        client_first.stop()
+    assert r2.client == {"requests": 60, "connections": 60, "failed": 0}
+    assert r2.findings("time_wait") == [], r2.text
+    k2 = r2.one("keepalive")
+    assert "clients open a new connection" in k2["title"]
+    assert k2["numbers"]["server_close_share"] == 0
+
+
+def big_file_nginx(workdir: Path, ciphers: str) -> Nginx:
+    """nginx serving 1 MiB at /big, from where its unprivileged worker can read it."""
+    www = Path(tempfile.mkdtemp(prefix="tlsprof-www-"))
+    www.chmod(0o755)
+    big = www / "big"
+    big.write_bytes(os.urandom(1 << 20))
+    big.chmod(0o644)
+    n = Nginx(workdir, extra_server=f"ssl_ciphers {ciphers}; location = /big {{ alias {big}; }}")
+    got = subprocess.run(["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code} %{size_download}",
+                          f"https://127.0.0.1:{n.port}/big"], capture_output=True, text=True, timeout=30).stdout
+    if got != f"200 {1 << 20}":
+        n.stop()
+        raise AssertionError(f"/big: {got}")
+    return n
+
+
+def test_record_cipher(tmp_path):
+    """TLS 1.2 clients getting AES-128-CBC-SHA for 1 MiB downloads against the same with
+    AES-128-GCM."""
+    both = "ECDHE-ECDSA-AES128-SHA:ECDHE-ECDSA-AES128-GCM-SHA256"
+    cbc = big_file_nginx(tmp_path / "cbc", both)
+    try:
+        r = Report(cbc.pid, lambda: keepalive_connections(cbc.port, 6, 10, end="close", path="/big",
+                                                          version="1.2", ciphers="ECDHE-ECDSA-AES128-SHA"))
+    finally:
+        cbc.stop()
+    assert r.client["requests"] == 60 and r.client["failed"] == 0
+    f = r.one("record_cipher")
+    n = f["numbers"]
+    assert n["slow_cipher_share"] == 1
+    assert "AES_128_CBC_SHA" in f["title"]
+    crypto = r.proc()["cpu_seconds"]["crypto"]
+    assert abs(n["slow_cipher_cpu_cores"] * r.seconds - crypto) < 1e-6
+    assert 0 < n["gcm_to_slow_cost_ratio"] < 1
+    assert 0 < f["saving_cpu_cores"] < n["slow_cipher_cpu_cores"]
+
+    gcm = big_file_nginx(tmp_path / "gcm", both)
+    try:
+        r2 = Report(gcm.pid, lambda: keepalive_connections(gcm.port, 6, 10, end="close", path="/big",
+                                                           version="1.2", ciphers="ECDHE-ECDSA-AES128-GCM-SHA256"))
+    finally:
+        gcm.stop()
+    assert r2.client["requests"] == 60
+    assert r2.findings("record_cipher") == [], r2.text
+    # The estimate against what GCM really cost for the same bytes, on the same host.
+    real = r.proc()["cpu_seconds"]["crypto"] - r2.proc()["cpu_seconds"]["crypto"]
+    assert 0.3 * real <= f["saving_cpu_cores"] * r.seconds <= 1.5 * real, (f["saving_cpu_cores"] * r.seconds, real)
+
+
+def test_bad_input():
+    for args, expect in [
+        (["--pid", "999999999", "--seconds", "1"], "999999999"),
+        (["--pid", "1", "--seconds", "0"], "--seconds"),
+        (["--pid", "1", "--seconds", "1", "-o", "/nonexistent/dir/r.md"], "cannot write"),
+        (["--url", "http://127.0.0.1:1/metrics", "--seconds", "1"], "cannot reach"),
+    ]:
+        p = subprocess.run([str(TLSPROF), "report", *args], capture_output=True, text=True, timeout=30)
+        assert p.returncode != 0, args
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and expect in lines[0], (args, p.stderr)
+
+
+# ------------------------------------------------------------- HTML in Chromium
+
+def png_pixels(path: Path):
+    """Decodes an 8-bit RGB/RGBA non-interlaced PNG (what Chromium writes): (w, h, rows)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, w, h, bpp = 8, b"", 0, 0, 3
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and ctype in (2, 6) and interlace == 0, (depth, ctype, interlace)
+            bpp = 4 if ctype == 6 else 3
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    stride = w * bpp
+    rows, prev = [], bytearray(stride)
+    for y in range(h):
+        f = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return w, h, bpp, rows
+
+
+def chromium(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    profile = tempfile.mkdtemp(prefix="tlsprof-chromium-")
+    try:
+        return subprocess.run(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", *args],
+            capture_output=True, text=True, timeout=timeout)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def check_html_renders(html: Path, expect_colours: dict[str, int]):
+    """Chromium loads the report (its DOM after load has the findings and the charts), and
+    a screenshot shows the charts' colours."""
+    dom = chromium("--dump-dom", html.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert 'class="finding"' in dom.stdout and "<svg" in dom.stdout and "cost-bar" in dom.stdout
+    shot = html.parent / "report.png"
+    r = chromium(f"--screenshot={shot}", "--window-size=1000,2600", "--hide-scrollbars", html.as_uri())
+    assert shot.exists(), r.stderr[-2000:]
+    w, h, bpp, rows = png_pixels(shot)
+    assert (w, h) == (1000, 2600)
+    for colour, at_least in expect_colours.items():
+        rgb = bytes.fromhex(colour[1:])
+        n = sum(1 for row in rows for x in range(0, len(row), bpp) if row[x:x + 3] == rgb)
+        assert n >= at_least, f"{colour}: {n} pixels in the screenshot, expected at least {at_least}"
+
+
+def test_html_charts_render(tmp_path):
+    """The CPU split over time (handshake red, crypto orange) and the cost bars render."""
+    n = Nginx(tmp_path / "n", extra_server="keepalive_timeout 0;")
+    try:
+        r = Report(n.pid, lambda: https_connections(n.port, 200, concurrency=2), seconds=8)
+    finally:
+        n.stop()
+    html = r.html.read_text()
+    assert html.count('class="finding"') == len(r.data["findings"]) > 0
+    assert 'class="cat-handshake"' in html
+    check_html_renders(r.html, expect_colours={"#d62728": 3000, "#2ca02c": 500})
+
