@@ -1,0 +1,166 @@
+"""`tlsprof top`: the live view driven in a real 80x24 terminal (tmux send-keys and
+capture-pane) against nginx under load, and `--once` against the client's counts and the
+server's own /proc accounting."""
+import re
+import shutil
+import subprocess
+import threading
+import time
+
+from lib import TLSPROF, Agent, Nginx, cpu_ns, https_connections, keepalive_connections, stop_pid, wait_for
+
+
+class Tmux:
+    """A detached tmux session of 80x24 running one command; its exit status is written
+    to a file, and the pane stays for capture."""
+
+    def __init__(self, tmp_path, command: list[str]):
+        self.name = f"tlsprof-{id(self)}"
+        self.status = tmp_path / "status"
+        self.socket = str(tmp_path / "tmux.sock")
+        cmd = " ".join(command) + f"; echo $? > {self.status}"
+        subprocess.run(["tmux", "-S", self.socket, "new-session", "-d", "-s", self.name, "-x", "80", "-y", "24",
+                        "sh", "-c", cmd], check=True)
+        subprocess.run(["tmux", "-S", self.socket, "set-option", "-t", self.name, "remain-on-exit", "on"],
+                       check=True)
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "-S", self.socket, "capture-pane", "-p", "-t", self.name],
+                              capture_output=True, text=True, check=True).stdout
+
+    def keys(self, *keys: str):
+        subprocess.run(["tmux", "-S", self.socket, "send-keys", "-t", self.name, *keys], check=True)
+
+    def exit_status(self):
+        return int(self.status.read_text()) if self.status.exists() else None
+
+    def close(self):
+        pid = subprocess.run(["tmux", "-S", self.socket, "display-message", "-p", "#{pid}"],
+                             capture_output=True, text=True).stdout.strip()
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True)
+        if pid.isdigit():
+            stop_pid(int(pid))
+
+
+def row(screen: str, comm: str) -> list[str] | None:
+    for line in screen.splitlines():
+        cells = line.strip("│ ").split()
+        if cells and cells[0] == comm and len(cells) >= 11:
+            return cells
+    return None
+
+
+def test_top_live_in_tmux(tmp_path):
+    assert shutil.which("tmux"), "scripts/deps.sh installs tmux"
+    n = Nginx(tmp_path / "n", extra_server="keepalive_requests 5;")
+    done = threading.Event()
+    client = {"requests": 0, "connections": 0}
+
+    def load():
+        deadline = time.monotonic() + 60
+        while not done.is_set() and time.monotonic() < deadline:
+            c = keepalive_connections(n.port, 20, 5, end="eof")
+            client["requests"] += c["requests"]
+            client["connections"] += c["connections"]
+
+    t = threading.Thread(target=load)
+    t.start()
+    tmux = Tmux(tmp_path, [str(TLSPROF), "top", "--pid", str(n.pid)])
+    try:
+        # The nginx row with handshakes, and its configuration and port below it.
+        def nginx_busy():
+            s = tmux.screen()
+            r = row(s, "nginx")
+            return s if r and float(r[1]) > 0 and "x25519" in s else None
+        screen = wait_for(nginx_busy, 30, "nginx with handshakes on the screen")
+        lines = screen.splitlines()
+        assert len(lines) <= 24 and all(len(line) <= 80 for line in lines), screen
+        assert "sort: cpu" in screen and "q quit" in screen
+        r = row(screen, "nginx")
+        # keepalive_requests 5: five requests per connection, the server closes, TIME_WAIT
+        # entries as many as handshakes (within a second's rounding).
+        assert r[10] == "5.0", screen
+        full, tw = float(r[1]), float(r[9])
+        assert abs(full - tw) <= max(0.25 * full, 5), screen
+        assert "ecdsa_p256" in screen and "AES_256_GCM_SHA384" in screen
+        # Sorting by keys.
+        for key, label in [("h", "handshakes"), ("t", "timewait"), ("n", "name"), ("s", "cpu")]:
+            tmux.keys(key)
+            wait_for(lambda: f"sort: {label}" in tmux.screen(), 5, f"sort: {label}")
+        tmux.keys("q")
+        wait_for(lambda: tmux.exit_status() is not None, 10, "top to quit on q")
+        assert tmux.exit_status() == 0
+    finally:
+        done.set()
+        t.join()
+        tmux.close()
+        n.stop()
+
+
+def test_top_once_counts(tmp_path):
+    """One 4-second snapshot while exactly 120 new connections run inside it."""
+    n = Nginx(tmp_path / "n", cert="rsa2048")
+    try:
+        p = subprocess.Popen([str(TLSPROF), "top", "--once", "--interval", "4", "--pid", str(n.pid)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = p.stderr.readline()
+        assert "measuring for 4.0 s" in line, line + p.stderr.read()
+        worker = n.workers()[0]
+        before = cpu_ns(worker)
+        c = https_connections(n.port, 120, concurrency=2)
+        used = (cpu_ns(worker) - before) / 1e9
+        out, err = p.communicate(timeout=60)
+    finally:
+        n.stop()
+    assert p.returncode == 0, err
+    assert c["ok"] == 120
+    assert "\x1b" not in out, "plain text only"
+    m = re.search(r"top: ([\d.]+) s window", out)
+    window = float(m.group(1))
+    r = row(out, "nginx")
+    assert r, out
+    assert abs(float(r[1]) * window - 120) < 0.5, out          # FULL/s
+    assert float(r[2]) == 0 and float(r[3]) == 0, out           # RES/s, FAIL/s
+    # CPU% of a core against the worker's own /proc accounting over the load (nothing
+    # else runs in the window; the master is idle).
+    assert abs(float(r[4]) / 100 * window - used) <= 0.2 * used + 0.01, (out, used)
+    assert int(r[5]) >= 50, out                                 # RSA handshakes dominate
+    cfg = next(line for line in out.splitlines() if line.startswith("TLSv1.3"))
+    assert cfg.split()[:3] == ["TLSv1.3", "x25519", "rsa2048"], out
+    assert abs(float(cfg.split()[5]) * window - 120) < 0.5, out
+
+
+def test_top_once_from_a_running_agent(tmp_path):
+    """--url reads a running `tlsprof run` (as a systemd service would be) instead of
+    attaching a second time."""
+    n = Nginx(tmp_path / "n")
+    try:
+        with Agent("--pid", str(n.pid)) as a:
+            a.wait_attached([n.pid])
+            p = subprocess.Popen([str(TLSPROF), "top", "--once", "--interval", "3", "--comm", "nginx",
+                                  "--url", f"http://127.0.0.1:{a.port}/metrics"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert "measuring" in p.stderr.readline()
+            c = keepalive_connections(n.port, 30, 4, end="close")
+            out, err = p.communicate(timeout=30)
+    finally:
+        n.stop()
+    assert p.returncode == 0, err
+    assert c == {"requests": 120, "connections": 30, "failed": 0}
+    window = float(re.search(r"top: ([\d.]+) s window", out).group(1))
+    r = row(out, "nginx")
+    assert abs(float(r[1]) * window - 30) < 0.5 and r[10] == "4.0", out
+    port = next(line.split() for line in out.splitlines() if line.startswith(str(n.port)))
+    assert abs(float(port[1]) * window - 30) < 0.5 and port[5] == "0%" and port[6] == "100%", out
+
+
+def test_top_bad_input(tmp_path):
+    p = subprocess.run([str(TLSPROF), "top", "--pid", "999999999", "--once"], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    # Not a terminal, and no --once: one line that says what to do.
+    p = subprocess.run([str(TLSPROF), "top", "--pid", "1"], capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "--once" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    p = subprocess.run([str(TLSPROF), "top", "--once", "--url", "http://127.0.0.1:1/metrics"], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode != 0 and "cannot reach" in p.stderr, p.stderr
