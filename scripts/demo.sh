@@ -56,3 +56,19 @@ echo "demo: ss says $(ss -Htan state time-wait "( sport = :$PORT )" | wc -l) soc
 echo "demo: tlsprof's own summary at exit:"
 wait "$agent"
 agent=""
+
+echo "demo: tlsprof top --once (a 3 s snapshot) under new connections (ab -c 4):"
+ab -q -t 8 -n 1000000 -c 4 "https://127.0.0.1:$PORT/" >/dev/null 2>&1 &
+load=$!
+sleep 1
+"$TLSPROF" top --once --interval 3 --comm nginx
+wait "$load" || true
+
+echo "demo: tlsprof report over 10 s of the same load: what to change, ranked by savings"
+ab -q -t 12 -n 1000000 -c 4 "https://127.0.0.1:$PORT/" >/dev/null 2>&1 &
+load=$!
+OUT=${TLSPROF_DEMO_OUT:-/tmp}  # the reports outlive the demo's own directory
+"$TLSPROF" report --comm nginx --seconds 10 -o "$OUT/tlsprof-report.md" --html "$OUT/tlsprof-report.html"
+wait "$load" || true
+sed -n '/^## Findings/,/^## What was measured/p' "$OUT/tlsprof-report.md" | grep -E '^### |^- Saves'
+echo "demo: the whole report: $OUT/tlsprof-report.md, with charts: $OUT/tlsprof-report.html"

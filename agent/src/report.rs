@@ -410,8 +410,10 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
                     p.comm
                 ),
                 format!(
-                    "clients closed {:.0}% of connections after about one request: they do not reuse connections",
-                    v.closed_share("client") * 100.0
+                    "clients ended {:.0}% of connections after about one request ({:.0}% with a reset): they do not \
+                     reuse connections",
+                    (1.0 - server_closes) * 100.0,
+                    v.closed_share("reset") * 100.0
                 ),
             ),
             None => (
