@@ -354,3 +354,27 @@ def test_html_charts_render(tmp_path):
     assert 'class="cat-handshake"' in html
     check_html_renders(r.html, expect_colours={"#d62728": 3000, "#2ca02c": 500})
 
+
+
+def test_interrupt_reports_what_was_observed(tmp_path):
+    """SIGINT in the middle of a long window: the probes detach and the report covers what
+    was seen until then."""
+    import signal
+    n = Nginx(tmp_path / "n")
+    out = tmp_path / "r.json"
+    try:
+        p = subprocess.Popen([str(TLSPROF), "report", "--pid", str(n.pid), "--seconds", "600", "--no-calibrate",
+                              "--json", str(out), "-o", str(tmp_path / "r.md")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert "observing" in p.stderr.readline()
+        c = https_connections(n.port, 30, concurrency=2)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    finally:
+        n.stop()
+    assert p.returncode == 0, err
+    assert "interrupted" in err
+    data = json.loads(out.read_text())
+    assert c["ok"] == 30 and data["processes"][0]["full"] == 30, data
+    assert data["host"] is None and data["window_seconds"] < 60

@@ -95,14 +95,16 @@ impl Live {
         }
     }
 
+    /// The metrics now. An agent that ended on SIGINT/SIGTERM has detached, but its
+    /// metrics are still here to read; one that failed gives its error.
     pub fn snapshot(&mut self) -> Result<Snapshot> {
         if self.agent.as_ref().is_some_and(|h| h.is_finished()) {
             let h = self.agent.take().expect("checked");
-            return Err(match h.join() {
-                Ok(Err(e)) => e,
-                Ok(Ok(())) => anyhow!("interrupted"),
-                Err(_) => anyhow!("the agent thread panicked"),
-            });
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(anyhow!("the agent thread panicked")),
+            }
         }
         Snapshot::take(&self.source)
     }

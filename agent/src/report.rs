@@ -673,7 +673,10 @@ pub fn run(args: ReportArgs) -> Result<()> {
         let now = live.snapshot()?;
         let w = Window::between(&last, &now, &live.comms);
         let t = now.at.duration_since(first.at).as_secs_f64();
-        for p in &w.procs {
+        // A sliver of a second at the end says nothing about the split, which is
+        // updated once a second.
+        let points = if w.seconds >= 0.5 { &w.procs[..] } else { &[] };
+        for p in points {
             let point = CATEGORIES
                 .iter()
                 .map(|c| (c.to_string(), p.cpu_in(c) / w.seconds))
@@ -692,8 +695,9 @@ pub fn run(args: ReportArgs) -> Result<()> {
             break;
         }
     }
+    let comms = live.comms.clone();
     live.stop()?;
-    let window = Window::between(&first, &last, &live_comms(&args));
+    let window = Window::between(&first, &last, &comms);
     let host = if args.no_calibrate {
         None
     } else {
@@ -721,20 +725,6 @@ pub fn run(args: ReportArgs) -> Result<()> {
     }
     eprintln!("tlsprof: {} finding(s)", found.len());
     Ok(())
-}
-
-fn live_comms(args: &ReportArgs) -> Vec<String> {
-    if args.view.url.is_some() {
-        let mut comms = args.view.comms.clone();
-        for pid in &args.view.pids {
-            if let Ok(c) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
-                comms.push(c.trim().to_string());
-            }
-        }
-        comms
-    } else {
-        Vec::new()
-    }
 }
 
 /// Measures what the rules need: the groups and certificates seen, with the libcrypto
@@ -889,6 +879,20 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// Escaped, with the Markdown `code` spans of the findings' texts as <code>.
+fn esc_code(s: &str) -> String {
+    s.split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 1 {
+                format!("<code>{}</code>", esc(part))
+            } else {
+                esc(part)
+            }
+        })
+        .collect()
+}
+
 /// Category colours, the same in every chart.
 pub fn colour(category: &str) -> &'static str {
     match category {
@@ -1036,9 +1040,9 @@ pub fn html(w: &Window, found: &[Finding], host: Option<&HostCosts>, series: &[S
             f.rule,
             esc(&f.title),
             esc(&fmt_saving(f)),
-            esc(&f.evidence),
-            esc(&f.fix),
-            esc(&f.basis)
+            esc_code(&f.evidence),
+            esc_code(&f.fix),
+            esc_code(&f.basis)
         );
     }
     o.push_str("<h2>CPU split over time</h2><p class=\"legend\">");
@@ -1363,5 +1367,10 @@ mod tests {
             html.contains("nginx&lt;x&gt;") && html.contains("class=\"cat-handshake\""),
             "{html}"
         );
+        assert!(
+            html.contains("<code>ssl_ecdh_curve X25519:prime256v1;</code>"),
+            "{html}"
+        );
+        assert!(!html.contains('`'), "{html}");
     }
 }

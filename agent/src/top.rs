@@ -123,7 +123,10 @@ fn interactive(args: &TopArgs, interval: Duration, capture: &StderrCapture) -> R
                         KeyCode::Char('t') => state.sort = Sort::Timewait,
                         KeyCode::Char('n') => state.sort = Sort::Name,
                         KeyCode::Char('s') => state.sort = state.sort.next(),
-                        KeyCode::Down | KeyCode::Char('j') => state.selected += 1,
+                        KeyCode::Down | KeyCode::Char('j') => {
+                            let n = state.window.as_ref().map_or(0, |w| w.procs.len());
+                            state.selected = (state.selected + 1).min(n.saturating_sub(1));
+                        }
                         KeyCode::Up | KeyCode::Char('k') => state.selected = state.selected.saturating_sub(1),
                         _ => {}
                     }
