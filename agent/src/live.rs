@@ -10,7 +10,7 @@ use std::{
 use anyhow::{anyhow, Context as _, Result};
 
 use crate::{
-    agent, elf,
+    agent,
     metrics::Metrics,
     snapshot::{Snapshot, Source},
     RunArgs,
@@ -62,19 +62,13 @@ impl Live {
         }
         let (tx, rx) = mpsc::channel::<Arc<Metrics>>();
         let run = RunArgs {
-            pids: args.pids.clone(),
-            comms: args.comms.clone(),
-            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-            scan_interval: 1.0,
-            duration: None,
-            quiet: true,
-            strict: false,
-            hooks: elf::HookMode::Auto,
-            sample_hz: args.sample_hz,
-            debug_dirs: args.debug_dirs.clone(),
-            verbose: false,
-            flamegraph: None,
             metrics_out: Some(tx),
+            ..RunArgs::embedded(
+                args.pids.clone(),
+                args.comms.clone(),
+                args.sample_hz,
+                args.debug_dirs.clone(),
+            )
         };
         let handle = std::thread::Builder::new()
             .name("tlsprof-agent".into())

@@ -120,6 +120,26 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// The agent run by another command (flamegraph, top, report): no /metrics endpoint
+    /// of its own, no summary, a scan every second; the caller sets what it needs.
+    pub fn embedded(pids: Vec<u32>, comms: Vec<String>, sample_hz: u64, debug_dirs: Vec<PathBuf>) -> Self {
+        RunArgs {
+            pids,
+            comms,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            scan_interval: 1.0,
+            duration: None,
+            quiet: true,
+            strict: false,
+            hooks: elf::HookMode::Auto,
+            sample_hz,
+            debug_dirs,
+            verbose: false,
+            flamegraph: None,
+            metrics_out: None,
+        }
+    }
+
     pub fn scan_every(&self) -> Duration {
         Duration::from_secs_f64(self.scan_interval.clamp(0.1, 3600.0))
     }
@@ -130,19 +150,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => agent::run(args),
         Command::Flamegraph(f) => agent::run(RunArgs {
-            pids: f.pids,
-            comms: f.comms,
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            scan_interval: 1.0,
             duration: Some(f.seconds),
-            quiet: true,
-            strict: false,
-            hooks: elf::HookMode::Auto,
-            sample_hz: f.sample_hz.max(1),
-            debug_dirs: f.debug_dirs,
             verbose: f.verbose,
             flamegraph: Some(f.output),
-            metrics_out: None,
+            ..RunArgs::embedded(f.pids, f.comms, f.sample_hz.max(1), f.debug_dirs)
         }),
         Command::Top(t) => top::run(t),
         Command::Report(r) => report::run(r),

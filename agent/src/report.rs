@@ -95,11 +95,9 @@ fn cores(p: &Proc, secs: f64) -> f64 {
     (p.process_cpu / secs).max(1e-9)
 }
 
+/// Sets the saving's share of the process's CPU.
 fn finish(mut f: Finding, p: &Proc, secs: f64) -> Finding {
     f.saving_share = f.saving_cpu.map(|s| (s / cores(p, secs)).min(1.0));
-    if let Some(s) = f.saving_cpu {
-        f.numbers.push(("saving_cpu_cores", s));
-    }
     f
 }
 

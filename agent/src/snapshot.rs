@@ -156,7 +156,7 @@ impl Source {
                 let text = String::from_utf8_lossy(&body);
                 let (head, body) = text.split_once("\r\n\r\n").context("no HTTP response")?;
                 let status = head.lines().next().unwrap_or("");
-                if !status.split_whitespace().nth(1).is_some_and(|c| c == "200") {
+                if status.split_whitespace().nth(1) != Some("200") {
                     bail!("http://{host}:{port}{path} answered {status}");
                 }
                 let samples = parse(body)?;
@@ -168,6 +168,11 @@ impl Source {
         }
     }
 }
+
+/// A series: its name and labels.
+type SeriesKey<'a> = (&'a str, Vec<(&'a str, &'a str)>);
+/// A negotiated configuration: version, cipher, group, cert, resumed.
+type ConfigKey = (String, String, String, String, bool);
 
 /// The metrics at one moment.
 #[derive(Debug, Clone)]
@@ -184,7 +189,7 @@ impl Snapshot {
         })
     }
 
-    fn index(&self) -> BTreeMap<(&str, Vec<(&str, &str)>), f64> {
+    fn index(&self) -> BTreeMap<SeriesKey<'_>, f64> {
         self.samples
             .iter()
             .map(|s| {
@@ -360,7 +365,7 @@ impl Window {
         };
         let mut procs: BTreeMap<String, Proc> = BTreeMap::new();
         let mut tw_sockets: BTreeMap<String, f64> = BTreeMap::new();
-        let mut configs: BTreeMap<String, BTreeMap<(String, String, String, String, bool), Config>> = BTreeMap::new();
+        let mut configs: BTreeMap<String, BTreeMap<ConfigKey, Config>> = BTreeMap::new();
         for s in &b.samples {
             let comm = s.label("comm");
             let name = s.name.strip_prefix("tlsprof_").unwrap_or("");
