@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Overhead of tlsprof on a real nginx, measured as server CPU per request.
 
-Three workloads against one nginx worker (ECDSA P-256, TLS 1.3, small response):
-  handshake  - a new TLS connection per request (ab -c 16)
-  keepalive  - keep-alive requests on reused connections (ab -k -c 16)
-  churn      - keep-alive with 5 requests per connection (nginx keepalive_requests 5,
-               as Domino's default), so connections open and close all the time (ab -k -c 16)
-For each workload, runs alternate without and with the agent (the order flips every
-pair), and each run's cost is the worker's on-CPU time (/proc/PID/task/*/schedstat,
-the kernel's own accounting) divided by the requests ab completed. Prints the medians
-and the with/without ratio. Usage: bench/overhead.py [--pairs N] [--seconds S]
+Four workloads against one nginx worker (ECDSA P-256, TLS 1.3):
+  handshake    - a new TLS connection per request (ab -c 16)
+  keepalive    - keep-alive requests on reused connections (ab -k -c 16), 17-byte body
+  keepalive-4k - the same with 4 KiB responses
+  churn        - keep-alive with 5 requests per connection (nginx keepalive_requests 5,
+                 as Domino's default), so connections open and close all the time
+For each workload, runs alternate without the agent, with it, and with the per-call
+uprobe alternative (bpftrace, see ALTERNATIVE; --no-alternative leaves it out), each arm
+taking every place in the order in turn. Each run's cost is the worker's on-CPU time
+(/proc/PID/task/*/schedstat, the kernel's own accounting) divided by the requests ab
+completed. Prints the medians and the medians of the per-set ratios to the run without.
+Usage: bench/overhead.py [--pairs N] [--seconds S] [--workloads handshake,keepalive-4k]
 
 --baseline-args runs the "without" side with the agent too, with other arguments: the cost
 of one feature alone, e.g. CPU attribution (sampling and per-process accounting):
@@ -36,8 +39,49 @@ CLIENT_PIN = ["taskset", "-c", "1"] if PIN else []
 WORKLOADS = {
     "handshake": (["-c", "16"], "/"),
     "keepalive": (["-k", "-c", "16"], "/"),
+    "keepalive-4k": (["-k", "-c", "16"], "/4k"),
     "churn": (["-k", "-c", "16"], "/churn"),
 }
+
+# The best-known alternative, as bcc's sslsniff/ssllatency and bpftrace's ssllatency.bt
+# do it: an entry uprobe and a uretprobe on every SSL_do_handshake, SSL_read and
+# SSL_write call, timing each call into a histogram (scoped to the worker, as -p does).
+ALTERNATIVE = """
+uprobe:LIB:SSL_do_handshake, uprobe:LIB:SSL_read, uprobe:LIB:SSL_write { @start[tid] = nsecs; }
+uretprobe:LIB:SSL_do_handshake, uretprobe:LIB:SSL_read, uretprobe:LIB:SSL_write
+/@start[tid]/ { @ns[probe] = hist(nsecs - @start[tid]); delete(@start[tid]); }
+"""
+
+
+def libssl_of(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        if "libssl.so" in line:
+            return line.split()[-1]
+    raise SystemExit(f"pid {pid} maps no libssl: the alternative needs one")
+
+
+class Alternative:
+    """bpftrace running the per-call probes on one process, until stopped."""
+
+    def __init__(self, pid: int):
+        script = ALTERNATIVE.replace("LIB", libssl_of(pid))
+        self.proc = subprocess.Popen(["bpftrace", "-p", str(pid), "-e", script], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        # "Attaching 6 probes..." once they are in (after a warning where RLIMIT_MEMLOCK
+        # cannot be raised, which BPF memory accounting makes harmless).
+        seen = ""
+        while "Attaching" not in seen:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise SystemExit(f"bpftrace did not start: {seen}")
+            seen += line
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(2)
+        self.proc.communicate(timeout=30)
 
 
 def one_run(nginx, worker, flags, seconds):
@@ -94,62 +138,86 @@ def main():
     ap.add_argument("--agent-args", default="--comm nginx", help="arguments for `tlsprof run` (default: %(default)s)")
     ap.add_argument("--baseline-args", default=None,
                     help="run the baseline with the agent and these arguments instead of without the agent")
+    ap.add_argument("--no-alternative", action="store_true",
+                    help="do not measure the per-call uprobe alternative (bpftrace) beside tlsprof")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="which workloads (default: %(default)s)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tlsprof-bench-"))
+    www = Path(tempfile.mkdtemp(prefix="tlsprof-bench-www-"))
+    www.chmod(0o755)
+    (www / "4k").write_bytes(b"x" * 4096)
+    (www / "4k").chmod(0o644)
     nginx = Nginx(work, workers=1, extra_server="ssl_protocols TLSv1.3; keepalive_requests 100000; "
-                  "location /churn { keepalive_requests 5; return 200 \"hello from nginx\\n\"; }",
+                  "location /churn { keepalive_requests 5; return 200 \"hello from nginx\\n\"; } "
+                  f"location = /4k {{ alias {www}/4k; }}",
                   extra_main="worker_cpu_affinity 01;" if PIN else "")
     (worker,) = nginx.workers()
+    arms = ["without", "tlsprof"] + ([] if args.no_alternative else ["alternative"])
     results = {}
     try:
-        for name, flags in WORKLOADS.items():
-            off, on, rps_off, rps_on, ratios, own_cpu, own_rss = [], [], [], [], [], [], []
+        for name in args.workloads.split(","):
+            flags = WORKLOADS[name]
+            cost = {a: [] for a in arms}
+            rps = {a: [] for a in arms}
+            ratios = {a: [] for a in arms}
+            own_cpu, own_rss = [], []
             one_run(nginx, worker, flags, 1)  # warm-up
             for i in range(args.pairs):
-                for with_agent in ((False, True) if i % 2 == 0 else (True, False)):
-                    if with_agent:
+                # Every arm takes every place in the order in turn.
+                order = arms[i % len(arms):] + arms[:i % len(arms)]
+                for arm in order:
+                    if arm == "tlsprof":
                         with Agent(*args.agent_args.split(), scan_interval=2.0) as agent:
                             agent.wait_attached([worker])
                             cpu0, t0 = agent.value("tlsprof_agent_cpu_seconds_total"), time.monotonic()
-                            cost, rps = one_run(nginx, worker, flags, args.seconds)
+                            c, r = one_run(nginx, worker, flags, args.seconds)
                             time.sleep(2.2)  # the agent publishes its own usage at each scan
                             own_cpu.append((agent.value("tlsprof_agent_cpu_seconds_total") - cpu0) /
                                            (time.monotonic() - t0))
                             own_rss.append(agent.value("tlsprof_agent_resident_memory_bytes"))
-                        on.append(cost)
-                        print(f"  {name} pair {i + 1}: with agent    {cost:8.1f} us/req {rps:8.0f} req/s", flush=True)
-                        rps_on.append(rps)
+                    elif arm == "alternative":
+                        with Alternative(worker):
+                            c, r = one_run(nginx, worker, flags, args.seconds)
                     elif args.baseline_args is not None:
                         with Agent(*args.baseline_args.split(), scan_interval=2.0) as agent:
                             agent.wait_attached([worker])
-                            cost, rps = one_run(nginx, worker, flags, args.seconds)
-                        off.append(cost)
-                        print(f"  {name} pair {i + 1}: baseline      {cost:8.1f} us/req {rps:8.0f} req/s", flush=True)
-                        rps_off.append(rps)
+                            c, r = one_run(nginx, worker, flags, args.seconds)
                     else:
-                        cost, rps = one_run(nginx, worker, flags, args.seconds)
-                        off.append(cost)
-                        print(f"  {name} pair {i + 1}: without agent {cost:8.1f} us/req {rps:8.0f} req/s", flush=True)
-                        rps_off.append(rps)
-                ratios.append(on[-1] / off[-1])
-            results[name] = (statistics.median(off), statistics.median(on), statistics.median(ratios),
-                             statistics.median(rps_off), statistics.median(rps_on),
+                        c, r = one_run(nginx, worker, flags, args.seconds)
+                    cost[arm].append(c)
+                    rps[arm].append(r)
+                    print(f"  {name} pair {i + 1}: {arm:12s} {c:8.1f} us/req {r:8.0f} req/s", flush=True)
+                for a in arms:
+                    ratios[a].append(cost[a][-1] / cost["without"][-1])
+            results[name] = ({a: statistics.median(cost[a]) for a in arms},
+                             {a: statistics.median(ratios[a]) for a in arms},
+                             {a: statistics.median(rps[a]) for a in arms},
                              probe_accounting(nginx, worker, flags, args.seconds, args.agent_args),
                              statistics.median(own_cpu), max(own_rss))
     finally:
         nginx.stop()
 
-    print(f"tlsprof overhead: nginx 1 worker, ECDSA P-256, TLS 1.3; {args.pairs} alternating pairs x {args.seconds:g} s; "
+    print(f"tlsprof overhead: nginx 1 worker, ECDSA P-256, TLS 1.3; {args.pairs} rotating sets x {args.seconds:g} s; "
           f"agent: tlsprof run {args.agent_args}" +
-          (f"; baseline: tlsprof run {args.baseline_args}" if args.baseline_args is not None else ""))
-    print("| workload | server CPU/req without | with tlsprof | ratio (median of pairs) | req/s without | req/s with "
-          "| uprobe hits/req | BPF runs/req | BPF time/req | agent CPU | agent RSS |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, (off, on, ratio, r_off, r_on, acct, cpu, rss) in results.items():
+          (f"; baseline: tlsprof run {args.baseline_args}" if args.baseline_args is not None else "") +
+          ("" if args.no_alternative else "; alternative: bpftrace uprobe+uretprobe on SSL_do_handshake/SSL_read/SSL_write"))
+    alt = "alternative" in arms
+    print("| workload | server CPU/req without | with tlsprof | ratio | " +
+          ("with the alternative | ratio | " if alt else "") +
+          "req/s without / tlsprof" + (" / alternative" if alt else "") +
+          " | uprobe hits/req | BPF runs/req | BPF time/req | agent CPU | agent CPU at 2,000 req/s | agent RSS |")
+    print("|---" * (13 if alt else 11) + "|")
+    for name, (cost, ratio, rate, acct, cpu, rss) in results.items():
         hits, runs, ns = acct if acct else (float("nan"),) * 3
-        print(f"| {name} | {off:.1f} µs | {on:.1f} µs | {ratio:.3f} | {r_off:.0f} | {r_on:.0f} "
-              f"| {hits:.2f} | {runs:.2f} | {ns / 1000:.2f} µs | {cpu:.2%} of a core | {rss / 2**20:.1f} MiB |")
+        # The agent's own CPU grows with the event rate: scaled to 2,000 requests (in the
+        # handshake workload: handshakes) per second.
+        at_2000 = cpu / max(rate["tlsprof"], 1) * 2000
+        print(f"| {name} | {cost['without']:.1f} µs | {cost['tlsprof']:.1f} µs | {ratio['tlsprof']:.3f} | " +
+              (f"{cost['alternative']:.1f} µs | {ratio['alternative']:.3f} | " if alt else "") +
+              " / ".join(f"{rate[a]:.0f}" for a in arms) +
+              f" | {hits:.2f} | {runs:.2f} | {ns / 1000:.2f} µs | {cpu:.2%} of a core | {at_2000:.2%} of a core "
+              f"| {rss / 2**20:.1f} MiB |")
 
 
 if __name__ == "__main__":
