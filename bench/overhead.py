@@ -21,6 +21,7 @@ of one feature alone, e.g. CPU attribution (sampling and per-process accounting)
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -153,6 +154,8 @@ def main():
                   f"location = /4k {{ alias {www}/4k; }}",
                   extra_main="worker_cpu_affinity 01;" if PIN else "")
     (worker,) = nginx.workers()
+    if not args.no_alternative and not shutil.which("bpftrace"):
+        raise SystemExit("bench: bpftrace is not installed (scripts/deps.sh installs it); or use --no-alternative")
     arms = ["without", "tlsprof"] + ([] if args.no_alternative else ["alternative"])
     results = {}
     try:

@@ -15,6 +15,7 @@ PKGS=(
   util-linux iproute2 procps             # setpriv, unshare, ss, pgrep
   tmux                                   # drives `tlsprof top` in a terminal in the tests
   chromium                               # renders the HTML report headless in the tests
+  bpftrace                               # the per-call uprobe alternative in bench/overhead.py
 )
 
 missing=()
