@@ -755,6 +755,9 @@ fn fmt_saving(f: &Finding) -> String {
 }
 
 fn config_label(c: &Config) -> String {
+    if c.unlabelled() {
+        return format!("labels not seen{}", if c.resumed { " (resumed)" } else { "" });
+    }
     format!(
         "{} {} {} {}{}",
         c.version,
@@ -818,10 +821,10 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
                 let _ = writeln!(
                     o,
                     "| {} | {} | {} | {} | {} | {:.1} | {} |",
-                    c.version,
-                    c.group,
-                    c.cert,
-                    c.cipher,
+                    if c.unlabelled() { "labels not seen" } else { &c.version },
+                    if c.unlabelled() { "-" } else { &c.group },
+                    if c.unlabelled() { "-" } else { &c.cert },
+                    if c.unlabelled() { "-" } else { &c.cipher },
                     c.resumed,
                     c.count / s,
                     c.mean_cpu().map(ms).unwrap_or_default()
@@ -998,6 +1001,54 @@ fn cost_chart(p: &Proc) -> String {
     svg
 }
 
+/// One process's handshake and port figures as HTML tables.
+fn measured_tables(p: &Proc, s: f64) -> String {
+    let mut o = format!(
+        "<p>Handshakes/s: {:.1} full, {:.1} resumed, {:.1} failed. CPU: {:.1}% of a core.</p>",
+        p.full / s,
+        p.resumed / s,
+        p.failed / s,
+        p.process_cpu / s * 100.0
+    );
+    if !p.configs.is_empty() {
+        o.push_str("<table><tr><th>Configuration</th><th>Handshakes/s</th><th>CPU per handshake</th></tr>");
+        let mut cs = p.configs.clone();
+        cs.sort_by(|a, b| b.count.total_cmp(&a.count));
+        for c in &cs {
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{:.1}</td><td>{}</td></tr>",
+                esc(&config_label(c)),
+                c.count / s,
+                c.mean_cpu().map(ms).unwrap_or_default()
+            );
+        }
+        o.push_str("</table>");
+    }
+    if !p.ports.is_empty() {
+        o.push_str(
+            "<p></p><table><tr><th>Port</th><th>Connections/s</th><th>Requests per connection</th>\
+             <th>Closed by server</th><th>TIME_WAIT/s</th><th>TIME_WAIT now</th></tr>",
+        );
+        for (port, v) in &p.ports {
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.0}%</td><td>{:.1}</td><td>{:.0}</td></tr>",
+                esc(port),
+                v.ended / s,
+                v.requests_per_connection()
+                    .map(|r| format!("{r:.1}"))
+                    .unwrap_or("-".into()),
+                v.closed_share("server") * 100.0,
+                v.time_wait / s,
+                v.time_wait_sockets
+            );
+        }
+        o.push_str("</table>");
+    }
+    o
+}
+
 pub fn html(w: &Window, found: &[Finding], host: Option<&HostCosts>, series: &[Series]) -> String {
     let mut o = String::from(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>tlsprof report</title><style>\
@@ -1056,6 +1107,10 @@ pub fn html(w: &Window, found: &[Finding], host: Option<&HostCosts>, series: &[S
         if !p.configs.is_empty() {
             let _ = write!(o, "<h3>{}</h3>{}", esc(&p.comm), cost_chart(p));
         }
+    }
+    o.push_str("<h2>What was measured</h2>");
+    for p in &w.procs {
+        let _ = write!(o, "<h3>{}</h3>{}", esc(&p.comm), measured_tables(p, w.seconds));
     }
     if let Some(h) = host {
         let _ = write!(

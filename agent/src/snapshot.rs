@@ -219,6 +219,14 @@ pub struct Config {
 }
 
 impl Config {
+    /// Handshakes whose negotiated parameters tlsprof did not see (all labels `other`:
+    /// begun before it attached, or not on a watched connection).
+    pub fn unlabelled(&self) -> bool {
+        [&self.version, &self.cipher, &self.group, &self.cert]
+            .iter()
+            .all(|v| *v == "other")
+    }
+
     pub fn mean_cpu(&self) -> Option<f64> {
         (self.count > 0.0).then(|| self.cpu / self.count)
     }

@@ -231,11 +231,21 @@ fn config_rows(p: &Proc, secs: f64) -> Vec<[String; 7]> {
     cs.sort_by(|a, b| b.count.total_cmp(&a.count));
     cs.iter()
         .map(|c| {
+            let (version, group, cert, cipher) = if c.unlabelled() {
+                ("-".into(), "-".into(), "-".into(), "(labels not seen)".into())
+            } else {
+                (
+                    c.version.clone(),
+                    c.group.clone(),
+                    c.cert.clone(),
+                    short_cipher(&c.cipher),
+                )
+            };
             [
-                c.version.clone(),
-                c.group.clone(),
-                c.cert.clone(),
-                short_cipher(&c.cipher),
+                version,
+                group,
+                cert,
+                cipher,
                 if c.resumed { "yes" } else { "no" }.into(),
                 rate(c.count, secs),
                 c.mean_cpu()
@@ -484,6 +494,15 @@ mod tests {
             cpu: 1.0,
             ..Default::default()
         });
+        p.configs.push(Config {
+            version: "other".into(),
+            cipher: "other".into(),
+            group: "other".into(),
+            cert: "other".into(),
+            count: 2.0,
+            cpu: 0.001,
+            ..Default::default()
+        });
         p.ports.insert(
             "65535".into(),
             Port {
@@ -502,5 +521,9 @@ mod tests {
         }
         assert!(text.contains("CHACHA20_POLY1305_SHA256"), "{text}");
         assert!(text.contains(" 50 "), "the handshake share: {text}");
+        assert!(
+            text.contains("-        -          -           (labels not seen)"),
+            "{text}"
+        );
     }
 }
