@@ -1,4 +1,5 @@
 """Handshake accounting against a real nginx (Debian's package) and real TLS clients."""
+import os
 import time
 
 import pytest
@@ -74,6 +75,12 @@ def test_plain_http_to_the_tls_port_is_a_failed_handshake(workdir):
     assert ok == 10
 
 
+def steal_seconds() -> float:
+    """Time the hypervisor took from this machine's vCPUs, all CPUs (/proc/stat)."""
+    fields = open("/proc/stat").readline().split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+
+
 def test_handshake_cpu_is_consistent_with_the_servers_own_accounting(workdir):
     """Handshake-only workload, one worker: the handshake CPU tlsprof reports lies between a
     third of the worker's on-CPU time (/proc/PID/task/*/schedstat) and all of it."""
@@ -85,6 +92,7 @@ def test_handshake_cpu_is_consistent_with_the_servers_own_accounting(workdir):
         with Agent("--comm", "nginx") as agent:
             agent.wait_attached([worker])
             before_hs = agent.value("tlsprof_handshake_cpu_seconds_sum") + agent.value("tlsprof_failed_handshake_cpu_seconds_total")
+            before_steal = steal_seconds()
             before_cpu = cpu_ns(worker)
             import subprocess
             out = subprocess.run(["ab", "-n", "400", "-c", "16", "-s", "30", f"https://127.0.0.1:{nginx.port}/"],
@@ -92,12 +100,17 @@ def test_handshake_cpu_is_consistent_with_the_servers_own_accounting(workdir):
             assert "Complete requests:      400" in out.stdout, out.stdout + out.stderr
             time.sleep(1.0)
             after_cpu = cpu_ns(worker)
+            steal = steal_seconds() - before_steal
             hs = agent.value("tlsprof_handshake_cpu_seconds_sum") + agent.value("tlsprof_failed_handshake_cpu_seconds_total") - before_hs
         server = (after_cpu - before_cpu) / 1e9
         assert server > 0
         share = hs / server
-        assert server / 3 < hs < server, (
-            f"handshake CPU {hs:.3f}s vs worker on-CPU {server:.3f}s (share {share:.0%}): expected between 1/3 and 1")
+        # The handshake clock is the kernel's monotonic clock, which runs on through the
+        # hypervisor's steal time; schedstat leaves steal out. Steal anywhere on the
+        # machine in the window bounds the difference.
+        assert server / 3 < hs < server + steal, (
+            f"handshake CPU {hs:.3f}s vs worker on-CPU {server:.3f}s (share {share:.0%}), steal {steal:.3f}s: "
+            "expected between 1/3 and all of it (plus steal)")
     finally:
         nginx.stop()
 
