@@ -771,13 +771,21 @@ fn config_label(c: &Config) -> String {
 pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "# tlsprof report\n");
-    let _ = writeln!(
-        o,
-        "Observed {:.1} s; {} process name(s): {}.\n",
-        w.seconds,
-        w.procs.len(),
-        w.procs.iter().map(|p| p.comm.as_str()).collect::<Vec<_>>().join(", ")
-    );
+    if w.procs.is_empty() {
+        let _ = writeln!(
+            o,
+            "Observed {:.1} s; no traced process was seen (check --pid/--comm, and that the server uses TLS).\n",
+            w.seconds
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "Observed {:.1} s; {} process name(s): {}.\n",
+            w.seconds,
+            w.procs.len(),
+            w.procs.iter().map(|p| p.comm.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
     let _ = writeln!(o, "## Findings, ranked by what they would save\n");
     if found.is_empty() {
         let _ = writeln!(o, "Nothing to change: no rule found enough to say (each needs at least {MIN_EVENTS:.0} events in the window).\n");
@@ -1425,5 +1433,10 @@ mod tests {
             "{html}"
         );
         assert!(!html.contains('`'), "{html}");
+        let empty = Window {
+            seconds: 1.0,
+            procs: vec![],
+        };
+        assert!(markdown(&empty, &[], None).contains("no traced process was seen"));
     }
 }

@@ -322,6 +322,9 @@ pub fn plain(w: &Window, sort: Sort) -> String {
     let procs = sorted(w, sort);
     let rows: Vec<[String; 11]> = procs.iter().map(|p| proc_row(p, w.seconds)).collect();
     out.push_str(&table_text(&PROC_HEADER, &PROC_WIDTHS, &rows));
+    if procs.is_empty() {
+        out.push_str("(no traced process: check --pid/--comm, and that the server uses TLS)\n");
+    }
     for p in procs {
         let cs = config_rows(p, w.seconds);
         if !cs.is_empty() {
