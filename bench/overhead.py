@@ -7,12 +7,13 @@ Four workloads against one nginx worker (ECDSA P-256, TLS 1.3):
   keepalive-4k - the same with 4 KiB responses
   churn        - keep-alive with 5 requests per connection (nginx keepalive_requests 5,
                  as Domino's default), so connections open and close all the time
-For each workload, runs alternate without the agent, with it, and with the per-call
-uprobe alternative (bpftrace, see ALTERNATIVE; --no-alternative leaves it out), each arm
-taking every place in the order in turn. Each run's cost is the worker's on-CPU time
+For each workload, runs alternate without the agent, with it in each mode (--modes:
+default, the overhead budget; exact, --exact), and with the per-call uprobe alternative
+(bpftrace, see ALTERNATIVE; --no-alternative leaves it out), each arm taking every place
+in the order in turn. Each run's cost is the worker's on-CPU time
 (/proc/PID/task/*/schedstat, the kernel's own accounting) divided by the requests ab
 completed. Prints the medians and the medians of the per-set ratios to the run without.
-Usage: bench/overhead.py [--pairs N] [--seconds S] [--workloads handshake,keepalive-4k]
+Usage: bench/overhead.py [--pairs N] [--seconds S] [--workloads handshake,keepalive-4k] [--modes default,exact]
 
 --baseline-args runs the "without" side with the agent too, with other arguments: the cost
 of one feature alone, e.g. CPU attribution (sampling and per-process accounting):
@@ -142,7 +143,11 @@ def main():
     ap.add_argument("--no-alternative", action="store_true",
                     help="do not measure the per-call uprobe alternative (bpftrace) beside tlsprof")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="which workloads (default: %(default)s)")
+    ap.add_argument("--modes", default="default,exact",
+                    help="tlsprof modes to measure: default (overhead budget), exact (--exact) (default: %(default)s)")
     args = ap.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    mode_args = {m: args.agent_args + (" --exact" if m == "exact" else "") for m in modes}
 
     work = Path(tempfile.mkdtemp(prefix="tlsprof-bench-"))
     www = Path(tempfile.mkdtemp(prefix="tlsprof-bench-www-"))
@@ -156,7 +161,7 @@ def main():
     (worker,) = nginx.workers()
     if not args.no_alternative and not shutil.which("bpftrace"):
         raise SystemExit("bench: bpftrace is not installed (scripts/deps.sh installs it); or use --no-alternative")
-    arms = ["without", "tlsprof"] + ([] if args.no_alternative else ["alternative"])
+    arms = ["without"] + [f"tlsprof-{m}" for m in modes] + ([] if args.no_alternative else ["alternative"])
     results = {}
     try:
         for name in args.workloads.split(","):
@@ -164,21 +169,23 @@ def main():
             cost = {a: [] for a in arms}
             rps = {a: [] for a in arms}
             ratios = {a: [] for a in arms}
-            own_cpu, own_rss = [], []
+            own_cpu = {m: [] for m in modes}
+            own_rss = {m: [] for m in modes}
             one_run(nginx, worker, flags, 1)  # warm-up
             for i in range(args.pairs):
                 # Every arm takes every place in the order in turn.
                 order = arms[i % len(arms):] + arms[:i % len(arms)]
                 for arm in order:
-                    if arm == "tlsprof":
-                        with Agent(*args.agent_args.split(), scan_interval=2.0) as agent:
+                    if arm.startswith("tlsprof-"):
+                        mode = arm.removeprefix("tlsprof-")
+                        with Agent(*mode_args[mode].split(), scan_interval=2.0) as agent:
                             agent.wait_attached([worker])
                             cpu0, t0 = agent.value("tlsprof_agent_cpu_seconds_total"), time.monotonic()
                             c, r = one_run(nginx, worker, flags, args.seconds)
                             time.sleep(2.2)  # the agent publishes its own usage at each scan
-                            own_cpu.append((agent.value("tlsprof_agent_cpu_seconds_total") - cpu0) /
-                                           (time.monotonic() - t0))
-                            own_rss.append(agent.value("tlsprof_agent_resident_memory_bytes"))
+                            own_cpu[mode].append((agent.value("tlsprof_agent_cpu_seconds_total") - cpu0) /
+                                                 (time.monotonic() - t0))
+                            own_rss[mode].append(agent.value("tlsprof_agent_resident_memory_bytes"))
                     elif arm == "alternative":
                         with Alternative(worker):
                             c, r = one_run(nginx, worker, flags, args.seconds)
@@ -196,32 +203,33 @@ def main():
             results[name] = ({a: statistics.median(cost[a]) for a in arms},
                              {a: statistics.median(ratios[a]) for a in arms},
                              {a: statistics.median(rps[a]) for a in arms},
-                             probe_accounting(nginx, worker, flags, args.seconds, args.agent_args),
-                             statistics.median(own_cpu), max(own_rss))
+                             {m: probe_accounting(nginx, worker, flags, args.seconds, mode_args[m]) for m in modes},
+                             {m: statistics.median(own_cpu[m]) for m in modes},
+                             {m: max(own_rss[m]) for m in modes})
     finally:
         nginx.stop()
 
     print(f"tlsprof overhead: nginx 1 worker, ECDSA P-256, TLS 1.3; {args.pairs} rotating sets x {args.seconds:g} s; "
-          f"agent: tlsprof run {args.agent_args}" +
+          f"agent: tlsprof run {args.agent_args} (modes: {', '.join(modes)})" +
           (f"; baseline: tlsprof run {args.baseline_args}" if args.baseline_args is not None else "") +
           ("" if args.no_alternative else "; alternative: bpftrace uprobe+uretprobe on SSL_do_handshake/SSL_read/SSL_write"))
-    alt = "alternative" in arms
-    print("| workload | server CPU/req without | with tlsprof | ratio | " +
-          ("with the alternative | ratio | " if alt else "") +
-          "req/s without / tlsprof" + (" / alternative" if alt else "") +
-          " | uprobe hits/req | BPF runs/req | BPF time/req | agent CPU | agent CPU at 2,000 req/s | agent RSS |")
-    print("|---" * (13 if alt else 11) + "|")
+    print("| workload | arm | server CPU/req | ratio to without (median of sets) | req/s | uprobe hits/req | "
+          "BPF runs/req | BPF time/req | agent CPU | agent CPU at 2,000 req/s | agent RSS |")
+    print("|---" * 11 + "|")
     for name, (cost, ratio, rate, acct, cpu, rss) in results.items():
-        hits, runs, ns = acct if acct else (float("nan"),) * 3
-        # The agent's own CPU grows with the event rate: scaled to 2,000 requests (in the
-        # handshake workload: handshakes) per second.
-        at_2000 = cpu / max(rate["tlsprof"], 1) * 2000
-        print(f"| {name} | {cost['without']:.1f} µs | {cost['tlsprof']:.1f} µs | {ratio['tlsprof']:.3f} | " +
-              (f"{cost['alternative']:.1f} µs | {ratio['alternative']:.3f} | " if alt else "") +
-              " / ".join(f"{rate[a]:.0f}" for a in arms) +
-              f" | {hits:.2f} | {runs:.2f} | {ns / 1000:.2f} µs | {cpu:.2%} of a core | {at_2000:.2%} of a core "
-              f"| {rss / 2**20:.1f} MiB |")
-
+        for a in arms:
+            row = f"| {name} | {a} | {cost[a]:.1f} µs | {ratio[a]:.3f} | {rate[a]:.0f} | "
+            mode = a.removeprefix("tlsprof-") if a.startswith("tlsprof-") else None
+            if mode:
+                hits, runs, ns = acct[mode] if acct[mode] else (float("nan"),) * 3
+                # The agent's own CPU grows with the event rate: scaled to 2,000 requests (in
+                # the handshake workload: handshakes) per second.
+                at_2000 = cpu[mode] / max(rate[a], 1) * 2000
+                row += (f"{hits:.2f} | {runs:.2f} | {ns / 1000:.2f} µs | {cpu[mode]:.2%} of a core | "
+                        f"{at_2000:.2%} of a core | {rss[mode] / 2**20:.1f} MiB |")
+            else:
+                row += "– | – | – | – | – | – |"
+            print(row, flush=True)
 
 if __name__ == "__main__":
     main()

@@ -44,7 +44,19 @@ struct conn_state {
 	__u8 wire_hdr_have; /* bytes of it so far */
 	__u8 wire_sealed;   /* encrypted record headers sent */
 	__u8 wire_end;      /* WIRE_END_* to report when the current record ends, 0 if none */
-	__u8 pad2[5];
+	__u8 wire_why;      /* why the capture ended (WIRE_END_*; 0: not TLS) */
+	__u16 fin_len;      /* body length of the server's latest Finished-sized record: the
+			     * client's Finished record has the same (same suite, same hash) */
+	__u8 pad2[2];
+	/*
+	 * Requests without a receive hook: positions in the client's byte stream as the server
+	 * has read it (tcp copied_seq), taken at the server's sends (tcp_sendmsg_locked).
+	 */
+	__u32 rx_first;  /* at the server's first send (its first flight answers the ClientHello) */
+	__u32 rx_flight; /* at its latest send while the handshake capture runs */
+	__u32 rx_mark;   /* requests are counted up to here */
+	__u32 rx_tail;   /* bytes past rx_mark that are still the client's handshake (its
+			  * change_cipher_spec and Finished, read after the capture ended) */
 };
 
 /* A connection on a watched port ended (its full socket reached TCP_CLOSE). */

@@ -68,6 +68,57 @@ struct {
 	__type(value, struct hs_key);
 } hs_last SEC(".maps");
 
+/* Switches the agent sets at run time (hs_ctl, handshake.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hs_ctl);
+} hs_ctl SEC(".maps");
+
+/* Uprobe hits per traced process: the agent keeps their cost under its overhead budget. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct hs_hits);
+} hs_hits SEC(".maps");
+
+/*
+ * When the agent last detached a process's handshake probes (bpf_ktime_get_ns clock).
+ * A thread inside a handshake call then never sees its return probe: its hs_threads entry
+ * (entered before that time) is stale and dropped where it is found; a handshake whose
+ * calls were cut by it starts afresh.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u64);
+} hs_detached SEC(".maps");
+
+static __always_inline bool before_detach(__u32 tgid, __u64 ns)
+{
+	__u64 *d = bpf_map_lookup_elem(&hs_detached, &tgid);
+	return d && ns <= *d;
+}
+
+static __always_inline void count_hit(__u32 tgid, bool ret)
+{
+	struct hs_hits *h = bpf_map_lookup_elem(&hs_hits, &tgid);
+	if (!h) {
+		struct hs_hits zero = {};
+		bpf_map_update_elem(&hs_hits, &tgid, &zero, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&hs_hits, &tgid);
+		if (!h)
+			return;
+	}
+	if (ret)
+		__sync_fetch_and_add(&h->returns, 1);
+	else
+		__sync_fetch_and_add(&h->entries, 1);
+}
+
 /*
  * Threads inside a handshake call right now. sched_switch runs on every context
  * switch of the machine: while no handshake is in flight it stops at this one load.
@@ -88,7 +139,7 @@ struct hs_cpu {
 	__u32 after_hs;
 	__u32 run_tgid;  /* the traced process running here (cpu_procs), 0 if none */
 	__u32 pad;
-	__u64 run_since; /* when its on-CPU time was last added to cpu_procs */
+	__u64 run_since; /* its task's se.sum_exec_runtime when last added to cpu_procs */
 };
 
 struct {
@@ -171,8 +222,13 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
+	count_hit(id >> 32, false);
 	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
 
+	if (t && before_detach(t->tgid, t->enter_ns)) {
+		thread_done(tid); /* left behind by a detach: this call starts afresh */
+		t = NULL;
+	}
 	if (t) {
 		/* nested call (SSL_accept -> SSL_do_handshake): the outermost one times it */
 		t->depth++;
@@ -222,6 +278,7 @@ int BPF_KRETPROBE(hs_exit, int ret)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
+	count_hit(id >> 32, true);
 	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
 
 	if (!t) {
@@ -261,6 +318,10 @@ int BPF_KRETPROBE(hs_exit, int ret)
 	}
 	if (st->done)
 		return 0; /* post-handshake call (HAProxy calls SSL_do_handshake again) */
+	if (st->calls && before_detach(key.tgid, st->last_ns)) {
+		/* the probes were away during part of this handshake: measure only what follows */
+		__builtin_memset(st, 0, sizeof(*st));
+	}
 	if (!st->first_ns)
 		st->first_ns = enter_ns;
 	if (role != HS_ROLE_UNKNOWN)
@@ -288,6 +349,7 @@ int BPF_KRETPROBE(hs_exit, int ret)
 static __always_inline int set_role(void *ssl, __u8 role)
 {
 	struct hs_key key = { .ssl = (__u64)ssl, .tgid = bpf_get_current_pid_tgid() >> 32 };
+	count_hit(key.tgid, false);
 	/* a new connection, or an SSL object reused after SSL_clear: start afresh */
 	struct hs_state st = { .role = role };
 	if (bpf_map_update_elem(&hs_conns, &key, &st, BPF_ANY))
@@ -311,6 +373,7 @@ SEC("uprobe")
 int BPF_KPROBE(ssl_free, void *ssl)
 {
 	struct hs_key key = { .ssl = (__u64)ssl, .tgid = bpf_get_current_pid_tgid() >> 32 };
+	count_hit(key.tgid, false);
 	struct hs_state *st = bpf_map_lookup_elem(&hs_conns, &key);
 
 	if (!st)
@@ -340,13 +403,24 @@ struct {
 	__uint(max_entries, 1024 * 1024);
 } cpu_samples SEC(".maps");
 
-static __always_inline void cpu_account(struct hs_cpu *c, __u64 now)
+/*
+ * The scheduler's own account of a task's CPU time (what /proc/PID/schedstat shows): it
+ * leaves out time the hypervisor took (steal) and, with IRQ time accounting, interrupts
+ * that ran on the task's time (loopback traffic's receive side, for one).
+ */
+static __always_inline __u64 exec_runtime(const struct task_struct *task)
+{
+	return BPF_CORE_READ(task, se.sum_exec_runtime);
+}
+
+static __always_inline void cpu_account(struct hs_cpu *c, const struct task_struct *task)
 {
 	struct cpu_proc *p = bpf_map_lookup_elem(&cpu_procs, &c->run_tgid);
+	__u64 rt = exec_runtime(task);
 
-	if (p && now > c->run_since)
-		__sync_fetch_and_add(&p->oncpu_ns, now - c->run_since);
-	c->run_since = now;
+	if (p && rt > c->run_since)
+		__sync_fetch_and_add(&p->oncpu_ns, rt - c->run_since);
+	c->run_since = rt;
 }
 
 SEC("tp_btf/sched_switch")
@@ -359,16 +433,13 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	if (!c)
 		return 0;
 	if (c->run_tgid) {
-		now = bpf_ktime_get_ns();
-		cpu_account(c, now);
+		cpu_account(c, prev);
 		c->run_tgid = 0;
 	}
 	__u32 tgid = BPF_CORE_READ(next, tgid);
 	if (tgid && bpf_map_lookup_elem(&cpu_procs, &tgid)) {
-		if (!now)
-			now = bpf_ktime_get_ns();
 		c->run_tgid = tgid;
-		c->run_since = now;
+		c->run_since = exec_runtime(next);
 	}
 
 	if (!hs_active)
@@ -376,6 +447,10 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	tid = BPF_CORE_READ(prev, pid);
 	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
 
+	if (t && before_detach(t->tgid, t->enter_ns)) {
+		thread_done(tid);
+		t = NULL;
+	}
 	if (t && t->oncpu_ns) {
 		now = bpf_ktime_get_ns();
 		t->cpu_ns += now - t->oncpu_ns;
@@ -383,6 +458,10 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	}
 	tid = BPF_CORE_READ(next, pid);
 	t = bpf_map_lookup_elem(&hs_threads, &tid);
+	if (t && before_detach(t->tgid, t->enter_ns)) {
+		thread_done(tid);
+		t = NULL;
+	}
 	if (t) {
 		t->oncpu_ns = now ? now : bpf_ktime_get_ns();
 		set_oncpu(tid);
@@ -450,6 +529,36 @@ static __always_inline struct conn_state *conn_of(const struct sock *sk)
 /* The end of the capture of a connection's handshake output (defined with it below). */
 static __always_inline void wire_finish(const struct sock *sk, struct conn_state *c, __u8 why);
 
+/*
+ * How far the server has read the client's byte stream (tcp copied_seq), not counting the
+ * client's FIN: it takes a sequence number, which a reader that reached it consumed.
+ */
+static __always_inline __u32 data_read(const struct sock *sk)
+{
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	__u32 copied = BPF_CORE_READ(tp, copied_seq);
+	unsigned long flags = BPF_CORE_READ(sk, __sk_common.skc_flags);
+
+	if ((flags & (1UL << bpf_core_enum_value(enum sock_flags, SOCK_DONE))) && copied == BPF_CORE_READ(tp, rcv_nxt))
+		copied--;
+	return copied;
+}
+
+/* The smallest TLS 1.3 Finished record: header, SHA-256 verify data and its message
+ * header, inner content type, AEAD tag. An alert (24 bytes, 30 after a change_cipher_spec)
+ * is smaller. */
+#define TLS13_MIN_FINISHED (5 + 4 + 32 + 1 + 16)
+
+/* How a TLS 1.3 handshake ended, from what the server has read of the client's answer to
+ * its encrypted flight (copied: tcp copied_seq now). */
+static __always_inline __u8 tls13_answer(const struct conn_state *c, __u32 copied)
+{
+	__u32 answer = copied - c->rx_flight;
+	if (answer == 0)
+		return WIRE_END_CLOSED;
+	return answer >= TLS13_MIN_FINISHED ? WIRE_END_FINISHED : WIRE_END_CLIENT_ALERT;
+}
+
 static __always_inline void conn_accepted(const struct sock *sk)
 {
 	struct hs_port p = {
@@ -463,6 +572,8 @@ static __always_inline void conn_accepted(const struct sock *sk)
 		.start_ns = bpf_ktime_get_ns(),
 		.netns = p.netns,
 		.port = p.port,
+		/* what the client sends from here on is read past this position */
+		.rx_mark = data_read(sk),
 	};
 	if (!bpf_sk_storage_get(&conn_store, (struct sock *)sk, &init, BPF_SK_STORAGE_GET_F_CREATE)) {
 		stat_inc(HS_STAT_CONN_STORAGE_FULL);
@@ -544,7 +655,9 @@ int BPF_PROG(conn_state_change, const struct sock *sk, const int oldstate, const
 	}
 	if (newstate != TCP_CLOSE)
 		return 0;
-	if (c->wire == WIRE_PLAIN || c->wire == WIRE_SEALED)
+	if (c->wire == WIRE_SEALED)
+		wire_finish(sk, c, tls13_answer(c, data_read(sk)));
+	else if (c->wire == WIRE_PLAIN)
 		wire_finish(sk, c, WIRE_END_CLOSED);
 	conn_closed(sk, c, oldstate);
 	bpf_sk_storage_delete(&conn_store, (struct sock *)sk);
@@ -623,12 +736,30 @@ static __always_inline struct conn_state *app_io(struct conn_state *c, struct so
 	return c;
 }
 
+static __always_inline bool wire_counts(void)
+{
+	__u32 zero = 0;
+	struct hs_ctl *ctl = bpf_map_lookup_elem(&hs_ctl, &zero);
+	return ctl && ctl->wire_counts;
+}
+
+/*
+ * Attached only with --exact (a handshake call that reads a connection marks it as TLS,
+ * so that it is not also counted as a connection without a handshake) or where the kernel
+ * lacks tcp_sendmsg_locked (requests and TLS 1.3's end are then seen from the reads).
+ */
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(conn_recv, struct sock *sk, int ret, int flags)
 {
 	struct conn_state *c = conn_of(sk);
 	if (!c)
 		return 0;
+	if (wire_counts()) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		if (in_handshake_here(tid))
+			handshake_io(c, sk, tid);
+		return 0;
+	}
 	bool data = ret > 0 && !(flags & MSG_PEEK);
 	/* the client answered the server's encrypted flight: TLS 1.3's handshake is over */
 	if (data && c->wire == WIRE_SEALED)
@@ -638,6 +769,7 @@ int BPF_PROG(conn_recv, struct sock *sk, int ret, int flags)
 	return 0;
 }
 
+/* Attached only where the kernel lacks tcp_sendmsg_locked (wire_send counts requests). */
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(conn_send, struct sock *sk, int ret)
 {
@@ -714,6 +846,7 @@ static __always_inline void wire_finish(const struct sock *sk, struct conn_state
 	if (c->wire == WIRE_DONE)
 		return;
 	c->wire = WIRE_DONE;
+	c->wire_why = why;
 	if (!tls)
 		return; /* not TLS: nothing was sent, nothing to say */
 	struct wire_event *e = wire_ev(sk, c, WIRE_EV_END);
@@ -776,6 +909,7 @@ static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state
 	c->wire_left = len;
 	if (type == 23) {
 		c->wire = WIRE_SEALED;
+		c->fin_len = len; /* the flight's last one is its Finished */
 		struct wire_event *e = wire_ev(sk, c, WIRE_EV_RECORD);
 		if (e) {
 			__builtin_memcpy(e->data, h, 5);
@@ -800,8 +934,10 @@ static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state
 		bool hello = false;
 		if (avail >= 4 && !bpf_probe_read_user(b, 4, (void *)body))
 			hello = b[0] == 2 && ((__u32)b[1] << 16 | (__u32)b[2] << 8 | b[3]) + 4 == len;
-		if (!hello)
+		if (!hello) {
 			c->wire_end = WIRE_END_FINISHED;
+			c->fin_len = len;
+		}
 	}
 	return 0;
 }
@@ -899,22 +1035,65 @@ static __noinline int wire_walk(const struct sock *sk, struct conn_state *c, __u
 	return 0;
 }
 
+/*
+ * Requests, counted at the server's sends: a send after the server has read new bytes of
+ * the client's stream (past the handshake's) is one exchange. rx_tail holds back the
+ * client's handshake bytes that come after the capture ended (its Finished), so that a
+ * send answering only them (TLS 1.3 session tickets) is not a request.
+ */
+static __always_inline void count_request(struct conn_state *c, __u32 copied)
+{
+	__s32 adv = (__s32)(copied - c->rx_mark);
+	if (adv <= 0)
+		return;
+	if (c->rx_tail) {
+		if ((__u32)adv <= c->rx_tail)
+			return;
+		c->rx_tail = 0;
+	}
+	c->requests++;
+	c->rx_mark = copied;
+}
+
+/* The capture ended during this send: what the client sent so far was its handshake. */
+static __always_inline void handshake_over(struct conn_state *c, __u32 copied)
+{
+	if (!(c->wire_flags & WIRE_F_TLS)) {
+		count_request(c, copied); /* not TLS: the server answers a request */
+		return;
+	}
+	c->rx_mark = copied;
+	/* TLS 1.2 resumption: the server's Finished went before the client's, which is still
+	 * to come (change_cipher_spec, and a Finished record as long as the server's) */
+	c->rx_tail = c->wire_why == WIRE_END_FINISHED && copied == c->rx_first ? 6 + 5 + c->fin_len : 0;
+}
+
 SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, int size_goal)
 {
 	struct conn_state *c = conn_of(sk);
-	if (!c || c->wire == WIRE_DONE)
+	if (!c)
 		return 0;
+	__u32 copied = data_read(sk);
+	if (c->wire == WIRE_DONE) {
+		count_request(c, copied);
+		return 0;
+	}
 
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
+	bool in_hs = in_handshake_here(tid);
+	if (in_hs)
+		handshake_io(c, sk, tid); /* links the handshake call to its connection */
 	__u32 seq = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
 	if (c->wire == WIRE_IDLE) {
 		c->wire = WIRE_PLAIN;
 		c->wire_seq = seq;
 		c->wire_tgid = id >> 32;
+		c->rx_first = copied;
+		c->rx_flight = copied;
 		/* a memory-BIO server's handshake call just returned on this thread: its flight */
-		if (!in_handshake_here(tid)) {
+		if (!in_hs) {
 			struct hs_key *k = bpf_map_lookup_elem(&hs_last, &tid);
 			if (k) {
 				struct hs_state *st = bpf_map_lookup_elem(&hs_conns, k);
@@ -926,11 +1105,23 @@ int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const s
 			}
 		}
 	}
+	if (c->wire == WIRE_SEALED && copied != c->rx_flight) {
+		/* The client answered the server's TLS 1.3 flight: the handshake is over. The
+		 * answer is a change_cipher_spec and a Finished as long as the server's; bytes past
+		 * them are a request. */
+		wire_finish(sk, c, tls13_answer(c, copied));
+		c->rx_mark = c->rx_flight;
+		c->rx_tail = 6 + 5 + c->fin_len;
+		count_request(c, copied);
+		return 0;
+	}
+	c->rx_flight = copied;
 
 	__u64 left = BPF_CORE_READ(msg, msg_iter.count);
 	__s32 skip = (__s32)(c->wire_seq - seq);
 	if (skip < 0) {
 		wire_finish(sk, c, WIRE_END_UNSUPPORTED); /* output sent by a path not seen here */
+		handshake_over(c, copied);
 		return 0;
 	}
 	if ((__u64)skip >= left)
@@ -943,10 +1134,13 @@ int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const s
 		__u64 base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
 		__u64 n = left - skip;
 		wire_walk(sk, c, base + offset + skip, n > 0xffffffff ? 0xffffffff : n);
+		if (c->wire == WIRE_DONE)
+			handshake_over(c, copied);
 		return 0;
 	}
 	if (type != bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
 		wire_finish(sk, c, WIRE_END_UNSUPPORTED);
+		handshake_over(c, copied);
 		return 0;
 	}
 	const struct iovec *iov = BPF_CORE_READ(msg, msg_iter.__iov);
@@ -977,8 +1171,11 @@ int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const s
 	}
 	if (todo && c->wire != WIRE_DONE)
 		wire_finish(sk, c, WIRE_END_CAP);
+	if (c->wire == WIRE_DONE)
+		handshake_over(c, copied);
 	return 0;
 }
+
 
 /* A thread that dies inside a handshake call never returns from it. */
 SEC("tp_btf/sched_process_exit")
@@ -1011,7 +1208,7 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	struct hs_cpu *c = this_cpu();
 	if (c && c->run_tgid == tgid)
-		cpu_account(c, bpf_ktime_get_ns());
+		cpu_account(c, bpf_get_current_task_btf());
 
 	struct cpu_sample *e = bpf_ringbuf_reserve(&cpu_samples, sizeof(*e), 0);
 	if (!e) {
@@ -1021,7 +1218,8 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	e->tgid = tgid;
 	e->tid = tid;
 	e->flags = 0;
-	if (bpf_map_lookup_elem(&hs_threads, &tid))
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	if (t && !before_detach(tgid, t->enter_ns))
 		e->flags |= CPU_SAMPLE_HANDSHAKE;
 	/* ctx fields are read directly (the verifier rewrites them), whole: no narrowed load */
 	__u64 cs = *(volatile __u64 *)&ctx->regs.cs;
@@ -1039,5 +1237,21 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	n = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
 	e->udepth = n > 0 ? (__u64)n / 8 : 0;
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP); /* the agent reads them on its own clock */
+	return 0;
+}
+
+/*
+ * The agent measures what one probe hit costs on this host: these do nothing, attached to
+ * a function of the agent itself (uprobe and uretprobe), while it calls that function.
+ */
+SEC("uprobe")
+int calib_entry(struct pt_regs *ctx)
+{
+	return 0;
+}
+
+SEC("uretprobe")
+int calib_return(struct pt_regs *ctx)
+{
 	return 0;
 }

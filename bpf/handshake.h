@@ -30,6 +30,19 @@
 #define HS_STAT_WIRE_EVENTS_LOST 7 /* wire_events full: handshake bytes were dropped */
 #define HS_STAT_MAX 8
 
+/* Value of hs_ctl[0], set by the agent. */
+struct hs_ctl {
+	__u32 wire_counts; /* tcp_sendmsg_locked is attached: requests and the end of TLS 1.3
+			    * handshakes are seen from the server's sends, not from its reads */
+	__u32 pad;
+};
+
+/* Value of hs_hits (key: tgid): uprobe hits of a traced process, for the overhead budget. */
+struct hs_hits {
+	__u64 entries; /* entry probes (uprobe) */
+	__u64 returns; /* return probes (uretprobe) */
+};
+
 /* One finished handshake, sent to user space through the hs_events ring buffer. */
 struct hs_event {
 	__u64 duration_ns; /* first handshake call entered -> last handshake call returned */

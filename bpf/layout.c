@@ -26,6 +26,11 @@ int main(void)
 	F(hs_event, result);
 	F(hs_event, conn_sk);
 	F(hs_event, conn_start);
+	S(hs_ctl);
+	F(hs_ctl, wire_counts);
+	S(hs_hits);
+	F(hs_hits, entries);
+	F(hs_hits, returns);
 	S(hs_port);
 	F(hs_port, netns);
 	F(hs_port, port);
@@ -74,6 +79,12 @@ int main(void)
 	F(conn_state, wire_hdr_have);
 	F(conn_state, wire_sealed);
 	F(conn_state, wire_end);
+	F(conn_state, wire_why);
+	F(conn_state, fin_len);
+	F(conn_state, rx_first);
+	F(conn_state, rx_flight);
+	F(conn_state, rx_mark);
+	F(conn_state, rx_tail);
 	S(conn_event);
 	F(conn_event, duration_ns);
 	F(conn_event, saddr);

@@ -39,6 +39,8 @@
 #define WIRE_END_CAP 4      /* too many bytes or records: gave up */
 #define WIRE_END_BAD 5      /* a record header that is not TLS after TLS had started */
 #define WIRE_END_UNSUPPORTED 6 /* output the capture cannot read (kernel buffers, splice) */
+#define WIRE_END_CLIENT_ALERT 7 /* the client answered the server's TLS 1.3 flight with fewer
+				 * bytes than any Finished: an alert (it rejected the server) */
 
 #define WIRE_CHUNK 4096      /* largest DATA event */
 #define WIRE_MAX_PLAIN 16384 /* plaintext bytes copied per connection at most */

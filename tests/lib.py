@@ -82,6 +82,7 @@ def make_cert(directory: Path, kind: str = "ecdsa_p256") -> tuple[Path, Path]:
             "ecdsa_p256": ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
             "ecdsa_p384": ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"],
             "rsa2048": ["-newkey", "rsa:2048"],
+            "rsa3072": ["-newkey", "rsa:3072"],
             "rsa4096": ["-newkey", "rsa:4096"],
         }[kind]
         subprocess.run(

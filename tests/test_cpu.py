@@ -74,7 +74,8 @@ class Window:
 
     def __repr__(self):
         shares = {c: round(100 * v / self.total, 1) for c, v in self.cats.items() if v} if self.total else {}
-        return f"total {self.total:.3f} s (/proc {self.proc:.3f} s), shares % {shares}, primitives {self.prims}"
+        return (f"total {self.total:.3f} s (/proc {self.proc:.3f} s, schedstat {self.precise:.3f} s), "
+                f"shares % {shares}, primitives {self.prims}")
 
 
 def nginx_bulk(workdir: Path, size: int = 1 << 20) -> Nginx:

@@ -113,9 +113,11 @@ def test_resumption(tmp_path):
 
 
 def test_group_and_certificate(tmp_path):
-    """P-384 + RSA-2048 against X25519 + ECDSA P-256: the group and certificate findings,
-    their extra costs measured on this host, against what the switch really saves."""
-    slow = Nginx(tmp_path / "slow", cert="rsa2048", extra_server="ssl_ecdh_curve secp384r1;")
+    """P-384 + RSA-3072 against X25519 + ECDSA P-256: the group and certificate findings,
+    their extra costs measured on this host, against what the switch really saves. (RSA-3072:
+    on hosts with fast RSA arithmetic, an RSA-2048 signature is under the rule's threshold of
+    10% of a P-384 handshake, 0.25 of 3.2 ms on one of these machines.)"""
+    slow = Nginx(tmp_path / "slow", cert="rsa3072", extra_server="ssl_ecdh_curve secp384r1;")
     try:
         r = Report(slow.pid, lambda: https_connections(slow.port, 150, concurrency=2))
     finally:
@@ -123,14 +125,14 @@ def test_group_and_certificate(tmp_path):
     assert r.client["ok"] == 150 and r.client["failed"] == 0
     g = r.one("group")
     c = r.one("certificate")
-    assert "secp384r1" in g["title"] and "rsa2048" in c["title"]
+    assert "secp384r1" in g["title"] and "rsa3072" in c["title"]
     assert round(per_window(g, "handshakes_per_second", r.seconds)) == 150
     assert round(per_window(c, "full_per_second", r.seconds)) == 150
     host = r.data["host"]
     assert abs(g["numbers"]["extra_cpu_per_handshake_seconds"]
                - (host["group_seconds"]["secp384r1"] - host["group_seconds"]["x25519"])) < 1e-9
     assert abs(c["numbers"]["extra_cpu_per_handshake_seconds"]
-               - (host["sign_seconds"]["rsa2048"] - host["sign_seconds"]["ecdsa_p256"])) < 1e-9
+               - (host["sign_seconds"]["rsa3072"] - host["sign_seconds"]["ecdsa_p256"])) < 1e-9
 
     fast = Nginx(tmp_path / "fast", cert="ecdsa_p256", extra_server="ssl_ecdh_curve X25519;")
     try:

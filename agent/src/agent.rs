@@ -26,9 +26,12 @@ use crate::{
     conns::Churn,
     cpu::{self, Profiler},
     discovery::{self, ProcStat},
+    duty::{self, Action, Duty},
     elf::{self, HandshakeHooks},
     http,
-    metrics::{CommLabels, KindLabels, Metrics, ParamLabels, ProbeLabels, ReasonLabels, RoleLabels},
+    metrics::{
+        CommLabels, FigureLabels, KindLabels, Metrics, ModeLabels, ParamLabels, ProbeLabels, ReasonLabels, RoleLabels,
+    },
     preflight,
     probes::{conn as cn, cpu as pc, handshake as hs, proc as pr, read_record, wire::WireEvent},
     symbols::{self, StackMemo},
@@ -121,7 +124,27 @@ struct Traced {
     /// /proc/PID/comm when attached: a change means a new program (exec).
     comm: String,
     start_time: u64,
+    /// The handshake probes to attach: program, file offset, file.
+    plan: Vec<(&'static str, u64, PathBuf)>,
+    /// The attached ones.
     links: Vec<Link>,
+    /// The overhead budget's duty cycle (default mode, processes with probes).
+    duty: Option<Duty>,
+    /// When the probes were last attached (bpf_ktime_get_ns clock): a handshake on a
+    /// connection accepted before that may have had calls they missed.
+    window_start_ns: u64,
+    /// Hit counters (hs_hits) already exported.
+    hits_seen: (u64, u64),
+    /// The probes' CPU cost so far (hits x the cost of one hit).
+    probe_cpu: f64,
+}
+
+/// The kernel's monotonic clock, as bpf_ktime_get_ns reads it.
+fn ktime_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// A selected process with no OpenSSL (yet): looked at again when its memory map grows.
@@ -133,6 +156,9 @@ struct Watched {
 #[derive(Default)]
 struct Summary {
     count: u64,
+    /// Handshakes the probes timed (all of them with --exact; those in the probes' windows
+    /// otherwise), and their sums.
+    measured: u64,
     cpu_ns: u64,
     duration_ns: u64,
 }
@@ -150,6 +176,14 @@ struct Probes {
     conn_events: RingBuf<MapData>,
     wire_events: RingBuf<MapData>,
     proc_traced: BpfHashMap<MapData, u32, u8>,
+    hs_hits: BpfHashMap<MapData, u32, hs::hs_hits>,
+    hs_detached: BpfHashMap<MapData, u32, u64>,
+    /// tcp_sendmsg_locked is attached: server handshakes and requests are counted from
+    /// what servers send.
+    wire_counts: bool,
+    /// The detacher thread (detach_later), and its answers: which process's probes are gone.
+    detacher: std::sync::mpsc::Sender<(u32, Vec<aya::programs::uprobe::UProbeLink>)>,
+    detached: std::sync::mpsc::Receiver<u32>,
     /// Moved into the Profiler.
     cpu_samples: Option<RingBuf<MapData>>,
     cpu_procs: Option<BpfHashMap<MapData, u32, pc::cpu_proc>>,
@@ -164,21 +198,34 @@ const UPROBES: &[&str] = &[
     "ssl_set_connect_state",
     "ssl_free",
 ];
+/// Attached to the agent itself at start, to measure what one probe hit costs here.
+const CALIBRATION: &[&str] = &["calib_entry", "calib_return"];
 
 /// Programs whose tracepoint a kernel may lack, and what tlsprof does without them.
-/// sock_recv_length/sock_send_length came with Linux 6.3; tcp_sendmsg_locked, which hands
-/// over what a server sends, with Linux 6.12.
+/// tcp_sendmsg_locked, which hands over what a server sends, came with Linux 6.12;
+/// sock_recv_length/sock_send_length with Linux 6.3. wire_send comes first: where it is
+/// attached it also counts requests, and the other two are not needed (sock_recv_length
+/// only with --exact, to tell which connections a handshake call read).
 const OPTIONAL_PROGRAMS: &[(&str, &str, &str)] = &[
-    ("conn_recv", "sock_recv_length", NO_CONN_IO),
-    ("conn_send", "sock_send_length", NO_CONN_IO),
     (
         "wire_send",
         "tcp_sendmsg_locked",
-        "handshakes will not be labelled by version, cipher, group, certificate and resumption, and servers \
-         without handshake probes get no handshake counts",
+        "handshakes will not be labelled by version, cipher, group, certificate and resumption, servers \
+         without handshake probes get no handshake counts, and the handshake probes stay attached (--exact)",
     ),
+    ("conn_recv", "sock_recv_length", NO_CONN_IO),
+    ("conn_send", "sock_send_length", NO_CONN_IO),
 ];
 const NO_CONN_IO: &str = "requests per connection and connections without a handshake will not be counted";
+
+/// Figures measured in the probes' windows in the default mode (tlsprof_sampled_figure_info).
+const SAMPLED_FIGURES: &[&str] = &[
+    "tlsprof_handshake_cpu_seconds",
+    "tlsprof_handshake_duration_seconds",
+    "tlsprof_failed_handshake_cpu_seconds_total",
+    "tlsprof_handshakes_total{role=client}",
+    "tlsprof_cpu_seconds_total{category=handshake}",
+];
 
 /// Why a handshake's negotiated labels are `other` (tlsprof_handshakes_unlabelled_total).
 const UNLABELLED_NO_CONNECTION: &str = "no_connection";
@@ -238,7 +285,7 @@ fn attach_sampler(hs: &mut Ebpf, cpus: &[u32], hz: u64) -> Result<()> {
 }
 
 impl Probes {
-    fn load(btf: &Btf, sample_hz: u64) -> Result<Self> {
+    fn load(btf: &Btf, sample_hz: u64, exact: bool) -> Result<Self> {
         let cpus = aya::util::online_cpus()
             .map_err(|(_, e)| e)
             .context("cannot read the online CPUs")?;
@@ -246,7 +293,7 @@ impl Probes {
             .map_max_entries("cpu_samples", sample_ring_bytes(cpus.len(), sample_hz))
             .load(hs::OBJECT)
             .context("cannot load the handshake probes into the kernel")?;
-        for name in UPROBES {
+        for name in UPROBES.iter().chain(CALIBRATION) {
             let p: &mut UProbe = hs
                 .program_mut(name)
                 .with_context(|| format!("program {name} missing"))?
@@ -260,15 +307,48 @@ impl Probes {
         attach_tp_btf(&mut hs, "conn_rcv_reset", "tcp_receive_reset", btf)?;
         attach_tp_btf(&mut hs, "conn_send_reset", "tcp_send_reset", btf)?;
         let mut missing = Vec::new();
+        let mut wire_counts = false;
         for &(program, tracepoint, without) in OPTIONAL_PROGRAMS {
-            if let Err(e) = attach_tp_btf(&mut hs, program, tracepoint, btf) {
-                eprintln!("tlsprof: warning: {e:#}: {without}");
-                missing.push(program);
+            let needed = match program {
+                "wire_send" => true,
+                "conn_recv" => !wire_counts || exact,
+                _ => !wire_counts,
+            };
+            if !needed {
+                continue;
+            }
+            match attach_tp_btf(&mut hs, program, tracepoint, btf) {
+                Ok(()) => wire_counts |= program == "wire_send",
+                Err(e) => {
+                    eprintln!("tlsprof: warning: {e:#}: {without}");
+                    missing.push(program);
+                }
             }
         }
+        let mut ctl: Array<MapData, hs::hs_ctl> = take(&mut hs, "hs_ctl")?;
+        ctl.set(
+            0,
+            hs::hs_ctl {
+                wire_counts: wire_counts as u32,
+                pad: 0,
+            },
+            0,
+        )
+        .context("BPF map hs_ctl")?;
         if sample_hz > 0 {
             attach_sampler(&mut hs, &cpus, sample_hz)?;
         }
+        let (detacher, work) = std::sync::mpsc::channel::<(u32, Vec<aya::programs::uprobe::UProbeLink>)>();
+        let (done, detached) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("detacher".into())
+            .spawn(move || {
+                for (pid, links) in work {
+                    drop(links);
+                    let _ = done.send(pid);
+                }
+            })
+            .context("cannot start a thread")?;
         let mut proc_ = Ebpf::load(pr::OBJECT).context("cannot load the process probes into the kernel")?;
         attach_tp_btf(&mut proc_, "proc_fork", "sched_process_fork", btf)?;
         attach_tp_btf(&mut proc_, "proc_exit", "sched_process_exit", btf)?;
@@ -282,6 +362,11 @@ impl Probes {
             wire_events: take(&mut hs, "wire_events")?,
             proc_events: take(&mut proc_, "proc_events")?,
             proc_traced: take(&mut proc_, "proc_traced")?,
+            hs_hits: take(&mut hs, "hs_hits")?,
+            hs_detached: take(&mut hs, "hs_detached")?,
+            wire_counts,
+            detacher,
+            detached,
             cpu_samples: Some(take(&mut hs, "cpu_samples")?),
             cpu_procs: Some(take(&mut hs, "cpu_procs")?),
             hs,
@@ -305,9 +390,50 @@ impl Probes {
         Ok(Link { program, id })
     }
 
-    fn detach(&mut self, link: Link) {
-        // The process may be gone already; its perf event is closed either way.
-        let _ = self.uprobe(link.program).detach(link.id);
+    /// Detaches a process's probes (it may be gone already; the perf events are closed
+    /// either way) on the detacher thread: the kernel waits for a grace
+    /// period per uprobe it removes (~150 ms each here), which would stall the event loop.
+    /// The thread says when they are all gone.
+    fn detach_later(&mut self, pid: u32, links: Vec<Link>) {
+        let mut owned = Vec::with_capacity(links.len());
+        for l in links {
+            if let Ok(link) = self.uprobe(l.program).take_link(l.id) {
+                owned.push(link);
+            }
+        }
+        if self.detacher.send((pid, owned)).is_err() {
+            // the thread is gone: the links were dropped (detached) with the message
+        }
+    }
+
+    /// What one uprobe hit and one uretprobe hit cost on this host, in CPU seconds: the
+    /// agent calls three functions of its own, one without a probe, one with an entry probe,
+    /// one with an entry and a return probe, in rounds (the fastest round of each counts:
+    /// noise only adds), then detaches them on the detacher thread.
+    fn calibrate(&mut self) -> Result<(f64, f64)> {
+        const N: u64 = 2000;
+        let pid = std::process::id();
+        let (exe, entry_off) =
+            duty::target_location(duty::tlsprof_calib_entry).context("the agent's own code is not mapped from a file")?;
+        let (_, both_off) = duty::target_location(duty::tlsprof_calib_both).context("the agent's own code")?;
+        let mut links = Vec::new();
+        let attached = (|| -> Result<()> {
+            links.push(self.attach("calib_entry", entry_off, &exe, pid)?);
+            links.push(self.attach("calib_entry", both_off, &exe, pid)?);
+            links.push(self.attach("calib_return", both_off, &exe, pid)?);
+            Ok(())
+        })();
+        let mut best = [Duration::MAX; 3];
+        if attached.is_ok() {
+            for _ in 0..4 {
+                best[0] = best[0].min(duty::time_calls(duty::tlsprof_calib_plain, N));
+                best[1] = best[1].min(duty::time_calls(duty::tlsprof_calib_entry, N));
+                best[2] = best[2].min(duty::time_calls(duty::tlsprof_calib_both, N));
+            }
+        }
+        self.detach_later(0, links);
+        attached?;
+        Ok(duty::hit_costs(N, best[0], best[1], best[2]))
     }
 
     /// Forgets the kernel-side state of processes that exited.
@@ -327,6 +453,8 @@ impl Probes {
         // hs_threads entries go with their thread (hs_thread_exit, in the kernel).
         for pid in gone {
             let _ = self.proc_traced.remove(pid);
+            let _ = self.hs_hits.remove(pid);
+            let _ = self.hs_detached.remove(pid);
         }
     }
 }
@@ -367,6 +495,10 @@ struct Agent {
     wire_capture: bool,
     /// Successful handshakes waiting for their connection's parameters.
     pending: VecDeque<(hs::hs_event, Instant)>,
+    /// The handshake probes stay attached and count handshakes (--exact, or no wire capture).
+    exact: bool,
+    /// CPU seconds of one uprobe hit and one uretprobe hit here (None: not measured).
+    hit_cost: Option<(f64, f64)>,
 }
 
 /// The OpenSSL hooks of every candidate file of a process.
@@ -578,7 +710,7 @@ impl Agent {
             return;
         }
         self.watched.remove(&pid);
-        let mut links = Vec::new();
+        let mut plan_all = Vec::new();
         let mut attached = Vec::new();
         for (file, h) in &files {
             let mut plan: Vec<(&'static str, u64)> = Vec::new();
@@ -599,23 +731,7 @@ impl Agent {
                 plan.push(("ssl_set_connect_state", off));
             }
             plan.push(("ssl_free", h.free));
-            for (prog, off) in plan {
-                match self.probes.attach(prog, off, &file.host_path, pid) {
-                    Ok(l) => links.push(l),
-                    Err(e) => {
-                        self.metrics
-                            .attach_failures
-                            .get_or_create(&ProbeLabels { probe: prog.into() })
-                            .inc();
-                        let msg = format!("{pid} ({}): {e:#}", st.comm);
-                        if self.args.strict {
-                            self.fatal.get_or_insert(msg);
-                        } else {
-                            eprintln!("tlsprof: warning: {msg}");
-                        }
-                    }
-                }
-            }
+            plan_all.extend(plan.into_iter().map(|(prog, off)| (prog, off, file.host_path.clone())));
             attached.push(format!(
                 "attached to {pid} ({}): {} via {}",
                 st.comm,
@@ -623,10 +739,138 @@ impl Agent {
                 h.source.as_str()
             ));
         }
+        let comm = st.comm.clone();
+        let links = self.attach_plan(pid, &comm, &plan_all, true);
         self.track(pid, st, links);
+        if let Some(t) = self.traced.get_mut(&pid) {
+            t.plan = plan_all;
+            t.window_start_ns = ktime_ns();
+            if !self.exact && !t.links.is_empty() {
+                t.duty = Some(Duty::new(self.args.overhead_budget, Instant::now(), 0.0));
+            }
+        }
+        self.profiler.set_probes(pid, true);
         // logged once everything is in place: tests and operators read it as "ready"
         for msg in attached {
             self.log(msg);
+        }
+    }
+
+    /// Attaches a process's handshake probes. A failure is counted and said (once, when
+    /// the process is first attached; re-attaching in a later cycle may race its exit).
+    fn attach_plan(&mut self, pid: u32, comm: &str, plan: &[(&'static str, u64, PathBuf)], first: bool) -> Vec<Link> {
+        let mut links = Vec::new();
+        for (prog, off, path) in plan {
+            match self.probes.attach(prog, *off, path, pid) {
+                Ok(l) => links.push(l),
+                Err(e) if first => {
+                    self.metrics
+                        .attach_failures
+                        .get_or_create(&ProbeLabels {
+                            probe: (*prog).into(),
+                        })
+                        .inc();
+                    let msg = format!("{pid} ({comm}): {e:#}");
+                    if self.args.strict {
+                        self.fatal.get_or_insert(msg);
+                    } else {
+                        eprintln!("tlsprof: warning: {msg}");
+                    }
+                }
+                Err(e) => self.log(format!("re-attaching to {pid} ({comm}): {e:#}")),
+            }
+        }
+        links
+    }
+
+    /// The overhead budget: reads each probed process's hits, exports them and their cost,
+    /// and attaches or detaches its probes as its duty cycle says. Returns when it should
+    /// run next at the latest.
+    fn duty_tick(&mut self) -> Option<Instant> {
+        // Probes the detacher thread removed: a thread that was inside a handshake call then
+        // will not return through the probe (hs_detached, in the kernel).
+        while let Ok(pid) = self.probes.detached.try_recv() {
+            if self.traced.contains_key(&pid) {
+                let _ = self.probes.hs_detached.insert(pid, ktime_ns(), 0);
+                self.log(format!("budget: probes of {pid} detached"));
+            }
+        }
+        let now = Instant::now();
+        let (ce, cr) = self.hit_cost.unwrap_or((0.0, 0.0));
+        let pids: Vec<u32> = self.traced.keys().copied().collect();
+        let mut next: Option<Instant> = None;
+        let mut changed = false;
+        for pid in pids {
+            let hits = self.probes.hs_hits.get(&pid, 0).unwrap_or_default();
+            let Some(t) = self.traced.get_mut(&pid) else { continue };
+            let (de, dr) = (
+                hits.entries.saturating_sub(t.hits_seen.0),
+                hits.returns.saturating_sub(t.hits_seen.1),
+            );
+            t.hits_seen = (hits.entries.max(t.hits_seen.0), hits.returns.max(t.hits_seen.1));
+            let cpu = de as f64 * ce + dr as f64 * cr;
+            t.probe_cpu += cpu;
+            if de + dr > 0 {
+                let c = CommLabels { comm: t.name.clone() };
+                self.metrics.probe_hits.get_or_create(&c).inc_by(de + dr);
+                self.metrics.probe_cpu.get_or_create(&c).inc_by(cpu);
+            }
+            let total = t.probe_cpu;
+            let Some(d) = t.duty.as_mut() else { continue };
+            let action = d.step(now, total);
+            next = Some(next.map_or(d.next_step(), |n: Instant| n.min(d.next_step())));
+            match action {
+                Action::Detach => {
+                    let links = std::mem::take(&mut t.links);
+                    if self.args.verbose {
+                        eprintln!("tlsprof: budget: detaching {} probes from {pid}", links.len());
+                    }
+                    self.probes.detach_later(pid, links);
+                    self.profiler.set_probes(pid, false);
+                    changed = true;
+                }
+                Action::Attach => {
+                    let (comm, plan) = (t.comm.clone(), t.plan.clone());
+                    let t0 = Instant::now();
+                    let links = self.attach_plan(pid, &comm, &plan, false);
+                    if self.args.verbose {
+                        eprintln!(
+                            "tlsprof: budget: attached {} probes to {pid} in {:.1} ms",
+                            links.len(),
+                            t0.elapsed().as_secs_f64() * 1e3
+                        );
+                    }
+                    if let Some(t) = self.traced.get_mut(&pid) {
+                        t.links = links;
+                        t.window_start_ns = ktime_ns();
+                    }
+                    self.profiler.set_probes(pid, true);
+                    changed = true;
+                }
+                Action::Keep => {}
+            }
+        }
+        if changed {
+            self.update_gauges();
+        }
+        self.export_duty();
+        next
+    }
+
+    /// tlsprof_probe_duty_cycle: per process name, the mean over its probed processes.
+    fn export_duty(&self) {
+        let mut per: BTreeMap<&str, (f64, u32)> = BTreeMap::new();
+        for t in self.traced.values().filter(|t| !t.plan.is_empty()) {
+            let d = t.duty.as_ref().map_or(1.0, |d| d.duty(Instant::now()));
+            let e = per.entry(&t.name).or_default();
+            e.0 += d;
+            e.1 += 1;
+        }
+        for (comm, (sum, n)) in per {
+            self.metrics
+                .probe_duty_cycle
+                .get_or_create(&CommLabels { comm: comm.into() })
+                .set(sum / n as f64);
         }
     }
 
@@ -650,7 +894,12 @@ impl Agent {
                 name,
                 comm: st.comm,
                 start_time: st.start_time,
+                plan: Vec::new(),
                 links,
+                duty: None,
+                window_start_ns: 0,
+                hits_seen: (0, 0),
+                probe_cpu: 0.0,
             },
         );
         self.update_gauges();
@@ -659,9 +908,7 @@ impl Agent {
     fn forget(&mut self, pid: u32) {
         if let Some(t) = self.traced.remove(&pid) {
             self.log(format!("forgetting {pid} ({})", t.name));
-            for l in t.links {
-                self.probes.detach(l);
-            }
+            self.probes.detach_later(pid, t.links);
             self.profiler.remove(pid);
             self.recent_exits.insert(pid, t.name);
         }
@@ -755,6 +1002,13 @@ impl Agent {
     /// A handshake the probes saw: labelled by what its connection's server sent, which may
     /// still be on its way (see wire.rs).
     fn on_handshake(&mut self, e: hs::hs_event) {
+        if !self.exact && e.role != hs::HS_ROLE_CLIENT && e.conn_start != 0 {
+            // the connection came before the probes' window: its first calls may be missing
+            let window = self.traced.get(&e.tgid).map_or(0, |t| t.window_start_ns);
+            if e.conn_start < window {
+                return;
+            }
+        }
         if e.conn_sk == 0 || !self.wire_capture {
             return self.count_handshake(&e, &Negotiated::UNKNOWN, Some(UNLABELLED_NO_CONNECTION));
         }
@@ -786,15 +1040,20 @@ impl Agent {
         }
     }
 
+    /// A handshake the probes timed. With --exact they count it too; otherwise a server's
+    /// handshakes are counted from the wire (on_wire_handshake) and this only measures it.
     fn count_handshake(&mut self, e: &hs::hs_event, n: &Negotiated, unlabelled: Option<&str>) {
         let comm = self.comm_of(e.tgid);
         let role = hs::role_label(e.role);
         let result = hs::result_label(e.result);
         let cpu = e.cpu_ns as f64 / 1e9;
         let p = ParamLabels::new(&comm, role, n);
-        self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
-        if let Some(reason) = unlabelled {
-            self.count_unlabelled(&comm, reason);
+        let counts = self.exact || e.role == hs::HS_ROLE_CLIENT;
+        if counts {
+            self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
+            if let Some(reason) = unlabelled {
+                self.count_unlabelled(&comm, reason);
+            }
         }
         if e.result == hs::HS_RESULT_OK {
             self.metrics.handshake_cpu.get_or_create(&p).observe(cpu);
@@ -810,7 +1069,8 @@ impl Agent {
             self.metrics.failed_handshake_cpu.get_or_create(&rl).inc_by(cpu);
         }
         let s = self.summary.entry((comm, role, result)).or_default();
-        s.count += 1;
+        s.count += counts as u64;
+        s.measured += 1;
         s.cpu_ns += e.cpu_ns;
         s.duration_ns += e.duration_ns;
     }
@@ -827,9 +1087,14 @@ impl Agent {
 
     /// A capture ended. For a server without handshake probes this is the handshake: a
     /// ServerHello was sent (or a fatal alert instead), and the server finished its part.
+    /// In the default mode this counts every server's handshakes, with or without probes.
     fn on_wire_handshake(&mut self, h: WireHandshake) {
-        if !self.traced.get(&h.tgid).is_some_and(|t| t.links.is_empty()) {
-            return; // the probes count this process's handshakes
+        let probes_count = self.exact && self.traced.get(&h.tgid).is_none_or(|t| !t.plan.is_empty());
+        if probes_count {
+            return; // --exact: the probes count this process's handshakes
+        }
+        if !self.traced.contains_key(&h.tgid) && !self.recent_exits.contains_key(&h.tgid) {
+            return;
         }
         if !h.hello && !h.alert {
             return;
@@ -961,7 +1226,7 @@ impl Agent {
             "COMM", "ROLE", "RESULT", "COUNT", "CPU/HS (us)", "WALL/HS (us)"
         );
         for ((comm, role, result), s) in &self.summary {
-            let n = s.count.max(1) as f64;
+            let n = s.measured.max(1) as f64;
             println!(
                 "{:<16} {:<7} {:<7} {:>10} {:>14.1} {:>14.1}",
                 comm,
@@ -1022,7 +1287,23 @@ pub fn run(args: RunArgs) -> Result<()> {
     check_pids(&args.pids)?;
     preflight::raise_fd_limit();
 
-    let mut probes = Probes::load(&btf, args.sample_hz)?;
+    let mut probes = Probes::load(&btf, args.sample_hz, args.exact)?;
+    let exact = args.exact || !probes.wire_counts;
+    if !args.exact && exact {
+        eprintln!(
+            "tlsprof: warning: without tcp_sendmsg_locked the handshakes can only be counted by the handshake \
+             probes: they stay attached (as with --exact) and --overhead-budget is not applied"
+        );
+    }
+    let hit_cost = match probes.calibrate() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            if args.verbose {
+                eprintln!("tlsprof: cannot measure the cost of a probe hit here: {e:#}");
+            }
+            None
+        }
+    };
     let metrics = Arc::new(Metrics::new());
     let profiler = Profiler::new(
         metrics.clone(),
@@ -1035,6 +1316,32 @@ pub fn run(args: RunArgs) -> Result<()> {
     );
     // Every probe is exported from the start (at zero when it attached), so that dashboards
     // and alerts see the series and rate() sees the first failure.
+    metrics
+        .mode_info
+        .get_or_create(&ModeLabels {
+            mode: if exact { "exact" } else { "default" }.into(),
+            overhead_budget: if exact {
+                "none".into()
+            } else {
+                format!("{}", args.overhead_budget)
+            },
+        })
+        .set(1);
+    if !exact {
+        for figure in SAMPLED_FIGURES {
+            metrics
+                .sampled_figures
+                .get_or_create(&FigureLabels {
+                    figure: (*figure).into(),
+                })
+                .set(1);
+        }
+    }
+    if let Some((e, r)) = hit_cost {
+        for (probe, v) in [("uprobe", e), ("uretprobe", r)] {
+            metrics.probe_hit_cost.get_or_create(&ProbeLabels { probe: probe.into() }).set(v);
+        }
+    }
     for program in UPROBES.iter().chain(OPTIONAL_PROGRAMS.iter().map(|(p, _, _)| p)) {
         let _ = metrics.attach_failures.get_or_create(&ProbeLabels {
             probe: (*program).into(),
@@ -1082,6 +1389,8 @@ pub fn run(args: RunArgs) -> Result<()> {
         wire_capture: !probes_missing_wire,
         wire: Tracker::default(),
         pending: VecDeque::new(),
+        exact,
+        hit_cost,
         args,
     };
     if agent.args.flamegraph.is_none() && agent.args.metrics_out.is_none() {
@@ -1102,6 +1411,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let mut next_scan = Instant::now() + every;
     let mut next_split = Instant::now() + Duration::from_secs(1);
     let mut exits_cleared = Instant::now();
+    let mut next_duty: Option<Instant> = None;
     while !STOP.load(Ordering::SeqCst) {
         if let Some(msg) = agent.fatal.take() {
             bail!("a probe failed to attach (--strict): {msg}");
@@ -1110,9 +1420,13 @@ pub fn run(args: RunArgs) -> Result<()> {
         if deadline.is_some_and(|d| now >= d) {
             break;
         }
-        let until = next_scan.saturating_duration_since(now).min(Duration::from_millis(200));
+        let mut until = next_scan.saturating_duration_since(now).min(Duration::from_millis(200));
+        if let Some(d) = next_duty {
+            until = until.min(d.saturating_duration_since(now));
+        }
         agent.wait(until.min(next_split.saturating_duration_since(now)));
         agent.drain();
+        next_duty = agent.duty_tick();
         if Instant::now() >= next_split {
             agent.profiler.tick();
             next_split = Instant::now() + Duration::from_secs(1);

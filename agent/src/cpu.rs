@@ -80,7 +80,26 @@ struct ProcState {
     by_category: HashMap<Category, u64>,
     by_prim: HashMap<Prim, u64>,
     samples: u64,
+    /// The handshake probes are attached now (the overhead budget detaches them for part
+    /// of each cycle), since when, and for how long during this split's second.
+    probes_on: bool,
+    changed: Instant,
+    on_in_tick: Duration,
+    tick_start: Instant,
+    /// This second's samples by the category they would have without the handshake flag:
+    /// all of them, and those inside a handshake call.
+    under_all: HashMap<Category, u64>,
+    under_hs: HashMap<Category, u64>,
+    /// The same over recent seconds with the probes attached throughout (decaying): the
+    /// share of each category's samples that are handshake work, for the seconds without.
+    learned_all: HashMap<Category, f64>,
+    learned_hs: HashMap<Category, f64>,
 }
+
+/// Categories whose samples may hide handshake work while the probes are away.
+const HIDES_HANDSHAKE: [Category; 3] = [Category::Crypto, Category::KernelNet, Category::Other];
+/// Weight kept from earlier seconds in the learned shares, per second with the probes on.
+const LEARN_DECAY: f64 = 0.8;
 
 /// Flame graph stacks being collected (`tlsprof flamegraph`).
 #[derive(Default)]
@@ -188,8 +207,30 @@ impl Profiler {
                 by_category: HashMap::new(),
                 by_prim: HashMap::new(),
                 samples: 0,
+                probes_on: false,
+                changed: Instant::now(),
+                on_in_tick: Duration::ZERO,
+                tick_start: Instant::now(),
+                under_all: HashMap::new(),
+                under_hs: HashMap::new(),
+                learned_all: HashMap::new(),
+                learned_hs: HashMap::new(),
             },
         );
+    }
+
+    /// The handshake probes of a process were attached (on) or detached.
+    pub fn set_probes(&mut self, pid: u32, on: bool) {
+        let Some(st) = self.procs.get_mut(&pid) else { return };
+        if st.probes_on == on {
+            return;
+        }
+        let now = Instant::now();
+        if st.probes_on {
+            st.on_in_tick += now.saturating_duration_since(st.changed.max(st.tick_start));
+        }
+        st.probes_on = on;
+        st.changed = now;
     }
 
     /// Stops accounting a process (it exited or exec'd), after a last split.
@@ -236,11 +277,22 @@ impl Profiler {
         }
         let st = &self.procs[&s.tgid];
         let v = classify(s, st.probed, &st.maps, self.kallsyms.as_ref());
+        let under = if st.probed && v.category == Category::Handshake {
+            let mut plain = *s;
+            plain.flags &= !pc::CPU_SAMPLE_HANDSHAKE;
+            Some(classify(&plain, st.probed, &st.maps, self.kallsyms.as_ref()).category)
+        } else {
+            None
+        };
         if let Some(folded) = &mut self.folded {
             fold(folded, s, &st.comm, &st.maps, self.kallsyms.as_ref());
         }
         let st = self.procs.get_mut(&s.tgid).expect("looked up above");
         *st.by_category.entry(v.category).or_default() += 1;
+        *st.under_all.entry(under.unwrap_or(v.category)).or_default() += 1;
+        if let Some(u) = under {
+            *st.under_hs.entry(u).or_default() += 1;
+        }
         if v.prim != Prim::None {
             *st.by_prim.entry(v.prim).or_default() += 1;
         }
@@ -266,18 +318,36 @@ impl Profiler {
             self.metrics.process_cpu.get_or_create(&comm).inc_by(delta as f64 / 1e9);
         }
         st.unsplit_ns += delta;
+        // the share of this second with the handshake probes attached
+        let now = Instant::now();
+        let span = now.saturating_duration_since(st.tick_start);
+        let on = st.on_in_tick
+            + if st.probes_on {
+                now.saturating_duration_since(st.changed.max(st.tick_start))
+            } else {
+                Duration::ZERO
+            };
+        let on_share = if span.is_zero() {
+            st.probes_on as u8 as f64
+        } else {
+            (on.as_secs_f64() / span.as_secs_f64()).min(1.0)
+        };
+        st.tick_start = now;
+        st.on_in_tick = Duration::ZERO;
         if st.samples == 0 || st.unsplit_ns == 0 {
             return;
         }
+        let weights = hidden_handshake(st, on_share);
         let per_sample = st.unsplit_ns as f64 / 1e9 / st.samples as f64;
-        for (cat, n) in st.by_category.drain() {
+        st.by_category.clear();
+        for (cat, n) in weights {
             self.metrics
                 .cpu
                 .get_or_create(&CategoryLabels {
                     comm: st.comm.clone(),
                     category: cat.label().into(),
                 })
-                .inc_by(n as f64 * per_sample);
+                .inc_by(n * per_sample);
         }
         for (prim, n) in st.by_prim.drain() {
             self.metrics
@@ -291,6 +361,42 @@ impl Profiler {
         st.samples = 0;
         st.unsplit_ns = 0;
     }
+}
+
+/// A second's samples by category, with the handshake work hidden in the part of the
+/// second the probes were away moved to `handshake`: each category gives up the share of
+/// its samples that were handshake work in recent seconds with the probes attached. Seconds
+/// with the probes attached throughout teach those shares.
+fn hidden_handshake(st: &mut ProcState, on_share: f64) -> Vec<(Category, f64)> {
+    let under_all = std::mem::take(&mut st.under_all);
+    let under_hs = std::mem::take(&mut st.under_hs);
+    let mut w: HashMap<Category, f64> = st.by_category.iter().map(|(c, n)| (*c, *n as f64)).collect();
+    if !st.probed {
+        return w.into_iter().collect();
+    }
+    if on_share >= 0.999 {
+        for c in HIDES_HANDSHAKE {
+            let all = st.learned_all.entry(c).or_default();
+            *all = *all * LEARN_DECAY + *under_all.get(&c).unwrap_or(&0) as f64;
+            let hs = st.learned_hs.entry(c).or_default();
+            *hs = *hs * LEARN_DECAY + *under_hs.get(&c).unwrap_or(&0) as f64;
+        }
+        return w.into_iter().collect();
+    }
+    for c in HIDES_HANDSHAKE {
+        let all = st.learned_all.get(&c).copied().unwrap_or(0.0);
+        if all <= 0.0 {
+            continue;
+        }
+        let share = st.learned_hs.get(&c).copied().unwrap_or(0.0) / all;
+        let n = w.get(&c).copied().unwrap_or(0.0);
+        let moved = n * share * (1.0 - on_share);
+        if moved > 0.0 {
+            *w.entry(c).or_default() -= moved;
+            *w.entry(Category::Handshake).or_default() += moved;
+        }
+    }
+    w.into_iter().collect()
 }
 
 /// The validated user frames of a sample: the leaf (the interrupted instruction) and then

@@ -4,6 +4,7 @@ mod calibrate;
 mod conns;
 mod cpu;
 mod discovery;
+mod duty;
 mod elf;
 mod http;
 mod live;
@@ -94,6 +95,17 @@ pub struct RunArgs {
     /// Exit with an error when a probe fails to attach (default: log and count it).
     #[arg(long)]
     pub strict: bool,
+    /// Keep the handshake probes attached all the time: every handshake timed (CPU and
+    /// duration), counted by the probes. Costs one uprobe trap per handshake call (~5% of a
+    /// full handshake on a VM). Default: the probes come and go under --overhead-budget and
+    /// server handshakes are counted from what the server sends.
+    #[arg(long)]
+    pub exact: bool,
+    /// Share of one CPU that the handshake probes may cost each traced process, averaged
+    /// over 10 s cycles (e.g. 1%, 0.5%): they stay attached while under it and are detached
+    /// for the rest of the cycle when not. Ignored with --exact.
+    #[arg(long, default_value = "1%", value_name = "PERCENT", value_parser = duty::parse_budget)]
+    pub overhead_budget: f64,
     /// Which OpenSSL functions to hook: the handshake state machine (auto) or only the
     /// exported SSL_do_handshake/SSL_accept/SSL_connect (api; misses handshakes driven
     /// from SSL_read, as node's).
@@ -131,6 +143,8 @@ impl RunArgs {
             duration: None,
             quiet: true,
             strict: false,
+            exact: false,
+            overhead_budget: 0.01,
             hooks: elf::HookMode::Auto,
             sample_hz,
             debug_dirs,

@@ -120,6 +120,20 @@ pub struct LibraryLabels {
     pub symbols: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModeLabels {
+    pub mode: String,
+    pub overhead_budget: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FigureLabels {
+    pub figure: String,
+}
+
+/// A gauge with a fractional value.
+pub type FGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
 type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Handshake CPU: 10 µs .. 1 s.
@@ -180,6 +194,12 @@ pub struct Metrics {
     pub crypto_cpu: Family<PrimitiveLabels, Counter<f64>>,
     pub tls_library: Family<LibraryLabels, Gauge>,
     pub cpu_samples: Counter,
+    pub mode_info: Family<ModeLabels, Gauge>,
+    pub sampled_figures: Family<FigureLabels, Gauge>,
+    pub probe_duty_cycle: Family<CommLabels, FGauge>,
+    pub probe_hits: Family<CommLabels, Counter>,
+    pub probe_cpu: Family<CommLabels, Counter<f64>>,
+    pub probe_hit_cost: Family<ProbeLabels, FGauge>,
 }
 
 impl Metrics {
@@ -343,7 +363,56 @@ impl Metrics {
             "CPU samples of traced processes received from the kernel",
             cpu_samples.clone(),
         );
+        let mode_info = Family::<ModeLabels, Gauge>::default();
+        registry.register(
+            "mode_info",
+            "How tlsprof runs: mode (default: handshake probes duty-cycled under the overhead budget, handshakes \
+             counted from the wire; exact: handshake probes always attached) and the budget (share of one CPU per \
+             process)",
+            mode_info.clone(),
+        );
+        let sampled_figures = Family::<FigureLabels, Gauge>::default();
+        registry.register(
+            "sampled_figure_info",
+            "Figures (metric names) that are measured in sampled windows in this mode, not for every event: scale \
+             them by tlsprof_probe_duty_cycle, or read them as averages (CPU per handshake)",
+            sampled_figures.clone(),
+        );
+        let probe_duty_cycle = Family::<CommLabels, FGauge>::default();
+        registry.register(
+            "probe_duty_cycle",
+            "Share of the last 10 s cycle the handshake probes were attached to the processes of this name (mean \
+             over them): the sampling ratio of the sampled figures",
+            probe_duty_cycle.clone(),
+        );
+        let probe_hits = Family::<CommLabels, Counter>::default();
+        registry.register(
+            "probe_hits",
+            "Uprobe and uretprobe hits in the traced processes (each one a trap into the kernel)",
+            probe_hits.clone(),
+        );
+        let probe_cpu = Family::<CommLabels, Counter<f64>>::default();
+        registry.register_with_unit(
+            "probe_cpu",
+            "CPU time the handshake probes cost the traced processes: hits times the cost of one hit measured on \
+             this host at start",
+            Unit::Seconds,
+            probe_cpu.clone(),
+        );
+        let probe_hit_cost = Family::<ProbeLabels, FGauge>::default();
+        registry.register_with_unit(
+            "probe_hit_cost",
+            "CPU time of one probe hit on this host, measured at start (probe: uprobe, uretprobe)",
+            Unit::Seconds,
+            probe_hit_cost.clone(),
+        );
         Self {
+            mode_info,
+            sampled_figures,
+            probe_duty_cycle,
+            probe_hits,
+            probe_cpu,
+            probe_hit_cost,
             process_cpu,
             cpu,
             crypto_cpu,

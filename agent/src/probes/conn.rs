@@ -39,7 +39,13 @@ pub struct conn_state {
     pub wire_hdr_have: u8,
     pub wire_sealed: u8,
     pub wire_end: u8,
-    pub pad2: [u8; 5],
+    pub wire_why: u8,
+    pub fin_len: u16,
+    pub pad2: [u8; 2],
+    pub rx_first: u32,
+    pub rx_flight: u32,
+    pub rx_mark: u32,
+    pub rx_tail: u32,
 }
 
 #[repr(C)]

@@ -36,6 +36,22 @@ pub struct hs_event {
     pub conn_start: u64,
 }
 
+/// Value of hs_ctl[0]: switches the agent sets at run time.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct hs_ctl {
+    pub wire_counts: u32,
+    pub pad: u32,
+}
+
+/// Value of hs_hits: uprobe hits of one process.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct hs_hits {
+    pub entries: u64,
+    pub returns: u64,
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct hs_port {
@@ -103,6 +119,8 @@ unsafe impl aya::Pod for hs_key {}
 unsafe impl aya::Pod for hs_state {}
 unsafe impl aya::Pod for hs_port {}
 unsafe impl aya::Pod for hs_port_stats {}
+unsafe impl aya::Pod for hs_ctl {}
+unsafe impl aya::Pod for hs_hits {}
 
 /// The role label of an event.
 pub fn role_label(role: u8) -> &'static str {

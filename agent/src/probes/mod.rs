@@ -73,6 +73,8 @@ mod layout_tests {
                 conn_start
             }
         );
+        rust_layout!(rust, hs_ctl { wire_counts });
+        rust_layout!(rust, hs_hits { entries, returns });
         rust_layout!(rust, hs_port { netns, port });
         rust_layout!(rust, hs_port_stats { flags, accepted });
         rust_layout!(
@@ -124,7 +126,13 @@ mod layout_tests {
                 wire_hdr,
                 wire_hdr_have,
                 wire_sealed,
-                wire_end
+                wire_end,
+                wire_why,
+                fin_len,
+                rx_first,
+                rx_flight,
+                rx_mark,
+                rx_tail
             }
         );
         rust_layout!(

@@ -1,0 +1,333 @@
+//! The overhead budget: tlsprof's handshake probes (uprobes, a trap into the kernel per hit)
+//! are attached to a process only as long as their measured cost stays within the budget.
+//!
+//! Each process runs in cycles of `CYCLE`. At the start of a cycle its probes are attached;
+//! while they are, the agent reads the process's hit counters (hs_hits) and turns them into
+//! CPU time with the cost of one hit measured on this host at start (`calibrate`). Once the
+//! probes have cost what the budget allows for the whole cycle (budget × CYCLE of CPU time),
+//! they are detached until the next cycle. Under light load they stay attached all along
+//! (duty cycle 1); the busier the process, the shorter the window.
+use std::time::{Duration, Instant};
+
+/// One duty cycle.
+pub const CYCLE: Duration = Duration::from_secs(10);
+/// Rate estimates are taken over at least this long.
+const MIN_SPAN: Duration = Duration::from_millis(150);
+
+/// Parses `--overhead-budget`: a share of one CPU, as "1%", "0.5 %" or "1" (percent).
+pub fn parse_budget(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let num = t.strip_suffix('%').unwrap_or(t).trim();
+    let pct: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a percentage (e.g. 1%)"))?;
+    if !(pct > 0.0 && pct <= 100.0) {
+        return Err(format!("{s:?}: the budget must be above 0% and at most 100% of one CPU"));
+    }
+    Ok(pct / 100.0)
+}
+
+/// What to do with a process's probes now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Attach,
+    Detach,
+    Keep,
+}
+
+/// The duty cycle of one process's probes.
+#[derive(Debug, Clone)]
+pub struct Duty {
+    /// CPU seconds per second the probes may cost (a share of one CPU).
+    budget: f64,
+    cycle_start: Instant,
+    /// Attached since, or None while detached.
+    on_since: Option<Instant>,
+    /// Time attached earlier in this cycle (before on_since).
+    on_before: Duration,
+    /// Probe CPU per second while attached (smoothed), None until measured.
+    rate: Option<f64>,
+    /// Where the last rate measurement started: time and the probe CPU total then.
+    mark: (Instant, f64),
+    /// Share of the last complete cycle the probes were attached (None before the first).
+    pub last_duty: Option<f64>,
+}
+
+impl Duty {
+    /// A process found now: its probes are attached at once (the caller does it).
+    pub fn new(budget: f64, now: Instant, cpu_total: f64) -> Self {
+        Self {
+            budget,
+            cycle_start: now,
+            on_since: Some(now),
+            on_before: Duration::ZERO,
+            rate: None,
+            mark: (now, cpu_total),
+            last_duty: None,
+        }
+    }
+
+    pub fn attached(&self) -> bool {
+        self.on_since.is_some()
+    }
+
+    /// How long the probes may stay attached in one cycle at the measured rate.
+    fn allowed(&self) -> Duration {
+        match self.rate {
+            Some(r) if r > self.budget => CYCLE.mul_f64(self.budget / r),
+            _ => CYCLE,
+        }
+    }
+
+    fn on_so_far(&self, now: Instant) -> Duration {
+        self.on_before + self.on_since.map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
+    }
+
+    /// Takes the process's probe CPU total (seconds, from its hit counters) at `now` and
+    /// says whether to attach or detach its probes.
+    pub fn step(&mut self, now: Instant, cpu_total: f64) -> Action {
+        if self.attached() {
+            let (t0, c0) = self.mark;
+            let span = now.saturating_duration_since(t0);
+            if span >= MIN_SPAN {
+                let r = ((cpu_total - c0) / span.as_secs_f64()).max(0.0);
+                self.rate = Some(self.rate.map_or(r, |old| 0.5 * old + 0.5 * r));
+                self.mark = (now, cpu_total);
+            }
+        }
+        if now.saturating_duration_since(self.cycle_start) >= CYCLE {
+            let span = now.saturating_duration_since(self.cycle_start);
+            self.last_duty = Some(self.on_so_far(now).min(span).as_secs_f64() / span.as_secs_f64());
+            self.cycle_start = now;
+            self.on_before = Duration::ZERO;
+            if self.attached() {
+                self.on_since = Some(now);
+            } else {
+                self.on_since = Some(now);
+                self.mark = (now, cpu_total);
+                return Action::Attach;
+            }
+        }
+        if self.attached() && self.on_so_far(now) >= self.allowed() {
+            self.on_before = self.on_so_far(now);
+            self.on_since = None;
+            return Action::Detach;
+        }
+        Action::Keep
+    }
+
+    /// The duty cycle to report: the last complete cycle's, or the current one's so far.
+    pub fn duty(&self, now: Instant) -> f64 {
+        if let Some(d) = self.last_duty {
+            return d;
+        }
+        let span = now.saturating_duration_since(self.cycle_start);
+        if span.is_zero() {
+            return 1.0;
+        }
+        (self.on_so_far(now).min(span).as_secs_f64() / span.as_secs_f64()).min(1.0)
+    }
+
+    /// When `step` should run next at the latest: the planned end of the window, or the
+    /// start of the next cycle.
+    pub fn next_step(&self) -> Instant {
+        let next_cycle = self.cycle_start + CYCLE;
+        match self.on_since {
+            Some(s) => {
+                let left = self.allowed().saturating_sub(self.on_before);
+                (s + left).min(next_cycle)
+            }
+            None => next_cycle,
+        }
+    }
+}
+
+/// Calibration targets: never inlined, so that every call from `time_calls` runs their
+/// first instruction and returns through its return address. `calib_entry` gets an entry
+/// probe, `calib_both` an entry and a return probe, `calib_plain` none.
+macro_rules! calibration_target {
+    ($name:ident, $k:expr) => {
+        #[no_mangle]
+        #[inline(never)]
+        pub extern "C" fn $name(x: u64) -> u64 {
+            std::hint::black_box(x).wrapping_mul($k).wrapping_add(1)
+        }
+    };
+}
+calibration_target!(tlsprof_calib_plain, 3);
+calibration_target!(tlsprof_calib_entry, 5);
+calibration_target!(tlsprof_calib_both, 7);
+
+pub type Target = extern "C" fn(u64) -> u64;
+
+/// This thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// CPU time of `n` calls of a calibration target on this thread.
+pub fn time_calls(f: Target, n: u64) -> Duration {
+    let f: Target = std::hint::black_box(f);
+    let t0 = thread_cpu();
+    let mut acc = 0u64;
+    for i in 0..n {
+        acc = acc.wrapping_add(f(i));
+    }
+    std::hint::black_box(acc);
+    thread_cpu().saturating_sub(t0)
+}
+
+/// The file offset of a function of the agent in its executable, from where it is mapped
+/// (/proc/self/maps), and that executable's path.
+pub fn target_location(f: Target) -> Option<(std::path::PathBuf, u64)> {
+    let addr = f as *const () as usize as u64;
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (range, perms, off) = (f.next()?, f.next()?, f.next()?);
+        let (_dev, _ino) = (f.next()?, f.next()?);
+        let path = f.next()?;
+        let (lo, hi) = range.split_once('-')?;
+        let (lo, hi) = (u64::from_str_radix(lo, 16).ok()?, u64::from_str_radix(hi, 16).ok()?);
+        if addr >= lo && addr < hi && perms.contains('x') {
+            let off = u64::from_str_radix(off, 16).ok()?;
+            return Some((path.into(), addr - lo + off));
+        }
+    }
+    None
+}
+
+/// The cost of one hit from timings of `n` calls without probes, with an entry probe, and
+/// with entry and return probes (the smallest of several rounds of each: noise only adds).
+pub fn hit_costs(n: u64, none: Duration, entry: Duration, both: Duration) -> (f64, f64) {
+    let per = |d: Duration| d.as_secs_f64() / n as f64;
+    let e = (per(entry) - per(none)).max(0.0);
+    let r = (per(both) - per(entry)).max(0.0);
+    (e, r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn budgets() {
+        assert_eq!(parse_budget("1%"), Ok(0.01));
+        assert_eq!(parse_budget(" 0.5 % "), Ok(0.005));
+        assert_eq!(parse_budget("2"), Ok(0.02));
+        assert!(parse_budget("0%").is_err());
+        assert!(parse_budget("150%").is_err());
+        assert!(parse_budget("a lot").is_err());
+    }
+
+    /// Drives a Duty with probes that cost `rate` CPU seconds per second while attached,
+    /// for `secs`, stepping every 100 ms; returns the share of time attached.
+    fn simulate(budget: f64, rate: f64, secs: u64) -> (f64, Duty) {
+        let t0 = Instant::now();
+        let mut d = Duty::new(budget, t0, 0.0);
+        let (mut cpu, mut on, mut attached) = (0.0, Duration::ZERO, true);
+        let step = ms(100);
+        for i in 1..=(secs * 10) {
+            if attached {
+                cpu += rate * step.as_secs_f64();
+                on += step;
+            }
+            match d.step(t0 + step * i as u32, cpu) {
+                Action::Attach => {
+                    assert!(!attached);
+                    attached = true
+                }
+                Action::Detach => {
+                    assert!(attached);
+                    attached = false
+                }
+                Action::Keep => {}
+            }
+            assert_eq!(attached, d.attached());
+        }
+        (on.as_secs_f64() / secs as f64, d)
+    }
+
+    #[test]
+    fn light_load_stays_attached() {
+        // 0.2% of a CPU against a 1% budget: never detached
+        let (share, d) = simulate(0.01, 0.002, 60);
+        assert_eq!(share, 1.0);
+        assert_eq!(d.last_duty, Some(1.0));
+    }
+
+    #[test]
+    fn heavy_load_follows_the_budget() {
+        // probes at 5% of a CPU while attached, budget 1%: attached a fifth of the time, and
+        // their average cost is the budget (within a step of 100 ms per cycle)
+        for (rate, want) in [(0.05, 0.2), (0.10, 0.1), (0.02, 0.5)] {
+            let (share, d) = simulate(0.01, rate, 100);
+            assert!((share - want).abs() < 0.02, "rate {rate}: attached {share}, want {want}");
+            let duty = d.last_duty.unwrap();
+            assert!((duty - want).abs() < 0.02, "rate {rate}: duty {duty}");
+            assert!(share * rate <= 0.01 * 1.1, "rate {rate}: cost {} over the budget", share * rate);
+        }
+    }
+
+    #[test]
+    fn load_changes_move_the_duty() {
+        let t0 = Instant::now();
+        let mut d = Duty::new(0.01, t0, 0.0);
+        let (mut cpu, mut t, mut attached) = (0.0, t0, true);
+        let mut run = |rate: f64, secs: u64, d: &mut Duty| {
+            for _ in 0..secs * 10 {
+                t += ms(100);
+                if attached {
+                    cpu += rate * 0.1;
+                }
+                match d.step(t, cpu) {
+                    Action::Attach => attached = true,
+                    Action::Detach => attached = false,
+                    Action::Keep => {}
+                }
+            }
+        };
+        run(0.001, 30, &mut d);
+        assert_eq!(d.last_duty, Some(1.0));
+        run(0.05, 40, &mut d);
+        let duty = d.last_duty.unwrap();
+        assert!((duty - 0.2).abs() < 0.03, "{duty}");
+        run(0.001, 40, &mut d);
+        assert_eq!(d.last_duty, Some(1.0));
+    }
+
+    #[test]
+    fn next_step_is_the_window_end() {
+        let t0 = Instant::now();
+        let mut d = Duty::new(0.01, t0, 0.0);
+        assert_eq!(d.next_step(), t0 + CYCLE);
+        d.step(t0 + ms(500), 0.025); // 5% of a CPU
+        let end = d.next_step();
+        assert!(end >= t0 + ms(1900) && end <= t0 + ms(2100), "{:?}", end - t0);
+        assert_eq!(d.step(end, 0.1), Action::Detach);
+        assert_eq!(d.next_step(), t0 + CYCLE);
+        assert_eq!(d.step(t0 + CYCLE, 0.1), Action::Attach);
+    }
+
+    #[test]
+    fn hit_cost_arithmetic() {
+        let (e, r) = hit_costs(1000, ms(1), ms(11), ms(12));
+        assert!((e - 10e-6).abs() < 1e-12 && (r - 1e-6).abs() < 1e-12, "{e} {r}");
+        assert_eq!(hit_costs(1000, ms(5), ms(4), ms(4)), (0.0, 0.0));
+    }
+
+    #[test]
+    fn calibration_targets_are_found() {
+        let (path, a) = target_location(tlsprof_calib_entry).expect("the agent's own code is mapped");
+        let (_, b) = target_location(tlsprof_calib_both).unwrap();
+        assert!(path.exists() && a > 0 && a != b, "{path:?} {a:#x} {b:#x}");
+        assert!(time_calls(tlsprof_calib_plain, 1000) < Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,195 @@
+"""The overhead budget (the default mode): the handshake probes are attached only as long
+as their measured cost stays within --overhead-budget, so their duty cycle follows the load,
+while the handshake, connection and request counts, taken from what the server sends and
+from TCP state changes, stay exact. --exact keeps the probes on and times every handshake.
+
+Checked against real nginx and real clients (a paced Python client, ab), through the
+agent's own metrics: the duty cycle it reports, the hits and CPU its probes cost (hits x the
+per-hit cost it measured on this host), and the counts against the clients' own counts.
+No timing is asserted: the duty cycle is the mechanism's output, computed from counters."""
+import socket
+import ssl
+import subprocess
+import threading
+import time
+
+import pytest
+
+from lib import Agent, Nginx, have, tls_client_context, wait_for
+
+BUDGET = 0.01  # 1% of one CPU, the default
+
+
+def paced_connections(port: int, rate: float, seconds: float) -> int:
+    """New TLS connections with one request each, at about `rate` per second for `seconds`.
+    Returns how many completed (the test fails on any that did not)."""
+    ctx = tls_client_context()
+    done = 0
+    t0 = time.monotonic()
+    n = int(rate * seconds)
+    for i in range(n):
+        wait = t0 + i / rate - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                while s.recv(65536):
+                    pass
+        done += 1
+    return done
+
+
+def ab(port: int, n: int | None = None, seconds: float | None = None, concurrency: int = 8) -> int:
+    """ab with a new TLS connection per request: exactly n requests, or as many as fit in
+    `seconds`. Returns the completed requests as ab counts them."""
+    bound = ["-n", str(n)] if n else ["-t", str(seconds), "-n", "10000000"]
+    out = subprocess.run(["ab", "-q", "-s", "30", *bound, "-c", str(concurrency), f"https://127.0.0.1:{port}/"],
+                         capture_output=True, text=True, timeout=(seconds or 0) + 180)
+    assert out.returncode == 0, out.stderr
+    failed = next(int(l.split()[-1]) for l in out.stdout.splitlines() if l.startswith("Failed requests:"))
+    assert failed == 0, out.stdout
+    return next(int(l.split()[-1]) for l in out.stdout.splitlines() if l.startswith("Complete requests:"))
+
+
+def figures(agent, port: int) -> dict:
+    s = agent.scrape()
+
+    def v(name, **labels):
+        return sum(val for n, l, val in s if n == name and all(l.get(k) == w for k, w in labels.items()))
+
+    return {
+        "ok": v("tlsprof_handshakes_total", comm="nginx", role="server", result="ok"),
+        "failed": v("tlsprof_handshakes_total", comm="nginx", role="server", result="failed"),
+        "measured": v("tlsprof_handshake_cpu_seconds_count", comm="nginx"),
+        "duty": v("tlsprof_probe_duty_cycle", comm="nginx"),
+        "probe_cpu": v("tlsprof_probe_cpu_seconds_total", comm="nginx"),
+        "hits": v("tlsprof_probe_hits_total", comm="nginx"),
+        "accepted": v("tlsprof_tcp_connections_accepted_total", port=str(port)),
+        "ended": v("tlsprof_tcp_connections_total", port=str(port)),
+        "requests": v("tlsprof_requests_per_connection_sum", port=str(port)),
+        "hit_cost": v("tlsprof_probe_hit_cost_seconds", probe="uprobe"),
+        "mode": {l["mode"] for n, l, val in s if n == "tlsprof_mode_info"},
+        "sampled": {l["figure"] for n, l, val in s if n == "tlsprof_sampled_figure_info"},
+    }
+
+
+def settle(agent, port: int, connections: float) -> dict:
+    """Waits until every connection so far has ended and been counted as a handshake."""
+    def done():
+        f = figures(agent, port)
+        return f if f["ended"] >= connections and f["ok"] + f["failed"] >= f["ended"] else None
+    wait_for(done, 20, f"{connections} connections settled (now {figures(agent, port)})")
+    time.sleep(1.0)
+    return figures(agent, port)
+
+
+def delta(a: dict, b: dict) -> dict:
+    return {k: b[k] - a[k] for k in a if isinstance(a[k], (int, float))}
+
+
+@pytest.mark.skipif(not have("ab"), reason="ab not installed")
+def test_duty_cycle_follows_load_counts_stay_exact(workdir):
+    """Light load: the probes cost well under the budget and stay attached (duty 1), every
+    handshake is timed. Heavy load (ab, a new connection per request): the probes are away
+    most of each cycle, their cost stays within the budget, only part of the handshakes is
+    timed, and yet handshakes, connections and requests are counted exactly. Light again:
+    back to 1."""
+    nginx = Nginx(workdir, workers=1)
+    (worker,) = nginx.workers()
+    try:
+        with Agent("--pid", str(nginx.pid), scan_interval=1.0) as agent:
+            agent.wait_attached([worker])
+            f0 = figures(agent, nginx.port)
+            assert f0["mode"] == {"default"}, f0
+            assert "tlsprof_handshake_cpu_seconds" in f0["sampled"], f0
+            assert 1e-7 < f0["hit_cost"] < 1e-3, f"one uprobe hit measured at {f0['hit_cost']} s"
+
+            # Light: 15 connections a second for a full cycle and more.
+            light = paced_connections(nginx.port, 15, 12)
+            f1 = settle(agent, nginx.port, light)
+            d1 = delta(f0, f1)
+            assert (d1["ok"], d1["failed"], d1["accepted"], d1["requests"]) == (light, 0, light, light), d1
+            assert f1["duty"] == 1.0, f"light load, duty {f1['duty']}: {f1}"
+            assert d1["measured"] == light, f"every handshake timed under light load: {d1}"
+
+            # Heavy: ab for long enough that a whole cycle (10 s) runs under it; the duty
+            # cycle of that complete cycle is read while ab still runs.
+            seen = {}
+
+            def sample_duty():
+                time.sleep(23)
+                seen["duty"] = figures(agent, nginx.port)["duty"]
+
+            sampler = threading.Thread(target=sample_duty)
+            sampler.start()
+            t0 = time.monotonic()
+            heavy = ab(nginx.port, seconds=26)
+            span = time.monotonic() - t0
+            sampler.join()
+            f2 = settle(agent, nginx.port, f1["ended"] + heavy)
+            d2 = delta(f1, f2)
+            assert heavy > 3000, f"ab made only {heavy} connections in {span:.0f} s: no heavy load"
+            # What one cycle of probes would cost if attached throughout, as the agent counts it:
+            # the duty cycle is the budget over that (the agent measures it in its windows).
+            assert seen["duty"] < 0.6, f"heavy load, duty {seen['duty']}: {d2}"
+            assert d2["probe_cpu"] / span <= BUDGET * 1.5, \
+                f"the probes cost {d2['probe_cpu'] / span:.2%} of a CPU, budget {BUDGET:.0%}: {d2}"
+            assert 0 < d2["measured"] < 0.6 * d2["ok"], f"handshakes timed in windows only: {d2}"
+            # Every connection is one handshake; ab's aborted in-flight connections at the end
+            # of -t (at most its concurrency) may have finished theirs without a request.
+            assert d2["ok"] + d2["failed"] == d2["accepted"] == d2["ended"], d2
+            assert heavy <= d2["ok"] <= heavy + 8 and d2["failed"] <= 8, (heavy, d2)
+            assert heavy <= d2["requests"] <= heavy + 8, (heavy, d2)
+
+            # Exact counts while the probes come and go: exactly N connections.
+            n = 4000
+            got = ab(nginx.port, n=n)
+            f3 = settle(agent, nginx.port, f2["ended"] + n)
+            d3 = delta(f2, f3)
+            assert got == n
+            assert (d3["ok"], d3["failed"], d3["accepted"], d3["ended"], d3["requests"]) == (n, 0, n, n, n), d3
+
+            # Light again: a full cycle under light load brings the duty back to 1.
+            light2 = paced_connections(nginx.port, 15, 21)
+            f4 = settle(agent, nginx.port, f3["ended"] + light2)
+            d4 = delta(f3, f4)
+            assert (d4["ok"], d4["failed"]) == (light2, 0), d4
+            assert f4["duty"] == 1.0, f"light load again, duty {f4['duty']}: {d4}"
+    finally:
+        nginx.stop()
+
+
+@pytest.mark.skipif(not have("ab"), reason="ab not installed")
+def test_exact_times_every_handshake(workdir):
+    """--exact: the probes stay attached under heavy load (duty 1), every handshake is
+    counted by them and timed, and their cost goes over what the default budget allows."""
+    nginx = Nginx(workdir, workers=1)
+    (worker,) = nginx.workers()
+    try:
+        with Agent("--pid", str(nginx.pid), "--exact", scan_interval=1.0) as agent:
+            agent.wait_attached([worker])
+            f0 = figures(agent, nginx.port)
+            assert f0["mode"] == {"exact"} and not f0["sampled"], f0
+            n = 3000
+            t0 = time.monotonic()
+            assert ab(nginx.port, n=n) == n
+            span = time.monotonic() - t0
+            f1 = settle(agent, nginx.port, n)
+            d = delta(f0, f1)
+            assert (d["ok"], d["failed"], d["measured"], d["accepted"]) == (n, 0, n, n), d
+            assert f1["duty"] == 1.0, f1
+            # about five hits per connection: two handshake calls (entry and return), SSL_free
+            assert 4 * n <= d["hits"] <= 7 * n, d
+            assert d["probe_cpu"] / span > BUDGET, f"--exact probes cost {d['probe_cpu'] / span:.2%} of a CPU: {d}"
+    finally:
+        nginx.stop()
+
+
+def test_bad_budget(workdir):
+    """A budget that is not a share of one CPU gets one line and a non-zero exit."""
+    from lib import run_tlsprof
+    for bad in ("0%", "250%", "fast"):
+        r = run_tlsprof("run", "--overhead-budget", bad)
+        assert r.returncode != 0 and ("budget" in r.stderr.lower() or "percentage" in r.stderr), (bad, r.stderr)
+        assert r.stderr.count("\n") <= 4 and "panicked" not in r.stderr, r.stderr
