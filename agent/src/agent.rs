@@ -394,7 +394,10 @@ impl Probes {
     /// either way) on the detacher thread: the kernel waits for a grace
     /// period per uprobe it removes (~150 ms each here), which would stall the event loop.
     /// The thread says when they are all gone.
-    fn detach_later(&mut self, pid: u32, links: Vec<Link>) {
+    fn detach_later(&mut self, pid: u32, mut links: Vec<Link>) {
+        // Return probes first: a call that enters while the rest go leaves a stale entry
+        // (cleaned by hs_detached), not a return without its entry.
+        links.sort_by_key(|l| l.program != "hs_exit");
         let mut owned = Vec::with_capacity(links.len());
         for l in links {
             if let Ok(link) = self.uprobe(l.program).take_link(l.id) {
@@ -857,20 +860,26 @@ impl Agent {
         next
     }
 
-    /// tlsprof_probe_duty_cycle: per process name, the mean over its probed processes.
+    /// tlsprof_probe_duty_cycle: per process name, the mean over its probed processes
+    /// weighted by how fast their probes are hit while attached (an idle nginx master does
+    /// not dilute its busy workers' ratio); the plain mean while all are idle.
     fn export_duty(&self) {
-        let mut per: BTreeMap<&str, (f64, u32)> = BTreeMap::new();
+        let now = Instant::now();
+        let mut per: BTreeMap<&str, (f64, f64, f64, u32)> = BTreeMap::new();
         for t in self.traced.values().filter(|t| !t.plan.is_empty()) {
-            let d = t.duty.as_ref().map_or(1.0, |d| d.duty(Instant::now()));
+            let (d, w) = t.duty.as_ref().map_or((1.0, 0.0), |d| (d.duty(now), d.rate().unwrap_or(0.0)));
             let e = per.entry(&t.name).or_default();
-            e.0 += d;
-            e.1 += 1;
+            e.0 += d * w;
+            e.1 += w;
+            e.2 += d;
+            e.3 += 1;
         }
-        for (comm, (sum, n)) in per {
+        for (comm, (weighted, weight, sum, n)) in per {
+            let duty = if weight > 0.0 { weighted / weight } else { sum / n as f64 };
             self.metrics
                 .probe_duty_cycle
                 .get_or_create(&CommLabels { comm: comm.into() })
-                .set(sum / n as f64);
+                .set(duty);
         }
     }
 

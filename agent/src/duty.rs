@@ -71,6 +71,11 @@ impl Duty {
         self.on_since.is_some()
     }
 
+    /// Probe CPU per second while attached, as last measured (None before).
+    pub fn rate(&self) -> Option<f64> {
+        self.rate
+    }
+
     /// How long the probes may stay attached in one cycle at the measured rate.
     fn allowed(&self) -> Duration {
         match self.rate {
