@@ -269,7 +269,13 @@ def overview() -> dict:
                          target(f'sum by (instance) ({rate("tlsprof_agent_cpu_seconds_total", SI)})',
                                 "agent {{instance}}"),
                          target(f'sum({rate("tlsprof_cpu_seconds_total", S, CAT_PROBES)})',
-                                "probes in traced processes")]), 8, 8)
+                                "probes in traced processes"),
+                         target(f'sum by (comm) ({rate("tlsprof_probe_cpu_seconds_total", S)})',
+                                "handshake probes of {{comm}} (hits x measured cost)")]), 8, 8)
+    L.add(timeseries("Handshake probes: duty cycle", "Share of each 10 s cycle the handshake probes were "
+                     "attached under the overhead budget (1 with --exact, or under light load): the sampling "
+                     "ratio of handshake CPU and duration, and of client-role handshake counts.", "percentunit",
+                     [target(f"max by (comm) (tlsprof_probe_duty_cycle{{{S}}})", "{{comm}}")]), 8, 8)
     L.add(timeseries("tlsprof memory", "Resident memory of the agent.", "bytes",
                      [target(f"tlsprof_agent_resident_memory_bytes{{{SI}}}", "{{instance}}")]), 8, 8)
     L.add(timeseries("Attached processes", "Processes with tlsprof's probes, by name.", "short",

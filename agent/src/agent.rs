@@ -502,6 +502,8 @@ struct Agent {
     exact: bool,
     /// CPU seconds of one uprobe hit and one uretprobe hit here (None: not measured).
     hit_cost: Option<(f64, f64)>,
+    /// "attached to" lines waiting for the ports to be watched (say_ready).
+    ready: Vec<String>,
 }
 
 /// The OpenSSL hooks of every candidate file of a process.
@@ -578,6 +580,7 @@ impl Agent {
             self.examine(pid, st.clone());
         }
         self.refresh_ports();
+        self.say_ready();
         self.update_gauges();
     }
 
@@ -702,7 +705,7 @@ impl Agent {
                     st.comm
                 );
                 self.track(pid, st, Vec::new());
-                self.log(msg);
+                self.ready.push(msg);
                 return;
             }
             let watched = Watched {
@@ -754,7 +757,14 @@ impl Agent {
         }
         self.profiler.set_probes(pid, true);
         // logged once everything is in place: tests and operators read it as "ready"
-        for msg in attached {
+        self.ready.extend(attached);
+    }
+
+    /// Logs the processes attached since the last call: "attached to PID" is said once
+    /// their listening ports are watched too (refresh_ports), since in the default mode the
+    /// handshakes are counted on those ports. Tests and operators read it as "ready".
+    fn say_ready(&mut self) {
+        for msg in std::mem::take(&mut self.ready) {
             self.log(msg);
         }
     }
@@ -1126,6 +1136,8 @@ impl Agent {
                 let selected = self.traced.contains_key(&n.parent) && self.descends_from_selected(n.pid, &st);
                 if selected && !self.traced.contains_key(&n.pid) {
                     self.examine(n.pid, st);
+                    self.refresh_ports();
+                    self.say_ready();
                     self.update_gauges();
                 }
             }
@@ -1400,6 +1412,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         pending: VecDeque::new(),
         exact,
         hit_cost,
+        ready: Vec::new(),
         args,
     };
     if agent.args.flamegraph.is_none() && agent.args.metrics_out.is_none() {
