@@ -110,7 +110,7 @@ def bpf_usage():
             sum(p.get("run_cnt", 0) for p in ours), sum(p.get("run_time_ns", 0) for p in ours))
 
 
-def probe_accounting(nginx, worker, flags, seconds, agent_args):
+def probe_accounting(nginx, worker, flags, seconds, agent_args, warmup=0.0):
     """One more run with the agent and the kernel's BPF run statistics on: how many probe
     hits and how much BPF program time each request costs. Deterministic where CPU time
     per request is noisy; it does not include the uprobe trap itself (~10 us here)."""
@@ -119,6 +119,8 @@ def probe_accounting(nginx, worker, flags, seconds, agent_args):
         STATS.write_text("1")
         with Agent(*agent_args.split(), scan_interval=2.0) as agent:
             agent.wait_attached([worker])
+            if warmup > 0:
+                one_run(nginx, worker, flags, warmup)
             b = bpf_usage()
             out = subprocess.run([*CLIENT_PIN, "ab", "-q", "-t", str(seconds), "-n", "10000000", "-s", "30",
                                   *flags[0], f"https://127.0.0.1:{nginx.port}{flags[1]}"], capture_output=True,
@@ -143,6 +145,10 @@ def main():
     ap.add_argument("--no-alternative", action="store_true",
                     help="do not measure the per-call uprobe alternative (bpftrace) beside tlsprof")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="which workloads (default: %(default)s)")
+    ap.add_argument("--warmup", type=float, default=11,
+                    help="seconds of the workload with the agent attached before each measured run, so that "
+                         "the run sees the overhead budget's steady state rather than its first cycle, which "
+                         "spends a whole cycle's allowance at once (default: %(default)s)")
     ap.add_argument("--modes", default="default,exact",
                     help="tlsprof modes to measure: default (overhead budget), exact (--exact) (default: %(default)s)")
     args = ap.parse_args()
@@ -180,6 +186,8 @@ def main():
                         mode = arm.removeprefix("tlsprof-")
                         with Agent(*mode_args[mode].split(), scan_interval=2.0) as agent:
                             agent.wait_attached([worker])
+                            if args.warmup > 0:
+                                one_run(nginx, worker, flags, args.warmup)
                             cpu0, t0 = agent.value("tlsprof_agent_cpu_seconds_total"), time.monotonic()
                             c, r = one_run(nginx, worker, flags, args.seconds)
                             time.sleep(2.2)  # the agent publishes its own usage at each scan
@@ -203,14 +211,14 @@ def main():
             results[name] = ({a: statistics.median(cost[a]) for a in arms},
                              {a: statistics.median(ratios[a]) for a in arms},
                              {a: statistics.median(rps[a]) for a in arms},
-                             {m: probe_accounting(nginx, worker, flags, args.seconds, mode_args[m]) for m in modes},
+                             {m: probe_accounting(nginx, worker, flags, args.seconds, mode_args[m], args.warmup) for m in modes},
                              {m: statistics.median(own_cpu[m]) for m in modes},
                              {m: max(own_rss[m]) for m in modes})
     finally:
         nginx.stop()
 
     print(f"tlsprof overhead: nginx 1 worker, ECDSA P-256, TLS 1.3; {args.pairs} rotating sets x {args.seconds:g} s; "
-          f"agent: tlsprof run {args.agent_args} (modes: {', '.join(modes)})" +
+          f"agent: tlsprof run {args.agent_args} (modes: {', '.join(modes)}; {args.warmup:g} s of load before each run)" +
           (f"; baseline: tlsprof run {args.baseline_args}" if args.baseline_args is not None else "") +
           ("" if args.no_alternative else "; alternative: bpftrace uprobe+uretprobe on SSL_do_handshake/SSL_read/SSL_write"))
     print("| workload | arm | server CPU/req | ratio to without (median of sets) | req/s | uprobe hits/req | "

@@ -137,6 +137,8 @@ struct Traced {
     hits_seen: (u64, u64),
     /// The probes' CPU cost so far (hits x the cost of one hit).
     probe_cpu: f64,
+    /// When its probes were handed to the detacher thread.
+    detach_sent: Option<Instant>,
 }
 
 /// The kernel's monotonic clock, as bpf_ktime_get_ns reads it.
@@ -344,7 +346,12 @@ impl Probes {
             .name("detacher".into())
             .spawn(move || {
                 for (pid, links) in work {
-                    drop(links);
+                    // each removal waits for a grace period of its own: in parallel
+                    std::thread::scope(|s| {
+                        for link in links {
+                            s.spawn(move || drop(link));
+                        }
+                    });
                     let _ = done.send(pid);
                 }
             })
@@ -803,9 +810,12 @@ impl Agent {
         // Probes the detacher thread removed: a thread that was inside a handshake call then
         // will not return through the probe (hs_detached, in the kernel).
         while let Ok(pid) = self.probes.detached.try_recv() {
-            if self.traced.contains_key(&pid) {
+            if let Some(t) = self.traced.get_mut(&pid) {
                 let _ = self.probes.hs_detached.insert(pid, ktime_ns(), 0);
-                self.log(format!("budget: probes of {pid} detached"));
+                if let (Some(d), Some(sent)) = (t.duty.as_mut(), t.detach_sent.take()) {
+                    d.detached_after(sent.elapsed());
+                    self.log(format!("budget: probes of {pid} detached in {:.0} ms", sent.elapsed().as_secs_f64() * 1e3));
+                }
             }
         }
         let now = Instant::now();
@@ -831,13 +841,15 @@ impl Agent {
             let total = t.probe_cpu;
             let Some(d) = t.duty.as_mut() else { continue };
             let action = d.step(now, total);
-            next = Some(next.map_or(d.next_step(), |n: Instant| n.min(d.next_step())));
+            let due = d.next_step(total);
+            next = Some(next.map_or(due, |n: Instant| n.min(due)));
             match action {
                 Action::Detach => {
                     let links = std::mem::take(&mut t.links);
                     if self.args.verbose {
                         eprintln!("tlsprof: budget: detaching {} probes from {pid}", links.len());
                     }
+                    t.detach_sent = Some(Instant::now());
                     self.probes.detach_later(pid, links);
                     self.profiler.set_probes(pid, false);
                     changed = true;
@@ -919,6 +931,7 @@ impl Agent {
                 window_start_ns: 0,
                 hits_seen: (0, 0),
                 probe_cpu: 0.0,
+                detach_sent: None,
             },
         );
         self.update_gauges();

@@ -35,12 +35,19 @@ pub enum Action {
     Keep,
 }
 
-/// The duty cycle of one process's probes.
+/// The duty cycle of one process's probes. The budget is kept in CPU time: what the probes
+/// cost (hits x cost, counted by the kernel, also while they are being detached) may reach
+/// budget x CYCLE per cycle; a cycle that spent more leaves the difference as a debt to
+/// the next.
 #[derive(Debug, Clone)]
 pub struct Duty {
     /// CPU seconds per second the probes may cost (a share of one CPU).
     budget: f64,
     cycle_start: Instant,
+    /// Probe CPU total at the start of this cycle.
+    cycle_cpu0: f64,
+    /// Probe CPU this cycle may spend (budget x CYCLE, less the last cycle's overspend).
+    allowance: f64,
     /// Attached since, or None while detached.
     on_since: Option<Instant>,
     /// Time attached earlier in this cycle (before on_since).
@@ -49,6 +56,8 @@ pub struct Duty {
     rate: Option<f64>,
     /// Where the last rate measurement started: time and the probe CPU total then.
     mark: (Instant, f64),
+    /// How long detaching takes (the probes still cost until it is done), smoothed.
+    detach_latency: Duration,
     /// Share of the last complete cycle the probes were attached (None before the first).
     pub last_duty: Option<f64>,
 }
@@ -59,10 +68,13 @@ impl Duty {
         Self {
             budget,
             cycle_start: now,
+            cycle_cpu0: cpu_total,
+            allowance: budget * CYCLE.as_secs_f64(),
             on_since: Some(now),
             on_before: Duration::ZERO,
             rate: None,
             mark: (now, cpu_total),
+            detach_latency: Duration::from_millis(200),
             last_duty: None,
         }
     }
@@ -76,16 +88,21 @@ impl Duty {
         self.rate
     }
 
-    /// How long the probes may stay attached in one cycle at the measured rate.
-    fn allowed(&self) -> Duration {
-        match self.rate {
-            Some(r) if r > self.budget => CYCLE.mul_f64(self.budget / r),
-            _ => CYCLE,
-        }
+    /// A detach took this long (from the decision until the kernel had removed them all).
+    pub fn detached_after(&mut self, took: Duration) {
+        self.detach_latency = (self.detach_latency + took) / 2;
     }
 
     fn on_so_far(&self, now: Instant) -> Duration {
         self.on_before + self.on_since.map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
+    }
+
+    /// Probe CPU still to spend before detaching: what the allowance leaves, less what
+    /// the probes will cost while they are being detached.
+    fn left(&self, cpu_total: f64) -> f64 {
+        let spent = cpu_total - self.cycle_cpu0;
+        let lag = self.rate.unwrap_or(0.0) * self.detach_latency.as_secs_f64();
+        self.allowance - spent - lag
     }
 
     /// Takes the process's probe CPU total (seconds, from its hit counters) at `now` and
@@ -103,17 +120,24 @@ impl Duty {
         if now.saturating_duration_since(self.cycle_start) >= CYCLE {
             let span = now.saturating_duration_since(self.cycle_start);
             self.last_duty = Some(self.on_so_far(now).min(span).as_secs_f64() / span.as_secs_f64());
+            let per_cycle = self.budget * CYCLE.as_secs_f64();
+            let overspent = (cpu_total - self.cycle_cpu0 - self.allowance).max(0.0);
+            // a debt is paid over the next cycles, never more than one cycle's worth at once
+            self.allowance = per_cycle - overspent.min(per_cycle);
             self.cycle_start = now;
+            self.cycle_cpu0 = cpu_total;
             self.on_before = Duration::ZERO;
             if self.attached() {
                 self.on_since = Some(now);
-            } else {
+            } else if self.left(cpu_total) > 0.0 {
                 self.on_since = Some(now);
                 self.mark = (now, cpu_total);
                 return Action::Attach;
             }
         }
-        if self.attached() && self.on_so_far(now) >= self.allowed() {
+        // Light load stays attached: the probes cannot spend the allowance in a cycle.
+        let light = self.rate.is_some_and(|r| r * CYCLE.as_secs_f64() <= self.allowance);
+        if self.attached() && !light && self.rate.is_some() && self.left(cpu_total) <= 0.0 {
             self.on_before = self.on_so_far(now);
             self.on_since = None;
             return Action::Detach;
@@ -133,16 +157,16 @@ impl Duty {
         (self.on_so_far(now).min(span).as_secs_f64() / span.as_secs_f64()).min(1.0)
     }
 
-    /// When `step` should run next at the latest: the planned end of the window, or the
-    /// start of the next cycle.
-    pub fn next_step(&self) -> Instant {
+    /// When `step` should run next at the latest: when the allowance runs out at the
+    /// measured rate, or the start of the next cycle.
+    pub fn next_step(&self, cpu_total: f64) -> Instant {
         let next_cycle = self.cycle_start + CYCLE;
-        match self.on_since {
-            Some(s) => {
-                let left = self.allowed().saturating_sub(self.on_before);
-                (s + left).min(next_cycle)
+        match (self.on_since, self.rate) {
+            (Some(_), Some(r)) if r > 0.0 => {
+                let secs = (self.left(cpu_total) / r).clamp(0.0, CYCLE.as_secs_f64());
+                (Instant::now() + Duration::from_secs_f64(secs)).min(next_cycle)
             }
-            None => next_cycle,
+            _ => next_cycle,
         }
     }
 }
@@ -237,6 +261,9 @@ mod tests {
     fn simulate(budget: f64, rate: f64, secs: u64) -> (f64, Duty) {
         let t0 = Instant::now();
         let mut d = Duty::new(budget, t0, 0.0);
+        for _ in 0..20 {
+            d.detached_after(Duration::ZERO); // detaching takes no time here
+        }
         let (mut cpu, mut on, mut attached) = (0.0, Duration::ZERO, true);
         let step = ms(100);
         for i in 1..=(secs * 10) {
@@ -285,6 +312,9 @@ mod tests {
     fn load_changes_move_the_duty() {
         let t0 = Instant::now();
         let mut d = Duty::new(0.01, t0, 0.0);
+        for _ in 0..20 {
+            d.detached_after(Duration::ZERO);
+        }
         let (mut cpu, mut t, mut attached) = (0.0, t0, true);
         let mut run = |rate: f64, secs: u64, d: &mut Duty| {
             for _ in 0..secs * 10 {
@@ -309,16 +339,32 @@ mod tests {
     }
 
     #[test]
-    fn next_step_is_the_window_end() {
+    fn overspending_is_paid_back() {
+        // the detach came late: a cycle that spent three times its allowance skips the next
+        // cycle (its debt, at most one cycle's worth, is paid first)
         let t0 = Instant::now();
         let mut d = Duty::new(0.01, t0, 0.0);
-        assert_eq!(d.next_step(), t0 + CYCLE);
-        d.step(t0 + ms(500), 0.025); // 5% of a CPU
-        let end = d.next_step();
-        assert!(end >= t0 + ms(1900) && end <= t0 + ms(2100), "{:?}", end - t0);
-        assert_eq!(d.step(end, 0.1), Action::Detach);
-        assert_eq!(d.next_step(), t0 + CYCLE);
-        assert_eq!(d.step(t0 + CYCLE, 0.1), Action::Attach);
+        assert_eq!(d.step(t0 + ms(500), 0.025), Action::Keep); // 5% of a CPU: 2 s allowed
+        assert_eq!(d.step(t0 + ms(6000), 0.3), Action::Detach);
+        assert_eq!(d.step(t0 + CYCLE, 0.3), Action::Keep, "in debt: no window this cycle");
+        assert_eq!(d.step(t0 + CYCLE * 2, 0.3), Action::Attach);
+    }
+
+    #[test]
+    fn detach_latency_is_budgeted() {
+        // probes that keep costing for 1 s after the decision: detached that much earlier
+        let t0 = Instant::now();
+        let mut d = Duty::new(0.01, t0, 0.0);
+        d.detached_after(ms(1800)); // smoothed with the initial 0.2 s: 1 s
+        d.step(t0 + ms(500), 0.025);
+        let mut t = t0 + ms(500);
+        let mut cpu = 0.025;
+        while d.step(t, cpu) == Action::Keep {
+            t += ms(100);
+            cpu += 0.005;
+        }
+        // 0.1 s allowance at 0.05 CPU-s/s: 2 s in all, less 1 s of detach latency
+        assert!(t >= t0 + ms(900) && t <= t0 + ms(1100), "{:?}", t - t0);
     }
 
     #[test]
