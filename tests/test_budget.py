@@ -17,7 +17,7 @@ import pytest
 
 from lib import Agent, Nginx, have, https_connections, tls_client_context, wait_for
 
-BUDGET = 0.01  # 1% of one CPU, the default
+BUDGET = 0.005  # 0.5% of one CPU, the default
 
 
 def paced_connections(port: int, rate: float, seconds: float) -> int:

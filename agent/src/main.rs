@@ -102,9 +102,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub exact: bool,
     /// Share of one CPU that the handshake probes may cost each traced process, averaged
-    /// over 10 s cycles (e.g. 1%, 0.5%): they stay attached while under it and are detached
+    /// over 10 s cycles (e.g. 0.5%, 2%): they stay attached while under it and are detached
     /// for the rest of the cycle when not. Ignored with --exact.
-    #[arg(long, default_value = "1%", value_name = "PERCENT", value_parser = duty::parse_budget)]
+    #[arg(long, default_value = "0.5%", value_name = "PERCENT", value_parser = duty::parse_budget)]
     pub overhead_budget: f64,
     /// Which OpenSSL functions to hook: the handshake state machine (auto) or only the
     /// exported SSL_do_handshake/SSL_accept/SSL_connect (api; misses handshakes driven
@@ -144,7 +144,7 @@ impl RunArgs {
             quiet: true,
             strict: false,
             exact: false,
-            overhead_budget: 0.01,
+            overhead_budget: 0.005,
             hooks: elf::HookMode::Auto,
             sample_hz,
             debug_dirs,
