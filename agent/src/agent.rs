@@ -423,8 +423,8 @@ impl Probes {
     fn calibrate(&mut self) -> Result<(f64, f64)> {
         const N: u64 = 2000;
         let pid = std::process::id();
-        let (exe, entry_off) =
-            duty::target_location(duty::tlsprof_calib_entry).context("the agent's own code is not mapped from a file")?;
+        let (exe, entry_off) = duty::target_location(duty::tlsprof_calib_entry)
+            .context("the agent's own code is not mapped from a file")?;
         let (_, both_off) = duty::target_location(duty::tlsprof_calib_both).context("the agent's own code")?;
         let mut links = Vec::new();
         let attached = (|| -> Result<()> {
@@ -786,9 +786,7 @@ impl Agent {
                 Err(e) if first => {
                     self.metrics
                         .attach_failures
-                        .get_or_create(&ProbeLabels {
-                            probe: (*prog).into(),
-                        })
+                        .get_or_create(&ProbeLabels { probe: (*prog).into() })
                         .inc();
                     let msg = format!("{pid} ({comm}): {e:#}");
                     if self.args.strict {
@@ -814,7 +812,10 @@ impl Agent {
                 let _ = self.probes.hs_detached.insert(pid, ktime_ns(), 0);
                 if let (Some(d), Some(sent)) = (t.duty.as_mut(), t.detach_sent.take()) {
                     d.detached_after(sent.elapsed());
-                    self.log(format!("budget: probes of {pid} detached in {:.0} ms", sent.elapsed().as_secs_f64() * 1e3));
+                    self.log(format!(
+                        "budget: probes of {pid} detached in {:.0} ms",
+                        sent.elapsed().as_secs_f64() * 1e3
+                    ));
                 }
             }
         }
@@ -889,7 +890,10 @@ impl Agent {
         let now = Instant::now();
         let mut per: BTreeMap<&str, (f64, f64, f64, u32)> = BTreeMap::new();
         for t in self.traced.values().filter(|t| !t.plan.is_empty()) {
-            let (d, w) = t.duty.as_ref().map_or((1.0, 0.0), |d| (d.duty(now), d.rate().unwrap_or(0.0)));
+            let (d, w) = t
+                .duty
+                .as_ref()
+                .map_or((1.0, 0.0), |d| (d.duty(now), d.rate().unwrap_or(0.0)));
             let e = per.entry(&t.name).or_default();
             e.0 += d * w;
             e.1 += w;
@@ -897,7 +901,11 @@ impl Agent {
             e.3 += 1;
         }
         for (comm, (weighted, weight, sum, n)) in per {
-            let duty = if weight > 0.0 { weighted / weight } else { sum / n as f64 };
+            let duty = if weight > 0.0 {
+                weighted / weight
+            } else {
+                sum / n as f64
+            };
             self.metrics
                 .probe_duty_cycle
                 .get_or_create(&CommLabels { comm: comm.into() })
@@ -1373,7 +1381,10 @@ pub fn run(args: RunArgs) -> Result<()> {
     }
     if let Some((e, r)) = hit_cost {
         for (probe, v) in [("uprobe", e), ("uretprobe", r)] {
-            metrics.probe_hit_cost.get_or_create(&ProbeLabels { probe: probe.into() }).set(v);
+            metrics
+                .probe_hit_cost
+                .get_or_create(&ProbeLabels { probe: probe.into() })
+                .set(v);
         }
     }
     for program in UPROBES.iter().chain(OPTIONAL_PROGRAMS.iter().map(|(p, _, _)| p)) {

@@ -22,7 +22,9 @@ pub fn parse_budget(s: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a percentage (e.g. 1%)"))?;
     if !(pct > 0.0 && pct <= 100.0) {
-        return Err(format!("{s:?}: the budget must be above 0% and at most 100% of one CPU"));
+        return Err(format!(
+            "{s:?}: the budget must be above 0% and at most 100% of one CPU"
+        ));
     }
     Ok(pct / 100.0)
 }
@@ -94,7 +96,10 @@ impl Duty {
     }
 
     fn on_so_far(&self, now: Instant) -> Duration {
-        self.on_before + self.on_since.map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
+        self.on_before
+            + self
+                .on_since
+                .map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
     }
 
     /// Probe CPU still to spend before detaching: what the allowance leaves, less what
@@ -301,10 +306,17 @@ mod tests {
         // their average cost is the budget (within a step of 100 ms per cycle)
         for (rate, want) in [(0.05, 0.2), (0.10, 0.1), (0.02, 0.5)] {
             let (share, d) = simulate(0.01, rate, 100);
-            assert!((share - want).abs() < 0.02, "rate {rate}: attached {share}, want {want}");
+            assert!(
+                (share - want).abs() < 0.02,
+                "rate {rate}: attached {share}, want {want}"
+            );
             let duty = d.last_duty.unwrap();
             assert!((duty - want).abs() < 0.02, "rate {rate}: duty {duty}");
-            assert!(share * rate <= 0.01 * 1.1, "rate {rate}: cost {} over the budget", share * rate);
+            assert!(
+                share * rate <= 0.01 * 1.1,
+                "rate {rate}: cost {} over the budget",
+                share * rate
+            );
         }
     }
 
