@@ -176,6 +176,18 @@ static __always_inline void thread_done(__u32 tid)
 		set_oncpu(0);
 }
 
+/* A thread's entry in hs_threads, NULL if none; an entry left behind by a detach (the
+ * call entered before it never returns through the probe) is dropped on the way. */
+static __always_inline struct hs_thread *live_thread(__u32 tid)
+{
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	if (t && before_detach(t->tgid, t->enter_ns)) {
+		thread_done(tid);
+		return NULL;
+	}
+	return t;
+}
+
 static __always_inline void stat_inc(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&hs_stats, &idx);
@@ -223,12 +235,8 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	count_hit(id >> 32, false);
-	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	struct hs_thread *t = live_thread(tid);
 
-	if (t && before_detach(t->tgid, t->enter_ns)) {
-		thread_done(tid); /* left behind by a detach: this call starts afresh */
-		t = NULL;
-	}
 	if (t) {
 		/* nested call (SSL_accept -> SSL_do_handshake): the outermost one times it */
 		t->depth++;
@@ -445,23 +453,15 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	if (!hs_active)
 		return 0;
 	tid = BPF_CORE_READ(prev, pid);
-	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	struct hs_thread *t = live_thread(tid);
 
-	if (t && before_detach(t->tgid, t->enter_ns)) {
-		thread_done(tid);
-		t = NULL;
-	}
 	if (t && t->oncpu_ns) {
 		now = bpf_ktime_get_ns();
 		t->cpu_ns += now - t->oncpu_ns;
 		t->oncpu_ns = 0;
 	}
 	tid = BPF_CORE_READ(next, pid);
-	t = bpf_map_lookup_elem(&hs_threads, &tid);
-	if (t && before_detach(t->tgid, t->enter_ns)) {
-		thread_done(tid);
-		t = NULL;
-	}
+	t = live_thread(tid);
 	if (t) {
 		t->oncpu_ns = now ? now : bpf_ktime_get_ns();
 		set_oncpu(tid);
@@ -529,6 +529,13 @@ static __always_inline struct conn_state *conn_of(const struct sock *sk)
 /* The end of the capture of a connection's handshake output (defined with it below). */
 static __always_inline void wire_finish(const struct sock *sk, struct conn_state *c, __u8 why);
 
+/* The peer's FIN has arrived. */
+static __always_inline bool fin_received(const struct sock *sk)
+{
+	unsigned long flags = BPF_CORE_READ(sk, __sk_common.skc_flags);
+	return flags & (1UL << bpf_core_enum_value(enum sock_flags, SOCK_DONE));
+}
+
 /*
  * How far the server has read the client's byte stream (tcp copied_seq), not counting the
  * client's FIN: it takes a sequence number, which a reader that reached it consumed.
@@ -537,9 +544,8 @@ static __always_inline __u32 data_read(const struct sock *sk)
 {
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	__u32 copied = BPF_CORE_READ(tp, copied_seq);
-	unsigned long flags = BPF_CORE_READ(sk, __sk_common.skc_flags);
 
-	if ((flags & (1UL << bpf_core_enum_value(enum sock_flags, SOCK_DONE))) && copied == BPF_CORE_READ(tp, rcv_nxt))
+	if (fin_received(sk) && copied == BPF_CORE_READ(tp, rcv_nxt))
 		copied--;
 	return copied;
 }
@@ -580,12 +586,6 @@ static __always_inline void conn_accepted(const struct sock *sk)
 		return;
 	}
 	__sync_fetch_and_add(&ps->accepted, 1);
-}
-
-static __always_inline bool fin_received(const struct sock *sk)
-{
-	unsigned long flags = BPF_CORE_READ(sk, __sk_common.skc_flags);
-	return flags & (1UL << bpf_core_enum_value(enum sock_flags, SOCK_DONE));
 }
 
 static __always_inline void conn_closed(const struct sock *sk, struct conn_state *c, int oldstate)
@@ -1056,6 +1056,7 @@ static __always_inline void count_request(struct conn_state *c, __u32 copied)
 }
 
 /* The capture ended during this send: what the client sent so far was its handshake. */
+
 static __always_inline void handshake_over(struct conn_state *c, __u32 copied)
 {
 	if (!(c->wire_flags & WIRE_F_TLS)) {
@@ -1066,6 +1067,13 @@ static __always_inline void handshake_over(struct conn_state *c, __u32 copied)
 	/* TLS 1.2 resumption: the server's Finished went before the client's, which is still
 	 * to come (change_cipher_spec, and a Finished record as long as the server's) */
 	c->rx_tail = c->wire_why == WIRE_END_FINISHED && copied == c->rx_first ? 6 + 5 + c->fin_len : 0;
+}
+
+/* The capture gives up on output it cannot read: the handshake is over as far as it goes. */
+static __always_inline void wire_unsupported(const struct sock *sk, struct conn_state *c, __u32 copied)
+{
+	wire_finish(sk, c, WIRE_END_UNSUPPORTED);
+	handshake_over(c, copied);
 }
 
 SEC("tp_btf/tcp_sendmsg_locked")
@@ -1120,8 +1128,7 @@ int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const s
 	__u64 left = BPF_CORE_READ(msg, msg_iter.count);
 	__s32 skip = (__s32)(c->wire_seq - seq);
 	if (skip < 0) {
-		wire_finish(sk, c, WIRE_END_UNSUPPORTED); /* output sent by a path not seen here */
-		handshake_over(c, copied);
+		wire_unsupported(sk, c, copied); /* output sent by a path not seen here */
 		return 0;
 	}
 	if ((__u64)skip >= left)
@@ -1139,8 +1146,7 @@ int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const s
 		return 0;
 	}
 	if (type != bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
-		wire_finish(sk, c, WIRE_END_UNSUPPORTED);
-		handshake_over(c, copied);
+		wire_unsupported(sk, c, copied);
 		return 0;
 	}
 	const struct iovec *iov = BPF_CORE_READ(msg, msg_iter.__iov);
@@ -1175,7 +1181,6 @@ int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const s
 		handshake_over(c, copied);
 	return 0;
 }
-
 
 /* A thread that dies inside a handshake call never returns from it. */
 SEC("tp_btf/sched_process_exit")

@@ -306,6 +306,18 @@ def tls_client_context(version: str | None = None, ciphers: str | None = None) -
     return ctx
 
 
+def https_request(ctx: ssl.SSLContext, port: int) -> tuple[str, str]:
+    """One new TLS connection with one request (Connection: close), the response read to
+    EOF. Returns the version and cipher suite (OpenSSL name) it negotiated."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            negotiated = s.version(), s.cipher()[0]
+            s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            while s.recv(65536):
+                pass
+    return negotiated
+
+
 def https_connections(port: int, n: int, version: str | None = None, concurrency: int = 4,
                       timeout: float = 60.0, ciphers: str | None = None) -> dict:
     """Makes exactly n new TLS connections, one request each (Connection: close), reading
@@ -317,12 +329,7 @@ def https_connections(port: int, n: int, version: str | None = None, concurrency
 
     def job():
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-                with ctx.wrap_socket(raw, server_hostname="localhost") as s:
-                    version_used, cipher_used = s.version(), s.cipher()[0]
-                    s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                    while s.recv(65536):
-                        pass
+            version_used, cipher_used = https_request(ctx, port)
             with lock:
                 counts["ok"] += 1
                 counts["versions"].add(version_used)

@@ -7,15 +7,13 @@ Checked against real nginx and real clients (a paced Python client, ab), through
 agent's own metrics: the duty cycle it reports, the hits and CPU its probes cost (hits x the
 per-hit cost it measured on this host), and the counts against the clients' own counts.
 No timing is asserted: the duty cycle is the mechanism's output, computed from counters."""
-import socket
-import ssl
 import subprocess
 import threading
 import time
 
 import pytest
 
-from lib import Agent, Nginx, have, https_connections, tls_client_context, wait_for
+from lib import Agent, Nginx, have, https_connections, https_request, tls_client_context, wait_for
 
 BUDGET = 0.005  # 0.5% of one CPU, the default
 
@@ -31,11 +29,7 @@ def paced_connections(port: int, rate: float, seconds: float) -> int:
         wait = t0 + i / rate - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
-                s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                while s.recv(65536):
-                    pass
+        https_request(ctx, port)
         done += 1
     return done
 

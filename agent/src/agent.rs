@@ -411,9 +411,8 @@ impl Probes {
                 owned.push(link);
             }
         }
-        if self.detacher.send((pid, owned)).is_err() {
-            // the thread is gone: the links were dropped (detached) with the message
-        }
+        // if the thread is gone, the links are dropped (detached) here with the message
+        let _ = self.detacher.send((pid, owned));
     }
 
     /// What one uprobe hit and one uretprobe hit cost on this host, in CPU seconds: the
@@ -499,10 +498,9 @@ struct Agent {
     exited: Vec<u32>,
     profiler: Profiler,
     stack_memo: StackMemo,
-    /// What servers sent during their handshakes, per connection.
+    /// What servers sent during their handshakes, per connection (captured where
+    /// tcp_sendmsg_locked is attached: probes.wire_counts).
     wire: Tracker,
-    /// The kernel captures it (tcp_sendmsg_locked attached).
-    wire_capture: bool,
     /// Successful handshakes waiting for their connection's parameters.
     pending: VecDeque<(hs::hs_event, Instant)>,
     /// The handshake probes stay attached and count handshakes (--exact, or no wire capture).
@@ -825,6 +823,9 @@ impl Agent {
         let mut next: Option<Instant> = None;
         let mut changed = false;
         for pid in pids {
+            if self.traced.get(&pid).is_none_or(|t| t.plan.is_empty()) {
+                continue; // no handshake probes: no hits to read
+            }
             let hits = self.probes.hs_hits.get(&pid, 0).unwrap_or_default();
             let Some(t) = self.traced.get_mut(&pid) else { continue };
             let (de, dr) = (
@@ -1049,7 +1050,7 @@ impl Agent {
                 return;
             }
         }
-        if e.conn_sk == 0 || !self.wire_capture {
+        if e.conn_sk == 0 || !self.probes.wire_counts {
             return self.count_handshake(&e, &Negotiated::UNKNOWN, Some(UNLABELLED_NO_CONNECTION));
         }
         let id = (e.conn_sk, e.conn_start);
@@ -1406,7 +1407,6 @@ pub fn run(args: RunArgs) -> Result<()> {
     install_signal_handlers();
 
     let churn = Churn::new(metrics.clone(), args.verbose);
-    let probes_missing_wire = probes.missing.contains(&"wire_send");
     let mut agent = Agent {
         selector: Selector {
             pids: args.pids.clone(),
@@ -1431,7 +1431,6 @@ pub fn run(args: RunArgs) -> Result<()> {
         exited: Vec::new(),
         profiler,
         stack_memo: StackMemo::default(),
-        wire_capture: !probes_missing_wire,
         wire: Tracker::default(),
         pending: VecDeque::new(),
         exact,

@@ -212,7 +212,8 @@ fn cert_kind(cert: &str) -> Option<Kind> {
     })
 }
 
-fn thread_cpu() -> Duration {
+/// This thread's CPU time.
+pub fn thread_cpu() -> Duration {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: writes the calling thread's CPU clock into ts.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };

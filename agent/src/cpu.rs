@@ -96,6 +96,18 @@ struct ProcState {
     learned_hs: HashMap<Category, f64>,
 }
 
+impl ProcState {
+    /// How long the handshake probes have been attached since this split's second began.
+    fn probes_on_in_tick(&self, now: Instant) -> Duration {
+        let current = if self.probes_on {
+            now.saturating_duration_since(self.changed.max(self.tick_start))
+        } else {
+            Duration::ZERO
+        };
+        self.on_in_tick + current
+    }
+}
+
 /// Categories whose samples may hide handshake work while the probes are away.
 const HIDES_HANDSHAKE: [Category; 3] = [Category::Crypto, Category::KernelNet, Category::Other];
 /// Weight kept from earlier seconds in the learned shares, per second with the probes on.
@@ -226,9 +238,7 @@ impl Profiler {
             return;
         }
         let now = Instant::now();
-        if st.probes_on {
-            st.on_in_tick += now.saturating_duration_since(st.changed.max(st.tick_start));
-        }
+        st.on_in_tick = st.probes_on_in_tick(now);
         st.probes_on = on;
         st.changed = now;
     }
@@ -321,12 +331,7 @@ impl Profiler {
         // the share of this second with the handshake probes attached
         let now = Instant::now();
         let span = now.saturating_duration_since(st.tick_start);
-        let on = st.on_in_tick
-            + if st.probes_on {
-                now.saturating_duration_since(st.changed.max(st.tick_start))
-            } else {
-                Duration::ZERO
-            };
+        let on = st.probes_on_in_tick(now);
         let on_share = if span.is_zero() {
             st.probes_on as u8 as f64
         } else {

@@ -9,6 +9,8 @@
 //! (duty cycle 1); the busier the process, the shorter the window.
 use std::time::{Duration, Instant};
 
+use crate::calibrate::thread_cpu;
+
 /// One duty cycle.
 pub const CYCLE: Duration = Duration::from_secs(10);
 /// Rate estimates are taken over at least this long.
@@ -193,14 +195,6 @@ calibration_target!(tlsprof_calib_entry, 5);
 calibration_target!(tlsprof_calib_both, 7);
 
 pub type Target = extern "C" fn(u64) -> u64;
-
-/// This thread's CPU time.
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: ts is a valid timespec to write to.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
 
 /// CPU time of `n` calls of a calibration target on this thread.
 pub fn time_calls(f: Target, n: u64) -> Duration {
