@@ -95,8 +95,10 @@ def make_cert(directory: Path, kind: str = "ecdsa_p256") -> tuple[Path, Path]:
 
 def server_setup(workdir: Path, kind: str, cert: str = "ecdsa_p256", port: int | None = None):
     """A fresh directory for one server, its port, and its certificate: (dir, port, key, cert)."""
-    d = workdir / f"{kind}-{free_port()}"
-    d.mkdir(parents=True)
+    # named by mkdtemp, not by a free port: a port is free again once its server is gone,
+    # and a later server of the same session would find the directory taken
+    workdir.mkdir(parents=True, exist_ok=True)
+    d = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=workdir))
     key, crt = make_cert(workdir, cert)
     return d, port or free_port(), key, crt
 
