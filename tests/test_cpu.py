@@ -189,8 +189,8 @@ def test_split_agrees_with_the_server_own_measurement(workdir, split_server_bin,
                 before["stats"] = server_stats(port)
                 t0 = schedstat_seconds([srv.pid])
                 if workload == "handshakes":
-                    r = https_connections(port, 1200, concurrency=1)
-                    assert r["ok"] == 1200
+                    rs = until_cpu([srv.pid], lambda: https_connections(port, 400, concurrency=1), max_chunks=12)
+                    assert all(r["ok"] == 400 for r in rs), rs
                 else:
                     # enough bulk for over half a second of server CPU on a fast host
                     r = keepalive_connections(port, 2, 3000, end="close", concurrency=1)
@@ -248,8 +248,9 @@ def test_node_handshake_primitives(workdir):
     try:
         with Agent("--pid", str(srv.pid), "--sample-hz", HZ) as agent:
             agent.wait_attached([srv.pid])
-            w = Window(agent, [srv.pid], "node", lambda: https_connections(srv.port, 800, version="1.3"))
-            assert w.load_result["ok"] == 800
+            w = Window(agent, [srv.pid], "node",
+                       lambda: until_cpu([srv.pid], lambda: https_connections(srv.port, 400, version="1.3")))
+            assert all(r["ok"] == 400 for r in w.load_result), w.load_result
             w.check_totals()
             assert w.share("handshake") > 0.2, w
             assert w.prims.get("x25519", 0) > 0, w
