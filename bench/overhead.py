@@ -7,12 +7,14 @@ Four workloads against one nginx worker (ECDSA P-256, TLS 1.3):
   keepalive-4k - the same with 4 KiB responses
   churn        - keep-alive with 5 requests per connection (nginx keepalive_requests 5,
                  as Domino's default), so connections open and close all the time
-For each workload, runs alternate without the agent, with it in each mode (--modes:
-default, the overhead budget; exact, --exact), and with the per-call uprobe alternative
-(bpftrace, see ALTERNATIVE; --no-alternative leaves it out), each arm taking every place
+For each workload, runs with the agent in each mode (--modes: default, the overhead
+budget; exact, --exact) and with the per-call uprobe alternative (bpftrace, see
+ALTERNATIVE; --no-alternative leaves it out) alternate with runs without: every measured
+run has a run without just before and just after it (A-B-A), and the arms take every place
 in the order in turn. Each run's cost is the worker's on-CPU time
 (/proc/PID/task/*/schedstat, the kernel's own accounting) divided by the requests ab
-completed. Prints the medians and the medians of the per-set ratios to the run without.
+completed. Prints the medians of the costs and, per arm, the median over the sets of its
+cost divided by the mean of the two runs without around it.
 Usage: bench/overhead.py [--pairs N] [--seconds S] [--workloads handshake,keepalive-4k] [--modes default,exact]
 
 --baseline-args runs the "without" side with the agent too, with other arguments: the cost
@@ -178,9 +180,26 @@ def main():
             own_cpu = {m: [] for m in modes}
             own_rss = {m: [] for m in modes}
             one_run(nginx, worker, flags, 1)  # warm-up
+            others = arms[1:]
+
+            def without():
+                if args.baseline_args is not None:
+                    with Agent(*args.baseline_args.split(), scan_interval=2.0) as agent:
+                        agent.wait_attached([worker])
+                        return one_run(nginx, worker, flags, args.seconds)
+                return one_run(nginx, worker, flags, args.seconds)
+
+            def record(arm, c, r, i):
+                cost[arm].append(c)
+                rps[arm].append(r)
+                print(f"  {name} set {i + 1}: {arm:16s} {c:8.1f} us/req {r:8.0f} req/s", flush=True)
+
+            # Every measured run is bracketed by two runs without (A-B-A): its ratio is to
+            # their mean, which cancels this host's drift as far as it is linear over a few
+            # tens of seconds; the arms take every place in the order in turn.
+            record("without", *without(), 0)
             for i in range(args.pairs):
-                # Every arm takes every place in the order in turn.
-                order = arms[i % len(arms):] + arms[:i % len(arms)]
+                order = others[i % len(others):] + others[:i % len(others)]
                 for arm in order:
                     if arm.startswith("tlsprof-"):
                         mode = arm.removeprefix("tlsprof-")
@@ -194,20 +213,13 @@ def main():
                             own_cpu[mode].append((agent.value("tlsprof_agent_cpu_seconds_total") - cpu0) /
                                                  (time.monotonic() - t0))
                             own_rss[mode].append(agent.value("tlsprof_agent_resident_memory_bytes"))
-                    elif arm == "alternative":
+                    else:
                         with Alternative(worker):
                             c, r = one_run(nginx, worker, flags, args.seconds)
-                    elif args.baseline_args is not None:
-                        with Agent(*args.baseline_args.split(), scan_interval=2.0) as agent:
-                            agent.wait_attached([worker])
-                            c, r = one_run(nginx, worker, flags, args.seconds)
-                    else:
-                        c, r = one_run(nginx, worker, flags, args.seconds)
-                    cost[arm].append(c)
-                    rps[arm].append(r)
-                    print(f"  {name} pair {i + 1}: {arm:12s} {c:8.1f} us/req {r:8.0f} req/s", flush=True)
-                for a in arms:
-                    ratios[a].append(cost[a][-1] / cost["without"][-1])
+                    record(arm, c, r, i)
+                    record("without", *without(), i)
+                    ratios[arm].append(c / statistics.mean(cost["without"][-2:]))
+            ratios["without"] = [1.0]
             results[name] = ({a: statistics.median(cost[a]) for a in arms},
                              {a: statistics.median(ratios[a]) for a in arms},
                              {a: statistics.median(rps[a]) for a in arms},
@@ -217,11 +229,11 @@ def main():
     finally:
         nginx.stop()
 
-    print(f"tlsprof overhead: nginx 1 worker, ECDSA P-256, TLS 1.3; {args.pairs} rotating sets x {args.seconds:g} s; "
+    print(f"tlsprof overhead: nginx 1 worker, ECDSA P-256, TLS 1.3; {args.pairs} rotating sets x {args.seconds:g} s, each run between two without; "
           f"agent: tlsprof run {args.agent_args} (modes: {', '.join(modes)}; {args.warmup:g} s of load before each run)" +
           (f"; baseline: tlsprof run {args.baseline_args}" if args.baseline_args is not None else "") +
           ("" if args.no_alternative else "; alternative: bpftrace uprobe+uretprobe on SSL_do_handshake/SSL_read/SSL_write"))
-    print("| workload | arm | server CPU/req | ratio to without (median of sets) | req/s | uprobe hits/req | "
+    print("| workload | arm | server CPU/req | ratio to the runs without around it (median of sets) | req/s | uprobe hits/req | "
           "BPF runs/req | BPF time/req | agent CPU | agent CPU at 2,000 req/s | agent RSS |")
     print("|---" * 11 + "|")
     for name, (cost, ratio, rate, acct, cpu, rss) in results.items():
