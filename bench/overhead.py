@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from lib import Agent, Nginx, cpu_ns  # noqa: E402
+from lib import Agent, Nginx, ab_count, cpu_ns  # noqa: E402
 
 # nginx's worker on CPU 0, the load generator on CPU 1 (where there are two), so that
 # the two do not trade places from run to run: that is most of the noise on 2 cores.
@@ -88,14 +88,19 @@ class Alternative:
         self.proc.communicate(timeout=30)
 
 
-def one_run(nginx, worker, flags, seconds):
+def run_ab(nginx, flags, seconds) -> int:
+    """ab on the load generator's CPU for `seconds`; the requests it completed."""
     flags, path = flags
-    before = cpu_ns(worker)
     out = subprocess.run([*CLIENT_PIN, "ab", "-q", "-t", str(seconds), "-n", "10000000", "-s", "30", *flags,
                           f"https://127.0.0.1:{nginx.port}{path}"], capture_output=True, text=True,
                          timeout=seconds + 60)
+    return ab_count(out.stdout, "Complete requests")
+
+
+def one_run(nginx, worker, flags, seconds):
+    before = cpu_ns(worker)
+    done = run_ab(nginx, flags, seconds)
     after = cpu_ns(worker)
-    done = next(int(l.split()[-1]) for l in out.stdout.splitlines() if l.startswith("Complete requests:"))
     return (after - before) / 1e3 / max(done, 1), done / seconds
 
 
@@ -124,11 +129,8 @@ def probe_accounting(nginx, worker, flags, seconds, agent_args, warmup=0.0):
             if warmup > 0:
                 one_run(nginx, worker, flags, warmup)
             b = bpf_usage()
-            out = subprocess.run([*CLIENT_PIN, "ab", "-q", "-t", str(seconds), "-n", "10000000", "-s", "30",
-                                  *flags[0], f"https://127.0.0.1:{nginx.port}{flags[1]}"], capture_output=True,
-                                 text=True, timeout=seconds + 60)
+            done = run_ab(nginx, flags, seconds)
             a = bpf_usage()
-        done = next(int(l.split()[-1]) for l in out.stdout.splitlines() if l.startswith("Complete requests:"))
         return (a[0] - b[0]) / done, (a[1] - b[1]) / done, (a[2] - b[2]) / done
     except (OSError, StopIteration):
         return None

@@ -14,20 +14,13 @@ Usage: bench/sampled_error.py [--periods 4] [--seconds 60] [--warmup 11]
 """
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from lib import Agent, Nginx, value  # noqa: E402
-
-
-def ab(port: int, seconds: float) -> int:
-    out = subprocess.run(["ab", "-q", "-t", str(seconds), "-n", "10000000", "-s", "30", "-c", "8",
-                          f"https://127.0.0.1:{port}/"], capture_output=True, text=True, timeout=seconds + 60)
-    return next(int(l.split()[-1]) for l in out.stdout.splitlines() if l.startswith("Complete requests:"))
+from lib import Agent, Nginx, ab, value  # noqa: E402
 
 
 def full(samples) -> tuple[float, float, float]:
@@ -52,10 +45,10 @@ def main():
                 Agent("--comm", "nginx", "--exact", scan_interval=2.0) as exact:
             default.wait_attached([worker])
             exact.wait_attached([worker])
-            ab(nginx.port, args.warmup)
+            ab(nginx.port, seconds=args.warmup)
             for i in range(args.periods):
                 before = full(default.scrape()), full(exact.scrape())
-                done = ab(nginx.port, args.seconds)
+                done = ab(nginx.port, seconds=args.seconds)
                 time.sleep(2.5)  # the last connections settle
                 after = full(default.scrape()), full(exact.scrape())
                 (dn, dt, dc), (en, et, ec) = ((a - b for a, b in zip(x, y)) for x, y in zip(after, before))

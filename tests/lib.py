@@ -514,6 +514,22 @@ def plain_http_requests(port: int, n: int) -> int:
     return done
 
 
+def ab_count(report: str, field: str) -> int:
+    """A count from ab's report: field "Complete requests" or "Failed requests"."""
+    return next(int(l.split()[-1]) for l in report.splitlines() if l.startswith(field + ":"))
+
+
+def ab(port: int, n: int | None = None, seconds: float | None = None, concurrency: int = 8) -> int:
+    """ab with a new TLS connection per request: exactly n requests, or as many as fit in
+    `seconds`. Returns the completed requests as ab counts them (none may fail)."""
+    bound = ["-n", str(n)] if n else ["-t", str(seconds), "-n", "10000000"]
+    out = subprocess.run(["ab", "-q", "-s", "30", *bound, "-c", str(concurrency), f"https://127.0.0.1:{port}/"],
+                         capture_output=True, text=True, timeout=(seconds or 0) + 180)
+    assert out.returncode == 0, out.stderr
+    assert ab_count(out.stdout, "Failed requests") == 0, out.stdout
+    return ab_count(out.stdout, "Complete requests")
+
+
 def have(cmd: str) -> bool:
     return shutil.which(cmd) is not None
 

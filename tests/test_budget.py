@@ -7,13 +7,12 @@ Checked against real nginx and real clients (a paced Python client, ab), through
 agent's own metrics: the duty cycle it reports, the hits and CPU its probes cost (hits x the
 per-hit cost it measured on this host), and the counts against the clients' own counts.
 No timing is asserted: the duty cycle is the mechanism's output, computed from counters."""
-import subprocess
 import threading
 import time
 
 import pytest
 
-from lib import Agent, Nginx, have, https_connections, https_request, tls_client_context, wait_for
+from lib import Agent, Nginx, ab, have, https_connections, https_request, tls_client_context, wait_for
 
 BUDGET = 0.005  # 0.5% of one CPU, the default
 
@@ -32,18 +31,6 @@ def paced_connections(port: int, rate: float, seconds: float) -> int:
         https_request(ctx, port)
         done += 1
     return done
-
-
-def ab(port: int, n: int | None = None, seconds: float | None = None, concurrency: int = 8) -> int:
-    """ab with a new TLS connection per request: exactly n requests, or as many as fit in
-    `seconds`. Returns the completed requests as ab counts them."""
-    bound = ["-n", str(n)] if n else ["-t", str(seconds), "-n", "10000000"]
-    out = subprocess.run(["ab", "-q", "-s", "30", *bound, "-c", str(concurrency), f"https://127.0.0.1:{port}/"],
-                         capture_output=True, text=True, timeout=(seconds or 0) + 180)
-    assert out.returncode == 0, out.stderr
-    failed = next(int(l.split()[-1]) for l in out.stdout.splitlines() if l.startswith("Failed requests:"))
-    assert failed == 0, out.stdout
-    return next(int(l.split()[-1]) for l in out.stdout.splitlines() if l.startswith("Complete requests:"))
 
 
 def figures(agent, port: int) -> dict:
