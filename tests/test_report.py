@@ -229,9 +229,9 @@ def big_file_nginx(workdir: Path, ciphers: str) -> Nginx:
 
 
 def test_record_cipher(tmp_path):
-    HZ = ("--sample-hz", "499")
     """TLS 1.2 clients getting AES-128-CBC-SHA for 1 MiB downloads against the same with
     AES-128-GCM."""
+    HZ = ("--sample-hz", "499")
     both = "ECDHE-ECDSA-AES128-SHA:ECDHE-ECDSA-AES128-GCM-SHA256"
     cbc = big_file_nginx(tmp_path / "cbc", both)
     try:
