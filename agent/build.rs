@@ -1,6 +1,6 @@
-//! Compiles the kernel-side programs in ../bpf with clang and the layout printer
-//! (bpf/layout.c) with the host compiler; the agent embeds the objects and its
-//! layout test reads what the printer says.
+//! Compiles the kernel side (bpf/tlsprof.bpf.c, which includes one header per feature)
+//! with clang and the layout printer (bpf/layout.c) with the host compiler; the agent
+//! embeds the object and its layout test reads what the printer says.
 use std::{
     env,
     path::{Path, PathBuf},
@@ -9,8 +9,8 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-/// Every kernel-side program, compiled into `$OUT_DIR/<name>.bpf.o`.
-const PROBES: &[&str] = &["handshake", "proc"];
+/// The one compilation unit, compiled into `$OUT_DIR/tlsprof.bpf.o`.
+const OBJECT: &str = "tlsprof";
 
 fn run(cmd: &mut Command) -> Result<Vec<u8>> {
     let out = cmd
@@ -43,19 +43,15 @@ fn main() -> Result<()> {
         }
     }
 
-    for probe in PROBES {
-        let src = bpf_dir.join(format!("{probe}.bpf.c"));
-        let obj = out.join(format!("{probe}.bpf.o"));
-        run(Command::new(&clang)
-            .args(["-g", "-O2", "-target", "bpfel", "-Wall", "-Werror"])
-            .arg(format!("-D__TARGET_ARCH_{arch}"))
-            .arg("-I")
-            .arg(&bpf_dir)
-            .arg("-c")
-            .arg(&src)
-            .arg("-o")
-            .arg(&obj))?;
-    }
+    run(Command::new(&clang)
+        .args(["-g", "-O2", "-target", "bpfel", "-Wall", "-Werror"])
+        .arg(format!("-D__TARGET_ARCH_{arch}"))
+        .arg("-I")
+        .arg(&bpf_dir)
+        .arg("-c")
+        .arg(bpf_dir.join(format!("{OBJECT}.bpf.c")))
+        .arg("-o")
+        .arg(out.join(format!("{OBJECT}.bpf.o"))))?;
 
     layout(&clang, &bpf_dir, &out)
 }

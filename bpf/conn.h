@@ -1,10 +1,29 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Connection accounting types shared by handshake.bpf.c and the agent
- * (agent/src/probes/conn.rs mirrors them; the layout test checks them).
+ * Connections accepted on the listening ports of traced processes (conn.bpf.h: lifecycle,
+ * who closed, TIME_WAIT; requests.bpf.h: requests per connection): types shared with the
+ * agent (agent/src/bpf/conn.rs mirrors them; the layout test checks them).
  */
 #ifndef TLSPROF_CONN_H
 #define TLSPROF_CONN_H
+
+/* conn_port_stats.flags */
+#define CONN_PORT_LISTEN 1 /* a traced process listens here (set by the agent) */
+#define CONN_PORT_TLS 2    /* a connection accepted here carries TLS (set by the kernel) */
+
+/* A listening port of a traced process (key of conn_ports, kept by the agent). */
+struct conn_port {
+	__u32 netns;
+	__u16 port; /* host byte order */
+	__u16 pad;
+};
+
+/* Value of conn_ports. */
+struct conn_port_stats {
+	__u32 flags;     /* CONN_PORT_* */
+	__u32 pad;
+	__u64 accepted;  /* connections accepted here since the agent added the port */
+};
 
 /* Who ended a connection. */
 #define CONN_BY_SERVER 1 /* the server sent the first FIN, and no reset followed */
@@ -21,6 +40,13 @@
 #define CONN_DIR_NONE 0
 #define CONN_DIR_IN 1
 #define CONN_DIR_OUT 2
+
+/* Value of req_ctl[0], set by the agent (requests.bpf.h). */
+struct req_ctl {
+	__u32 wire_counts; /* wire_send is attached: requests and the end of TLS 1.3 handshakes
+			    * are seen from the server's sends, not from its reads */
+	__u32 pad;
+};
 
 /* Socket-local state of a connection accepted on a watched port (BPF_MAP_TYPE_SK_STORAGE). */
 struct conn_state {

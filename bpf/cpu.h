@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * CPU attribution types shared by handshake.bpf.c and the agent
- * (agent/src/probes/cpu.rs mirrors them; the layout test checks).
+ * CPU attribution (sched.bpf.h: exact on-CPU time per traced process; sampler.bpf.h: what
+ * they run): types shared with the agent (agent/src/bpf/cpu.rs mirrors them; the layout
+ * test checks).
  */
 #ifndef TLSPROF_CPU_H
 #define TLSPROF_CPU_H
@@ -24,11 +25,6 @@ struct cpu_sample {
 			* address, unless it pushed something), 0 if unreadable */
 	__u64 kstack[CPU_KSTACK_MAX];
 	__u64 ustack[CPU_USTACK_MAX];
-};
-
-/* Value of cpu_procs (key: tgid): a traced process's exact on-CPU time. */
-struct cpu_proc {
-	__u64 oncpu_ns; /* summed at every switch-out, and at each sample while it runs */
 };
 
 #endif

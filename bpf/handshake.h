@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Types shared by handshake.bpf.c and the agent (agent/src/probes/handshake.rs
- * mirrors them; a test checks sizes and offsets against bpf/layout.c).
+ * Handshake probes (handshake.bpf.h): types shared with the agent
+ * (agent/src/bpf/handshake.rs mirrors them; a test checks sizes, offsets and constants
+ * against bpf/layout.c).
  * Fixed-width types and explicit padding only.
  */
 #ifndef TLSPROF_HANDSHAKE_H
@@ -14,28 +15,6 @@
 
 #define HS_RESULT_OK 0
 #define HS_RESULT_FAILED 1
-
-/* hs_port_stats.flags */
-#define HS_PORT_LISTEN 1 /* a traced process listens here (set by the agent) */
-#define HS_PORT_TLS 2    /* a handshake call read from a connection accepted here (set by the kernel) */
-
-/* Indexes into the hs_stats array: every kernel-side failure path has one. */
-#define HS_STAT_EVENTS_LOST 0     /* ring buffer full: a finished handshake was not reported */
-#define HS_STAT_THREAD_MAP_FULL 1 /* a handshake call could not be tracked (too many threads) */
-#define HS_STAT_SSL_MAP_FULL 2    /* a handshake could not be tracked (too many SSL objects) */
-#define HS_STAT_UNMATCHED_RETURN 3 /* a return probe fired without its entry (attached mid-call) */
-#define HS_STAT_CONN_EVENTS_LOST 4 /* conn_events full: a closed connection was not reported */
-#define HS_STAT_CONN_STORAGE_FULL 5 /* a connection could not be tracked (no memory for its state) */
-#define HS_STAT_SAMPLES_LOST 6 /* cpu_samples full: a CPU sample was dropped */
-#define HS_STAT_WIRE_EVENTS_LOST 7 /* wire_events full: handshake bytes were dropped */
-#define HS_STAT_MAX 8
-
-/* Value of hs_ctl[0], set by the agent. */
-struct hs_ctl {
-	__u32 wire_counts; /* tcp_sendmsg_locked is attached: requests and the end of TLS 1.3
-			    * handshakes are seen from the server's sends, not from its reads */
-	__u32 pad;
-};
 
 /* Value of hs_hits (key: tgid): uprobe hits of a traced process, for the overhead budget. */
 struct hs_hits {
@@ -54,20 +33,6 @@ struct hs_event {
 	__u8 pad[6];
 	__u64 conn_sk;     /* the connection it ran on (wire_event.sk, conn_start), 0 if unknown */
 	__u64 conn_start;
-};
-
-/* A listening port of a traced process (key of hs_ports). */
-struct hs_port {
-	__u32 netns;
-	__u16 port; /* host byte order */
-	__u16 pad;
-};
-
-/* Value of hs_ports. */
-struct hs_port_stats {
-	__u32 flags;     /* HS_PORT_* */
-	__u32 pad;
-	__u64 accepted;  /* connections accepted here since the agent added the port */
 };
 
 /* Per-thread state while a thread is inside a handshake call (key: thread id). */

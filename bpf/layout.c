@@ -1,11 +1,13 @@
 /*
  * Prints the size and field offsets of every type shared with the agent, as the
- * C compiler lays them out. build.rs compiles and runs it; the agent's layout test
- * compares the result with its #[repr(C)] mirrors.
+ * C compiler lays them out, and the value of every constant the agent mirrors. build.rs
+ * compiles and runs it; the agent's layout test compares the result with its #[repr(C)]
+ * mirrors and its constants.
  */
 #include <stddef.h>
 #include <stdio.h>
 #include <linux/types.h>
+#include "stats.h"
 #include "handshake.h"
 #include "conn.h"
 #include "proc.h"
@@ -14,6 +16,7 @@
 
 #define S(T) printf(#T " size %zu\n", sizeof(struct T))
 #define F(T, f) printf(#T "." #f " %zu %zu\n", offsetof(struct T, f), sizeof(((struct T *)0)->f))
+#define C(name) printf("const " #name " %lld\n", (long long)(name))
 
 int main(void)
 {
@@ -26,17 +29,9 @@ int main(void)
 	F(hs_event, result);
 	F(hs_event, conn_sk);
 	F(hs_event, conn_start);
-	S(hs_ctl);
-	F(hs_ctl, wire_counts);
 	S(hs_hits);
 	F(hs_hits, entries);
 	F(hs_hits, returns);
-	S(hs_port);
-	F(hs_port, netns);
-	F(hs_port, port);
-	S(hs_port_stats);
-	F(hs_port_stats, flags);
-	F(hs_port_stats, accepted);
 	S(hs_thread);
 	F(hs_thread, ssl);
 	F(hs_thread, enter_ns);
@@ -60,6 +55,14 @@ int main(void)
 	F(hs_state, done);
 	F(hs_state, conn_sk);
 	F(hs_state, conn_start);
+	S(req_ctl);
+	F(req_ctl, wire_counts);
+	S(conn_port);
+	F(conn_port, netns);
+	F(conn_port, port);
+	S(conn_port_stats);
+	F(conn_port_stats, flags);
+	F(conn_port_stats, accepted);
 	S(conn_state);
 	F(conn_state, start_ns);
 	F(conn_state, netns);
@@ -110,8 +113,9 @@ int main(void)
 	F(cpu_sample, sp_word);
 	F(cpu_sample, kstack);
 	F(cpu_sample, ustack);
-	S(cpu_proc);
-	F(cpu_proc, oncpu_ns);
+	S(proc_traced);
+	F(proc_traced, oncpu_ns);
+	F(proc_traced, exited);
 	S(wire_event);
 	F(wire_event, sk);
 	F(wire_event, conn_start);
@@ -122,5 +126,43 @@ int main(void)
 	F(wire_event, flags);
 	F(wire_event, len);
 	F(wire_event, data);
+
+	/* constants the agent mirrors */
+	C(STAT_HS_EVENTS_LOST);
+	C(STAT_HS_THREAD_MAP_FULL);
+	C(STAT_HS_SSL_MAP_FULL);
+	C(STAT_HS_UNMATCHED_RETURN);
+	C(STAT_CONN_EVENTS_LOST);
+	C(STAT_CONN_STORAGE_FULL);
+	C(STAT_SAMPLES_LOST);
+	C(STAT_WIRE_EVENTS_LOST);
+	C(STAT_MAX);
+	C(HS_ROLE_SERVER);
+	C(HS_ROLE_CLIENT);
+	C(HS_RESULT_OK);
+	C(HS_RESULT_FAILED);
+	C(CONN_PORT_LISTEN);
+	C(CONN_PORT_TLS);
+	C(CONN_BY_SERVER);
+	C(CONN_BY_CLIENT);
+	C(CONN_BY_RESET);
+	C(CONN_TW_NO);
+	C(CONN_TW_YES);
+	C(CONN_TW_MAYBE);
+	C(CPU_KSTACK_MAX);
+	C(CPU_USTACK_MAX);
+	C(CPU_SAMPLE_HANDSHAKE);
+	C(CPU_SAMPLE_USER);
+	C(WIRE_EV_DATA);
+	C(WIRE_EV_RECORD);
+	C(WIRE_EV_END);
+	C(WIRE_END_FINISHED);
+	C(WIRE_END_ALERT);
+	C(WIRE_END_CLOSED);
+	C(WIRE_END_CAP);
+	C(WIRE_CHUNK);
+	C(WIRE_EVENT_HEADER);
+	C(PROC_EV_FORK);
+	C(PROC_EV_EXIT);
 	return 0;
 }

@@ -1,15 +1,24 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Process lifecycle of traced processes, shared by proc.bpf.c and the agent
- * (agent/src/probes/proc.rs). A fork of a traced process (nginx's master starting
- * new workers on reload) is reported at once, so the agent attaches to the child
- * without waiting for its next /proc scan; an exit lets it forget the process.
+ * The traced processes and their lifecycle (proc.bpf.h), shared with the agent
+ * (agent/src/bpf/proc.rs). The agent fills the `traced` set; every feature asks it
+ * whether a process is traced. A fork of a traced process (nginx's master starting new
+ * workers on reload) is reported at once, so the agent attaches to the child without
+ * waiting for its next /proc scan; an exit lets it forget the process.
  */
 #ifndef TLSPROF_PROC_H
 #define TLSPROF_PROC_H
 
 #define PROC_EV_FORK 1
 #define PROC_EV_EXIT 2
+
+/* Value of traced (key: tgid). */
+struct proc_traced {
+	__u64 oncpu_ns; /* exact on-CPU time (sched.bpf.h), summed at every switch-out and at
+			 * each sample while it runs; 0 when CPU attribution is off */
+	__u32 exited;   /* the process exited (the agent removes the entry after its last read) */
+	__u32 pad;
+};
 
 struct proc_notice {
 	__u32 kind;   /* PROC_EV_* */

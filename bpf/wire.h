@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * What crosses a server's socket during its TLS handshake, as handshake.bpf.c sends it to
- * the agent (agent/src/probes/wire.rs mirrors these types; the layout test checks them).
+ * What crosses a server's socket during its TLS handshake, as wire.bpf.h sends it to the
+ * agent (agent/src/bpf/wire.rs mirrors these types; the layout test checks them).
  *
  * Only the server's output is looked at, and only until its handshake is over:
  * - plaintext records (handshake, alert, change_cipher_spec) before the first encrypted

@@ -38,18 +38,18 @@ pub fn privileges() -> Result<()> {
         );
     }
     if !has(CAP_SYS_ADMIN) {
-        eprintln!(
-            "tlsprof: warning: without CAP_SYS_ADMIN the kernel refuses uprobes: no handshake probes \
-             (handshakes are counted from what servers send, without CPU or duration histograms)"
+        log::warn!(
+            "without CAP_SYS_ADMIN the kernel refuses uprobes: no handshake probes (handshakes are counted from \
+             what servers send, without CPU or duration histograms)"
         );
     }
     if !has(CAP_SYS_PTRACE) {
-        eprintln!("tlsprof: warning: without CAP_SYS_PTRACE, processes of other users cannot be traced");
+        log::warn!("without CAP_SYS_PTRACE, processes of other users cannot be traced");
     }
     if !has(CAP_DAC_READ_SEARCH) && !has(CAP_DAC_OVERRIDE) {
-        eprintln!(
-            "tlsprof: warning: without CAP_DAC_READ_SEARCH, the listening sockets of other users' processes \
-             cannot be read: no connection, TIME_WAIT or negotiated-parameter figures for them"
+        log::warn!(
+            "without CAP_DAC_READ_SEARCH, the listening sockets of other users' processes cannot be read: no \
+             connection, TIME_WAIT or negotiated-parameter figures for them"
         );
     }
     Ok(())

@@ -1,0 +1,189 @@
+//! The overhead budget in the default mode: each probed process's handshake probes are
+//! attached and detached as its duty cycle says (the arithmetic: duty.rs), from the hits
+//! the kernel counts and the cost of one hit measured at start (bpf/calib.rs); what they
+//! cost is exported (tlsprof_probe_hits_total, tlsprof_probe_cpu_seconds_total,
+//! tlsprof_probe_duty_cycle).
+use std::{collections::BTreeMap, path::PathBuf, time::Instant};
+
+use super::{
+    duty::{Action, Duty},
+    targets::Targets,
+};
+use crate::{
+    bpf::{loader::Kernel, uprobes::Link},
+    clock::ktime_ns,
+    cpu::Profiler,
+    metrics::{CommLabels, Metrics},
+};
+
+/// A process's handshake probes: what to attach, what is attached, and its budget.
+pub struct Probes {
+    /// The probes to attach: program, file offset, file.
+    pub plan: Vec<(&'static str, u64, PathBuf)>,
+    /// The attached ones.
+    pub links: Vec<Link>,
+    /// The overhead budget's duty cycle (default mode, when any probe attached).
+    duty: Option<Duty>,
+    /// When the probes were last attached (bpf_ktime_get_ns clock): a handshake on a
+    /// connection accepted before that may have had calls they missed.
+    pub window_start_ns: u64,
+    /// Hit counters (hs_hits) already exported.
+    hits_seen: (u64, u64),
+    /// The probes' CPU cost so far (hits x the cost of one hit).
+    probe_cpu: f64,
+    /// When they were handed to the detacher thread.
+    detach_sent: Option<Instant>,
+}
+
+impl Probes {
+    pub fn new(plan: Vec<(&'static str, u64, PathBuf)>, links: Vec<Link>, duty: Option<Duty>, now_ns: u64) -> Self {
+        Self {
+            plan,
+            links,
+            duty,
+            window_start_ns: now_ns,
+            hits_seen: (0, 0),
+            probe_cpu: 0.0,
+            detach_sent: None,
+        }
+    }
+}
+
+/// Attaches the probes of a plan to a process; `failed` hears of each that did not attach.
+pub fn attach_plan(
+    k: &mut Kernel,
+    pid: u32,
+    plan: &[(&'static str, u64, PathBuf)],
+    mut failed: impl FnMut(&'static str, anyhow::Error),
+) -> Vec<Link> {
+    let mut links = Vec::new();
+    for (prog, off, path) in plan {
+        match k.attach_uprobe(prog, *off, path, pid) {
+            Ok(l) => links.push(l),
+            Err(e) => failed(prog, e),
+        }
+    }
+    links
+}
+
+pub struct Budget {
+    /// CPU seconds of one uprobe hit and one uretprobe hit here (None: not measured).
+    hit_cost: Option<(f64, f64)>,
+}
+
+impl Budget {
+    pub fn new(hit_cost: Option<(f64, f64)>) -> Self {
+        Self { hit_cost }
+    }
+
+    /// Reads each probed process's hits, exports them and their cost, and attaches or
+    /// detaches its probes as its duty cycle says. Returns when it should run next at the
+    /// latest.
+    pub fn tick(&mut self, t: &mut Targets, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> Option<Instant> {
+        // Probes the detacher thread removed: a thread that was inside a handshake call then
+        // will not return through the probe (hs_detached, in the kernel).
+        for pid in k.detached() {
+            let Some(p) = t.traced.get_mut(&pid).and_then(|t| t.probes.as_mut()) else {
+                continue;
+            };
+            k.mark_detached(pid);
+            if let (Some(d), Some(sent)) = (p.duty.as_mut(), p.detach_sent.take()) {
+                d.detached_after(sent.elapsed());
+                log::debug!(
+                    "budget: probes of {pid} detached in {:.0} ms",
+                    sent.elapsed().as_secs_f64() * 1e3
+                );
+            }
+        }
+        let now = Instant::now();
+        let (ce, cr) = self.hit_cost.unwrap_or((0.0, 0.0));
+        let mut next: Option<Instant> = None;
+        let mut changed = false;
+        for (&pid, traced) in t.traced.iter_mut() {
+            let Some(p) = traced.probes.as_mut() else {
+                continue; // no handshake probes: no hits to read
+            };
+            let hits = k.hits(pid);
+            let (de, dr) = (
+                hits.entries.saturating_sub(p.hits_seen.0),
+                hits.returns.saturating_sub(p.hits_seen.1),
+            );
+            p.hits_seen = (hits.entries.max(p.hits_seen.0), hits.returns.max(p.hits_seen.1));
+            let cpu = de as f64 * ce + dr as f64 * cr;
+            p.probe_cpu += cpu;
+            if de + dr > 0 {
+                let c = CommLabels {
+                    comm: traced.name.clone(),
+                };
+                m.probe_hits.get_or_create(&c).inc_by(de + dr);
+                m.probe_cpu.get_or_create(&c).inc_by(cpu);
+            }
+            let total = p.probe_cpu;
+            let Some(d) = p.duty.as_mut() else { continue };
+            let action = d.step(now, total);
+            let due = d.next_step(total);
+            next = Some(next.map_or(due, |n: Instant| n.min(due)));
+            match action {
+                Action::Detach => {
+                    let links = std::mem::take(&mut p.links);
+                    log::debug!("budget: detaching {} probes from {pid}", links.len());
+                    p.detach_sent = Some(Instant::now());
+                    k.detach_later(pid, links);
+                    prof.set_probes(pid, false);
+                    changed = true;
+                }
+                Action::Attach => {
+                    let t0 = Instant::now();
+                    let comm = &traced.comm;
+                    p.links = attach_plan(k, pid, &p.plan, |_, e| {
+                        log::debug!("re-attaching to {pid} ({comm}): {e:#}")
+                    });
+                    log::debug!(
+                        "budget: attached {} probes to {pid} in {:.1} ms",
+                        p.links.len(),
+                        t0.elapsed().as_secs_f64() * 1e3
+                    );
+                    p.window_start_ns = ktime_ns();
+                    prof.set_probes(pid, true);
+                    changed = true;
+                }
+                Action::Keep => {}
+            }
+        }
+        if changed {
+            t.export_gauges(m);
+        }
+        export_duty(t, m);
+        next
+    }
+}
+
+/// tlsprof_probe_duty_cycle: per process name, the mean over its probed processes
+/// weighted by how fast their probes are hit while attached (an idle nginx master does
+/// not dilute its busy workers' ratio); the plain mean while all are idle.
+fn export_duty(t: &Targets, m: &Metrics) {
+    let now = Instant::now();
+    let mut per: BTreeMap<&str, (f64, f64, f64, u32)> = BTreeMap::new();
+    for traced in t.traced.values() {
+        let Some(p) = &traced.probes else { continue };
+        let (d, w) = p
+            .duty
+            .as_ref()
+            .map_or((1.0, 0.0), |d| (d.duty(now), d.rate().unwrap_or(0.0)));
+        let e = per.entry(&traced.name).or_default();
+        e.0 += d * w;
+        e.1 += w;
+        e.2 += d;
+        e.3 += 1;
+    }
+    for (comm, (weighted, weight, sum, n)) in per {
+        let duty = if weight > 0.0 {
+            weighted / weight
+        } else {
+            sum / n as f64
+        };
+        m.probe_duty_cycle
+            .get_or_create(&CommLabels { comm: comm.into() })
+            .set(duty);
+    }
+}

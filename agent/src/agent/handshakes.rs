@@ -1,0 +1,464 @@
+//! Counting handshakes: the join of what the probes timed with what the wire showed on the
+//! same connection, and which of the two counts a handshake in each mode.
+//!
+//! - Default mode: a server's handshakes are counted from the wire, when a capture ends
+//!   (wire/tracker.rs), for servers with and without probes; the probes, while attached,
+//!   only time them (CPU and duration histograms, labelled from the wire).
+//! - `--exact` (or a kernel without the wire capture): the probes count what they see; the
+//!   wire counts only the processes without probes.
+//! - Client-role handshakes are seen by the probes only: they count them in both modes.
+//!
+//! Plain code over decoded events: the kernel is not needed to test it.
+use std::{
+    collections::{BTreeMap, VecDeque},
+    sync::Arc,
+    time::Instant,
+};
+
+use super::targets::{UNLABELLED_INCOMPLETE, UNLABELLED_NO_CONNECTION};
+use crate::{
+    bpf::{handshake as hs, wire::WireEvent},
+    metrics::{Metrics, ParamLabels, ReasonLabels, RoleLabels},
+    wire::{tracker, Lookup, Negotiated, Tracker, WireHandshake},
+};
+
+/// What the join needs to know of a process.
+pub trait ProcInfo {
+    /// Its `comm` label.
+    fn name(&self, tgid: u32) -> String;
+    /// Traced now, or exited lately.
+    fn known(&self, tgid: u32) -> bool;
+    /// Traced: whether it has handshake probes (OpenSSL); None when not traced.
+    fn has_probes(&self, tgid: u32) -> Option<bool>;
+    /// When its probes were last attached (bpf_ktime_get_ns clock), 0 if never.
+    fn window_start_ns(&self, tgid: u32) -> u64;
+}
+
+/// Handshakes per process, role and result, for the summary at exit.
+#[derive(Default, Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub count: u64,
+    /// Handshakes the probes timed (all of them with --exact; those in the probes' windows
+    /// otherwise), and their sums.
+    pub measured: u64,
+    pub cpu_ns: u64,
+    pub duration_ns: u64,
+}
+
+pub struct Handshakes {
+    metrics: Arc<Metrics>,
+    /// What servers sent during their handshakes, per connection.
+    wire: Tracker,
+    /// Successful handshakes the probes saw, waiting for their connection's parameters.
+    pending: VecDeque<(hs::hs_event, Instant)>,
+    pub summary: BTreeMap<(String, &'static str, &'static str), Summary>,
+    /// The probes count handshakes (--exact, or no wire capture).
+    exact: bool,
+    /// The wire is captured (tcp_sendmsg_locked): handshakes can be labelled.
+    wire_counts: bool,
+}
+
+impl Handshakes {
+    pub fn new(metrics: Arc<Metrics>, exact: bool, wire_counts: bool) -> Self {
+        Self {
+            metrics,
+            wire: Tracker::default(),
+            pending: VecDeque::new(),
+            summary: BTreeMap::new(),
+            exact,
+            wire_counts,
+        }
+    }
+
+    /// Wire events: captures grow, and those that end are handshakes seen on the wire.
+    pub fn on_wire(&mut self, events: Vec<WireEvent>, procs: &impl ProcInfo, now: Instant) {
+        for e in events {
+            if let Some(h) = self.wire.on_event(e, now) {
+                self.on_wire_handshake(h, procs);
+            }
+        }
+    }
+
+    /// A capture ended. For a server without handshake probes this is the handshake: a
+    /// ServerHello was sent (or a fatal alert instead), and the server finished its part.
+    /// In the default mode this counts every server's handshakes, with or without probes.
+    fn on_wire_handshake(&mut self, h: WireHandshake, procs: &impl ProcInfo) {
+        if self.exact && procs.has_probes(h.tgid).unwrap_or(true) {
+            return; // --exact: the probes count this process's handshakes
+        }
+        if !procs.known(h.tgid) || (!h.hello && !h.alert) {
+            return;
+        }
+        let comm = procs.name(h.tgid);
+        let result = if h.ok { "ok" } else { "failed" };
+        let p = ParamLabels::new(&comm, "server", &h.labels);
+        self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
+        if h.hello && !h.complete {
+            self.count_unlabelled(&comm, UNLABELLED_INCOMPLETE);
+        }
+        self.summary.entry((comm, "server", result)).or_default().count += 1;
+    }
+
+    /// A handshake the probes saw: labelled by what its connection's server sent, which may
+    /// still be on its way.
+    pub fn on_probe(&mut self, e: hs::hs_event, procs: &impl ProcInfo, now: Instant) {
+        if !self.exact
+            && e.role != hs::HS_ROLE_CLIENT
+            && e.conn_start != 0
+            && e.conn_start < procs.window_start_ns(e.tgid)
+        {
+            return; // the connection came before the probes' window: its first calls may be missing
+        }
+        if e.conn_sk == 0 || !self.wire_counts {
+            return self.count(&e, &Negotiated::UNKNOWN, Some(UNLABELLED_NO_CONNECTION), procs);
+        }
+        let id = (e.conn_sk, e.conn_start);
+        match self.wire.lookup(id) {
+            Lookup::Ready(l, complete) => self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs),
+            // a failed handshake may have sent nothing: take what is known
+            Lookup::Wait if e.result != hs::HS_RESULT_OK => self.count(&e, &self.wire.give_up(id).0, None, procs),
+            Lookup::Wait => self.pending.push_back((e, now)),
+        }
+    }
+
+    /// Counts the waiting handshakes whose parameters arrived, and those that waited too
+    /// long (or all, at exit) with what is known.
+    pub fn flush(&mut self, all: bool, procs: &impl ProcInfo, now: Instant) {
+        for (e, since) in std::mem::take(&mut self.pending) {
+            let id = (e.conn_sk, e.conn_start);
+            match self.wire.lookup(id) {
+                Lookup::Ready(l, complete) => self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs),
+                Lookup::Wait if all || now.duration_since(since) >= tracker::WAIT => {
+                    let (l, complete) = self.wire.give_up(id);
+                    self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs);
+                }
+                Lookup::Wait => self.pending.push_back((e, since)),
+            }
+        }
+    }
+
+    /// Drops captures no handshake event will ask for any more.
+    pub fn expire(&mut self, now: Instant) {
+        self.wire.expire(now);
+    }
+
+    /// A handshake the probes timed. With --exact they count it too; otherwise a server's
+    /// handshakes are counted from the wire (on_wire_handshake) and this only measures it.
+    fn count(&mut self, e: &hs::hs_event, n: &Negotiated, unlabelled: Option<&str>, procs: &impl ProcInfo) {
+        let comm = procs.name(e.tgid);
+        let role = hs::role_label(e.role);
+        let result = hs::result_label(e.result);
+        let cpu = e.cpu_ns as f64 / 1e9;
+        let p = ParamLabels::new(&comm, role, n);
+        let counts = self.exact || e.role == hs::HS_ROLE_CLIENT;
+        if counts {
+            self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
+            if let Some(reason) = unlabelled {
+                self.count_unlabelled(&comm, reason);
+            }
+        }
+        if e.result == hs::HS_RESULT_OK {
+            self.metrics.handshake_cpu.get_or_create(&p).observe(cpu);
+            self.metrics
+                .handshake_duration
+                .get_or_create(&p)
+                .observe(e.duration_ns as f64 / 1e9);
+        } else {
+            let rl = RoleLabels {
+                comm: comm.clone(),
+                role: role.into(),
+            };
+            self.metrics.failed_handshake_cpu.get_or_create(&rl).inc_by(cpu);
+        }
+        let s = self.summary.entry((comm, role, result)).or_default();
+        s.count += counts as u64;
+        s.measured += 1;
+        s.cpu_ns += e.cpu_ns;
+        s.duration_ns += e.duration_ns;
+    }
+
+    /// Connections accepted on a TLS port that closed before any TLS was seen on them: the
+    /// server never handed them to its TLS library. Counted as failed handshakes.
+    pub fn failed_without_tls(&mut self, comm: &str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.metrics
+            .handshakes
+            .get_or_create(&ParamLabels::new(comm, "server", &Negotiated::UNKNOWN).with_result("failed"))
+            .inc_by(n);
+        self.summary
+            .entry((comm.to_string(), "server", "failed"))
+            .or_default()
+            .count += n;
+    }
+
+    fn count_unlabelled(&self, comm: &str, reason: &str) {
+        self.metrics
+            .handshakes_unlabelled
+            .get_or_create(&ReasonLabels {
+                comm: comm.into(),
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// The table `tlsprof run` prints at exit.
+    pub fn summary_table(&self) -> String {
+        let mut out = format!(
+            "tlsprof: handshakes seen\n{:<16} {:<7} {:<7} {:>10} {:>14} {:>14}\n",
+            "COMM", "ROLE", "RESULT", "COUNT", "CPU/HS (us)", "WALL/HS (us)"
+        );
+        for ((comm, role, result), s) in &self.summary {
+            let n = s.measured.max(1) as f64;
+            out.push_str(&format!(
+                "{:<16} {:<7} {:<7} {:>10} {:>14.1} {:>14.1}\n",
+                comm,
+                role,
+                result,
+                s.count,
+                s.cpu_ns as f64 / n / 1e3,
+                s.duration_ns as f64 / n / 1e3
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::{
+        bpf::wire::{WIRE_END_CLOSED, WIRE_END_FINISHED, WIRE_EV_DATA, WIRE_EV_END},
+        metrics::HandshakeLabels,
+    };
+
+    const SK: u64 = 0xffff_8880_0000_1000;
+    const NGINX: u32 = 7;
+    const GNUTLS: u32 = 8;
+
+    /// Processes as Targets would describe them: nginx with probes attached at t=100,
+    /// lighttpd+GnuTLS without probes.
+    struct Procs(HashMap<u32, (&'static str, bool)>);
+
+    fn procs() -> Procs {
+        Procs(HashMap::from([(NGINX, ("nginx", true)), (GNUTLS, ("lighttpd", false))]))
+    }
+
+    impl ProcInfo for Procs {
+        fn name(&self, tgid: u32) -> String {
+            self.0.get(&tgid).map_or("unknown", |p| p.0).to_string()
+        }
+        fn known(&self, tgid: u32) -> bool {
+            self.0.contains_key(&tgid)
+        }
+        fn has_probes(&self, tgid: u32) -> Option<bool> {
+            self.0.get(&tgid).map(|p| p.1)
+        }
+        fn window_start_ns(&self, _: u32) -> u64 {
+            100
+        }
+    }
+
+    /// A TLS 1.2 resumed flight: ServerHello (TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256),
+    /// change_cipher_spec, encrypted Finished.
+    fn resumed12() -> Vec<u8> {
+        let mut sh = vec![2, 0, 0, 70, 3, 3];
+        sh.extend_from_slice(&[1; 32]);
+        sh.push(32);
+        sh.extend_from_slice(&[5; 32]);
+        sh.extend_from_slice(&[0xC0, 0x2F, 0]);
+        let mut v = vec![22, 3, 3, 0, sh.len() as u8];
+        v.extend_from_slice(&sh);
+        v.extend_from_slice(&[20, 3, 3, 0, 1, 1, 22, 3, 3, 0, 40]);
+        v.extend_from_slice(&[0; 40]);
+        v
+    }
+
+    fn wire(tgid: u32, conn: u64, kind: u8, flags: u8, data: &[u8]) -> WireEvent {
+        WireEvent {
+            sk: SK,
+            conn_start: conn,
+            tgid,
+            netns: 1,
+            port: 8443,
+            kind,
+            flags,
+            data: data.to_vec(),
+        }
+    }
+
+    /// A whole capture: the flight, then its end.
+    fn captured(tgid: u32, conn: u64, end: u8) -> Vec<WireEvent> {
+        vec![
+            wire(tgid, conn, WIRE_EV_DATA, 0, &resumed12()),
+            wire(tgid, conn, WIRE_EV_END, end, &[]),
+        ]
+    }
+
+    fn probe(role: u8, result: u8, conn: u64, cpu_ns: u64) -> hs::hs_event {
+        hs::hs_event {
+            duration_ns: 2 * cpu_ns,
+            cpu_ns,
+            tgid: NGINX,
+            calls: 2,
+            role,
+            result,
+            pad: [0; 6],
+            conn_sk: if conn == 0 { 0 } else { SK },
+            conn_start: conn,
+        }
+    }
+
+    const RESUMED: Negotiated = Negotiated {
+        version: "TLSv1.2",
+        cipher: "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        group: "none",
+        cert: "none",
+        resumed: true,
+    };
+
+    fn count(m: &Metrics, comm: &str, role: &str, result: &str, n: &Negotiated) -> u64 {
+        let l: HandshakeLabels = ParamLabels::new(comm, role, n).with_result(result);
+        m.handshakes.get_or_create(&l).get()
+    }
+
+    fn timed(m: &Metrics, comm: &str, role: &str, n: &Negotiated) -> (u64, f64) {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &m.registry).unwrap();
+        let labels = ParamLabels::new(comm, role, n);
+        let want = format!(
+            "comm=\"{}\",role=\"{}\",version=\"{}\",cipher=\"{}\",group=\"{}\",cert=\"{}\",resumed=\"{}\"",
+            labels.comm, labels.role, labels.version, labels.cipher, labels.group, labels.cert, labels.resumed
+        );
+        let find = |series: &str| {
+            text.lines()
+                .find(|l| l.starts_with(series) && l.contains(&want))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (
+            find("tlsprof_handshake_cpu_seconds_count") as u64,
+            find("tlsprof_handshake_cpu_seconds_sum"),
+        )
+    }
+
+    fn unlabelled(m: &Metrics, comm: &str, reason: &str) -> u64 {
+        m.handshakes_unlabelled
+            .get_or_create(&ReasonLabels {
+                comm: comm.into(),
+                reason: reason.into(),
+            })
+            .get()
+    }
+
+    #[test]
+    fn default_mode_counts_from_the_wire_and_times_from_the_probes() {
+        let m = Arc::new(Metrics::new());
+        let mut h = Handshakes::new(m.clone(), false, true);
+        let (p, t0) = (procs(), Instant::now());
+        // the wire ends first, the probe event comes after: counted once, timed once
+        h.on_wire(captured(NGINX, 200, WIRE_END_FINISHED), &p, t0);
+        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 200, 500_000), &p, t0);
+        // a probe event before its connection's bytes: it waits for them
+        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 300, 700_000), &p, t0);
+        assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 1);
+        h.on_wire(captured(NGINX, 300, WIRE_END_FINISHED), &p, t0);
+        h.flush(false, &p, t0);
+        assert_eq!(count(&m, "nginx", "server", "ok", &RESUMED), 2);
+        let (n, sum) = timed(&m, "nginx", "server", &RESUMED);
+        assert_eq!(n, 2);
+        assert!((sum - 0.0012).abs() < 1e-12, "{sum}");
+        assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 0);
+        // a connection accepted before the probes' window opened is not timed
+        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 50, 900_000), &p, t0);
+        assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 2);
+        assert_eq!(h.summary[&("nginx".into(), "server", "ok")].count, 2);
+        assert_eq!(h.summary[&("nginx".into(), "server", "ok")].measured, 2);
+    }
+
+    #[test]
+    fn servers_without_probes_and_unknown_processes() {
+        let m = Arc::new(Metrics::new());
+        let mut h = Handshakes::new(m.clone(), false, true);
+        let (p, t0) = (procs(), Instant::now());
+        h.on_wire(captured(GNUTLS, 200, WIRE_END_FINISHED), &p, t0);
+        // closed after its ServerHello: the server's part did not finish
+        h.on_wire(captured(GNUTLS, 201, WIRE_END_CLOSED), &p, t0);
+        // a process tlsprof does not trace (its port's owner exited long ago): ignored
+        h.on_wire(captured(99, 202, WIRE_END_FINISHED), &p, t0);
+        assert_eq!(count(&m, "lighttpd", "server", "ok", &RESUMED), 1);
+        assert_eq!(count(&m, "lighttpd", "server", "failed", &RESUMED), 1);
+        assert_eq!(count(&m, "unknown", "server", "ok", &RESUMED), 0);
+    }
+
+    #[test]
+    fn exact_mode_counts_from_the_probes() {
+        let m = Arc::new(Metrics::new());
+        let mut h = Handshakes::new(m.clone(), true, true);
+        let (p, t0) = (procs(), Instant::now());
+        h.on_wire(captured(NGINX, 200, WIRE_END_FINISHED), &p, t0);
+        h.on_wire(captured(GNUTLS, 201, WIRE_END_FINISHED), &p, t0);
+        assert_eq!(
+            count(&m, "nginx", "server", "ok", &RESUMED),
+            0,
+            "the probes count nginx's"
+        );
+        assert_eq!(
+            count(&m, "lighttpd", "server", "ok", &RESUMED),
+            1,
+            "the wire counts lighttpd's"
+        );
+        // every handshake is counted, even on a connection from before the window
+        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 200, 500_000), &p, t0);
+        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 50, 500_000), &p, t0);
+        assert_eq!(count(&m, "nginx", "server", "ok", &RESUMED), 1);
+        // the second waits for bytes that never come: counted with what is known
+        h.flush(false, &p, t0 + tracker::WAIT);
+        assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 1);
+        assert_eq!(unlabelled(&m, "nginx", UNLABELLED_INCOMPLETE), 1);
+        // a failed handshake that sent nothing is not kept waiting
+        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_FAILED, 400, 100_000), &p, t0);
+        assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN), 1);
+        let failed_cpu = m
+            .failed_handshake_cpu
+            .get_or_create(&RoleLabels {
+                comm: "nginx".into(),
+                role: "server".into(),
+            })
+            .get();
+        assert!((failed_cpu - 1e-4).abs() < 1e-12);
+    }
+
+    #[test]
+    fn client_handshakes_are_counted_by_the_probes_in_every_mode() {
+        for exact in [false, true] {
+            let m = Arc::new(Metrics::new());
+            let mut h = Handshakes::new(m.clone(), exact, true);
+            let (p, t0) = (procs(), Instant::now());
+            h.on_probe(probe(hs::HS_ROLE_CLIENT, hs::HS_RESULT_OK, 0, 300_000), &p, t0);
+            assert_eq!(
+                count(&m, "nginx", "client", "ok", &Negotiated::UNKNOWN),
+                1,
+                "exact {exact}"
+            );
+            assert_eq!(unlabelled(&m, "nginx", UNLABELLED_NO_CONNECTION), 1);
+        }
+    }
+
+    #[test]
+    fn without_the_wire_nothing_waits() {
+        let m = Arc::new(Metrics::new());
+        let mut h = Handshakes::new(m.clone(), true, false);
+        let (p, t0) = (procs(), Instant::now());
+        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 200, 500_000), &p, t0);
+        assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 1);
+        assert_eq!(unlabelled(&m, "nginx", UNLABELLED_NO_CONNECTION), 1);
+        h.failed_without_tls("nginx", 3);
+        assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN), 3);
+        let table = h.summary_table();
+        assert!(table.contains("nginx            server  failed           3"), "{table}");
+    }
+}

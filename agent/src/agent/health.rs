@@ -1,0 +1,46 @@
+//! tlsprof's own health: the kernel side's failure counters and the agent's CPU and memory.
+use crate::{
+    bpf::{
+        loader::Kernel,
+        stats::{STATS, STAT_HS_EVENTS_LOST},
+    },
+    discovery::procfs,
+    metrics::{KindLabels, Metrics},
+};
+
+#[derive(Default)]
+pub struct Health {
+    /// Kernel failure counters already exported.
+    stats_seen: [u64; STATS.len()],
+    /// The agent's own CPU seconds already exported.
+    cpu_seen: f64,
+}
+
+impl Health {
+    /// tlsprof_kernel_errors_total{kind} (and tlsprof_events_lost_total) from bpf/stats.h.
+    pub fn sync_kernel(&mut self, k: &Kernel, m: &Metrics) {
+        for (i, &(idx, kind)) in STATS.iter().enumerate() {
+            let Some(v) = k.stat(idx) else { continue };
+            let delta = v.saturating_sub(self.stats_seen[i]);
+            self.stats_seen[i] = v;
+            if idx == STAT_HS_EVENTS_LOST {
+                m.events_lost.inc_by(delta);
+            }
+            m.kernel_errors
+                .get_or_create(&KindLabels { kind: kind.into() })
+                .inc_by(delta);
+        }
+    }
+
+    /// The agent's own CPU time and resident memory, from /proc/self.
+    pub fn sync_self(&mut self, m: &Metrics) {
+        if let Some((cpu, rss)) = procfs::self_usage() {
+            let delta = cpu - self.cpu_seen;
+            if delta > 0.0 {
+                m.agent_cpu.inc_by(delta);
+                self.cpu_seen = cpu;
+            }
+            m.agent_memory.set(rss as i64);
+        }
+    }
+}

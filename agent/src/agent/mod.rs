@@ -1,0 +1,338 @@
+//! `tlsprof run`: sets up, then an event loop that only dispatches: kernel events to the
+//! handshake join (handshakes.rs), connection churn (ports.rs) and process tracking
+//! (targets.rs); the overhead budget (budget.rs, duty.rs) and the CPU split (cpu/) on
+//! their clocks; a /proc scan every --scan-interval.
+mod budget;
+pub mod duty;
+mod handshakes;
+mod health;
+mod ports;
+mod targets;
+
+use std::{
+    path::Path,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context as _, Result};
+
+use self::{budget::Budget, handshakes::Handshakes, health::Health, ports::Ports, targets::Targets};
+use crate::{
+    bpf::{
+        loader::{Events, Kernel, OPTIONAL},
+        proc::{PROC_EV_EXIT, PROC_EV_FORK},
+        uprobes::UPROBES,
+    },
+    cli::RunArgs,
+    cpu::{flame, Profiler},
+    http,
+    metrics::{defs, FigureLabels, Metrics, ModeLabels, ProbeLabels},
+    preflight,
+};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Asks a running agent (in this process) to stop.
+pub fn request_stop() {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Whether SIGINT/SIGTERM arrived or a stop was asked for.
+pub fn stopping() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+    }
+}
+
+/// Figures measured in the probes' windows in the default mode (tlsprof_sampled_figure_info).
+fn sampled_figures() -> [String; 5] {
+    [
+        defs::HANDSHAKE_CPU.family(),
+        defs::HANDSHAKE_DURATION.family(),
+        defs::FAILED_HANDSHAKE_CPU.sample(),
+        format!("{}{{role=client}}", defs::HANDSHAKES.sample()),
+        format!("{}{{category=handshake}}", defs::CPU.sample()),
+    ]
+}
+
+struct Agent {
+    args: RunArgs,
+    metrics: Arc<Metrics>,
+    kernel: Kernel,
+    targets: Targets,
+    ports: Ports,
+    handshakes: Handshakes,
+    budget: Budget,
+    profiler: Profiler,
+    health: Health,
+}
+
+impl Agent {
+    /// Looks for processes to attach to and forgets those gone; then their ports.
+    fn scan(&mut self) {
+        self.targets.scan(&mut self.kernel, &mut self.profiler, &self.metrics);
+        self.refresh_ports();
+        self.targets.export_gauges(&self.metrics);
+    }
+
+    fn refresh_ports(&mut self) {
+        let traced = self.targets.traced.iter().map(|(pid, t)| (*pid, t.name.as_str()));
+        for (comm, n) in self.ports.refresh(traced, &mut self.kernel) {
+            self.handshakes.failed_without_tls(&comm, n);
+        }
+        self.targets.say_ready();
+    }
+
+    /// Everything the kernel reported, each to whom it concerns.
+    fn drain(&mut self) {
+        self.profiler.drain();
+        let Events {
+            wire,
+            handshakes,
+            conns,
+            notices,
+        } = self.kernel.drain();
+        let now = Instant::now();
+        // Wire bytes first: a handshake event finds its connection's parameters; and
+        // handshakes before exits: a process's last handshakes arrive before its exit.
+        self.handshakes.on_wire(wire, &self.targets, now);
+        for e in handshakes {
+            self.handshakes.on_probe(e, &self.targets, now);
+        }
+        self.handshakes.flush(false, &self.targets, now);
+        for e in conns {
+            for (comm, n) in self.ports.on_conn(&e, &self.kernel) {
+                self.handshakes.failed_without_tls(&comm, n);
+            }
+        }
+        for n in notices {
+            match n.kind {
+                PROC_EV_FORK => {
+                    let forked =
+                        self.targets
+                            .on_fork(n.pid, n.parent, &mut self.kernel, &mut self.profiler, &self.metrics);
+                    if forked {
+                        self.refresh_ports();
+                    }
+                }
+                PROC_EV_EXIT => {
+                    self.targets.on_exit(n.pid, &mut self.kernel, &mut self.profiler);
+                    self.targets.export_gauges(&self.metrics);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The CPU split, from the kernel's per-process on-CPU time.
+    fn split_cpu(&mut self) {
+        let k = &self.kernel;
+        self.profiler.tick(|pid| k.oncpu_ns(pid));
+    }
+
+    fn write_flamegraph(&self, out: &Path) -> Result<()> {
+        let folded = self.profiler.folded.as_ref().context("no stacks collected")?;
+        let samples: u64 = folded.stacks.values().sum();
+        if samples == 0 {
+            bail!(
+                "no CPU samples of the selected processes in {:.0} s (idle, or not attached): no flame graph written",
+                self.args.duration.unwrap_or(0.0)
+            );
+        }
+        let title = format!(
+            "tlsprof: {} ({} samples at {} Hz)",
+            self.targets.names().join(", "),
+            samples,
+            self.args.targets.sample_hz()
+        );
+        let file = std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
+        flame::render(folded, &title, std::io::BufWriter::new(file))
+            .with_context(|| format!("writing {}", out.display()))?;
+        log::info!(
+            "wrote {} ({samples} samples, {} stacks)",
+            out.display(),
+            folded.stacks.len()
+        );
+        Ok(())
+    }
+}
+
+/// Exports what is known from the start: the mode, the sampled figures, the cost of a probe
+/// hit, and every probe at zero (at one where the kernel refused it), so that dashboards and
+/// alerts see the series and rate() sees the first failure.
+fn export_setup(m: &Metrics, args: &RunArgs, exact: bool, k: &Kernel, hit_cost: Option<(f64, f64)>) {
+    m.mode_info
+        .get_or_create(&ModeLabels {
+            mode: if exact { "exact" } else { "default" }.into(),
+            overhead_budget: if exact {
+                "none".into()
+            } else {
+                format!("{}", args.overhead_budget)
+            },
+        })
+        .set(1);
+    if !exact {
+        for figure in sampled_figures() {
+            m.sampled_figures.get_or_create(&FigureLabels { figure }).set(1);
+        }
+    }
+    if let Some((e, r)) = hit_cost {
+        for (probe, v) in [("uprobe", e), ("uretprobe", r)] {
+            m.probe_hit_cost
+                .get_or_create(&ProbeLabels { probe: probe.into() })
+                .set(v);
+        }
+    }
+    for program in UPROBES.iter().chain(OPTIONAL.iter().map(|(p, _, _)| p)) {
+        let _ = m.attach_failures.get_or_create(&ProbeLabels {
+            probe: (*program).into(),
+        });
+    }
+    for program in &k.missing {
+        m.attach_failures
+            .get_or_create(&ProbeLabels {
+                probe: (*program).into(),
+            })
+            .inc();
+    }
+}
+
+pub fn run(mut args: RunArgs) -> Result<()> {
+    preflight::privileges()?;
+    let btf = preflight::btf()?;
+    let listener = match (&args.flamegraph, &args.metrics_out) {
+        (None, None) => Some(preflight::listen(args.listen)?),
+        _ => None,
+    };
+    targets::check_pids(&args.targets.pids)?;
+    preflight::raise_fd_limit();
+
+    let sample_hz = args.targets.sample_hz();
+    let mut kernel = Kernel::load(&btf, sample_hz, args.exact)?;
+    let exact = args.exact || !kernel.wire_counts;
+    if !args.exact && exact {
+        log::warn!(
+            "without tcp_sendmsg_locked the handshakes can only be counted by the handshake probes: they stay \
+             attached (as with --exact) and --overhead-budget is not applied"
+        );
+    }
+    let hit_cost = kernel
+        .calibrate()
+        .inspect_err(|e| log::debug!("cannot measure the cost of a probe hit here: {e:#}"))
+        .ok();
+    let metrics = Arc::new(Metrics::new());
+    let profiler = Profiler::new(
+        metrics.clone(),
+        kernel.take_samples().context("cpu_samples taken")?,
+        args.targets.debug_dirs.clone(),
+        args.flamegraph.is_some(),
+        sample_hz > 0,
+    );
+    export_setup(&metrics, &args, exact, &kernel, hit_cost);
+    if let Some(listener) = listener {
+        http::serve(listener, metrics.clone());
+        log::info!("serving metrics on http://{}/metrics", args.listen);
+    }
+    install_signal_handlers();
+
+    let metrics_out = args.metrics_out.take();
+    let mut agent = Agent {
+        targets: Targets::new(&args, exact),
+        ports: Ports::new(metrics.clone()),
+        handshakes: Handshakes::new(metrics.clone(), exact, kernel.wire_counts),
+        budget: Budget::new(hit_cost),
+        health: Health::default(),
+        metrics,
+        kernel,
+        profiler,
+        args,
+    };
+    agent.scan();
+    agent.health.sync_self(&agent.metrics);
+    if let Some(out) = metrics_out {
+        // `top` and `report` read the metrics from here on: the first scan has attached.
+        let _ = out.send(agent.metrics.clone());
+    }
+    let result = event_loop(&mut agent);
+    agent.targets.unready();
+    result?;
+
+    agent.drain();
+    agent.handshakes.flush(true, &agent.targets, Instant::now());
+    agent.split_cpu();
+    agent.refresh_ports();
+    agent.ports.churn.finish();
+    agent.health.sync_kernel(&agent.kernel, &agent.metrics);
+    if let Some(out) = agent.args.flamegraph.clone() {
+        return agent.write_flamegraph(&out);
+    }
+    if !agent.args.quiet {
+        print!("{}", agent.handshakes.summary_table());
+    }
+    Ok(())
+}
+
+/// Until SIGINT/SIGTERM or --duration: waits for the kernel's events and dispatches them,
+/// and runs each periodic task when it is due.
+fn event_loop(agent: &mut Agent) -> Result<()> {
+    let every = agent.args.scan_every();
+    let deadline = agent
+        .args
+        .duration
+        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    let mut next_scan = Instant::now() + every;
+    let mut next_split = Instant::now() + Duration::from_secs(1);
+    let mut exits_cleared = Instant::now();
+    let mut next_duty: Option<Instant> = None;
+    while !stopping() {
+        if let Some(msg) = agent.targets.fatal.take() {
+            bail!("a probe failed to attach (--strict): {msg}");
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        let mut until = next_scan.saturating_duration_since(now).min(Duration::from_millis(200));
+        if let Some(d) = next_duty {
+            until = until.min(d.saturating_duration_since(now));
+        }
+        agent.kernel.wait(until.min(next_split.saturating_duration_since(now)));
+        agent.drain();
+        next_duty = agent.budget.tick(
+            &mut agent.targets,
+            &mut agent.kernel,
+            &mut agent.profiler,
+            &agent.metrics,
+        );
+        if Instant::now() >= next_split {
+            agent.split_cpu();
+            next_split = Instant::now() + Duration::from_secs(1);
+        }
+        if Instant::now() >= next_scan {
+            agent.scan();
+            agent.health.sync_kernel(&agent.kernel, &agent.metrics);
+            agent.health.sync_self(&agent.metrics);
+            agent.handshakes.expire(Instant::now());
+            next_scan = Instant::now() + every;
+            if exits_cleared.elapsed() > Duration::from_secs(60) {
+                agent.targets.clear_recent_exits();
+                agent.ports.clear_names();
+                exits_cleared = Instant::now();
+            }
+        }
+    }
+    Ok(())
+}

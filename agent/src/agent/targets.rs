@@ -1,0 +1,471 @@
+//! Target selection and attach planning: which processes are traced, what is attached to
+//! each (handshake probes where OpenSSL is found, else CPU and connections only), and
+//! forgetting them when they exit or exec. Readiness: the `attached to` log lines and the
+//! --ready-file, once a process's listening ports are watched too.
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use anyhow::{bail, Context as _, Result};
+
+use super::{
+    budget::{self, Probes},
+    duty::Duty,
+    handshakes::ProcInfo,
+};
+use crate::{
+    bpf::{loader::Kernel, uprobes::Link},
+    cli::RunArgs,
+    clock::ktime_ns,
+    cpu::Profiler,
+    discovery::{
+        openssl::{self, Candidate, HandshakeHooks, HookMode},
+        procfs::{self, ProcStat},
+        select::Selector,
+        stacks::{self, StackMemo},
+    },
+    metrics::{CommLabels, Metrics, ProbeLabels, ReasonLabels},
+};
+
+/// Why a handshake's negotiated labels are `other` (tlsprof_handshakes_unlabelled_total).
+pub const UNLABELLED_NO_CONNECTION: &str = "no_connection";
+pub const UNLABELLED_INCOMPLETE: &str = "incomplete";
+
+/// A traced process.
+pub struct Traced {
+    /// The `comm` label (procfs::process_name).
+    pub name: String,
+    /// /proc/PID/comm when attached: a change means a new program (exec).
+    pub comm: String,
+    start_time: u64,
+    /// Its handshake probes, where OpenSSL was found (None: CPU and connections only).
+    pub probes: Option<Probes>,
+}
+
+/// A selected process with no TLS stack (yet): looked at again when its memory map grows.
+struct Watched {
+    start_time: u64,
+    vsize: u64,
+}
+
+/// ELF analysis of files by identity (device, inode, size, mtime).
+type HookCache = HashMap<(u64, u64, u64, i64), Option<HandshakeHooks>>;
+
+/// The OpenSSL hooks of every candidate file of a process.
+fn tls_files(pid: u32, cache: &mut HookCache, mode: HookMode) -> std::io::Result<Vec<(Candidate, HandshakeHooks)>> {
+    let mut out = Vec::new();
+    for c in openssl::candidates(pid)? {
+        let hooks = cache
+            .entry(c.identity)
+            .or_insert_with(|| match openssl::handshake_hooks(&c.host_path, mode) {
+                Ok(h) => h,
+                Err(e) => {
+                    log::debug!("{e}");
+                    None
+                }
+            })
+            .clone();
+        if let Some(h) = hooks {
+            out.push((c, h));
+        }
+    }
+    Ok(out)
+}
+
+/// The probes to attach for one file's hooks: (program, file offset).
+fn plan_for(h: &HandshakeHooks) -> Vec<(&'static str, u64)> {
+    let mut plan = Vec::new();
+    for (prog, off) in [
+        ("hs_enter_server", h.accept),
+        ("hs_enter_client", h.connect),
+        ("hs_enter_any", h.do_handshake),
+    ] {
+        if let Some(off) = off {
+            plan.push((prog, off));
+            plan.push(("hs_exit", off));
+        }
+    }
+    if let Some(off) = h.set_accept_state {
+        plan.push(("ssl_set_accept_state", off));
+    }
+    if let Some(off) = h.set_connect_state {
+        plan.push(("ssl_set_connect_state", off));
+    }
+    plan.push(("ssl_free", h.free));
+    plan
+}
+
+pub struct Targets {
+    selector: Selector,
+    hooks: HookMode,
+    exact: bool,
+    overhead_budget: f64,
+    strict: bool,
+    self_pid: u32,
+    pub traced: HashMap<u32, Traced>,
+    watched: HashMap<u32, Watched>,
+    hooks_cache: HookCache,
+    stack_memo: StackMemo,
+    /// Names of processes that exited lately, for events that arrive after the exit.
+    recent_exits: HashMap<u32, String>,
+    /// Every process name attached so far: its gauges go to 0, not away, when the last goes.
+    ever_attached: BTreeSet<String>,
+    /// Processes forgotten since the kernel maps were last swept.
+    exited: Vec<u32>,
+    /// "attached to" lines waiting for the processes' ports to be watched (say_ready).
+    ready: Vec<String>,
+    ready_file: Option<PathBuf>,
+    /// What the ready file says now.
+    ready_written: Option<BTreeMap<u32, String>>,
+    /// --strict: the first attach failure, which ends the run.
+    pub fatal: Option<String>,
+}
+
+impl Targets {
+    pub fn new(args: &RunArgs, exact: bool) -> Self {
+        Self {
+            selector: Selector::new(&args.targets),
+            hooks: args.hooks,
+            exact,
+            overhead_budget: args.overhead_budget,
+            strict: args.strict,
+            self_pid: std::process::id(),
+            traced: HashMap::new(),
+            watched: HashMap::new(),
+            hooks_cache: HashMap::new(),
+            stack_memo: StackMemo::default(),
+            recent_exits: HashMap::new(),
+            ever_attached: BTreeSet::new(),
+            exited: Vec::new(),
+            ready: Vec::new(),
+            ready_file: args.ready_file.clone(),
+            ready_written: None,
+            fatal: None,
+        }
+    }
+
+    /// Forgets the processes gone or changed, and attaches to the selected ones that carry
+    /// a TLS stack. The kernel maps of the processes forgotten since the last scan are
+    /// swept first.
+    pub fn scan(&mut self, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) {
+        let Ok(pids) = procfs::pids() else { return };
+        let stats: HashMap<u32, ProcStat> = pids
+            .into_iter()
+            .filter(|p| *p != self.self_pid)
+            .filter_map(|p| Some((p, procfs::stat(p).ok()?)))
+            .collect();
+
+        let gone: Vec<u32> = self
+            .traced
+            .iter()
+            .filter(|(pid, t)| {
+                stats
+                    .get(pid)
+                    .is_none_or(|s| s.start_time != t.start_time || s.comm != t.comm)
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in gone {
+            self.forget(pid, k, prof);
+        }
+        k.sweep(&std::mem::take(&mut self.exited));
+        self.watched
+            .retain(|pid, w| stats.get(pid).is_some_and(|s| s.start_time == w.start_time));
+
+        let parent_of = |p: u32| stats.get(&p).map(|s| s.ppid);
+        let mut pids: Vec<u32> = stats.keys().copied().collect();
+        pids.sort_unstable();
+        for pid in pids {
+            let st = &stats[&pid];
+            if self.traced.contains_key(&pid) || !self.selector.selects(pid, &st.comm, parent_of) {
+                continue;
+            }
+            if self.watched.get(&pid).is_some_and(|w| w.vsize == st.vsize) {
+                continue;
+            }
+            self.examine(pid, st.clone(), k, prof, m);
+        }
+    }
+
+    /// A traced process forked: the child is attached at once if it is selected (nginx -s
+    /// reload). Returns whether it was.
+    pub fn on_fork(&mut self, pid: u32, parent: u32, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
+        if !self.traced.contains_key(&parent) || self.traced.contains_key(&pid) {
+            return false;
+        }
+        let Ok(st) = procfs::stat(pid) else { return false };
+        // The ancestry the selector walks: the child's stat is in hand, its ancestors' are read.
+        let child_ppid = st.ppid;
+        let parent_of = |p: u32| {
+            if p == pid {
+                Some(child_ppid)
+            } else {
+                procfs::stat(p).ok().map(|s| s.ppid)
+            }
+        };
+        if !self.selector.selects(pid, &st.comm, parent_of) {
+            return false;
+        }
+        self.examine(pid, st, k, prof, m);
+        true
+    }
+
+    /// A traced process exited: detached at once; the kernel maps are swept at the next
+    /// scan, for all exits together (a sweep walks hs_conns).
+    pub fn on_exit(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {
+        self.forget(pid, k, prof);
+    }
+
+    /// Attaches to a selected process if it carries a TLS stack, else watches it.
+    fn examine(&mut self, pid: u32, st: ProcStat, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) {
+        let files = tls_files(pid, &mut self.hooks_cache, self.hooks).unwrap_or_else(|e| {
+            log::debug!("cannot read the memory map of {pid} ({}): {e}", st.comm);
+            Vec::new()
+        });
+        if files.is_empty() {
+            // Another TLS stack (GnuTLS, Go, …): no handshake probes, but CPU and connections.
+            if let Some(stack) = stacks::process_tls_stack(pid, &mut self.stack_memo) {
+                self.watched.remove(&pid);
+                let msg = format!(
+                    "attached to {pid} ({}): TLS stack {stack}, no handshake probes",
+                    st.comm
+                );
+                self.track(pid, st, None, k, prof, m);
+                self.ready.push(msg);
+                return;
+            }
+            let watched = Watched {
+                start_time: st.start_time,
+                vsize: st.vsize,
+            };
+            self.watched.insert(pid, watched);
+            return;
+        }
+        self.watched.remove(&pid);
+        let mut plan: Vec<(&'static str, u64, PathBuf)> = Vec::new();
+        let mut attached = Vec::new();
+        for (file, h) in &files {
+            plan.extend(
+                plan_for(h)
+                    .into_iter()
+                    .map(|(prog, off)| (prog, off, file.host_path.clone())),
+            );
+            attached.push(format!(
+                "attached to {pid} ({}): {} via {}",
+                st.comm,
+                file.path,
+                h.source.as_str()
+            ));
+        }
+        let links = self.attach_first(pid, &st.comm, &plan, k, m);
+        let duty = (!self.exact && !links.is_empty()).then(|| Duty::new(self.overhead_budget, Instant::now(), 0.0));
+        let probes = Probes::new(plan, links, duty, ktime_ns());
+        self.track(pid, st, Some(probes), k, prof, m);
+        // logged once everything is in place: operators read it as "ready"
+        self.ready.extend(attached);
+    }
+
+    /// Attaches a process's handshake probes for the first time: a failure is counted and
+    /// said (re-attaching in a later cycle may race its exit: budget.rs only logs it).
+    fn attach_first(
+        &mut self,
+        pid: u32,
+        comm: &str,
+        plan: &[(&'static str, u64, PathBuf)],
+        k: &mut Kernel,
+        m: &Metrics,
+    ) -> Vec<Link> {
+        budget::attach_plan(k, pid, plan, |prog, e| {
+            m.attach_failures
+                .get_or_create(&ProbeLabels { probe: prog.into() })
+                .inc();
+            let msg = format!("{pid} ({comm}): {e:#}");
+            if self.strict {
+                self.fatal.get_or_insert(msg);
+            } else {
+                log::warn!("{msg}");
+            }
+        })
+    }
+
+    /// Starts following a process: forks, CPU, listening ports.
+    fn track(
+        &mut self,
+        pid: u32,
+        st: ProcStat,
+        probes: Option<Probes>,
+        k: &mut Kernel,
+        prof: &mut Profiler,
+        m: &Metrics,
+    ) {
+        k.trace(pid);
+        let name = procfs::process_name(pid, &st.comm);
+        if self.ever_attached.insert(name.clone()) {
+            // Exported at zero from the start, so that rate() sees the first increment.
+            for reason in [UNLABELLED_NO_CONNECTION, UNLABELLED_INCOMPLETE] {
+                let _ = m.handshakes_unlabelled.get_or_create(&ReasonLabels {
+                    comm: name.clone(),
+                    reason: reason.into(),
+                });
+            }
+        }
+        let probed = probes.as_ref().is_some_and(|p| !p.links.is_empty());
+        prof.add(pid, &name, probed);
+        prof.set_probes(pid, probed);
+        self.traced.insert(
+            pid,
+            Traced {
+                name,
+                comm: st.comm,
+                start_time: st.start_time,
+                probes,
+            },
+        );
+        self.export_gauges(m);
+    }
+
+    fn forget(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {
+        if let Some(t) = self.traced.remove(&pid) {
+            log::debug!("forgetting {pid} ({})", t.name);
+            k.detach_later(pid, t.probes.map(|p| p.links).unwrap_or_default());
+            prof.remove(pid, k.oncpu_ns(pid));
+            self.recent_exits.insert(pid, t.name);
+            self.exited.push(pid);
+        }
+    }
+
+    /// Says which processes are ready: the "attached to" lines, once their listening ports
+    /// are watched too (the default mode counts handshakes there), and the ready file.
+    pub fn say_ready(&mut self) {
+        for msg in std::mem::take(&mut self.ready) {
+            log::debug!("{msg}");
+        }
+        let Some(path) = &self.ready_file else { return };
+        let now: BTreeMap<u32, String> = self.traced.iter().map(|(p, t)| (*p, t.name.clone())).collect();
+        if self.ready_written.as_ref() == Some(&now) {
+            return;
+        }
+        let text: String = now.iter().map(|(p, n)| format!("{p} {n}\n")).collect();
+        match write_atomically(path, &text) {
+            Ok(()) => self.ready_written = Some(now),
+            Err(e) => log::warn!("cannot write {}: {e:#}", path.display()),
+        }
+    }
+
+    /// Removes the ready file (at exit: nothing is attached any more).
+    pub fn unready(&self) {
+        if let Some(path) = &self.ready_file {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    /// tlsprof_attached_processes and tlsprof_attached_probes.
+    pub fn export_gauges(&self, m: &Metrics) {
+        let mut per_comm: BTreeMap<&str, i64> = BTreeMap::new();
+        let mut probes = 0;
+        for t in self.traced.values() {
+            *per_comm.entry(&t.name).or_default() += 1;
+            probes += t.probes.as_ref().map_or(0, |p| p.links.len()) as i64;
+        }
+        // Names no longer traced go to zero rather than vanish, so rates and alerts stay sane.
+        for comm in &self.ever_attached {
+            if !per_comm.contains_key(comm.as_str()) {
+                m.attached_processes
+                    .get_or_create(&CommLabels { comm: comm.clone() })
+                    .set(0);
+            }
+        }
+        for (comm, n) in per_comm {
+            m.attached_processes
+                .get_or_create(&CommLabels { comm: comm.into() })
+                .set(n);
+        }
+        m.attached_probes.set(probes);
+    }
+
+    /// Names of processes that exited are kept a while, for their late events.
+    pub fn clear_recent_exits(&mut self) {
+        self.recent_exits.clear();
+    }
+
+    /// The names the traced processes are reported under, sorted, once each.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.traced.values().map(|t| t.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+}
+
+impl ProcInfo for Targets {
+    fn name(&self, tgid: u32) -> String {
+        if let Some(t) = self.traced.get(&tgid) {
+            return t.name.clone();
+        }
+        if let Some(c) = self.recent_exits.get(&tgid) {
+            return c.clone();
+        }
+        procfs::stat(tgid)
+            .map(|s| procfs::process_name(tgid, &s.comm))
+            .unwrap_or_else(|_| "unknown".into())
+    }
+
+    fn known(&self, tgid: u32) -> bool {
+        self.traced.contains_key(&tgid) || self.recent_exits.contains_key(&tgid)
+    }
+
+    fn has_probes(&self, tgid: u32) -> Option<bool> {
+        self.traced.get(&tgid).map(|t| t.probes.is_some())
+    }
+
+    fn window_start_ns(&self, tgid: u32) -> u64 {
+        self.traced
+            .get(&tgid)
+            .and_then(|t| t.probes.as_ref())
+            .map_or(0, |p| p.window_start_ns)
+    }
+}
+
+fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).context("renaming it")?;
+    Ok(())
+}
+
+/// `--pid` must name a live process that carries a TLS stack, itself or in a child.
+pub fn check_pids(pids: &[u32]) -> Result<()> {
+    let mut cache = HashMap::new();
+    let mut memo = StackMemo::default();
+    let mut has_tls = |pid: u32, cache: &mut HookCache| -> Result<bool> {
+        let files = tls_files(pid, cache, HookMode::Auto)?;
+        Ok(!files.is_empty() || stacks::process_tls_stack(pid, &mut memo).is_some())
+    };
+    for &pid in pids {
+        let st = procfs::stat(pid).map_err(|_| anyhow::anyhow!("no process with pid {pid}"))?;
+        if has_tls(pid, &mut cache).with_context(|| format!("cannot read /proc/{pid}/maps of {pid} ({})", st.comm))? {
+            continue;
+        }
+        let stats: HashMap<u32, ProcStat> = procfs::pids()?
+            .into_iter()
+            .filter_map(|p| Some((p, procfs::stat(p).ok()?)))
+            .collect();
+        let sel = Selector::descendants_of(pid);
+        let parent_of = |p: u32| stats.get(&p).map(|s| s.ppid);
+        let child_has_tls = stats
+            .iter()
+            .filter(|(p, s)| **p != pid && sel.selects(**p, &s.comm, parent_of))
+            .any(|(p, _)| has_tls(*p, &mut cache).unwrap_or(false));
+        if !child_has_tls {
+            bail!(
+                "process {pid} ({}) maps no TLS library (libssl, libgnutls, libmbedtls, …) and its executable \
+                 carries no TLS code found by symbols (OpenSSL, mbed TLS or Go's crypto/tls linked in; a \
+                 stripped executable hides it): nothing to trace",
+                st.comm
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! What one probe hit costs on this host, measured at start (the overhead budget turns
+//! hits into CPU with it): the agent attaches calib.bpf.h's no-op programs to functions of
+//! its own and times calls with and without them.
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{Context as _, Result};
+
+use super::loader::Kernel;
+use crate::{clock::thread_cpu, discovery::maps};
+
+/// Calibration targets: never inlined, so that every call from `time_calls` runs their
+/// first instruction and returns through its return address. `calib_entry` gets an entry
+/// probe, `calib_both` an entry and a return probe, `calib_plain` none.
+macro_rules! calibration_target {
+    ($name:ident, $k:expr) => {
+        #[no_mangle]
+        #[inline(never)]
+        pub extern "C" fn $name(x: u64) -> u64 {
+            std::hint::black_box(x).wrapping_mul($k).wrapping_add(1)
+        }
+    };
+}
+calibration_target!(tlsprof_calib_plain, 3);
+calibration_target!(tlsprof_calib_entry, 5);
+calibration_target!(tlsprof_calib_both, 7);
+
+pub type Target = extern "C" fn(u64) -> u64;
+
+/// CPU time of `n` calls of a calibration target on this thread.
+pub fn time_calls(f: Target, n: u64) -> Duration {
+    let f: Target = std::hint::black_box(f);
+    let t0 = thread_cpu();
+    let mut acc = 0u64;
+    for i in 0..n {
+        acc = acc.wrapping_add(f(i));
+    }
+    std::hint::black_box(acc);
+    thread_cpu().saturating_sub(t0)
+}
+
+/// The file offset of a function of the agent in its executable, from where it is mapped
+/// (/proc/self/maps), and that executable's path.
+pub fn target_location(f: Target) -> Option<(PathBuf, u64)> {
+    let addr = f as *const () as usize as u64;
+    let text = maps::read("self").ok()?;
+    let m = maps::parse(&text).find(|m| m.executable() && (m.start..m.end).contains(&addr))?;
+    Some((m.file()?.into(), addr - m.start + m.offset))
+}
+
+/// The cost of one hit from timings of `n` calls without probes, with an entry probe, and
+/// with entry and return probes (the smallest of several rounds of each: noise only adds).
+pub fn hit_costs(n: u64, none: Duration, entry: Duration, both: Duration) -> (f64, f64) {
+    let per = |d: Duration| d.as_secs_f64() / n as f64;
+    let e = (per(entry) - per(none)).max(0.0);
+    let r = (per(both) - per(entry)).max(0.0);
+    (e, r)
+}
+
+impl Kernel {
+    /// What one uprobe hit and one uretprobe hit cost on this host, in CPU seconds: the
+    /// agent calls three functions of its own, one without a probe, one with an entry probe,
+    /// one with an entry and a return probe, in rounds (the fastest round of each counts:
+    /// noise only adds), then detaches them on the detacher thread.
+    pub fn calibrate(&mut self) -> Result<(f64, f64)> {
+        const N: u64 = 2000;
+        let pid = std::process::id();
+        let (exe, entry_off) =
+            target_location(tlsprof_calib_entry).context("the agent's own code is not mapped from a file")?;
+        let (_, both_off) = target_location(tlsprof_calib_both).context("the agent's own code")?;
+        let mut links = Vec::new();
+        let attached = (|| -> Result<()> {
+            links.push(self.attach_uprobe("calib_entry", entry_off, &exe, pid)?);
+            links.push(self.attach_uprobe("calib_entry", both_off, &exe, pid)?);
+            links.push(self.attach_uprobe("calib_return", both_off, &exe, pid)?);
+            Ok(())
+        })();
+        let mut best = [Duration::MAX; 3];
+        if attached.is_ok() {
+            for _ in 0..4 {
+                best[0] = best[0].min(time_calls(tlsprof_calib_plain, N));
+                best[1] = best[1].min(time_calls(tlsprof_calib_entry, N));
+                best[2] = best[2].min(time_calls(tlsprof_calib_both, N));
+            }
+        }
+        self.detach_later(0, links);
+        attached?;
+        Ok(hit_costs(N, best[0], best[1], best[2]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn hit_cost_arithmetic() {
+        let (e, r) = hit_costs(1000, ms(1), ms(11), ms(12));
+        assert!((e - 10e-6).abs() < 1e-12 && (r - 1e-6).abs() < 1e-12, "{e} {r}");
+        assert_eq!(hit_costs(1000, ms(5), ms(4), ms(4)), (0.0, 0.0));
+    }
+
+    #[test]
+    fn calibration_targets_are_found() {
+        let (path, a) = target_location(tlsprof_calib_entry).expect("the agent's own code is mapped");
+        let (_, b) = target_location(tlsprof_calib_both).unwrap();
+        assert!(path.exists() && a > 0 && a != b, "{path:?} {a:#x} {b:#x}");
+        assert!(time_calls(tlsprof_calib_plain, 1000) < Duration::from_secs(1));
+    }
+}

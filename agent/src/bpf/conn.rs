@@ -1,0 +1,170 @@
+//! Mirror of bpf/conn.h: connections accepted on the listening ports of traced processes.
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+pub const CONN_PORT_LISTEN: u32 = 1;
+pub const CONN_PORT_TLS: u32 = 2;
+pub const CONN_BY_SERVER: u8 = 1;
+pub const CONN_BY_CLIENT: u8 = 2;
+pub const CONN_BY_RESET: u8 = 3;
+#[cfg(test)]
+pub const CONN_TW_NO: u8 = 0;
+pub const CONN_TW_YES: u8 = 1;
+pub const CONN_TW_MAYBE: u8 = 2;
+pub const AF_INET: u16 = libc::AF_INET as u16;
+
+/// Value of req_ctl[0]: switches the agent sets at run time.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct req_ctl {
+    pub wire_counts: u32,
+    pub pad: u32,
+}
+
+/// A listening port of a traced process (key of conn_ports).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct conn_port {
+    pub netns: u32,
+    pub port: u16,
+    pub pad: u16,
+}
+
+impl conn_port {
+    pub fn new(netns: u32, port: u16) -> Self {
+        Self { netns, port, pad: 0 }
+    }
+}
+
+/// Value of conn_ports.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct conn_port_stats {
+    pub flags: u32,
+    pub pad: u32,
+    pub accepted: u64,
+}
+
+// SAFETY: plain #[repr(C)] integers with explicit padding, valid for any bit pattern.
+unsafe impl aya::Pod for req_ctl {}
+unsafe impl aya::Pod for conn_port {}
+unsafe impl aya::Pod for conn_port_stats {}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "mirror of bpf/conn.h, checked by the layout test; only the kernel uses it"
+    )
+)]
+pub struct conn_state {
+    pub start_ns: u64,
+    pub netns: u32,
+    pub port: u16,
+    pub first_fin: u8,
+    pub reset: u8,
+    pub requests: u32,
+    pub tls: u8,
+    pub dir: u8,
+    pub pad: [u8; 2],
+    pub wire_seq: u32,
+    pub wire_left: u32,
+    pub wire_tgid: u32,
+    pub wire_copied: u16,
+    pub wire: u8,
+    pub wire_flags: u8,
+    pub wire_hdr: [u8; 8],
+    pub wire_hdr_have: u8,
+    pub wire_sealed: u8,
+    pub wire_end: u8,
+    pub wire_why: u8,
+    pub fin_len: u16,
+    pub pad2: [u8; 2],
+    pub rx_first: u32,
+    pub rx_flight: u32,
+    pub rx_mark: u32,
+    pub rx_tail: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct conn_event {
+    pub duration_ns: u64,
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    pub netns: u32,
+    pub requests: u32,
+    pub port: u16,
+    pub dport: u16,
+    pub family: u16,
+    pub closed_by: u8,
+    pub time_wait: u8,
+    pub tls: u8,
+    pub pad: [u8; 7],
+}
+
+fn addr(family: u16, raw: &[u8; 16]) -> IpAddr {
+    if family == AF_INET {
+        IpAddr::V4(Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3]))
+    } else {
+        IpAddr::V6(Ipv6Addr::from(*raw))
+    }
+}
+
+impl conn_event {
+    pub fn local(&self) -> IpAddr {
+        addr(self.family, &self.saddr)
+    }
+
+    pub fn remote(&self) -> IpAddr {
+        addr(self.family, &self.daddr)
+    }
+}
+
+/// The closed_by label.
+pub fn closed_by_label(by: u8) -> &'static str {
+    match by {
+        CONN_BY_SERVER => "server",
+        CONN_BY_CLIENT => "client",
+        CONN_BY_RESET => "reset",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpf::read_record;
+
+    #[test]
+    fn decode_event() {
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&2_000_000u64.to_le_bytes());
+        let mut saddr = [0u8; 16];
+        saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+        raw.extend_from_slice(&saddr);
+        let mut daddr = [0u8; 16];
+        daddr[..4].copy_from_slice(&[127, 0, 0, 2]);
+        raw.extend_from_slice(&daddr);
+        raw.extend_from_slice(&4026531840u32.to_le_bytes());
+        raw.extend_from_slice(&5u32.to_le_bytes());
+        raw.extend_from_slice(&8443u16.to_le_bytes());
+        raw.extend_from_slice(&50000u16.to_le_bytes());
+        raw.extend_from_slice(&AF_INET.to_le_bytes());
+        raw.extend_from_slice(&[CONN_BY_SERVER, CONN_TW_MAYBE, 1, 0, 0, 0, 0, 0, 0, 0]);
+        let e: conn_event = read_record(&raw).unwrap();
+        assert_eq!((e.netns, e.requests, e.port, e.dport), (4026531840, 5, 8443, 50000));
+        assert_eq!(e.local(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(e.remote(), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
+        assert_eq!(
+            (closed_by_label(e.closed_by), e.time_wait, e.tls),
+            ("server", CONN_TW_MAYBE, 1)
+        );
+        let mut v6 = e;
+        v6.family = libc::AF_INET6 as u16;
+        v6.daddr = Ipv6Addr::LOCALHOST.octets();
+        assert_eq!(v6.remote(), IpAddr::V6(Ipv6Addr::LOCALHOST));
+        assert!(read_record::<conn_event>(&raw[..63]).is_none());
+    }
+}

@@ -1,0 +1,315 @@
+//! Loads the kernel side (bpf/tlsprof.bpf.c) and attaches its tracepoints; holds its maps
+//! and ring buffers and is the agent's only way to them. Uprobes: uprobes.rs.
+use std::{os::fd::AsRawFd as _, time::Duration};
+
+use anyhow::{Context as _, Result};
+use aya::{
+    maps::{Array, HashMap as BpfHashMap, MapData, RingBuf},
+    programs::{
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        BtfTracePoint, PerfEvent,
+    },
+    Btf, Ebpf, EbpfLoader,
+};
+
+use super::{
+    conn::{self as cn, conn_port, conn_port_stats},
+    cpu as pc,
+    handshake::{self as hs, hs_hits, hs_key, hs_state},
+    proc::{proc_notice, proc_traced},
+    read_record,
+    stats::STAT_MAX,
+    uprobes::{self, Detacher},
+    wire::WireEvent,
+};
+use crate::clock::ktime_ns;
+
+/// Tracepoints every kernel tlsprof runs on must have: (program, tracepoint).
+const REQUIRED: &[(&str, &str)] = &[
+    ("cpu_sched_switch", "sched_switch"),
+    ("proc_fork", "sched_process_fork"),
+    ("proc_exit", "sched_process_exit"),
+    ("conn_state_change", "inet_sock_set_state"),
+    ("conn_rcv_reset", "tcp_receive_reset"),
+    ("conn_send_reset", "tcp_send_reset"),
+];
+
+/// Programs whose tracepoint a kernel may lack, and what tlsprof does without them.
+/// tcp_sendmsg_locked, which hands over what a server sends, came with Linux 6.12;
+/// sock_recv_length/sock_send_length with Linux 6.3. wire_send comes first: where it is
+/// attached it also counts requests, and the other two are not needed (sock_recv_length
+/// only with --exact, to tell which connections a handshake call read).
+pub const OPTIONAL: &[(&str, &str, &str)] = &[
+    (
+        "wire_send",
+        "tcp_sendmsg_locked",
+        "handshakes will not be labelled by version, cipher, group, certificate and resumption, servers \
+         without handshake probes get no handshake counts, and the handshake probes stay attached (--exact)",
+    ),
+    ("req_recv", "sock_recv_length", NO_CONN_IO),
+    ("req_send", "sock_send_length", NO_CONN_IO),
+];
+const NO_CONN_IO: &str = "requests per connection and connections without a handshake will not be counted";
+
+/// What the kernel reported since the last drain.
+#[derive(Default)]
+pub struct Events {
+    pub wire: Vec<WireEvent>,
+    pub handshakes: Vec<hs::hs_event>,
+    pub conns: Vec<cn::conn_event>,
+    pub notices: Vec<proc_notice>,
+}
+
+pub struct Kernel {
+    pub(super) ebpf: Ebpf,
+    /// Optional programs this kernel refused (OPTIONAL), counted as attach failures.
+    pub missing: Vec<&'static str>,
+    /// tcp_sendmsg_locked is attached: server handshakes and requests are counted from
+    /// what servers send.
+    pub wire_counts: bool,
+    hs_events: RingBuf<MapData>,
+    proc_events: RingBuf<MapData>,
+    conn_events: RingBuf<MapData>,
+    wire_events: RingBuf<MapData>,
+    hs_conns: BpfHashMap<MapData, hs_key, hs_state>,
+    hs_hits: BpfHashMap<MapData, u32, hs_hits>,
+    hs_detached: BpfHashMap<MapData, u32, u64>,
+    stats: Array<MapData, u64>,
+    conn_ports: BpfHashMap<MapData, conn_port, conn_port_stats>,
+    traced: BpfHashMap<MapData, u32, proc_traced>,
+    pub(super) detacher: Detacher,
+    /// Handed to the Profiler (take_samples).
+    cpu_samples: Option<RingBuf<MapData>>,
+}
+
+fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T>
+where
+    T: TryFrom<aya::maps::Map>,
+    <T as TryFrom<aya::maps::Map>>::Error: std::error::Error + Send + Sync + 'static,
+{
+    let map = ebpf.take_map(name).with_context(|| format!("BPF map {name} missing"))?;
+    T::try_from(map).with_context(|| format!("BPF map {name}"))
+}
+
+fn attach_tp_btf(ebpf: &mut Ebpf, program: &str, tracepoint: &str, btf: &Btf) -> Result<()> {
+    let p: &mut BtfTracePoint = ebpf
+        .program_mut(program)
+        .with_context(|| format!("program {program} missing"))?
+        .try_into()?;
+    p.load(tracepoint, btf)
+        .and_then(|()| p.attach().map(|_| ()))
+        .with_context(|| {
+            format!("this kernel refused the BTF tracepoint {tracepoint} (tlsprof needs tp_btf, Linux 5.5+)")
+        })
+}
+
+/// Bytes of the sample ring buffer: a second of samples from every CPU (the agent reads it
+/// five times a second), as a power of two.
+fn sample_ring_bytes(cpus: usize, hz: u64) -> u32 {
+    let record = std::mem::size_of::<pc::cpu_sample>() as u64 + 8;
+    let want = (cpus as u64 * hz * record).clamp(256 * 1024, 64 * 1024 * 1024);
+    want.next_power_of_two() as u32
+}
+
+/// One perf event per online CPU, sampling whatever runs there at `hz`; cpu_sample keeps the
+/// samples of traced processes.
+fn attach_sampler(ebpf: &mut Ebpf, cpus: &[u32], hz: u64) -> Result<()> {
+    let p: &mut PerfEvent = ebpf
+        .program_mut("cpu_sample")
+        .context("program cpu_sample missing")?
+        .try_into()?;
+    p.load().context("the kernel rejected program cpu_sample")?;
+    for &cpu in cpus {
+        p.attach(
+            PerfEventConfig::Software(SoftwareEvent::CpuClock),
+            PerfEventScope::AllProcessesOneCpu { cpu },
+            SamplePolicy::Frequency(hz),
+            false,
+        )
+        .with_context(|| {
+            format!(
+                "cannot open a cpu-clock perf event on CPU {cpu} (run with --sample-hz 0 to profile without sampling)"
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Reads every record of a ring buffer.
+fn drain_ring<T>(ring: &mut RingBuf<MapData>, decode: impl Fn(&[u8]) -> Option<T>) -> Vec<T> {
+    let mut out = Vec::new();
+    while let Some(item) = ring.next() {
+        out.extend(decode(&item));
+    }
+    out
+}
+
+impl Kernel {
+    /// Loads the object and attaches its tracepoints; `sample_hz` 0 leaves CPU attribution
+    /// off. The uprobe programs are loaded, not attached (the agent attaches them per process).
+    pub fn load(btf: &Btf, sample_hz: u64, exact: bool) -> Result<Self> {
+        let cpus = aya::util::online_cpus()
+            .map_err(|(_, e)| e)
+            .context("cannot read the online CPUs")?;
+        let cpu_accounting = u32::from(sample_hz > 0);
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("cpu_samples", sample_ring_bytes(cpus.len(), sample_hz))
+            .override_global("cpu_accounting", &cpu_accounting, true)
+            .load(super::OBJECT)
+            .context("cannot load tlsprof's BPF programs into the kernel")?;
+        uprobes::load(&mut ebpf)?;
+        for &(program, tracepoint) in REQUIRED {
+            attach_tp_btf(&mut ebpf, program, tracepoint, btf)?;
+        }
+        let mut missing = Vec::new();
+        let mut wire_counts = false;
+        for &(program, tracepoint, without) in OPTIONAL {
+            let needed = match program {
+                "wire_send" => true,
+                "req_recv" => !wire_counts || exact,
+                _ => !wire_counts,
+            };
+            if !needed {
+                continue;
+            }
+            match attach_tp_btf(&mut ebpf, program, tracepoint, btf) {
+                Ok(()) => wire_counts |= program == "wire_send",
+                Err(e) => {
+                    log::warn!("{e:#}: {without}");
+                    missing.push(program);
+                }
+            }
+        }
+        let mut ctl: Array<MapData, cn::req_ctl> = take(&mut ebpf, "req_ctl")?;
+        ctl.set(
+            0,
+            cn::req_ctl {
+                wire_counts: wire_counts as u32,
+                pad: 0,
+            },
+            0,
+        )
+        .context("BPF map req_ctl")?;
+        if sample_hz > 0 {
+            attach_sampler(&mut ebpf, &cpus, sample_hz)?;
+        }
+        Ok(Self {
+            missing,
+            wire_counts,
+            hs_events: take(&mut ebpf, "hs_events")?,
+            proc_events: take(&mut ebpf, "proc_events")?,
+            conn_events: take(&mut ebpf, "conn_events")?,
+            wire_events: take(&mut ebpf, "wire_events")?,
+            hs_conns: take(&mut ebpf, "hs_conns")?,
+            hs_hits: take(&mut ebpf, "hs_hits")?,
+            hs_detached: take(&mut ebpf, "hs_detached")?,
+            stats: take(&mut ebpf, "stats")?,
+            conn_ports: take(&mut ebpf, "conn_ports")?,
+            traced: take(&mut ebpf, "traced")?,
+            cpu_samples: Some(take(&mut ebpf, "cpu_samples")?),
+            detacher: Detacher::start()?,
+            ebpf,
+        })
+    }
+
+    /// The CPU samples' ring buffer, for the Profiler (once).
+    pub fn take_samples(&mut self) -> Option<RingBuf<MapData>> {
+        self.cpu_samples.take()
+    }
+
+    /// Adds a process to the traced set (forks, exit, CPU accounting, samples).
+    pub fn trace(&mut self, pid: u32) {
+        let _ = self.traced.insert(pid, proc_traced::default(), 0);
+    }
+
+    /// Removes a process from the traced set.
+    pub fn untrace(&mut self, pid: u32) {
+        let _ = self.traced.remove(&pid);
+    }
+
+    /// A traced process's on-CPU time so far, as the kernel summed it.
+    pub fn oncpu_ns(&self, pid: u32) -> Option<u64> {
+        self.traced.get(&pid, 0).ok().map(|t| t.oncpu_ns)
+    }
+
+    /// The uprobe hits of a process so far.
+    pub fn hits(&self, pid: u32) -> hs_hits {
+        self.hs_hits.get(&pid, 0).unwrap_or_default()
+    }
+
+    /// A process's handshake probes are gone: calls entered before now never return
+    /// through them (bpf/handshake.bpf.h, hs_detached).
+    pub fn mark_detached(&mut self, pid: u32) {
+        let _ = self.hs_detached.insert(pid, ktime_ns(), 0);
+    }
+
+    /// A watched port's kernel-side state (flags, accepted count).
+    pub fn port(&self, key: &conn_port) -> Option<conn_port_stats> {
+        self.conn_ports.get(key, 0).ok()
+    }
+
+    /// Starts watching a listening port (a no-op for one already watched).
+    pub fn watch_port(&mut self, key: &conn_port) {
+        if self.port(key).is_none() {
+            let fresh = conn_port_stats {
+                flags: cn::CONN_PORT_LISTEN,
+                ..Default::default()
+            };
+            let _ = self.conn_ports.insert(key, fresh, 0);
+        }
+    }
+
+    pub fn unwatch_port(&mut self, key: &conn_port) {
+        let _ = self.conn_ports.remove(key);
+    }
+
+    /// A failure counter (bpf/stats.h).
+    pub fn stat(&self, idx: u32) -> Option<u64> {
+        (idx < STAT_MAX).then(|| self.stats.get(&idx, 0).ok()).flatten()
+    }
+
+    /// Everything the ring buffers hold now.
+    pub fn drain(&mut self) -> Events {
+        Events {
+            wire: drain_ring(&mut self.wire_events, WireEvent::decode),
+            handshakes: drain_ring(&mut self.hs_events, read_record),
+            conns: drain_ring(&mut self.conn_events, read_record),
+            notices: drain_ring(&mut self.proc_events, read_record),
+        }
+    }
+
+    /// Waits until a ring buffer has something to say, at most `timeout`.
+    pub fn wait(&self, timeout: Duration) {
+        let mut fds =
+            [&self.hs_events, &self.proc_events, &self.conn_events, &self.wire_events].map(|r| libc::pollfd {
+                fd: r.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: fds is a valid array of pollfd for the length given.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    }
+
+    /// Forgets the kernel-side state of processes that exited.
+    pub fn sweep(&mut self, gone: &[u32]) {
+        if gone.is_empty() {
+            return;
+        }
+        let conns: Vec<hs_key> = self
+            .hs_conns
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter(|k| gone.contains(&k.tgid))
+            .collect();
+        for k in conns {
+            let _ = self.hs_conns.remove(&k);
+        }
+        // hs_threads entries go with their thread (proc_exit, in the kernel).
+        for pid in gone {
+            self.untrace(*pid);
+            let _ = self.hs_hits.remove(pid);
+            let _ = self.hs_detached.remove(pid);
+        }
+    }
+}

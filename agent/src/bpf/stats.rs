@@ -1,0 +1,23 @@
+//! Mirror of bpf/stats.h: the kernel side's failure counters.
+
+pub const STAT_HS_EVENTS_LOST: u32 = 0;
+pub const STAT_HS_THREAD_MAP_FULL: u32 = 1;
+pub const STAT_HS_SSL_MAP_FULL: u32 = 2;
+pub const STAT_HS_UNMATCHED_RETURN: u32 = 3;
+pub const STAT_CONN_EVENTS_LOST: u32 = 4;
+pub const STAT_CONN_STORAGE_FULL: u32 = 5;
+pub const STAT_SAMPLES_LOST: u32 = 6;
+pub const STAT_WIRE_EVENTS_LOST: u32 = 7;
+pub const STAT_MAX: u32 = 8;
+
+/// Each counter and the `kind` label it is exported under (tlsprof_kernel_errors_total).
+pub const STATS: [(u32, &str); STAT_MAX as usize] = [
+    (STAT_HS_EVENTS_LOST, "events_lost"),
+    (STAT_HS_THREAD_MAP_FULL, "thread_map_full"),
+    (STAT_HS_SSL_MAP_FULL, "ssl_map_full"),
+    (STAT_HS_UNMATCHED_RETURN, "unmatched_return"),
+    (STAT_CONN_EVENTS_LOST, "conn_events_lost"),
+    (STAT_CONN_STORAGE_FULL, "conn_storage_full"),
+    (STAT_SAMPLES_LOST, "samples_lost"),
+    (STAT_WIRE_EVENTS_LOST, "wire_events_lost"),
+];

@@ -1,0 +1,125 @@
+//! The handshake uprobes (bpf/handshake.bpf.h) and calibration probes (bpf/calib.bpf.h):
+//! attached per process, and detached on a thread of their own, because the kernel waits
+//! for a grace period per uprobe it removes.
+use std::{
+    num::NonZeroU32,
+    path::Path,
+    sync::mpsc::{self, Receiver, Sender},
+};
+
+use anyhow::{Context as _, Result};
+use aya::{
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeLink, UProbeLinkId, UProbeScope},
+        UProbe,
+    },
+    Ebpf,
+};
+
+use super::loader::Kernel;
+
+/// The handshake probes: their program names are also the `probe` label of
+/// tlsprof_probe_attach_failures_total.
+pub const UPROBES: &[&str] = &[
+    "hs_enter_server",
+    "hs_enter_client",
+    "hs_enter_any",
+    "hs_exit",
+    "ssl_set_accept_state",
+    "ssl_set_connect_state",
+    "ssl_free",
+];
+/// Attached to the agent itself at start, to measure what one probe hit costs here.
+const CALIBRATION: &[&str] = &["calib_entry", "calib_return"];
+
+/// The return probe: detached first (see detach_later).
+const RETURN_PROBE: &str = "hs_exit";
+
+/// One attached program: which, and its link.
+pub struct Link {
+    pub program: &'static str,
+    id: UProbeLinkId,
+}
+
+/// Loads the uprobe programs (attached later, per process).
+pub(super) fn load(ebpf: &mut Ebpf) -> Result<()> {
+    for name in UPROBES.iter().chain(CALIBRATION) {
+        let p: &mut UProbe = ebpf
+            .program_mut(name)
+            .with_context(|| format!("program {name} missing"))?
+            .try_into()?;
+        p.load()
+            .with_context(|| format!("the kernel rejected program {name}"))?;
+    }
+    Ok(())
+}
+
+/// The detacher thread, and its answers: which process's probes are gone.
+pub(super) struct Detacher {
+    work: Sender<(u32, Vec<UProbeLink>)>,
+    done: Receiver<u32>,
+}
+
+impl Detacher {
+    pub(super) fn start() -> Result<Self> {
+        let (work, todo) = mpsc::channel::<(u32, Vec<UProbeLink>)>();
+        let (done_tx, done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("detacher".into())
+            .spawn(move || {
+                for (pid, links) in todo {
+                    // each removal waits for a grace period of its own: in parallel
+                    std::thread::scope(|s| {
+                        for link in links {
+                            s.spawn(move || drop(link));
+                        }
+                    });
+                    let _ = done_tx.send(pid);
+                }
+            })
+            .context("cannot start a thread")?;
+        Ok(Self { work, done })
+    }
+}
+
+impl Kernel {
+    fn uprobe(&mut self, program: &str) -> &mut UProbe {
+        self.ebpf
+            .program_mut(program)
+            .and_then(|p| <&mut UProbe>::try_from(p).ok())
+            .expect("every uprobe program is loaded")
+    }
+
+    /// Attaches a uprobe program at a file offset, for one process only.
+    pub fn attach_uprobe(&mut self, program: &'static str, offset: u64, target: &Path, pid: u32) -> Result<Link> {
+        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).context("pid 0")?);
+        let id = self
+            .uprobe(program)
+            .attach(UProbeAttachLocation::AbsoluteOffset(offset), target, scope)
+            .with_context(|| format!("attaching {program} to {} at {offset:#x}", target.display()))?;
+        Ok(Link { program, id })
+    }
+
+    /// Detaches a process's probes (it may be gone already; the perf events are closed
+    /// either way) on the detacher thread: the kernel waits for a grace period per uprobe it
+    /// removes (~150 ms each here), which would stall the event loop. `detached` says when
+    /// they are all gone.
+    pub fn detach_later(&mut self, pid: u32, mut links: Vec<Link>) {
+        // Return probes first: a call that enters while the rest go leaves a stale entry
+        // (cleaned by hs_detached), not a return without its entry.
+        links.sort_by_key(|l| l.program != RETURN_PROBE);
+        let mut owned = Vec::with_capacity(links.len());
+        for l in links {
+            if let Ok(link) = self.uprobe(l.program).take_link(l.id) {
+                owned.push(link);
+            }
+        }
+        // if the thread is gone, the links are dropped (detached) here with the message
+        let _ = self.detacher.work.send((pid, owned));
+    }
+
+    /// Processes whose probes the detacher thread has removed since the last call.
+    pub fn detached(&self) -> Vec<u32> {
+        self.detacher.done.try_iter().collect()
+    }
+}

@@ -1,0 +1,98 @@
+//! Mirror of bpf/wire.h: the server's handshake output, as the kernel captures it.
+
+pub const WIRE_EV_DATA: u8 = 1;
+pub const WIRE_EV_RECORD: u8 = 2;
+pub const WIRE_EV_END: u8 = 3;
+
+#[cfg(test)]
+pub const WIRE_END_FINISHED: u8 = 1;
+pub const WIRE_END_ALERT: u8 = 2;
+pub const WIRE_END_CLOSED: u8 = 3;
+#[cfg(test)]
+pub const WIRE_END_CAP: u8 = 4;
+
+pub const WIRE_CHUNK: usize = 4096;
+/// Bytes before `data` in an event.
+pub const WIRE_EVENT_HEADER: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+/// Mirror of bpf/wire.h (the layout test checks it); WireEvent::decode reads by its offsets.
+pub struct wire_event {
+    pub sk: u64,
+    pub conn_start: u64,
+    pub tgid: u32,
+    pub netns: u32,
+    pub port: u16,
+    pub kind: u8,
+    pub flags: u8,
+    pub len: u16,
+    pub pad: u16,
+    pub data: [u8; WIRE_CHUNK],
+}
+
+/// An event as read from the ring buffer: the fixed header and its `len` bytes of data
+/// (the kernel sends only those, not the whole array).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireEvent {
+    pub sk: u64,
+    pub conn_start: u64,
+    pub tgid: u32,
+    pub netns: u32,
+    pub port: u16,
+    pub kind: u8,
+    pub flags: u8,
+    pub data: Vec<u8>,
+}
+
+impl WireEvent {
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() < WIRE_EVENT_HEADER {
+            return None;
+        }
+        use std::mem::offset_of;
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u16_at = |o: usize| u16::from_le_bytes(b[o..o + 2].try_into().unwrap());
+        let len = u16_at(offset_of!(wire_event, len)) as usize;
+        let data = b.get(WIRE_EVENT_HEADER..WIRE_EVENT_HEADER + len)?.to_vec();
+        Some(Self {
+            sk: u64_at(offset_of!(wire_event, sk)),
+            conn_start: u64_at(offset_of!(wire_event, conn_start)),
+            tgid: u32_at(offset_of!(wire_event, tgid)),
+            netns: u32_at(offset_of!(wire_event, netns)),
+            port: u16_at(offset_of!(wire_event, port)),
+            kind: b[offset_of!(wire_event, kind)],
+            flags: b[offset_of!(wire_event, flags)],
+            data,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_matches_the_layout() {
+        let mut raw = vec![0u8; WIRE_EVENT_HEADER];
+        raw[0..8].copy_from_slice(&7u64.to_le_bytes());
+        raw[8..16].copy_from_slice(&8u64.to_le_bytes());
+        raw[16..20].copy_from_slice(&1234u32.to_le_bytes());
+        raw[20..24].copy_from_slice(&4026531840u32.to_le_bytes());
+        raw[24..26].copy_from_slice(&8443u16.to_le_bytes());
+        raw[26] = WIRE_EV_DATA;
+        raw[27] = 0;
+        raw[28..30].copy_from_slice(&3u16.to_le_bytes());
+        raw.extend_from_slice(&[22, 3, 3]);
+        let e = WireEvent::decode(&raw).unwrap();
+        assert_eq!(
+            (e.sk, e.conn_start, e.tgid, e.port, e.kind),
+            (7, 8, 1234, 8443, WIRE_EV_DATA)
+        );
+        assert_eq!(e.data, vec![22, 3, 3]);
+        assert!(WireEvent::decode(&raw[..WIRE_EVENT_HEADER + 2]).is_none());
+        assert_eq!(std::mem::offset_of!(wire_event, data), WIRE_EVENT_HEADER);
+        assert_eq!(std::mem::offset_of!(wire_event, len), 28);
+    }
+}

@@ -1,0 +1,380 @@
+//! Connection churn: turns the kernel's per-connection close events into metrics, reads
+//! TIME_WAIT sockets per port through sock_diag, and settles the connections whose
+//! TIME_WAIT the kernel could not tell at close time (an orphaned socket handed to a
+//! FIN_WAIT2 timewait socket: it reaches TIME_WAIT only if the client's FIN follows).
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    net::IpAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use super::sockdiag::{self, DiagSocket, SockDiag};
+use crate::{
+    bpf::conn as cn,
+    metrics::{ClosedByLabels, Metrics, OnlyPortLabels, PortLabels},
+};
+
+/// A connection whose end is settled once its FIN_WAIT2 timewait socket is seen again.
+struct Pending {
+    comm: String,
+    port: u16,
+    closed: Instant,
+}
+
+/// (netns, local address, local port, remote address, remote port)
+type Tuple = (u32, IpAddr, u16, IpAddr, u16);
+
+pub struct Churn {
+    metrics: Arc<Metrics>,
+    /// One sock_diag socket per network namespace; None where it could not be opened.
+    diag: HashMap<u32, Option<SockDiag>>,
+    pending: HashMap<Tuple, Pending>,
+    /// Accepted counts already exported, per port (the kernel counts since the port was added).
+    accepted_seen: HashMap<cn::conn_port, u64>,
+    /// Ports whose TIME_WAIT gauge was set: a port that goes away is removed.
+    gauged: HashSet<u16>,
+    /// A FIN_WAIT2 timewait socket lives this long without the client's FIN (tcp_fin_timeout).
+    fin_timeout: Duration,
+}
+
+/// More unsettled connections than this and the oldest are settled as server-closed
+/// without TIME_WAIT (a client that never sends its FIN leaves them for tcp_fin_timeout).
+const MAX_PENDING: usize = 1 << 18;
+
+impl Churn {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        let fin_timeout = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fin_timeout")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(60);
+        Self {
+            metrics,
+            diag: HashMap::new(),
+            pending: HashMap::new(),
+            accepted_seen: HashMap::new(),
+            gauged: HashSet::new(),
+            fin_timeout: Duration::from_secs(fin_timeout),
+        }
+    }
+
+    fn ended(&self, comm: &str, port: u16, closed_by: &str, time_wait: bool) {
+        let port = port.to_string();
+        self.metrics
+            .connections
+            .get_or_create(&ClosedByLabels {
+                comm: comm.into(),
+                port: port.clone(),
+                closed_by: closed_by.into(),
+            })
+            .inc();
+        if time_wait {
+            self.metrics
+                .time_wait
+                .get_or_create(&PortLabels {
+                    comm: comm.into(),
+                    port,
+                })
+                .inc();
+        }
+    }
+
+    /// A connection's full socket closed.
+    pub fn on_event(&mut self, e: &cn::conn_event, comm: &str) {
+        let labels = PortLabels {
+            comm: comm.into(),
+            port: e.port.to_string(),
+        };
+        self.metrics
+            .connection_duration
+            .get_or_create(&labels)
+            .observe(e.duration_ns as f64 / 1e9);
+        self.metrics
+            .requests_per_connection
+            .get_or_create(&labels)
+            .observe(f64::from(e.requests));
+        if e.time_wait == cn::CONN_TW_MAYBE && self.diag.get(&e.netns).is_some_and(Option::is_some) {
+            if self.pending.len() >= MAX_PENDING {
+                self.settle_oldest();
+            }
+            let key = (e.netns, e.local(), e.port, e.remote(), e.dport);
+            self.pending.insert(
+                key,
+                Pending {
+                    comm: comm.into(),
+                    port: e.port,
+                    closed: Instant::now(),
+                },
+            );
+            return;
+        }
+        // Without sock_diag in that namespace, a FIN_WAIT2 handover counts as TIME_WAIT:
+        // what it becomes when the client closes cleanly.
+        let tw = matches!(e.time_wait, cn::CONN_TW_YES | cn::CONN_TW_MAYBE);
+        self.ended(comm, e.port, cn::closed_by_label(e.closed_by), tw);
+    }
+
+    fn settle_oldest(&mut self) {
+        let mut v: Vec<(Tuple, Instant)> = self.pending.iter().map(|(k, p)| (*k, p.closed)).collect();
+        v.sort_by_key(|(_, t)| *t);
+        for (k, _) in v.into_iter().take(MAX_PENDING / 8) {
+            if let Some(p) = self.pending.remove(&k) {
+                self.ended(&p.comm, p.port, "server", false);
+            }
+        }
+    }
+
+    /// Connections accepted: the kernel's per-port counters, exported as deltas.
+    pub fn sync_accepted(&mut self, ports: &BTreeMap<cn::conn_port, String>, counts: &HashMap<cn::conn_port, u64>) {
+        for (key, comm) in ports {
+            let Some(&now) = counts.get(key) else { continue };
+            let seen = self.accepted_seen.entry(*key).or_default();
+            // a port removed and added again starts from zero in the kernel
+            let delta = if now >= *seen { now - *seen } else { now };
+            *seen = now;
+            let c = self.metrics.connections_accepted.get_or_create(&PortLabels {
+                comm: comm.clone(),
+                port: key.port.to_string(),
+            });
+            c.inc_by(delta);
+        }
+        self.accepted_seen.retain(|k, _| ports.contains_key(k));
+    }
+
+    /// The sock_diag socket of a namespace, opened on first use through `ns_path`.
+    fn diag_for(&mut self, netns: u32, ns_path: &Path) -> Option<&SockDiag> {
+        self.diag
+            .entry(netns)
+            .or_insert_with(|| {
+                let own = std::fs::metadata("/proc/self/ns/net")
+                    .map(|m| std::os::unix::fs::MetadataExt::ino(&m) as u32 == netns)
+                    .unwrap_or(false);
+                let r = if own {
+                    SockDiag::open()
+                } else {
+                    SockDiag::open_in(ns_path)
+                };
+                match r {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        log::warn!(
+                            "cannot read the sockets of network namespace {netns} through sock_diag ({e}): no \
+                             TIME_WAIT gauge there, and listening ports come from /proc"
+                        );
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    /// The listening sockets (local port, inode) of a namespace, or None without sock_diag.
+    pub fn listeners(&mut self, netns: u32, ns_path: &Path) -> Option<Vec<(u16, u64)>> {
+        let d = self.diag_for(netns, ns_path)?;
+        let socks = d.dump_all(1 << sockdiag::TCP_LISTEN, &[]).ok()?;
+        Some(socks.into_iter().map(|s| (s.sport, u64::from(s.inode))).collect())
+    }
+
+    /// Reads the TIME_WAIT sockets of the watched ports (and the FIN_WAIT2 ones where
+    /// connections are unsettled), sets the gauge and settles what can be settled.
+    /// `namespaces`: each watched namespace, a /proc/PID/ns/net path into it, and its ports.
+    pub fn refresh(&mut self, namespaces: &HashMap<u32, (PathBuf, Vec<u16>)>) {
+        let mut per_port: BTreeMap<u16, i64> = BTreeMap::new();
+        let mut found: HashMap<u32, (HashSet<Tuple>, HashSet<Tuple>)> = HashMap::new();
+        for (&netns, (path, ports)) in namespaces {
+            let want_fw2 = self.pending.keys().any(|k| k.0 == netns);
+            let Some(d) = self.diag_for(netns, path) else { continue };
+            let mut states = 1 << sockdiag::TCP_TIME_WAIT;
+            if want_fw2 {
+                states |= 1 << sockdiag::TCP_FIN_WAIT2;
+            }
+            let socks: Vec<DiagSocket> = match d.dump_all(states, ports) {
+                Ok(s) => s,
+                Err(e) => {
+                    log::debug!("sock_diag dump in namespace {netns} failed: {e}");
+                    continue;
+                }
+            };
+            let (tw, fw2) = found.entry(netns).or_default();
+            for s in socks.iter().filter(|s| ports.contains(&s.sport)) {
+                let t = (netns, s.local, s.sport, s.remote, s.dport);
+                if s.state == sockdiag::TCP_TIME_WAIT {
+                    *per_port.entry(s.sport).or_default() += 1;
+                    tw.insert(t);
+                } else if s.state == sockdiag::TCP_FIN_WAIT2 {
+                    fw2.insert(t);
+                }
+            }
+            for p in ports {
+                per_port.entry(*p).or_default();
+            }
+        }
+        for (port, n) in &per_port {
+            self.metrics
+                .time_wait_sockets
+                .get_or_create(&OnlyPortLabels { port: port.to_string() })
+                .set(*n);
+        }
+        for gone in self.gauged.iter().filter(|p| !per_port.contains_key(p)) {
+            self.metrics
+                .time_wait_sockets
+                .remove(&OnlyPortLabels { port: gone.to_string() });
+        }
+        self.gauged = per_port.keys().copied().collect();
+        self.settle(&found);
+    }
+
+    fn settle(&mut self, found: &HashMap<u32, (HashSet<Tuple>, HashSet<Tuple>)>) {
+        let mut done = Vec::new();
+        for (key, p) in &self.pending {
+            let Some((tw, fw2)) = found.get(&key.0) else {
+                continue; // namespace not read this time
+            };
+            if tw.contains(key) {
+                done.push((*key, "server", true));
+            } else if !fw2.contains(key) {
+                // Gone without TIME_WAIT: killed by the client's reset, unless it lived out
+                // tcp_fin_timeout waiting for a FIN that never came.
+                let timed_out = p.closed.elapsed() + Duration::from_secs(2) >= self.fin_timeout;
+                done.push((*key, if timed_out { "server" } else { "reset" }, false));
+            }
+        }
+        if !done.is_empty() {
+            let tw = done.iter().filter(|d| d.2).count();
+            log::debug!(
+                "settled {} connection(s) through sock_diag, {tw} in TIME_WAIT",
+                done.len()
+            );
+        }
+        for (key, by, tw) in done {
+            if let Some(p) = self.pending.remove(&key) {
+                self.ended(&p.comm, p.port, by, tw);
+            }
+        }
+    }
+
+    /// Namespaces no traced process lives in any more: close their sock_diag sockets, and
+    /// settle their unsettled connections as the kernel said at close time (server-closed;
+    /// whether they reached TIME_WAIT can no longer be seen).
+    pub fn retain_namespaces(&mut self, live: &HashSet<u32>) {
+        self.diag.retain(|ns, _| live.contains(ns));
+        let orphaned: Vec<Tuple> = self.pending.keys().filter(|k| !live.contains(&k.0)).copied().collect();
+        for key in orphaned {
+            if let Some(p) = self.pending.remove(&key) {
+                self.ended(&p.comm, p.port, "server", false);
+            }
+        }
+    }
+
+    /// Settles what is left at exit as the kernel said at close time.
+    pub fn finish(&mut self) {
+        for (_, p) in std::mem::take(&mut self.pending) {
+            self.ended(&p.comm, p.port, "server", false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(dport: u16, time_wait: u8, by: u8) -> cn::conn_event {
+        let mut saddr = [0u8; 16];
+        saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+        cn::conn_event {
+            duration_ns: 1_000_000,
+            saddr,
+            daddr: saddr,
+            netns: 7,
+            requests: 5,
+            port: 8443,
+            dport,
+            family: cn::AF_INET,
+            closed_by: by,
+            time_wait,
+            tls: 1,
+            pad: [0; 7],
+        }
+    }
+
+    fn value(m: &Metrics, by: &str) -> u64 {
+        m.connections
+            .get_or_create(&ClosedByLabels {
+                comm: "nginx".into(),
+                port: "8443".into(),
+                closed_by: by.into(),
+            })
+            .get()
+    }
+
+    fn tw(m: &Metrics) -> u64 {
+        m.time_wait
+            .get_or_create(&PortLabels {
+                comm: "nginx".into(),
+                port: "8443".into(),
+            })
+            .get()
+    }
+
+    #[test]
+    fn fin_wait2_handovers_are_settled_by_what_sock_diag_shows() {
+        let m = Arc::new(Metrics::new());
+        let mut c = Churn::new(m.clone());
+        c.diag.insert(7, Some(SockDiag::open().unwrap()));
+        c.on_event(&event(1001, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER), "nginx");
+        c.on_event(&event(1002, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER), "nginx");
+        c.on_event(&event(1003, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER), "nginx");
+        c.on_event(&event(1004, cn::CONN_TW_YES, cn::CONN_BY_SERVER), "nginx");
+        c.on_event(&event(1005, cn::CONN_TW_NO, cn::CONN_BY_CLIENT), "nginx");
+        assert_eq!((value(&m, "server"), value(&m, "client"), tw(&m)), (1, 1, 1));
+        assert_eq!(c.pending.len(), 3);
+
+        let lo = IpAddr::from([127, 0, 0, 1]);
+        let t = |dport| (7, lo, 8443, lo, dport);
+        // 1001 reached TIME_WAIT, 1002 still waits in FIN_WAIT2, 1003 was reset away
+        let found = HashMap::from([(7, (HashSet::from([t(1001)]), HashSet::from([t(1002)])))]);
+        c.settle(&found);
+        assert_eq!((value(&m, "server"), value(&m, "reset"), tw(&m)), (2, 1, 2));
+        assert_eq!(c.pending.len(), 1);
+        // a namespace not read this time settles nothing
+        c.settle(&HashMap::new());
+        assert_eq!(c.pending.len(), 1);
+        // its namespace gone: settled as server-closed without TIME_WAIT
+        c.retain_namespaces(&HashSet::new());
+        assert!(c.pending.is_empty());
+        assert_eq!((value(&m, "server"), tw(&m)), (3, 2));
+    }
+
+    #[test]
+    fn without_sock_diag_a_handover_counts_as_time_wait() {
+        let m = Arc::new(Metrics::new());
+        let mut c = Churn::new(m.clone());
+        c.diag.insert(7, None);
+        c.on_event(&event(1001, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER), "nginx");
+        assert!(c.pending.is_empty());
+        assert_eq!((value(&m, "server"), tw(&m)), (1, 1));
+    }
+
+    #[test]
+    fn accepted_counts_are_exported_as_deltas() {
+        let m = Arc::new(Metrics::new());
+        let mut c = Churn::new(m.clone());
+        let key = cn::conn_port::new(7, 8443);
+        let ports = BTreeMap::from([(key, "nginx".to_string())]);
+        let accepted = || {
+            m.connections_accepted
+                .get_or_create(&PortLabels {
+                    comm: "nginx".into(),
+                    port: "8443".into(),
+                })
+                .get()
+        };
+        c.sync_accepted(&ports, &HashMap::from([(key, 10)]));
+        c.sync_accepted(&ports, &HashMap::from([(key, 25)]));
+        assert_eq!(accepted(), 25);
+        // the port was removed and added again: the kernel counts from zero
+        c.sync_accepted(&ports, &HashMap::from([(key, 3)]));
+        assert_eq!(accepted(), 28);
+    }
+}

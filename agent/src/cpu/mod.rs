@@ -1,0 +1,75 @@
+//! CPU attribution: where a traced process's CPU goes.
+//!
+//! The kernel sums each traced process's on-CPU time exactly (its `traced` entry, at every
+//! context switch: bpf/sched.bpf.h) and a per-CPU perf event samples what it runs (bpf/sampler.bpf.h). Once a second the
+//! agent splits each process's new on-CPU time by the categories of that second's samples:
+//!
+//! 1. `probes`: in a uprobe trap or a BPF program (tlsprof's own cost);
+//! 2. `handshake`: the thread was inside a TLS handshake call (user and kernel);
+//! 3. `crypto`: kernel TLS (the tls module), or user code in the TLS library outside a
+//!    handshake — `tls_library` instead for processes without handshake probes (a TLS
+//!    stack other than OpenSSL), where handshakes cannot be told apart;
+//! 4. `kernel_net`: kernel socket and TCP work (send/recv, accept, close, epoll, softirq);
+//! 5. `other`: the rest of the kernel and the application.
+//!
+//! TLS-library samples are also split by crypto primitive where the library has names.
+//!
+//! profiler.rs does the split, classify.rs decides each sample's category and primitive,
+//! flame.rs folds stacks into flame graphs, symbols/ maps addresses to code.
+mod classify;
+pub mod flame;
+mod profiler;
+pub mod symbols;
+
+pub use profiler::Profiler;
+use symbols::Prim;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Category {
+    Handshake,
+    Crypto,
+    TlsLibrary,
+    KernelNet,
+    Probes,
+    Other,
+}
+
+impl Category {
+    pub const ALL: [Category; 6] = [
+        Category::Handshake,
+        Category::Crypto,
+        Category::TlsLibrary,
+        Category::KernelNet,
+        Category::Probes,
+        Category::Other,
+    ];
+
+    /// Every category's label, in the order of ALL.
+    pub const ALL_LABELS: [&'static str; 6] = [
+        Category::Handshake.label(),
+        Category::Crypto.label(),
+        Category::TlsLibrary.label(),
+        Category::KernelNet.label(),
+        Category::Probes.label(),
+        Category::Other.label(),
+    ];
+
+    pub const fn label(self) -> &'static str {
+        match self {
+            Category::Handshake => "handshake",
+            Category::Crypto => "crypto",
+            Category::TlsLibrary => "tls_library",
+            Category::KernelNet => "kernel_net",
+            Category::Probes => "probes",
+            Category::Other => "other",
+        }
+    }
+}
+
+/// What one sample was doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub category: Category,
+    /// The crypto primitive, when the sample ran TLS code (`Prim::None` otherwise).
+    pub prim: Prim,
+}

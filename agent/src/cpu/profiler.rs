@@ -1,0 +1,339 @@
+//! The split of each traced process's exact on-CPU time by its samples, once a second;
+//! the handshake share the probes could not see while the overhead budget kept them away.
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{MapData, RingBuf};
+
+use super::{
+    classify::classify,
+    flame::{fold, Folded},
+    symbols::{self, FileCache, Kallsyms, Mapping, Prim},
+    Category,
+};
+use crate::{
+    bpf::{cpu as pc, read_record},
+    metrics::{CategoryLabels, CommLabels, LibraryLabels, Metrics, PrimitiveLabels},
+};
+
+struct ProcState {
+    comm: String,
+    /// Handshake probes are attached (OpenSSL): TLS code outside them is record crypto.
+    probed: bool,
+    maps: Vec<Mapping>,
+    maps_read: Instant,
+    /// On-CPU time already exported.
+    seen_ns: u64,
+    /// On-CPU time not split yet (no sample since).
+    unsplit_ns: u64,
+    by_category: HashMap<Category, u64>,
+    by_prim: HashMap<Prim, u64>,
+    samples: u64,
+    /// The handshake probes are attached now (the overhead budget detaches them for part
+    /// of each cycle), since when, and for how long during this split's second.
+    probes_on: bool,
+    changed: Instant,
+    on_in_tick: Duration,
+    tick_start: Instant,
+    /// This second's samples by the category they would have without the handshake flag:
+    /// all of them, and those inside a handshake call.
+    under_all: HashMap<Category, u64>,
+    under_hs: HashMap<Category, u64>,
+    /// The same over recent seconds with the probes attached throughout (decaying): the
+    /// share of each category's samples that are handshake work, for the seconds without.
+    learned_all: HashMap<Category, f64>,
+    learned_hs: HashMap<Category, f64>,
+}
+
+impl ProcState {
+    /// How long the handshake probes have been attached since this split's second began.
+    fn probes_on_in_tick(&self, now: Instant) -> Duration {
+        let current = if self.probes_on {
+            now.saturating_duration_since(self.changed.max(self.tick_start))
+        } else {
+            Duration::ZERO
+        };
+        self.on_in_tick + current
+    }
+}
+
+/// Categories whose samples may hide handshake work while the probes are away.
+const HIDES_HANDSHAKE: [Category; 3] = [Category::Crypto, Category::KernelNet, Category::Other];
+/// Weight kept from earlier seconds in the learned shares, per second with the probes on.
+const LEARN_DECAY: f64 = 0.8;
+
+pub struct Profiler {
+    metrics: Arc<Metrics>,
+    samples: RingBuf<MapData>,
+    kallsyms: Option<Kallsyms>,
+    files: FileCache,
+    procs: HashMap<u32, ProcState>,
+    pub folded: Option<Folded>,
+    /// Libraries already exported in tlsprof_tls_library_info.
+    libs_exported: HashSet<(String, String, String)>,
+    /// --sample-hz 0 turns CPU attribution off: no sampling, no per-process accounting.
+    enabled: bool,
+}
+
+impl Profiler {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        samples: RingBuf<MapData>,
+        debug_dirs: Vec<std::path::PathBuf>,
+        flamegraph: bool,
+        enabled: bool,
+    ) -> Self {
+        let kallsyms = Kallsyms::load(flamegraph);
+        if kallsyms.is_none() {
+            log::warn!(
+                "/proc/kallsyms shows no addresses (kernel.kptr_restrict?): kernel time cannot be told apart \
+                 (it goes to category other)"
+            );
+        }
+        Self {
+            metrics,
+            samples,
+            kallsyms,
+            files: FileCache::new(debug_dirs, flamegraph),
+            procs: HashMap::new(),
+            folded: flamegraph.then(Folded::default),
+            libs_exported: HashSet::new(),
+            enabled,
+        }
+    }
+
+    /// Starts accounting a process (the kernel sums its on-CPU time from when the agent
+    /// added it to the traced set).
+    pub fn add(&mut self, pid: u32, comm: &str, probed: bool) {
+        if self.procs.contains_key(&pid) {
+            return;
+        }
+        if self.enabled {
+            // Every category is exported from the start, at zero until a sample lands in it
+            // (the probes' share may take a while at a low sampling rate).
+            for category in Category::ALL {
+                let _ = self.metrics.cpu.get_or_create(&CategoryLabels {
+                    comm: comm.to_string(),
+                    category: category.label().to_string(),
+                });
+            }
+        }
+        let maps = self.files.mappings(pid).unwrap_or_default();
+        for m in &maps {
+            let Some(f) = &m.file else { continue };
+            if !f.has_tls_code() {
+                continue;
+            }
+            let key = (comm.to_string(), f.base.clone(), f.symbols.label().to_string());
+            if self.libs_exported.insert(key.clone()) {
+                self.metrics
+                    .tls_library
+                    .get_or_create(&LibraryLabels {
+                        comm: key.0,
+                        library: key.1,
+                        symbols: key.2,
+                    })
+                    .set(1);
+            }
+        }
+        self.procs.insert(
+            pid,
+            ProcState {
+                comm: comm.to_string(),
+                probed,
+                maps,
+                maps_read: Instant::now(),
+                seen_ns: 0,
+                unsplit_ns: 0,
+                by_category: HashMap::new(),
+                by_prim: HashMap::new(),
+                samples: 0,
+                probes_on: false,
+                changed: Instant::now(),
+                on_in_tick: Duration::ZERO,
+                tick_start: Instant::now(),
+                under_all: HashMap::new(),
+                under_hs: HashMap::new(),
+                learned_all: HashMap::new(),
+                learned_hs: HashMap::new(),
+            },
+        );
+    }
+
+    /// The handshake probes of a process were attached (on) or detached.
+    pub fn set_probes(&mut self, pid: u32, on: bool) {
+        let Some(st) = self.procs.get_mut(&pid) else { return };
+        if st.probes_on == on {
+            return;
+        }
+        let now = Instant::now();
+        st.on_in_tick = st.probes_on_in_tick(now);
+        st.probes_on = on;
+        st.changed = now;
+    }
+
+    /// Stops accounting a process (it exited or exec'd), after a last split with its
+    /// final on-CPU time (`oncpu_ns`, from the kernel).
+    pub fn remove(&mut self, pid: u32, oncpu_ns: Option<u64>) {
+        self.drain();
+        self.split(pid, oncpu_ns);
+        if let Some(st) = self.procs.remove(&pid) {
+            if st.unsplit_ns > 0 {
+                log::debug!(
+                    "{pid} ({}) ended with {:.3} ms of CPU time after its last sample",
+                    st.comm,
+                    st.unsplit_ns as f64 / 1e6
+                );
+            }
+        }
+        self.files.trim();
+    }
+
+    /// Reads the samples the kernel has for us.
+    pub fn drain(&mut self) {
+        let mut batch = Vec::new();
+        while let Some(item) = self.samples.next() {
+            if let Some(s) = read_record::<pc::cpu_sample>(&item) {
+                batch.push(s);
+            }
+        }
+        for s in batch {
+            self.on_sample(&s);
+        }
+    }
+
+    fn on_sample(&mut self, s: &pc::cpu_sample) {
+        let Some(st) = self.procs.get_mut(&s.tgid) else { return };
+        self.metrics.cpu_samples.inc();
+        // A leaf outside every known mapping: the process mapped new code (dlopen, JIT).
+        if let Some(&ip) = s.user_frames().first() {
+            if symbols::find(&st.maps, ip).is_none() && st.maps_read.elapsed() > Duration::from_secs(1) {
+                if let Ok(m) = self.files.mappings(s.tgid) {
+                    st.maps = m;
+                }
+                st.maps_read = Instant::now();
+            }
+        }
+        let st = &self.procs[&s.tgid];
+        let v = classify(s, st.probed, &st.maps, self.kallsyms.as_ref());
+        let under = if st.probed && v.category == Category::Handshake {
+            let mut plain = *s;
+            plain.flags &= !pc::CPU_SAMPLE_HANDSHAKE;
+            Some(classify(&plain, st.probed, &st.maps, self.kallsyms.as_ref()).category)
+        } else {
+            None
+        };
+        if let Some(folded) = &mut self.folded {
+            fold(folded, s, &st.comm, &st.maps, self.kallsyms.as_ref());
+        }
+        let st = self.procs.get_mut(&s.tgid).expect("looked up above");
+        *st.by_category.entry(v.category).or_default() += 1;
+        *st.under_all.entry(under.unwrap_or(v.category)).or_default() += 1;
+        if let Some(u) = under {
+            *st.under_hs.entry(u).or_default() += 1;
+        }
+        if v.prim != Prim::None {
+            *st.by_prim.entry(v.prim).or_default() += 1;
+        }
+        st.samples += 1;
+    }
+
+    /// Splits every process's new on-CPU time by its samples since the last split;
+    /// `oncpu_ns` gives a process's on-CPU time so far, as the kernel summed it.
+    pub fn tick(&mut self, oncpu_ns: impl Fn(u32) -> Option<u64>) {
+        self.drain();
+        let pids: Vec<u32> = self.procs.keys().copied().collect();
+        for pid in pids {
+            self.split(pid, oncpu_ns(pid));
+        }
+    }
+
+    fn split(&mut self, pid: u32, oncpu_ns: Option<u64>) {
+        let (true, Some(st), Some(oncpu_ns)) = (self.enabled, self.procs.get_mut(&pid), oncpu_ns) else {
+            return;
+        };
+        let delta = oncpu_ns.saturating_sub(st.seen_ns);
+        st.seen_ns = oncpu_ns.max(st.seen_ns);
+        let comm = CommLabels { comm: st.comm.clone() };
+        if delta > 0 {
+            self.metrics.process_cpu.get_or_create(&comm).inc_by(delta as f64 / 1e9);
+        }
+        st.unsplit_ns += delta;
+        // the share of this second with the handshake probes attached
+        let now = Instant::now();
+        let span = now.saturating_duration_since(st.tick_start);
+        let on = st.probes_on_in_tick(now);
+        let on_share = if span.is_zero() {
+            st.probes_on as u8 as f64
+        } else {
+            (on.as_secs_f64() / span.as_secs_f64()).min(1.0)
+        };
+        st.tick_start = now;
+        st.on_in_tick = Duration::ZERO;
+        if st.samples == 0 || st.unsplit_ns == 0 {
+            return;
+        }
+        let weights = hidden_handshake(st, on_share);
+        let per_sample = st.unsplit_ns as f64 / 1e9 / st.samples as f64;
+        st.by_category.clear();
+        for (cat, n) in weights {
+            self.metrics
+                .cpu
+                .get_or_create(&CategoryLabels {
+                    comm: st.comm.clone(),
+                    category: cat.label().into(),
+                })
+                .inc_by(n * per_sample);
+        }
+        for (prim, n) in st.by_prim.drain() {
+            self.metrics
+                .crypto_cpu
+                .get_or_create(&PrimitiveLabels {
+                    comm: st.comm.clone(),
+                    primitive: prim.label().into(),
+                })
+                .inc_by(n as f64 * per_sample);
+        }
+        st.samples = 0;
+        st.unsplit_ns = 0;
+    }
+}
+
+/// A second's samples by category, with the handshake work hidden in the part of the
+/// second the probes were away moved to `handshake`: each category gives up the share of
+/// its samples that were handshake work in recent seconds with the probes attached. Seconds
+/// with the probes attached throughout teach those shares.
+fn hidden_handshake(st: &mut ProcState, on_share: f64) -> Vec<(Category, f64)> {
+    let under_all = std::mem::take(&mut st.under_all);
+    let under_hs = std::mem::take(&mut st.under_hs);
+    let mut w: HashMap<Category, f64> = st.by_category.iter().map(|(c, n)| (*c, *n as f64)).collect();
+    if !st.probed {
+        return w.into_iter().collect();
+    }
+    if on_share >= 0.999 {
+        for c in HIDES_HANDSHAKE {
+            let all = st.learned_all.entry(c).or_default();
+            *all = *all * LEARN_DECAY + *under_all.get(&c).unwrap_or(&0) as f64;
+            let hs = st.learned_hs.entry(c).or_default();
+            *hs = *hs * LEARN_DECAY + *under_hs.get(&c).unwrap_or(&0) as f64;
+        }
+        return w.into_iter().collect();
+    }
+    for c in HIDES_HANDSHAKE {
+        let all = st.learned_all.get(&c).copied().unwrap_or(0.0);
+        if all <= 0.0 {
+            continue;
+        }
+        let share = st.learned_hs.get(&c).copied().unwrap_or(0.0) / all;
+        let n = w.get(&c).copied().unwrap_or(0.0);
+        let moved = n * share * (1.0 - on_share);
+        if moved > 0.0 {
+            *w.entry(c).or_default() -= moved;
+            *w.entry(Category::Handshake).or_default() += moved;
+        }
+    }
+    w.into_iter().collect()
+}

@@ -1,0 +1,107 @@
+//! From sampled addresses to code: is it TLS library code, which crypto primitive, is it
+//! kernel networking, and names for flame graphs.
+//!
+//! User space: each executable mapping of a process is read from its ELF file (through
+//! /proc/PID/map_files, so containers and replaced files work): elf.rs. Kernel:
+//! /proc/kallsyms: kallsyms.rs.
+mod elf;
+mod kallsyms;
+mod prim;
+
+use std::{collections::HashMap, path::PathBuf, sync::Arc};
+
+use crate::discovery::maps;
+
+pub use elf::FileSyms;
+pub use kallsyms::{KClass, Kallsyms};
+pub use prim::Prim;
+
+/// One executable mapping of a process.
+#[derive(Clone)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    /// None: anonymous executable memory (JIT code) or a file that could not be read.
+    pub file: Option<Arc<FileSyms>>,
+    pub anon: bool,
+}
+
+/// Files read so far, by (device, inode) as /proc/PID/maps names them.
+pub struct FileCache {
+    files: HashMap<(String, u64), Option<Arc<FileSyms>>>,
+    debug_dirs: Vec<PathBuf>,
+    keep_names: bool,
+}
+
+impl FileCache {
+    pub fn new(debug_dirs: Vec<PathBuf>, keep_names: bool) -> Self {
+        Self {
+            files: HashMap::new(),
+            debug_dirs,
+            keep_names,
+        }
+    }
+
+    /// The executable mappings of a process.
+    pub fn mappings(&mut self, pid: u32) -> std::io::Result<Vec<Mapping>> {
+        let text = maps::read(&pid.to_string())?;
+        let mut out = Vec::new();
+        for m in maps::parse(&text).filter(|m| m.executable()) {
+            let (start, end, offset) = (m.start, m.end, m.offset);
+            let Some(path) = m.file() else {
+                // [vdso], JIT code, anonymous memory
+                out.push(Mapping {
+                    start,
+                    end,
+                    offset,
+                    file: None,
+                    anon: m.path.is_empty(),
+                });
+                continue;
+            };
+            let key = (m.dev.to_string(), m.inode);
+            let keep = self.keep_names;
+            let dirs = &self.debug_dirs;
+            let file = self
+                .files
+                .entry(key)
+                .or_insert_with(|| {
+                    // map_files names are unpadded hex, where maps pads to 8 digits
+                    let host = PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}"));
+                    let clean = path.trim_end_matches(" (deleted)");
+                    FileSyms::load(clean, &host, dirs, keep).map(Arc::new)
+                })
+                .clone();
+            out.push(Mapping {
+                start,
+                end,
+                offset,
+                file,
+                anon: false,
+            });
+        }
+        out.sort_unstable_by_key(|m| m.start);
+        Ok(out)
+    }
+
+    /// Drops files no process maps any more (those only the cache holds).
+    pub fn trim(&mut self) {
+        self.files
+            .retain(|_, f| f.as_ref().is_none_or(|f| Arc::strong_count(f) > 1));
+    }
+}
+
+/// The mapping holding an address.
+pub fn find(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
+    let i = maps.partition_point(|m| m.start <= addr);
+    let m = maps.get(i.checked_sub(1)?)?;
+    (addr < m.end).then_some(m)
+}
+
+impl Mapping {
+    /// The file's virtual address for a process address.
+    pub fn vaddr(&self, addr: u64) -> Option<u64> {
+        self.file.as_ref()?.vaddr(addr - self.start + self.offset)
+    }
+}

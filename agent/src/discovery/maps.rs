@@ -1,0 +1,116 @@
+//! /proc/PID/maps, parsed in one place for everyone: the files a process maps
+//! (discovery), its executable mappings (CPU attribution), and where the agent's own code
+//! lies (the probe-cost calibration).
+use std::{collections::BTreeSet, io};
+
+/// One line of /proc/PID/maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapEntry<'a> {
+    pub start: u64,
+    pub end: u64,
+    pub perms: &'a str,
+    pub offset: u64,
+    /// "major:minor", as the kernel writes it.
+    pub dev: &'a str,
+    pub inode: u64,
+    /// The path, `[vdso]`-like names, or "" for anonymous memory; may hold spaces and end
+    /// with " (deleted)".
+    pub path: &'a str,
+}
+
+impl MapEntry<'_> {
+    pub fn executable(&self) -> bool {
+        self.perms.as_bytes().get(2) == Some(&b'x')
+    }
+
+    /// The file mapped here, if this maps a file (not anonymous memory, not `[vdso]`).
+    pub fn file(&self) -> Option<&str> {
+        (self.inode != 0 && self.path.starts_with('/')).then_some(self.path)
+    }
+}
+
+/// The lines of a maps file that parse (the address, offset and inode in the kernel's
+/// formats).
+pub fn parse(text: &str) -> impl Iterator<Item = MapEntry<'_>> {
+    text.lines().filter_map(|line| {
+        // address perms offset dev inode path: the path is the 6th field and may hold spaces
+        let mut it = line.splitn(6, char::is_whitespace);
+        let (range, perms, offset, dev, inode) = (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
+        let (start, end) = range.split_once('-')?;
+        Some(MapEntry {
+            start: u64::from_str_radix(start, 16).ok()?,
+            end: u64::from_str_radix(end, 16).ok()?,
+            perms,
+            offset: u64::from_str_radix(offset, 16).ok()?,
+            dev,
+            inode: inode.parse().ok()?,
+            path: it.next().unwrap_or("").trim_start(),
+        })
+    })
+}
+
+/// The maps file of a process ("self" for the agent).
+pub fn read(pid: &str) -> io::Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+}
+
+/// The file paths mapped by a process (as the process sees them), files deleted since left out.
+pub fn files(text: &str) -> BTreeSet<String> {
+    parse(text)
+        .filter_map(|m| m.file().filter(|p| !p.ends_with(" (deleted)")).map(str::to_string))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "\
+55d0c0a00000-55d0c0a2c000 r--p 00000000 fe:01 1311234                    /usr/sbin/nginx
+7f1c2c000000-7f1c2c021000 rw-p 00000000 00:00 0 
+7f1c2d400000-7f1c2d45d000 r--p 00000000 fe:01 1319000                    /usr/lib/x86_64-linux-gnu/libssl.so.3
+7f1c2d45d000-7f1c2d4b6000 r-xp 0005d000 fe:01 1319000                    /usr/lib/x86_64-linux-gnu/libssl.so.3
+7f1c2d600000-7f1c2d601000 r-xp 00000000 fe:01 1319001                    /opt/my app/libssl.so.1.1
+7f1c2d700000-7f1c2d701000 r-xp 00000000 fe:01 1319002                    /usr/lib/libssl.so.3 (deleted)
+7ffd5a3c1000-7ffd5a3e2000 rw-p 00000000 00:00 0                          [stack]
+7ffd5a3f0000-7ffd5a3f2000 r-xp 00000000 00:00 0                          [vdso]
+";
+
+    #[test]
+    fn mapped_files() {
+        let paths = files(TEXT);
+        let v: Vec<&str> = paths.iter().map(String::as_str).collect();
+        assert_eq!(
+            v,
+            [
+                "/opt/my app/libssl.so.1.1",
+                "/usr/lib/x86_64-linux-gnu/libssl.so.3",
+                "/usr/sbin/nginx"
+            ]
+        );
+    }
+
+    #[test]
+    fn entries() {
+        let all: Vec<MapEntry> = parse(TEXT).collect();
+        assert_eq!(all.len(), 8);
+        let ssl = &all[3];
+        assert_eq!(
+            (ssl.start, ssl.end, ssl.offset, ssl.dev, ssl.inode),
+            (0x7f1c2d45d000, 0x7f1c2d4b6000, 0x5d000, "fe:01", 1319000)
+        );
+        assert!(ssl.executable() && !all[2].executable());
+        assert_eq!(all[1].path, "");
+        assert_eq!(all[1].file(), None);
+        assert_eq!(all[7].file(), None, "[vdso] is not a file");
+        assert_eq!(all[5].file(), Some("/usr/lib/libssl.so.3 (deleted)"));
+        assert!(parse("garbage\n").next().is_none());
+    }
+
+    #[test]
+    fn own_maps_hold_this_test() {
+        let text = read("self").unwrap();
+        let here = own_maps_hold_this_test as fn() as usize as u64;
+        assert!(parse(&text).any(|m| m.executable() && (m.start..m.end).contains(&here)));
+    }
+}

@@ -1,0 +1,338 @@
+//! Every metric tlsprof exports, declared once: name, type, unit, help and label set. The
+//! exporter registers them from here (mod.rs), the views read them back by these names
+//! (views/snapshot.rs), and a test checks docs/metrics.md, the dashboards and the rules
+//! against this list.
+use std::marker::PhantomData;
+
+use super::labels::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Seconds,
+    Bytes,
+}
+
+/// A metric, without its label set's type.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    /// The registered name, without the `tlsprof_` prefix and the unit.
+    pub name: &'static str,
+    pub kind: Kind,
+    pub unit: Option<Unit>,
+    pub help: &'static str,
+    /// The label set's names (labels::LabelNames), for the docs and dashboards tests.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "the label structs carry them to the exporter")
+    )]
+    pub labels: &'static [&'static str],
+}
+
+/// A metric whose series carry the label set `L`.
+pub struct Def<L> {
+    pub spec: Spec,
+    labels: PhantomData<fn() -> L>,
+}
+
+impl<L: LabelNames> Def<L> {
+    const fn new(name: &'static str, kind: Kind, unit: Option<Unit>, help: &'static str) -> Self {
+        Def {
+            spec: Spec {
+                name,
+                kind,
+                unit,
+                help,
+                labels: L::NAMES,
+            },
+            labels: PhantomData,
+        }
+    }
+}
+
+impl<L> std::ops::Deref for Def<L> {
+    type Target = Spec;
+    fn deref(&self) -> &Spec {
+        &self.spec
+    }
+}
+
+impl Spec {
+    /// The family's name in the exposition's HELP and TYPE lines of OpenMetrics
+    /// (`tlsprof_<name>[_<unit>]`).
+    pub fn family(&self) -> String {
+        match self.unit {
+            Some(Unit::Seconds) => format!("tlsprof_{}_seconds", self.name),
+            Some(Unit::Bytes) => format!("tlsprof_{}_bytes", self.name),
+            None => format!("tlsprof_{}", self.name),
+        }
+    }
+
+    /// The name of its samples: `_total` for a counter; a histogram's are `_bucket`,
+    /// `_sum` and `_count` (`series`).
+    pub fn sample(&self) -> String {
+        match self.kind {
+            Kind::Counter => format!("{}_total", self.family()),
+            _ => self.family(),
+        }
+    }
+
+    /// A histogram's series: `_bucket`, `_sum` or `_count`.
+    pub fn series(&self, suffix: &str) -> String {
+        format!("{}_{suffix}", self.family())
+    }
+
+    /// Every sample name the exposition can carry for it.
+    pub fn sample_names(&self) -> Vec<String> {
+        match self.kind {
+            Kind::Histogram => ["bucket", "sum", "count"].iter().map(|s| self.series(s)).collect(),
+            _ => vec![self.sample()],
+        }
+    }
+
+    #[cfg(test)]
+    pub fn type_name(&self) -> &'static str {
+        match self.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+use Kind::*;
+use Unit::*;
+
+pub const HANDSHAKES: Def<HandshakeLabels> = Def::new(
+    "handshakes",
+    Counter,
+    None,
+    "TLS handshakes finished, by process name, role (server|client), result (ok|failed) and what was \
+     negotiated: version, cipher (IANA), group (IANA, or rsa for RSA key transport), cert (the server \
+     certificate's key) and resumed; unknown or rare values are other",
+);
+pub const HANDSHAKES_UNLABELLED: Def<ReasonLabels> = Def::new(
+    "handshakes_unlabelled",
+    Counter,
+    None,
+    "Handshakes counted with some negotiated labels other because tlsprof could not see them: \
+     no_connection (not on a connection accepted on a watched port since tlsprof started: client role, \
+     older connections), incomplete (the server's handshake output did not show them all)",
+);
+pub const HANDSHAKE_CPU: Def<ParamLabels> = Def::new(
+    "handshake_cpu",
+    Histogram,
+    Some(Seconds),
+    "On-CPU time (user and kernel) of the threads performing a successful handshake, summed over all its calls",
+);
+pub const HANDSHAKE_DURATION: Def<ParamLabels> = Def::new(
+    "handshake_duration",
+    Histogram,
+    Some(Seconds),
+    "Wall-clock time of a successful handshake, from its first handshake call to the call that completed it",
+);
+pub const FAILED_HANDSHAKE_CPU: Def<RoleLabels> = Def::new(
+    "failed_handshake_cpu",
+    Counter,
+    Some(Seconds),
+    "On-CPU time spent in handshakes that failed",
+);
+pub const ATTACHED_PROCESSES: Def<CommLabels> = Def::new(
+    "attached_processes",
+    Gauge,
+    None,
+    "Processes tlsprof has attached its probes to",
+);
+pub const ATTACHED_PROBES: Def<NoLabels> =
+    Def::new("attached_probes", Gauge, None, "Uprobes and uretprobes attached now");
+pub const EVENTS_LOST: Def<NoLabels> = Def::new(
+    "events_lost",
+    Counter,
+    None,
+    "Finished handshakes the kernel could not report because the ring buffer was full",
+);
+pub const KERNEL_ERRORS: Def<KindLabels> = Def::new(
+    "kernel_errors",
+    Counter,
+    None,
+    "Kernel-side failure paths taken (events_lost, thread_map_full, ssl_map_full, unmatched_return, \
+     conn_events_lost, conn_storage_full, samples_lost, wire_events_lost)",
+);
+pub const PROBE_ATTACH_FAILURES: Def<ProbeLabels> = Def::new(
+    "probe_attach_failures",
+    Counter,
+    None,
+    "Probes that failed to attach, by probe (program name)",
+);
+pub const AGENT_CPU: Def<NoLabels> = Def::new(
+    "agent_cpu",
+    Counter,
+    Some(Seconds),
+    "CPU time (user and system) used by the tlsprof agent itself",
+);
+pub const AGENT_RESIDENT_MEMORY: Def<NoLabels> = Def::new(
+    "agent_resident_memory",
+    Gauge,
+    Some(Bytes),
+    "Resident memory of the tlsprof agent itself",
+);
+pub const TCP_CONNECTIONS_ACCEPTED: Def<PortLabels> = Def::new(
+    "tcp_connections_accepted",
+    Counter,
+    None,
+    "TCP connections accepted on a listening port of a traced process (the TCP handshake completed)",
+);
+pub const TCP_CONNECTIONS: Def<ClosedByLabels> = Def::new(
+    "tcp_connections",
+    Counter,
+    None,
+    "TCP connections accepted on a listening port of a traced process that ended, by who ended them: \
+     server (sent the first FIN), client (sent the first FIN) or reset",
+);
+pub const TCP_TIME_WAIT: Def<PortLabels> = Def::new(
+    "tcp_time_wait",
+    Counter,
+    None,
+    "Server-side sockets that entered TIME_WAIT: the server closed first and the client closed cleanly",
+);
+pub const TCP_TIME_WAIT_SOCKETS: Def<OnlyPortLabels> = Def::new(
+    "tcp_time_wait_sockets",
+    Gauge,
+    None,
+    "Sockets in TIME_WAIT now with this local port (sock_diag), summed over the network namespaces of the traced processes",
+);
+pub const TCP_CONNECTION_DURATION: Def<PortLabels> = Def::new(
+    "tcp_connection_duration",
+    Histogram,
+    Some(Seconds),
+    "Lifetime of an accepted connection, from the TCP handshake to the server's socket closing",
+);
+pub const REQUESTS_PER_CONNECTION: Def<PortLabels> = Def::new(
+    "requests_per_connection",
+    Histogram,
+    None,
+    "Application data exchanges (client data, then server data; TLS handshake traffic excluded) per ended connection",
+);
+pub const PROCESS_CPU: Def<CommLabels> = Def::new(
+    "process_cpu",
+    Counter,
+    Some(Seconds),
+    "On-CPU time (user and kernel) of the traced processes, summed by the kernel at every context switch",
+);
+pub const CPU: Def<CategoryLabels> = Def::new(
+    "cpu",
+    Counter,
+    Some(Seconds),
+    "On-CPU time of the traced processes split by sampling into handshake, crypto (TLS record crypto), \
+     tls_library (TLS code of stacks without handshake probes), kernel_net, probes (tlsprof's own) and other",
+);
+pub const CRYPTO_CPU: Def<PrimitiveLabels> = Def::new(
+    "crypto_cpu",
+    Counter,
+    Some(Seconds),
+    "On-CPU time in TLS library code (handshakes included) and kernel TLS, by crypto primitive; \
+     no_symbols where the library has no function names",
+);
+pub const TLS_LIBRARY_INFO: Def<LibraryLabels> = Def::new(
+    "tls_library_info",
+    Gauge,
+    None,
+    "TLS code a traced process maps, and where its function names come from (full, debug_file, exported_only, none)",
+);
+pub const CPU_SAMPLES: Def<NoLabels> = Def::new(
+    "cpu_samples",
+    Counter,
+    None,
+    "CPU samples of traced processes received from the kernel",
+);
+pub const MODE_INFO: Def<ModeLabels> = Def::new(
+    "mode_info",
+    Gauge,
+    None,
+    "How tlsprof runs: mode (default: handshake probes duty-cycled under the overhead budget, handshakes \
+     counted from the wire; exact: handshake probes always attached) and the budget (share of one CPU per \
+     process)",
+);
+pub const SAMPLED_FIGURE_INFO: Def<FigureLabels> = Def::new(
+    "sampled_figure_info",
+    Gauge,
+    None,
+    "Figures (metric names) that are measured in sampled windows in this mode, not for every event: scale \
+     them by tlsprof_probe_duty_cycle, or read them as averages (CPU per handshake)",
+);
+pub const PROBE_DUTY_CYCLE: Def<CommLabels> = Def::new(
+    "probe_duty_cycle",
+    Gauge,
+    None,
+    "Share of the last 10 s cycle the handshake probes were attached to the processes of this name (mean \
+     over them): the sampling ratio of the sampled figures",
+);
+pub const PROBE_HITS: Def<CommLabels> = Def::new(
+    "probe_hits",
+    Counter,
+    None,
+    "Uprobe and uretprobe hits in the traced processes (each one a trap into the kernel)",
+);
+pub const PROBE_CPU: Def<CommLabels> = Def::new(
+    "probe_cpu",
+    Counter,
+    Some(Seconds),
+    "CPU time the handshake probes cost the traced processes: hits times the cost of one hit measured on \
+     this host at start",
+);
+pub const PROBE_HIT_COST: Def<ProbeLabels> = Def::new(
+    "probe_hit_cost",
+    Gauge,
+    Some(Seconds),
+    "CPU time of one probe hit on this host, measured at start (probe: uprobe, uretprobe)",
+);
+
+/// Every metric, in the order they are registered (and exported).
+pub const ALL: &[&Spec] = &[
+    &HANDSHAKES.spec,
+    &HANDSHAKES_UNLABELLED.spec,
+    &HANDSHAKE_CPU.spec,
+    &HANDSHAKE_DURATION.spec,
+    &FAILED_HANDSHAKE_CPU.spec,
+    &ATTACHED_PROCESSES.spec,
+    &ATTACHED_PROBES.spec,
+    &EVENTS_LOST.spec,
+    &KERNEL_ERRORS.spec,
+    &PROBE_ATTACH_FAILURES.spec,
+    &AGENT_CPU.spec,
+    &AGENT_RESIDENT_MEMORY.spec,
+    &TCP_CONNECTIONS_ACCEPTED.spec,
+    &TCP_CONNECTIONS.spec,
+    &TCP_TIME_WAIT.spec,
+    &TCP_TIME_WAIT_SOCKETS.spec,
+    &TCP_CONNECTION_DURATION.spec,
+    &REQUESTS_PER_CONNECTION.spec,
+    &PROCESS_CPU.spec,
+    &CPU.spec,
+    &CRYPTO_CPU.spec,
+    &TLS_LIBRARY_INFO.spec,
+    &CPU_SAMPLES.spec,
+    &MODE_INFO.spec,
+    &SAMPLED_FIGURE_INFO.spec,
+    &PROBE_DUTY_CYCLE.spec,
+    &PROBE_HITS.spec,
+    &PROBE_CPU.spec,
+    &PROBE_HIT_COST.spec,
+];
+
+/// The metric a sample name belongs to (`tlsprof_handshakes_total` -> HANDSHAKES).
+pub fn of_sample(name: &str) -> Option<&'static Spec> {
+    static BY_SAMPLE: std::sync::LazyLock<std::collections::HashMap<String, &'static Spec>> =
+        std::sync::LazyLock::new(|| {
+            ALL.iter()
+                .flat_map(|s| s.sample_names().into_iter().map(move |n| (n, *s)))
+                .collect()
+        });
+    BY_SAMPLE.get(name).copied()
+}

@@ -1,0 +1,79 @@
+//! The label sets of tlsprof's metrics. Each is declared once, with `label_set!`: the
+//! struct the code fills and the label names the metric declarations (defs.rs) and the
+//! docs test read.
+use prometheus_client::encoding::EncodeLabelSet;
+
+/// The label names of a label set, in the order they are exported.
+pub trait LabelNames {
+    const NAMES: &'static [&'static str];
+}
+
+macro_rules! label_set {
+    ($(#[$m:meta])* $name:ident { $($field:ident),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+        pub struct $name {
+            $(pub $field: String),*
+        }
+
+        impl LabelNames for $name {
+            const NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
+        }
+    };
+}
+
+/// Metrics without labels.
+pub struct NoLabels;
+
+impl LabelNames for NoLabels {
+    const NAMES: &'static [&'static str] = &[];
+}
+
+label_set!(
+    /// A handshake: process, role, result and what was negotiated.
+    HandshakeLabels { comm, role, result, version, cipher, group, cert, resumed }
+);
+label_set!(
+    /// What a handshake negotiated (wire::Negotiated), with the process and role.
+    ParamLabels { comm, role, version, cipher, group, cert, resumed }
+);
+label_set!(ReasonLabels { comm, reason });
+label_set!(RoleLabels { comm, role });
+label_set!(CommLabels { comm });
+label_set!(ProbeLabels { probe });
+label_set!(KindLabels { kind });
+label_set!(PortLabels { comm, port });
+label_set!(ClosedByLabels { comm, port, closed_by });
+label_set!(OnlyPortLabels { port });
+label_set!(CategoryLabels { comm, category });
+label_set!(PrimitiveLabels { comm, primitive });
+label_set!(LibraryLabels { comm, library, symbols });
+label_set!(ModeLabels { mode, overhead_budget });
+label_set!(FigureLabels { figure });
+
+impl ParamLabels {
+    pub fn new(comm: &str, role: &str, n: &crate::wire::Negotiated) -> Self {
+        Self {
+            comm: comm.into(),
+            role: role.into(),
+            version: n.version.into(),
+            cipher: n.cipher.into(),
+            group: n.group.into(),
+            cert: n.cert.into(),
+            resumed: n.resumed.to_string(),
+        }
+    }
+
+    pub fn with_result(&self, result: &str) -> HandshakeLabels {
+        HandshakeLabels {
+            comm: self.comm.clone(),
+            role: self.role.clone(),
+            result: result.into(),
+            version: self.version.clone(),
+            cipher: self.cipher.clone(),
+            group: self.group.clone(),
+            cert: self.cert.clone(),
+            resumed: self.resumed.clone(),
+        }
+    }
+}

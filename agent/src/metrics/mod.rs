@@ -1,0 +1,370 @@
+//! The metrics tlsprof exports (documented in docs/metrics.md): declared in defs.rs, their
+//! label sets in labels.rs, registered and rendered here; text.rs reads an exposition back.
+pub mod defs;
+pub mod labels;
+pub mod text;
+
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::{Metric, Registry},
+};
+
+pub use self::labels::*;
+use self::{
+    defs::{Def, Unit},
+    text::openmetrics_to_text,
+};
+
+/// A gauge with a fractional value.
+pub type FGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Handshake CPU: 10 µs .. 1 s.
+const CPU_BUCKETS: &[f64] = &[
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1.0,
+];
+/// Handshake wall-clock duration: 50 µs .. 10 s (includes waiting for the peer).
+const DURATION_BUCKETS: &[f64] = &[
+    50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5, 10.0,
+];
+
+/// Connection lifetime: 1 ms .. 1 h.
+const CONNECTION_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+/// Requests per connection: 0 (handshake only), 1 (no reuse), every count up to 10 (so a
+/// low per-connection limit such as Domino's 5 shows exactly), Apache's 100, nginx's 1000.
+const REQUEST_BUCKETS: &[f64] = &[
+    0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 10000.0,
+];
+
+fn connection_histogram() -> Histogram {
+    Histogram::new(CONNECTION_BUCKETS.iter().copied())
+}
+fn requests_histogram() -> Histogram {
+    Histogram::new(REQUEST_BUCKETS.iter().copied())
+}
+
+fn cpu_histogram() -> Histogram {
+    Histogram::new(CPU_BUCKETS.iter().copied())
+}
+fn hist<L: Clone + std::hash::Hash + Eq>(buckets: fn() -> Histogram) -> HistFamily<L> {
+    HistFamily::new_with_constructor(buckets)
+}
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS.iter().copied())
+}
+
+/// A metric's label set, so that registering it with its declaration checks they agree.
+pub trait Labelled {
+    type Labels: LabelNames;
+}
+
+impl<L: LabelNames, M, C> Labelled for Family<L, M, C> {
+    type Labels = L;
+}
+
+impl<N, A> Labelled for Counter<N, A> {
+    type Labels = NoLabels;
+}
+
+impl<N, A> Labelled for Gauge<N, A> {
+    type Labels = NoLabels;
+}
+
+/// Registers a metric under its declaration; returns it, for the field that keeps it.
+fn register<M: Labelled + Metric + Clone>(r: &mut Registry, def: &Def<M::Labels>, m: M) -> M {
+    let unit = def.unit.map(|u| match u {
+        Unit::Seconds => prometheus_client::registry::Unit::Seconds,
+        Unit::Bytes => prometheus_client::registry::Unit::Bytes,
+    });
+    match unit {
+        Some(u) => r.register_with_unit(def.name, def.help, u, m.clone()),
+        None => r.register(def.name, def.help, m.clone()),
+    }
+    m
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub handshakes: Family<HandshakeLabels, Counter>,
+    pub handshakes_unlabelled: Family<ReasonLabels, Counter>,
+    pub handshake_cpu: HistFamily<ParamLabels>,
+    pub handshake_duration: HistFamily<ParamLabels>,
+    pub failed_handshake_cpu: Family<RoleLabels, Counter<f64>>,
+    pub attached_processes: Family<CommLabels, Gauge>,
+    pub attached_probes: Gauge,
+    pub events_lost: Counter,
+    pub kernel_errors: Family<KindLabels, Counter>,
+    pub attach_failures: Family<ProbeLabels, Counter>,
+    pub agent_cpu: Counter<f64>,
+    pub agent_memory: Gauge,
+    pub connections_accepted: Family<PortLabels, Counter>,
+    pub connections: Family<ClosedByLabels, Counter>,
+    pub time_wait: Family<PortLabels, Counter>,
+    pub time_wait_sockets: Family<OnlyPortLabels, Gauge>,
+    pub connection_duration: HistFamily<PortLabels>,
+    pub requests_per_connection: HistFamily<PortLabels>,
+    pub process_cpu: Family<CommLabels, Counter<f64>>,
+    pub cpu: Family<CategoryLabels, Counter<f64>>,
+    pub crypto_cpu: Family<PrimitiveLabels, Counter<f64>>,
+    pub tls_library: Family<LibraryLabels, Gauge>,
+    pub cpu_samples: Counter,
+    pub mode_info: Family<ModeLabels, Gauge>,
+    pub sampled_figures: Family<FigureLabels, Gauge>,
+    pub probe_duty_cycle: Family<CommLabels, FGauge>,
+    pub probe_hits: Family<CommLabels, Counter>,
+    pub probe_cpu: Family<CommLabels, Counter<f64>>,
+    pub probe_hit_cost: Family<ProbeLabels, FGauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric of defs::ALL, registered in that order.
+    pub fn new() -> Self {
+        use defs::*;
+        let mut r = Registry::with_prefix("tlsprof");
+        Self {
+            handshakes: register(&mut r, &HANDSHAKES, Family::default()),
+            handshakes_unlabelled: register(&mut r, &HANDSHAKES_UNLABELLED, Family::default()),
+            handshake_cpu: register(&mut r, &HANDSHAKE_CPU, hist(cpu_histogram)),
+            handshake_duration: register(&mut r, &HANDSHAKE_DURATION, hist(duration_histogram)),
+            failed_handshake_cpu: register(&mut r, &FAILED_HANDSHAKE_CPU, Family::default()),
+            attached_processes: register(&mut r, &ATTACHED_PROCESSES, Family::default()),
+            attached_probes: register(&mut r, &ATTACHED_PROBES, Gauge::default()),
+            events_lost: register(&mut r, &EVENTS_LOST, Counter::default()),
+            kernel_errors: register(&mut r, &KERNEL_ERRORS, Family::default()),
+            attach_failures: register(&mut r, &PROBE_ATTACH_FAILURES, Family::default()),
+            agent_cpu: register(&mut r, &AGENT_CPU, Counter::default()),
+            agent_memory: register(&mut r, &AGENT_RESIDENT_MEMORY, Gauge::default()),
+            connections_accepted: register(&mut r, &TCP_CONNECTIONS_ACCEPTED, Family::default()),
+            connections: register(&mut r, &TCP_CONNECTIONS, Family::default()),
+            time_wait: register(&mut r, &TCP_TIME_WAIT, Family::default()),
+            time_wait_sockets: register(&mut r, &TCP_TIME_WAIT_SOCKETS, Family::default()),
+            connection_duration: register(&mut r, &TCP_CONNECTION_DURATION, hist(connection_histogram)),
+            requests_per_connection: register(&mut r, &REQUESTS_PER_CONNECTION, hist(requests_histogram)),
+            process_cpu: register(&mut r, &PROCESS_CPU, Family::default()),
+            cpu: register(&mut r, &CPU, Family::default()),
+            crypto_cpu: register(&mut r, &CRYPTO_CPU, Family::default()),
+            tls_library: register(&mut r, &TLS_LIBRARY_INFO, Family::default()),
+            cpu_samples: register(&mut r, &CPU_SAMPLES, Counter::default()),
+            mode_info: register(&mut r, &MODE_INFO, Family::default()),
+            sampled_figures: register(&mut r, &SAMPLED_FIGURE_INFO, Family::default()),
+            probe_duty_cycle: register(&mut r, &PROBE_DUTY_CYCLE, Family::default()),
+            probe_hits: register(&mut r, &PROBE_HITS, Family::default()),
+            probe_cpu: register(&mut r, &PROBE_CPU, Family::default()),
+            probe_hit_cost: register(&mut r, &PROBE_HIT_COST, Family::default()),
+            registry: r,
+        }
+    }
+
+    /// The OpenMetrics text exposition, as prometheus-client writes it.
+    pub fn render_openmetrics(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+
+    /// The Prometheus text format (0.0.4), which `promtool check metrics` and older
+    /// scrapers read.
+    pub fn render_text(&self) -> String {
+        openmetrics_to_text(&self.render_openmetrics())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_format_names_counters_like_their_samples() {
+        let m = Metrics::new();
+        let p = ParamLabels::new("nginx", "server", &crate::wire::Negotiated::UNKNOWN);
+        m.handshakes.get_or_create(&p.with_result("ok")).inc_by(3);
+        m.handshake_cpu.get_or_create(&p).observe(0.0004);
+        let text = m.render_text();
+        assert!(text.contains("# TYPE tlsprof_handshakes_total counter\n"), "{text}");
+        assert!(
+            text.contains("# HELP tlsprof_handshakes_total TLS handshakes"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "tlsprof_handshakes_total{comm=\"nginx\",role=\"server\",result=\"ok\",version=\"other\",\
+                 cipher=\"other\",group=\"other\",cert=\"other\",resumed=\"false\"} 3\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE tlsprof_handshake_cpu_seconds histogram\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "tlsprof_handshake_cpu_seconds_bucket{le=\"0.0005\",comm=\"nginx\",role=\"server\",\
+                 version=\"other\",cipher=\"other\",group=\"other\",cert=\"other\",resumed=\"false\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
+        let om = m.render_openmetrics();
+        assert!(
+            om.ends_with("# EOF\n") && om.contains("# TYPE tlsprof_handshakes counter"),
+            "{om}"
+        );
+    }
+
+    /// Every declared metric is in the exposition, in order, with its type and help.
+    #[test]
+    fn exposition_follows_the_declarations() {
+        let om = Metrics::new().render_openmetrics();
+        let mut at = 0;
+        for d in defs::ALL {
+            let om_name = d.family();
+            let ty = format!("# TYPE {om_name} {}\n", d.type_name());
+            let found = om[at..]
+                .find(&ty)
+                .unwrap_or_else(|| panic!("{ty:?} not in order in:\n{om}"));
+            at += found;
+            // prometheus-client ends each help with a full stop
+            assert!(
+                om.contains(&format!("# HELP {om_name} {}.\n", d.help)),
+                "help of {om_name}: {om}"
+            );
+        }
+        let families = om.lines().filter(|l| l.starts_with("# TYPE ")).count();
+        assert_eq!(
+            families,
+            defs::ALL.len(),
+            "registered metrics that defs::ALL does not list:\n{om}"
+        );
+        for d in defs::ALL {
+            assert_eq!(defs::of_sample(&d.sample_names()[0]).map(|s| s.name), Some(d.name));
+        }
+    }
+
+    fn project_file(rel: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// How docs/metrics.md names a metric in its tables: as its samples are named, a
+    /// histogram by its family.
+    fn documented_name(d: &defs::Spec) -> String {
+        match d.kind {
+            defs::Kind::Histogram => d.family(),
+            _ => d.sample(),
+        }
+    }
+
+    /// Every `tlsprof_…` name in a text, with the label names of a `{…}` selector after it.
+    fn mentions(text: &str) -> Vec<(String, Vec<String>)> {
+        let text = text.replace("\\\"", "\"");
+        let mut out = Vec::new();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("tlsprof_") {
+            let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+            let preceded = rest[..i].chars().next_back().is_some_and(|c| ident(c) || c == ':');
+            let after = &rest[i..];
+            let end = after.find(|c: char| !ident(c)).unwrap_or(after.len());
+            let name = after[..end].to_string();
+            rest = &after[end..];
+            if preceded {
+                continue;
+            }
+            let mut labels = Vec::new();
+            if let Some(sel) = rest.strip_prefix('{') {
+                let close = sel.find('}').unwrap_or(sel.len());
+                for matcher in sel[..close].split(',') {
+                    let key: String = matcher.trim().chars().take_while(|c| ident(*c)).collect();
+                    if !key.is_empty() {
+                        labels.push(key);
+                    }
+                }
+            }
+            out.push((name, labels));
+        }
+        out
+    }
+
+    /// docs/metrics.md documents every metric with its type and labels, and names no other.
+    #[test]
+    fn docs_match_the_declarations() {
+        let doc = project_file("docs/metrics.md");
+        let rows: Vec<(String, String, Vec<String>)> = doc
+            .lines()
+            .filter_map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                let ty = cells.get(2)?.split_whitespace().next()?;
+                if !matches!(ty, "counter" | "gauge" | "histogram") || name.contains('`') {
+                    return None;
+                }
+                let labels = cells.get(3)?.split(',').map(|l| l.trim().trim_matches('`').to_string());
+                Some((
+                    name.to_string(),
+                    ty.to_string(),
+                    labels.filter(|l| !l.is_empty() && l != "—").collect(),
+                ))
+            })
+            .collect();
+        for d in defs::ALL {
+            let name = documented_name(d);
+            let row = rows
+                .iter()
+                .find(|r| r.0 == name)
+                .unwrap_or_else(|| panic!("docs/metrics.md has no table row for {name}"));
+            assert_eq!(row.1, d.type_name(), "docs/metrics.md: type of {name}");
+            assert_eq!(row.2, d.labels, "docs/metrics.md: labels of {name}");
+        }
+        assert_eq!(
+            rows.len(),
+            defs::ALL.len(),
+            "docs/metrics.md documents metrics tlsprof does not export"
+        );
+        for file in ["docs/metrics.md", "docs/runbook.md", "README.md"] {
+            check_mentions(file, &project_file(file));
+        }
+    }
+
+    fn check_mentions(file: &str, text: &str) {
+        for (name, labels) in mentions(text) {
+            let d = defs::ALL
+                .iter()
+                .find(|d| d.sample_names().contains(&name) || d.family() == name)
+                .unwrap_or_else(|| panic!("{file} names {name}, which tlsprof does not export"));
+            for l in labels {
+                assert!(
+                    d.labels.contains(&l.as_str()) || ["le", "instance", "job"].contains(&l.as_str()),
+                    "{file}: {name} has no label {l} (it has {:?})",
+                    d.labels
+                );
+            }
+        }
+    }
+
+    /// Every metric the dashboards and the Prometheus rules query is exported, with the
+    /// labels they select on.
+    #[test]
+    fn dashboards_and_rules_query_declared_metrics() {
+        let mut seen = 0;
+        for file in [
+            "dashboards/tlsprof-overview.json",
+            "dashboards/tlsprof-process.json",
+            "dashboards/build.py",
+            "deploy/prometheus/tlsprof-rules.yml",
+        ] {
+            let text = project_file(file);
+            seen += mentions(&text).len();
+            check_mentions(file, &text);
+        }
+        assert!(seen > 50, "the dashboards and rules name only {seen} metrics");
+    }
+}

@@ -1,0 +1,122 @@
+//! The metrics `top` and `report` watch: from an agent started in this process (attached
+//! like `tlsprof run`, without an HTTP endpoint) or from a running agent's /metrics.
+use std::{
+    sync::{mpsc, Arc},
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use anyhow::{anyhow, Context as _, Result};
+
+use super::snapshot::{Snapshot, Source};
+use crate::{
+    agent,
+    cli::{RunArgs, TargetArgs},
+    metrics::Metrics,
+};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ViewArgs {
+    #[command(flatten)]
+    pub targets: TargetArgs,
+    /// Read a running agent's metrics (http://HOST:PORT/metrics) instead of attaching
+    /// probes from this process; --pid and --comm then filter by process name.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+}
+
+pub struct Live {
+    pub source: Source,
+    /// Process names to show (empty: all).
+    pub comms: Vec<String>,
+    agent: Option<JoinHandle<Result<()>>>,
+}
+
+impl Live {
+    pub fn start(args: &ViewArgs) -> Result<Live> {
+        if let Some(url) = &args.url {
+            let mut comms = args.targets.comms.clone();
+            for pid in &args.targets.pids {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .with_context(|| format!("no process with pid {pid}"))?;
+                comms.push(comm.trim().to_string());
+            }
+            let source = Source::remote(url)?;
+            source.fetch()?;
+            return Ok(Live {
+                source,
+                comms,
+                agent: None,
+            });
+        }
+        let (tx, rx) = mpsc::channel::<Arc<Metrics>>();
+        let run = RunArgs {
+            metrics_out: Some(tx),
+            ..RunArgs::embedded(args.targets.clone())
+        };
+        let handle = std::thread::Builder::new()
+            .name("tlsprof-agent".into())
+            .spawn(move || agent::run(run))
+            .context("cannot start the agent thread")?;
+        match rx.recv() {
+            Ok(metrics) => Ok(Live {
+                source: Source::Local(metrics),
+                comms: Vec::new(),
+                agent: Some(handle),
+            }),
+            // The agent ended before attaching: its error is the answer.
+            Err(_) => Err(match handle.join() {
+                Ok(Err(e)) => e,
+                Ok(Ok(())) => anyhow!("the agent stopped before attaching"),
+                Err(_) => anyhow!("the agent thread panicked"),
+            }),
+        }
+    }
+
+    /// The metrics now. An agent that ended on SIGINT/SIGTERM has detached, but its
+    /// metrics are still here to read; one that failed gives its error.
+    pub fn snapshot(&mut self) -> Result<Snapshot> {
+        if self.agent.as_ref().is_some_and(|h| h.is_finished()) {
+            let h = self.agent.take().expect("checked");
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(anyhow!("the agent thread panicked")),
+            }
+        }
+        Snapshot::take(&self.source)
+    }
+
+    /// Sleeps up to `d`, returning early (false) when SIGINT/SIGTERM arrived.
+    pub fn sleep(&self, d: Duration) -> bool {
+        let until = std::time::Instant::now() + d;
+        while std::time::Instant::now() < until {
+            if agent::stopping() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50).min(until - std::time::Instant::now()));
+        }
+        !agent::stopping()
+    }
+
+    /// Detaches the probes (when attached from here) and waits for the agent to end.
+    pub fn stop(mut self) -> Result<()> {
+        if let Some(h) = self.agent.take() {
+            agent::request_stop();
+            match h.join() {
+                Ok(r) => r?,
+                Err(_) => return Err(anyhow!("the agent thread panicked")),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Some(h) = self.agent.take() {
+            agent::request_stop();
+            let _ = h.join();
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! Windows and host costs the report's unit tests share.
+use super::hostcost::HostCosts;
+use crate::views::snapshot::{Config, Proc};
+
+pub fn cfg(group: &str, cert: &str, cipher: &str, resumed: bool, count: f64, ms_each: f64) -> Config {
+    Config {
+        version: "TLSv1.3".into(),
+        cipher: cipher.into(),
+        group: group.into(),
+        cert: cert.into(),
+        resumed,
+        count,
+        cpu: count * ms_each / 1e3,
+    }
+}
+
+pub fn host() -> HostCosts {
+    let mut h = HostCosts {
+        library: "libcrypto.so.3 (test)".into(),
+        ..Default::default()
+    };
+    h.group.insert("x25519".into(), 50e-6);
+    h.group.insert("secp384r1".into(), 900e-6);
+    h.sign.insert("ecdsa_p256".into(), 30e-6);
+    h.sign.insert("rsa2048".into(), 1000e-6);
+    h.record.insert("aes_128_gcm".into(), 4e-6);
+    h.record.insert("aes_128_cbc_hmac_sha1".into(), 20e-6);
+    h
+}
+
+pub fn proc_with(configs: Vec<Config>) -> Proc {
+    Proc {
+        comm: "nginx".into(),
+        process_cpu: 10.0,
+        configs,
+        ..Default::default()
+    }
+}

@@ -1,0 +1,134 @@
+//! The report as JSON (--json), for scripts: the findings with their figures, each
+//! process's measurements, and the host's costs.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{hostcost::HostCosts, rules::Finding};
+use crate::views::snapshot::Window;
+
+#[derive(Serialize)]
+struct Report<'a> {
+    window_seconds: f64,
+    findings: Vec<FindingJson<'a>>,
+    processes: Vec<Process<'a>>,
+    host: Option<Host<'a>>,
+}
+
+#[derive(Serialize)]
+struct FindingJson<'a> {
+    rule: &'a str,
+    comm: &'a str,
+    port: Option<&'a str>,
+    title: &'a str,
+    saving_cpu_cores: Option<f64>,
+    saving_share: Option<f64>,
+    numbers: BTreeMap<&'a str, f64>,
+}
+
+#[derive(Serialize)]
+struct Process<'a> {
+    comm: &'a str,
+    full: f64,
+    resumed: f64,
+    failed: f64,
+    process_cpu_seconds: f64,
+    cpu_seconds: &'a BTreeMap<String, f64>,
+    configs: Vec<ConfigJson<'a>>,
+    ports: BTreeMap<&'a str, PortJson>,
+}
+
+#[derive(Serialize)]
+struct ConfigJson<'a> {
+    version: &'a str,
+    cipher: &'a str,
+    group: &'a str,
+    cert: &'a str,
+    resumed: bool,
+    count: f64,
+    cpu_seconds: f64,
+}
+
+#[derive(Serialize)]
+struct PortJson {
+    ended: f64,
+    requests: f64,
+    time_wait: f64,
+    time_wait_sockets: f64,
+    server_close_share: f64,
+}
+
+#[derive(Serialize)]
+struct Host<'a> {
+    library: &'a str,
+    group_seconds: &'a BTreeMap<String, f64>,
+    sign_seconds: &'a BTreeMap<String, f64>,
+    record_seconds: &'a BTreeMap<String, f64>,
+}
+
+/// The report as one JSON document (numbers that are not finite are null).
+pub fn json(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
+    let report = Report {
+        window_seconds: w.seconds,
+        findings: found
+            .iter()
+            .map(|f| FindingJson {
+                rule: f.rule,
+                comm: &f.comm,
+                port: f.port.as_deref(),
+                title: &f.title,
+                saving_cpu_cores: f.saving_cpu,
+                saving_share: f.saving_share,
+                numbers: f.numbers.iter().copied().collect(),
+            })
+            .collect(),
+        processes: w
+            .procs
+            .iter()
+            .map(|p| Process {
+                comm: &p.comm,
+                full: p.full,
+                resumed: p.resumed,
+                failed: p.failed,
+                process_cpu_seconds: p.process_cpu,
+                cpu_seconds: &p.cpu,
+                configs: p
+                    .configs
+                    .iter()
+                    .map(|c| ConfigJson {
+                        version: &c.version,
+                        cipher: &c.cipher,
+                        group: &c.group,
+                        cert: &c.cert,
+                        resumed: c.resumed,
+                        count: c.count,
+                        cpu_seconds: c.cpu,
+                    })
+                    .collect(),
+                ports: p
+                    .ports
+                    .iter()
+                    .map(|(k, v)| {
+                        let port = PortJson {
+                            ended: v.ended,
+                            requests: v.requests,
+                            time_wait: v.time_wait,
+                            time_wait_sockets: v.time_wait_sockets,
+                            server_close_share: v.closed_share("server"),
+                        };
+                        (k.as_str(), port)
+                    })
+                    .collect(),
+            })
+            .collect(),
+        host: host.map(|h| Host {
+            library: &h.library,
+            group_seconds: &h.group,
+            sign_seconds: &h.sign,
+            record_seconds: &h.record,
+        }),
+    };
+    let mut out = serde_json::to_string(&report).expect("a report serializes");
+    out.push('\n');
+    out
+}

@@ -1,0 +1,146 @@
+//! The report in Markdown (the default, to -o or stdout).
+use std::fmt::Write as _;
+
+use super::{
+    hostcost::HostCosts,
+    rules::{ms, Finding, MIN_EVENTS},
+};
+use crate::views::{
+    snapshot::{Config, Window},
+    top::short_cipher,
+};
+
+pub(super) fn fmt_saving(f: &Finding) -> String {
+    match (f.saving_cpu, f.saving_share) {
+        (Some(c), Some(s)) => format!("{:.1}% of a core ({:.0}% of the process's CPU)", c * 100.0, s * 100.0),
+        (Some(c), None) => format!("{:.1}% of a core", c * 100.0),
+        _ => "not estimated in CPU".into(),
+    }
+}
+
+pub(super) fn config_label(c: &Config) -> String {
+    if c.unlabelled() {
+        return format!("labels not seen{}", if c.resumed { " (resumed)" } else { "" });
+    }
+    format!(
+        "{} {} {} {}{}",
+        c.version,
+        c.group,
+        c.cert,
+        short_cipher(&c.cipher),
+        if c.resumed { " (resumed)" } else { "" }
+    )
+}
+
+pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# tlsprof report\n");
+    if w.procs.is_empty() {
+        let _ = writeln!(
+            o,
+            "Observed {:.1} s; no traced process was seen (check --pid/--comm, and that the server uses TLS).\n",
+            w.seconds
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "Observed {:.1} s; {} process name(s): {}.\n",
+            w.seconds,
+            w.procs.len(),
+            w.procs.iter().map(|p| p.comm.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let _ = writeln!(o, "## Findings, ranked by what they would save\n");
+    if found.is_empty() {
+        let _ = writeln!(o, "Nothing to change: no rule found enough to say (each needs at least {MIN_EVENTS:.0} events in the window).\n");
+    }
+    for (i, f) in found.iter().enumerate() {
+        let _ = writeln!(o, "### {}. {}\n", i + 1, f.title);
+        let _ = writeln!(o, "- Rule: `{}`", f.rule);
+        let _ = writeln!(o, "- Saves: {}", fmt_saving(f));
+        let _ = writeln!(o, "- Measured: {}", f.evidence);
+        let _ = writeln!(o, "- Change: {}", f.fix);
+        let _ = writeln!(o, "- Estimate: {}\n", f.basis);
+    }
+    let _ = writeln!(o, "## What was measured\n");
+    for p in &w.procs {
+        let s = w.seconds;
+        let _ = writeln!(o, "### {}\n", p.comm);
+        let _ = writeln!(
+            o,
+            "Handshakes/s: {:.1} full, {:.1} resumed, {:.1} failed. CPU: {:.1}% of a core; of it handshake {:.0}%, \
+             crypto {:.0}%, TLS library {:.0}%, kernel network {:.0}%, tlsprof's probes {:.1}%, other {:.0}%.\n",
+            p.full / s,
+            p.resumed / s,
+            p.failed / s,
+            p.process_cpu / s * 100.0,
+            p.share("handshake") * 100.0,
+            p.share("crypto") * 100.0,
+            p.share("tls_library") * 100.0,
+            p.share("kernel_net") * 100.0,
+            p.share("probes") * 100.0,
+            p.share("other") * 100.0
+        );
+        if !p.configs.is_empty() {
+            let _ = writeln!(
+                o,
+                "| Version | Group | Certificate | Cipher | Resumed | Handshakes/s | CPU per handshake |"
+            );
+            let _ = writeln!(o, "|---|---|---|---|---|---:|---:|");
+            let mut cs = p.configs.clone();
+            cs.sort_by(|a, b| b.count.total_cmp(&a.count));
+            for c in &cs {
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {} | {} | {} | {:.1} | {} |",
+                    if c.unlabelled() { "labels not seen" } else { &c.version },
+                    if c.unlabelled() { "-" } else { &c.group },
+                    if c.unlabelled() { "-" } else { &c.cert },
+                    if c.unlabelled() { "-" } else { &c.cipher },
+                    c.resumed,
+                    c.count / s,
+                    c.mean_cpu().map(ms).unwrap_or_default()
+                );
+            }
+            let _ = writeln!(o);
+        }
+        if !p.ports.is_empty() {
+            let _ = writeln!(
+                o,
+                "| Port | Connections/s | Requests per connection | Closed by server | TIME_WAIT/s | TIME_WAIT now |"
+            );
+            let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|");
+            for (port, v) in &p.ports {
+                let _ = writeln!(
+                    o,
+                    "| {port} | {:.1} | {} | {:.0}% | {:.1} | {:.0} |",
+                    v.ended / s,
+                    v.requests_per_connection()
+                        .map(|r| format!("{r:.1}"))
+                        .unwrap_or("-".into()),
+                    v.closed_share("server") * 100.0,
+                    v.time_wait / s,
+                    v.time_wait_sockets
+                );
+            }
+            let _ = writeln!(o);
+        }
+    }
+    if let Some(h) = host {
+        let _ = writeln!(o, "## Costs measured on this host\n");
+        let _ = writeln!(o, "With {}, one thread, CPU time per operation:\n", h.library);
+        let _ = writeln!(o, "| Operation | CPU |");
+        let _ = writeln!(o, "|---|---:|");
+        for (g, t) in &h.group {
+            let _ = writeln!(o, "| key exchange {g} (key pair and shared secret) | {} |", ms(*t));
+        }
+        for (c, t) in &h.sign {
+            let _ = writeln!(o, "| signature {c} | {} |", ms(*t));
+        }
+        for (r, t) in &h.record {
+            let _ = writeln!(o, "| 16 KiB record {r} | {} |", ms(*t));
+        }
+        let _ = writeln!(o);
+    }
+    o
+}

@@ -1,0 +1,167 @@
+//! `tlsprof report`: observe for a while (observe.rs), then say what to change, with the
+//! numbers measured and an estimate of what each change would save, ranked by savings
+//! (rules/), in Markdown, HTML and JSON (markdown.rs, html.rs, json.rs). For what the
+//! server does not use yet, the rules use costs measured on this host (hostcost.rs).
+#[cfg(test)]
+mod fixtures;
+mod hostcost;
+mod html;
+mod json;
+mod markdown;
+mod observe;
+mod rules;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _, Result};
+
+pub use self::hostcost::HostCosts;
+use self::{html::html, json::json, markdown::markdown, observe::observe, rules::findings};
+use crate::views::{
+    live::{Live, ViewArgs},
+    snapshot::Window,
+};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub view: ViewArgs,
+    /// How long to observe.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub seconds: f64,
+    /// Write the Markdown report here (default: standard output).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Also write an HTML report with charts.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Also write the findings and figures as JSON, for scripts.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Do not measure the alternatives' costs on this host (the estimates that need them
+    /// are then left out).
+    #[arg(long)]
+    pub no_calibrate: bool,
+}
+
+pub fn run(args: ReportArgs) -> Result<()> {
+    if !(args.seconds > 0.0 && args.seconds <= 86400.0) {
+        bail!("--seconds must be between 0 and 86400");
+    }
+    // Fail on an unwritable output before observing, not after.
+    for path in [&args.output, &args.html, &args.json].into_iter().flatten() {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let mut live = Live::start(&args.view)?;
+    let seen = observe(&mut live, args.seconds)?;
+    let comms = live.comms.clone();
+    live.stop()?;
+    let window = Window::between(&seen.first, &seen.last, &comms);
+    let host = if args.no_calibrate {
+        None
+    } else {
+        calibrate_for(&window)
+            .inspect_err(|e| log::warn!("cannot measure the alternatives on this host: {e:#}"))
+            .ok()
+    };
+    let found = findings(&window, host.as_ref());
+    let md = markdown(&window, &found, host.as_ref());
+    let write = |path: &PathBuf, text: String| {
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+    };
+    match &args.output {
+        Some(path) => write(path, md)?,
+        None => print!("{md}"),
+    }
+    if let Some(path) = &args.html {
+        write(path, html(&window, &found, host.as_ref(), &seen.series))?;
+    }
+    if let Some(path) = &args.json {
+        write(path, json(&window, &found, host.as_ref()))?;
+    }
+    log::info!("{} finding(s)", found.len());
+    Ok(())
+}
+
+/// Measures what the rules need: the groups and certificates seen, with the libcrypto
+/// the processes map (by name, as the host's dynamic linker finds it).
+fn calibrate_for(w: &Window) -> Result<HostCosts> {
+    let mut groups = Vec::new();
+    let mut certs = Vec::new();
+    let mut lib = None;
+    for p in &w.procs {
+        for c in &p.configs {
+            groups.push(c.group.clone());
+            certs.push(c.cert.clone());
+        }
+        lib = lib.or_else(|| {
+            p.libraries
+                .iter()
+                .find(|(l, _)| l.starts_with("libcrypto.so"))
+                .map(|(l, _)| l.clone())
+        });
+    }
+    hostcost::measure(lib.as_deref().unwrap_or("libcrypto.so.3"), &groups, &certs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{
+        fixtures::*,
+        observe::{Series, CATEGORIES},
+        *,
+    };
+
+    #[test]
+    fn reports_are_well_formed() {
+        let p = proc_with(vec![cfg(
+            "secp384r1",
+            "rsa2048",
+            "TLS_AES_256_GCM_SHA384",
+            false,
+            1000.0,
+            2.5,
+        )]);
+        let w = Window {
+            seconds: 10.0,
+            procs: vec![p],
+        };
+        let h = host();
+        let f = findings(&w, Some(&h));
+        let md = markdown(&w, &f, Some(&h));
+        // ranked by saving: resumption 0.1 core, the certificate 0.097, the group 0.085
+        let at = |s: &str| md.find(s).unwrap_or_else(|| panic!("{s} not in {md}"));
+        assert!(at("### 1. nginx: 100% of handshakes are full") < at("### 2. nginx: the rsa2048 certificate"));
+        assert!(at("### 2. nginx: the rsa2048") < at("### 3. nginx: the secp384r1 key exchange"));
+        assert!(md.contains("0% resumed: none at all"), "{md}");
+        let j: serde_json::Value = serde_json::from_str(&json(&w, &f, Some(&h))).unwrap();
+        assert_eq!(j["window_seconds"], 10.0, "{j}");
+        assert!(
+            j["findings"].as_array().unwrap().iter().any(|f| f["rule"] == "group"),
+            "{j}"
+        );
+        let series = vec![Series {
+            comm: "nginx<x>".into(),
+            points: vec![(1.0, CATEGORIES.iter().map(|c| (c.to_string(), 0.1)).collect())],
+        }];
+        let html = html(&w, &f, Some(&h), &series);
+        assert!(
+            html.contains("nginx&lt;x&gt;") && html.contains("class=\"cat-handshake\""),
+            "{html}"
+        );
+        assert!(
+            html.contains("<code>ssl_ecdh_curve X25519:prime256v1;</code>"),
+            "{html}"
+        );
+        assert!(!html.contains('`'), "{html}");
+        let empty = Window {
+            seconds: 1.0,
+            procs: vec![],
+        };
+        assert!(markdown(&empty, &[], None).contains("no traced process was seen"));
+    }
+}

@@ -1,0 +1,154 @@
+//! Connection rules: keep-alive (requests per connection) and TIME_WAIT.
+use super::{finish, ms, Finding, FEW_REQUESTS, MIN_EVENTS, TARGET_REQUESTS, TIME_WAIT_SECONDS};
+use crate::views::snapshot::Proc;
+
+/// Connections that carry few requests: each new one costs a handshake, a TCP set-up and
+/// tear-down and, when the server closes, a TIME_WAIT socket.
+pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let all_ended = p.ended();
+    let hs = p.handshakes();
+    let c_hs = p.mean_cpu(|_| true);
+    for (port, v) in &p.ports {
+        let Some(r) = v.requests_per_connection() else { continue };
+        if v.ended < MIN_EVENTS || r >= FEW_REQUESTS {
+            continue;
+        }
+        let server_closes = v.closed_share("server");
+        let limit = v
+            .common_request_count(0.8)
+            .filter(|(k, _)| *k >= 2 && server_closes >= 0.8);
+        let (title, why) = match limit {
+            Some((k, share)) => (
+                format!(
+                    "{}: port {port}: the server closes every connection after {k} requests",
+                    p.comm
+                ),
+                format!(
+                    "{:.0}% of connections carried exactly {k} requests and the server closed {:.0}% of them: a \
+                     per-connection request limit",
+                    share * 100.0,
+                    server_closes * 100.0
+                ),
+            ),
+            None if r < 1.5 && server_closes >= 0.5 => (
+                format!(
+                    "{}: port {port}: one request per connection, and the server closes them",
+                    p.comm
+                ),
+                format!(
+                    "the server closed {:.0}% of connections after about one request: keep-alive looks off",
+                    server_closes * 100.0
+                ),
+            ),
+            None if r < 1.5 => (
+                format!(
+                    "{}: port {port}: clients open a new connection for every request",
+                    p.comm
+                ),
+                format!(
+                    "clients ended {:.0}% of connections after about one request ({:.0}% with a reset): they do not \
+                     reuse connections",
+                    (1.0 - server_closes) * 100.0,
+                    v.closed_share("reset") * 100.0
+                ),
+            ),
+            None => (
+                format!("{}: port {port}: connections carry only {r:.1} requests", p.comm),
+                format!("the server closed {:.0}% of them", server_closes * 100.0),
+            ),
+        };
+        let conn_rate = v.ended / secs;
+        // At TARGET_REQUESTS per connection, this share of the connections goes away.
+        let gone = (1.0 - r / TARGET_REQUESTS).max(0.0);
+        let port_share = if all_ended > 0.0 { v.ended / all_ended } else { 0.0 };
+        let hs_removed = hs / secs * port_share * gone;
+        let tw_removed = v.time_wait / secs * gone;
+        let saving = c_hs.map(|c| hs_removed * c);
+        out.push(finish(
+            Finding {
+                rule: "keepalive",
+                comm: p.comm.clone(),
+                port: Some(port.clone()),
+                title,
+                evidence: format!(
+                    "{conn_rate:.1} connections/s ended carrying {r:.1} requests each; {why}. Each new connection costs a \
+                     handshake ({}) and {:.2} TIME_WAIT entries.",
+                    c_hs.map(ms).unwrap_or_else(|| "not measured".into()),
+                    if v.ended > 0.0 { v.time_wait / v.ended } else { 0.0 },
+                ),
+                fix: "Let connections carry many requests: raise the per-connection request limit (nginx \
+                      `keepalive_requests` (default 1000), Apache `MaxKeepAliveRequests` (100), HCL Domino's \
+                      \"Maximum requests per persistent connection\" (default 5)), turn keep-alive on (nginx \
+                      `keepalive_timeout 75s`, Apache `KeepAlive On`), and make clients reuse connections \
+                      (ab -k, HTTP client connection pools)."
+                    .into(),
+                saving_cpu: saving,
+                saving_share: None,
+                basis: format!(
+                    "at {TARGET_REQUESTS:.0} requests per connection: {hs_removed:.1} handshakes/s and {tw_removed:.1} \
+                     TIME_WAIT entries/s fewer, each handshake at this process's mean CPU; TCP set-up and tear-down \
+                     in the kernel come on top"
+                ),
+                numbers: vec![
+                    ("connections_per_second", conn_rate),
+                    ("requests_per_connection", r),
+                    ("server_close_share", server_closes),
+                    ("request_limit", limit.map(|(k, _)| k as f64).unwrap_or(0.0)),
+                    ("handshakes_removed_per_second", hs_removed),
+                    ("time_wait_removed_per_second", tw_removed),
+                ],
+            },
+            p,
+            secs,
+        ));
+    }
+    out
+}
+
+/// Sockets the server leaves in TIME_WAIT, by listening port.
+pub fn time_wait(p: &Proc, secs: f64) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (port, v) in &p.ports {
+        let per_request = v.time_wait / v.requests.max(v.ended).max(1.0);
+        if v.time_wait < MIN_EVENTS || per_request < 0.1 {
+            continue;
+        }
+        let rate = v.time_wait / secs;
+        out.push(finish(
+            Finding {
+                rule: "time_wait",
+                comm: p.comm.clone(),
+                port: Some(port.clone()),
+                title: format!(
+                    "{}: port {port}: {rate:.1} sockets/s enter TIME_WAIT on the server",
+                    p.comm
+                ),
+                evidence: format!(
+                    "The server closed first on {:.0}% of connections: {rate:.1} TIME_WAIT entries/s ({per_request:.2} per \
+                     request), {:.0} sockets in TIME_WAIT at the end of the window; at this rate about {:.0} are held \
+                     at any time (each for {TIME_WAIT_SECONDS:.0} s), each a kernel socket and a port pair a client cannot reuse.",
+                    v.closed_share("server") * 100.0,
+                    v.time_wait_sockets,
+                    rate * TIME_WAIT_SECONDS
+                ),
+                fix: "Fewer, longer connections (see the keep-alive finding), and let clients close first: \
+                      servers that close after each response (keep-alive off, a low per-connection request \
+                      limit such as Domino's default of 5) hold the TIME_WAIT sockets themselves."
+                    .into(),
+                saving_cpu: None,
+                saving_share: None,
+                basis: "TIME_WAIT entries counted by the kernel tracepoint; the sockets by sock_diag".into(),
+                numbers: vec![
+                    ("time_wait_per_second", rate),
+                    ("time_wait_per_request", per_request),
+                    ("time_wait_sockets", v.time_wait_sockets),
+                    ("steady_state_sockets", rate * TIME_WAIT_SECONDS),
+                ],
+            },
+            p,
+            secs,
+        ));
+    }
+    out
+}

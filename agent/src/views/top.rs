@@ -1,0 +1,463 @@
+//! `tlsprof top`: a live view of what TLS costs each server process, refreshed every
+//! second, in a terminal (80x24 is enough) or as one plain-text snapshot (`--once`).
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use ratatui::{
+    crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers},
+    layout::{Constraint, Layout},
+    style::{Modifier, Style},
+    text::Line,
+    widgets::{Block, Paragraph, Row, Table, TableState},
+    Frame,
+};
+
+use super::{
+    live::{Live, ViewArgs},
+    snapshot::{Proc, Window},
+};
+use crate::logger;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub view: ViewArgs,
+    /// Print one plain-text snapshot over one interval and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Seconds between refreshes (and the window of --once).
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub interval: f64,
+    /// Initial sort: cpu, handshakes, timewait or name.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub sort: Sort,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sort {
+    Cpu,
+    Handshakes,
+    Timewait,
+    Name,
+}
+
+impl Sort {
+    fn next(self) -> Sort {
+        match self {
+            Sort::Cpu => Sort::Handshakes,
+            Sort::Handshakes => Sort::Timewait,
+            Sort::Timewait => Sort::Name,
+            Sort::Name => Sort::Cpu,
+        }
+    }
+    fn label(self) -> &'static str {
+        match self {
+            Sort::Cpu => "cpu",
+            Sort::Handshakes => "handshakes",
+            Sort::Timewait => "timewait",
+            Sort::Name => "name",
+        }
+    }
+}
+
+pub fn run(args: TopArgs) -> Result<()> {
+    let interval = Duration::from_secs_f64(args.interval.clamp(0.2, 60.0));
+    if args.once {
+        let mut live = Live::start(&args.view)?;
+        let a = live.snapshot()?;
+        log::info!("measuring for {:.1} s", interval.as_secs_f64());
+        if !live.sleep(interval) {
+            bail!("interrupted");
+        }
+        let b = live.snapshot()?;
+        let w = Window::between(&a, &b, &live.comms);
+        print!("{}", plain(&w, args.sort));
+        return live.stop();
+    }
+    if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        bail!("tlsprof top needs a terminal on stdout; use --once for a plain-text snapshot");
+    }
+    // The agent's warnings would tear the screen: they go to the status line while the
+    // view is up, and to stderr once it is down (when the capture is dropped).
+    let capture = logger::capture();
+    interactive(&args, interval, &capture)
+}
+
+fn interactive(args: &TopArgs, interval: Duration, capture: &logger::Capture) -> Result<()> {
+    let mut live = Live::start(&args.view)?;
+    let mut terminal = ratatui::try_init().context("cannot set up the terminal")?;
+    let mut state = View {
+        sort: args.sort,
+        selected: 0,
+        window: None,
+        status: String::new(),
+    };
+    let mut last = live.snapshot()?;
+    let mut next = Instant::now() + interval;
+    let result = loop {
+        state.status = capture.last();
+        if let Err(e) = terminal.draw(|f| draw(f, &state)) {
+            break Err(e.into());
+        }
+        let wait = next
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(200));
+        match event::poll(wait) {
+            Ok(true) => {
+                if let Ok(Event::Key(k)) = event::read() {
+                    if k.kind != KeyEventKind::Press {
+                        continue;
+                    }
+                    match k.code {
+                        KeyCode::Char('q') | KeyCode::Esc => break Ok(()),
+                        KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => break Ok(()),
+                        KeyCode::Char('c') => state.sort = Sort::Cpu,
+                        KeyCode::Char('h') => state.sort = Sort::Handshakes,
+                        KeyCode::Char('t') => state.sort = Sort::Timewait,
+                        KeyCode::Char('n') => state.sort = Sort::Name,
+                        KeyCode::Char('s') => state.sort = state.sort.next(),
+                        KeyCode::Down | KeyCode::Char('j') => {
+                            let n = state.window.as_ref().map_or(0, |w| w.procs.len());
+                            state.selected = (state.selected + 1).min(n.saturating_sub(1));
+                        }
+                        KeyCode::Up | KeyCode::Char('k') => state.selected = state.selected.saturating_sub(1),
+                        _ => {}
+                    }
+                }
+            }
+            Ok(false) => {}
+            Err(e) => break Err(e.into()),
+        }
+        if crate::agent::stopping() {
+            break Ok(());
+        }
+        if Instant::now() >= next {
+            match live.snapshot() {
+                Ok(now) => {
+                    state.window = Some(Window::between(&last, &now, &live.comms));
+                    last = now;
+                }
+                Err(e) => break Err(e),
+            }
+            next = Instant::now() + interval;
+        }
+    };
+    ratatui::restore();
+    result.and(live.stop())
+}
+
+struct View {
+    sort: Sort,
+    selected: usize,
+    window: Option<Window>,
+    status: String,
+}
+
+/// The processes, in the chosen order.
+fn sorted(w: &Window, sort: Sort) -> Vec<&Proc> {
+    let mut v: Vec<&Proc> = w.procs.iter().collect();
+    match sort {
+        Sort::Cpu => v.sort_by(|a, b| b.process_cpu.total_cmp(&a.process_cpu)),
+        Sort::Handshakes => v.sort_by(|a, b| (b.handshakes() + b.failed).total_cmp(&(a.handshakes() + a.failed))),
+        Sort::Timewait => v.sort_by(|a, b| b.time_wait().total_cmp(&a.time_wait())),
+        Sort::Name => v.sort_by(|a, b| a.comm.cmp(&b.comm)),
+    }
+    v
+}
+
+const PROC_HEADER: [&str; 11] = [
+    "COMM", "FULL/s", "RES/s", "FAIL/s", "CPU%", "HS%", "CRY%", "NET%", "OTH%", "TW/s", "REQ/C",
+];
+const PROC_WIDTHS: [u16; 11] = [15, 7, 6, 6, 6, 4, 4, 4, 4, 6, 6];
+
+fn rate(n: f64, secs: f64) -> String {
+    let r = n / secs;
+    if r >= 1000.0 {
+        format!("{r:.0}")
+    } else {
+        format!("{r:.1}")
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}", x * 100.0)
+}
+
+fn proc_row(p: &Proc, secs: f64) -> [String; 11] {
+    let other = p.share("other") + p.share("tls_library") + p.share("probes");
+    let req = p.ended();
+    [
+        p.comm.clone(),
+        rate(p.full, secs),
+        rate(p.resumed, secs),
+        rate(p.failed, secs),
+        format!("{:.1}", p.process_cpu / secs * 100.0),
+        pct(p.share("handshake")),
+        pct(p.share("crypto")),
+        pct(p.share("kernel_net")),
+        pct(other),
+        rate(p.time_wait(), secs),
+        if req > 0.0 {
+            format!("{:.1}", p.requests() / req)
+        } else {
+            "-".into()
+        },
+    ]
+}
+
+/// A cipher suite's name without what the other columns say.
+pub fn short_cipher(c: &str) -> String {
+    let c = c.strip_prefix("TLS_").unwrap_or(c);
+    for kx in ["ECDHE_ECDSA_WITH_", "ECDHE_RSA_WITH_", "DHE_RSA_WITH_", "RSA_WITH_"] {
+        if let Some(rest) = c.strip_prefix(kx) {
+            return rest.to_string();
+        }
+    }
+    c.to_string()
+}
+
+const CONFIG_HEADER: [&str; 7] = ["VERSION", "GROUP", "CERT", "CIPHER", "RES", "HS/s", "CPU ms"];
+const CONFIG_WIDTHS: [u16; 7] = [8, 10, 11, 24, 3, 8, 8];
+
+fn config_rows(p: &Proc, secs: f64) -> Vec<[String; 7]> {
+    let mut cs = p.configs.clone();
+    cs.sort_by(|a, b| b.count.total_cmp(&a.count));
+    cs.iter()
+        .map(|c| {
+            let (version, group, cert, cipher) = if c.unlabelled() {
+                ("-".into(), "-".into(), "-".into(), "(labels not seen)".into())
+            } else {
+                (
+                    c.version.clone(),
+                    c.group.clone(),
+                    c.cert.clone(),
+                    short_cipher(&c.cipher),
+                )
+            };
+            [
+                version,
+                group,
+                cert,
+                cipher,
+                if c.resumed { "yes" } else { "no" }.into(),
+                rate(c.count, secs),
+                c.mean_cpu()
+                    .map(|m| format!("{:.3}", m * 1e3))
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect()
+}
+
+const PORT_HEADER: [&str; 7] = ["PORT", "CONN/s", "TW/s", "TW NOW", "REQ/C", "SRV CLOSE", "CLI CLOSE"];
+const PORT_WIDTHS: [u16; 7] = [6, 8, 8, 8, 7, 9, 9];
+
+fn port_rows(p: &Proc, secs: f64) -> Vec<[String; 7]> {
+    p.ports
+        .iter()
+        .map(|(port, v)| {
+            [
+                port.clone(),
+                // Ended connections: accepted ones are synced at each scan, ended ones as they end.
+                rate(v.closed(), secs),
+                rate(v.time_wait, secs),
+                format!("{:.0}", v.time_wait_sockets),
+                v.requests_per_connection()
+                    .map(|r| format!("{r:.1}"))
+                    .unwrap_or_else(|| "-".into()),
+                if v.closed() > 0.0 {
+                    format!("{}%", pct(v.closed_share("server")))
+                } else {
+                    "-".into()
+                },
+                if v.closed() > 0.0 {
+                    format!("{}%", pct(v.closed_share("client")))
+                } else {
+                    "-".into()
+                },
+            ]
+        })
+        .collect()
+}
+
+fn table_text<const N: usize>(header: &[&str; N], widths: &[u16; N], rows: &[[String; N]]) -> String {
+    let mut out = String::new();
+    let line = |cells: Vec<&str>| -> String {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let w = widths[i] as usize;
+            let c: String = c.chars().take(w).collect();
+            if i == 0 {
+                l.push_str(&format!("{c:<w$}"));
+            } else if i < N && (header[i].ends_with("/s") || header[i].contains('%') || header[i].contains("ms")) {
+                l.push_str(&format!(" {c:>w$}"));
+            } else {
+                l.push_str(&format!(" {c:<w$}"));
+            }
+        }
+        l.trim_end().to_string() + "\n"
+    };
+    out.push_str(&line(header.to_vec()));
+    for r in rows {
+        out.push_str(&line(r.iter().map(|s| s.as_str()).collect()));
+    }
+    out
+}
+
+/// The `--once` output: plain text, no escape sequences.
+pub fn plain(w: &Window, sort: Sort) -> String {
+    let mut out = format!(
+        "tlsprof top: {:.1} s window, {} process name(s), sorted by {}\n",
+        w.seconds,
+        w.procs.len(),
+        sort.label()
+    );
+    let procs = sorted(w, sort);
+    let rows: Vec<[String; 11]> = procs.iter().map(|p| proc_row(p, w.seconds)).collect();
+    out.push_str(&table_text(&PROC_HEADER, &PROC_WIDTHS, &rows));
+    if procs.is_empty() {
+        out.push_str("(no traced process: check --pid/--comm, and that the server uses TLS)\n");
+    }
+    for p in procs {
+        let cs = config_rows(p, w.seconds);
+        if !cs.is_empty() {
+            out.push_str(&format!("\n{}: CPU per handshake by configuration\n", p.comm));
+            out.push_str(&table_text(&CONFIG_HEADER, &CONFIG_WIDTHS, &cs));
+        }
+        let ps = port_rows(p, w.seconds);
+        if !ps.is_empty() {
+            out.push_str(&format!("\n{}: connections by listening port\n", p.comm));
+            out.push_str(&table_text(&PORT_HEADER, &PORT_WIDTHS, &ps));
+        }
+    }
+    out
+}
+
+fn table<'a, const N: usize>(header: &[&'a str; N], widths: &[u16; N], rows: Vec<[String; N]>) -> Table<'a> {
+    let bold = Style::default().add_modifier(Modifier::BOLD);
+    Table::new(
+        rows.into_iter().map(Row::new),
+        widths.iter().map(|w| Constraint::Length(*w)),
+    )
+    .header(Row::new(header.iter().copied()).style(bold))
+    .column_spacing(1)
+}
+
+fn draw(f: &mut Frame, v: &View) {
+    let [head, procs, detail, foot] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(5),
+        Constraint::Min(8),
+        Constraint::Length(1),
+    ])
+    .areas(f.area());
+    let Some(w) = &v.window else {
+        f.render_widget(
+            Paragraph::new("tlsprof top: attached, measuring the first second…"),
+            head,
+        );
+        f.render_widget(Paragraph::new("q quit"), foot);
+        return;
+    };
+    let list = sorted(w, v.sort);
+    let selected = v.selected.min(list.len().saturating_sub(1));
+    f.render_widget(
+        Paragraph::new(format!(
+            "tlsprof top  {} process name(s)  {:.1} s  sort: {}",
+            list.len(),
+            w.seconds,
+            v.sort.label()
+        )),
+        head,
+    );
+    let rows: Vec<[String; 11]> = list.iter().map(|p| proc_row(p, w.seconds)).collect();
+    let mut ts = TableState::default().with_selected(Some(selected));
+    f.render_stateful_widget(
+        table(&PROC_HEADER, &PROC_WIDTHS, rows)
+            .block(Block::bordered().title(" processes: CPU% of a core, HS/CRY/NET/OTH % of it "))
+            .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED)),
+        procs,
+        &mut ts,
+    );
+    if let Some(p) = list.get(selected) {
+        let ports = port_rows(p, w.seconds);
+        let [cfg, prt] =
+            Layout::vertical([Constraint::Min(3), Constraint::Length(ports.len().min(3) as u16 + 3)]).areas(detail);
+        f.render_widget(
+            table(&CONFIG_HEADER, &CONFIG_WIDTHS, config_rows(p, w.seconds))
+                .block(Block::bordered().title(format!(" {}: CPU per handshake by configuration ", p.comm))),
+            cfg,
+        );
+        f.render_widget(
+            table(&PORT_HEADER, &PORT_WIDTHS, ports)
+                .block(Block::bordered().title(format!(" {}: connections by port ", p.comm))),
+            prt,
+        );
+    }
+    let keys = "q quit  s/c/h/t/n sort  ↑↓ select";
+    let line = if v.status.is_empty() {
+        keys.to_string()
+    } else {
+        format!("{keys}  | {}", v.status)
+    };
+    f.render_widget(Paragraph::new(Line::from(line)), foot);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_snapshot_fits_80_columns() {
+        use crate::views::snapshot::{Config, Port};
+        let mut p = Proc {
+            comm: "a-very-long-process-name".into(),
+            full: 1234.0,
+            resumed: 10.0,
+            process_cpu: 1.9,
+            ..Default::default()
+        };
+        p.cpu.insert("handshake".into(), 1.0);
+        p.cpu.insert("other".into(), 1.0);
+        p.configs.push(Config {
+            version: "TLSv1.2".into(),
+            cipher: "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256".into(),
+            group: "secp384r1".into(),
+            cert: "ecdsa_p256".into(),
+            count: 1234.0,
+            cpu: 1.0,
+            ..Default::default()
+        });
+        p.configs.push(Config {
+            version: "other".into(),
+            cipher: "other".into(),
+            group: "other".into(),
+            cert: "other".into(),
+            count: 2.0,
+            cpu: 0.001,
+            ..Default::default()
+        });
+        p.ports.insert(
+            "65535".into(),
+            Port {
+                accepted: 99999.0,
+                time_wait: 99999.0,
+                ..Default::default()
+            },
+        );
+        let w = Window {
+            seconds: 1.0,
+            procs: vec![p],
+        };
+        let text = plain(&w, Sort::Cpu);
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "{line:?} is {} wide", line.chars().count());
+        }
+        assert!(text.contains("CHACHA20_POLY1305_SHA256"), "{text}");
+        assert!(text.contains(" 50 "), "the handshake share: {text}");
+        assert!(
+            text.contains("-        -          -           (labels not seen)"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,8 @@
+//! What servers negotiated, from what they send during their handshakes: the TLS parser
+//! (tls/) and the tracker that joins a connection's captured bytes with the handshake the
+//! probes saw on it (tracker.rs).
+pub mod tls;
+pub mod tracker;
+
+pub use tls::Negotiated;
+pub use tracker::{Lookup, Tracker, WireHandshake};

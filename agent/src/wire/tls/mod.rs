@@ -1,0 +1,529 @@
+//! What a TLS server negotiated, read from the bytes it sent during its handshake (as
+//! bpf/wire.h captures them): the plaintext records before encryption starts (ServerHello;
+//! in TLS 1.2 also Certificate and ServerKeyExchange) and the lengths of the encrypted
+//! records that follow in TLS 1.3. No library, no struct offsets: the same for OpenSSL of
+//! any version, Go's crypto/tls, GnuTLS or a server's own TLS stack.
+//!
+//! Every label value comes from a fixed table; anything else is `other`, so the number of
+//! label combinations stays bounded whatever a client or server sends.
+
+mod cert;
+mod names;
+
+use cert::cert_from_chain;
+pub use cert::cert_from_signature;
+pub use names::{group_name, suite, version_name, Kx, Suite};
+
+/// The negotiated parameters, as label values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Negotiated {
+    pub version: &'static str,
+    pub cipher: &'static str,
+    pub group: &'static str,
+    pub cert: &'static str,
+    pub resumed: bool,
+}
+
+pub const OTHER: &str = "other";
+/// No certificate was sent (resumption), or no key exchange took place (TLS 1.2
+/// resumption, TLS 1.3 psk_ke).
+pub const NONE: &str = "none";
+
+impl Negotiated {
+    pub const UNKNOWN: Negotiated = Negotiated {
+        version: OTHER,
+        cipher: OTHER,
+        group: OTHER,
+        cert: OTHER,
+        resumed: false,
+    };
+}
+
+/// What the server's output says so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Parsed {
+    /// The ServerHello (after any HelloRetryRequest) was seen.
+    pub hello: bool,
+    pub version: u16,
+    pub cipher: u16,
+    /// Key-exchange group (TLS 1.3 key_share, TLS 1.2 ServerKeyExchange), if one was named.
+    pub group: Option<&'static str>,
+    pub cert: Option<&'static str>,
+    pub resumed: bool,
+    /// Every label is known: later bytes cannot change them.
+    pub complete: bool,
+    /// The server sent a fatal alert in the clear.
+    pub alert: bool,
+}
+
+impl Parsed {
+    pub fn labels(&self) -> Negotiated {
+        if !self.hello {
+            return Negotiated::UNKNOWN;
+        }
+        let suite = suite(self.cipher);
+        let tls13 = self.version == 0x0304;
+        let group = match (self.group, suite) {
+            (Some(g), _) => g,
+            _ if self.resumed => NONE,
+            (None, Some(s)) if !tls13 && s.kx == Kx::Rsa => "rsa",
+            _ if tls13 && self.complete => NONE, // psk_ke: no key share
+            _ => OTHER,
+        };
+        Negotiated {
+            version: version_name(self.version),
+            cipher: suite.map_or(OTHER, |s| s.name),
+            group,
+            cert: if self.resumed { NONE } else { self.cert.unwrap_or(OTHER) },
+            resumed: self.resumed,
+        }
+    }
+}
+
+/// SHA-256("HelloRetryRequest"): the random of a HelloRetryRequest.
+const HRR_RANDOM: [u8; 32] = [
+    0xCF, 0x21, 0xAD, 0x74, 0xE5, 0x9A, 0x61, 0x11, 0xBE, 0x1D, 0x8C, 0x02, 0x1E, 0x65, 0xB8, 0x91, 0xC2, 0xA2, 0x11,
+    0x16, 0x7A, 0xBB, 0x8C, 0x5E, 0x07, 0x9E, 0x09, 0xE2, 0xC8, 0xA8, 0x33, 0x9C,
+];
+
+const HS_SERVER_HELLO: u8 = 2;
+const HS_NEW_SESSION_TICKET: u8 = 4;
+const HS_CERTIFICATE: u8 = 11;
+const HS_SERVER_KEY_EXCHANGE: u8 = 12;
+const HS_SERVER_HELLO_DONE: u8 = 14;
+
+/// A big-endian reader that never panics.
+pub(super) struct Rd<'a>(pub(super) &'a [u8]);
+
+impl<'a> Rd<'a> {
+    pub(super) fn u8(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+    pub(super) fn u16(&mut self) -> Option<u16> {
+        Some(u16::from(self.u8()?) << 8 | u16::from(self.u8()?))
+    }
+    pub(super) fn u24(&mut self) -> Option<usize> {
+        Some((self.u8()? as usize) << 16 | (self.u8()? as usize) << 8 | self.u8()? as usize)
+    }
+    pub(super) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+}
+
+/// The handshake messages in the plaintext records of the output, and what else those
+/// records say: (messages (type, body — possibly cut short at the end), change_cipher_spec
+/// seen, fatal alert seen).
+fn messages(plain: &[u8]) -> (Vec<(u8, Vec<u8>)>, bool, bool) {
+    // The handshake byte stream: bodies of the handshake records before change_cipher_spec,
+    // and after it only a record holding exactly one ServerHello (TLS 1.3 after a
+    // HelloRetryRequest); TLS 1.2's Finished after it is encrypted.
+    let mut stream = Vec::new();
+    let (mut ccs, mut alert) = (false, false);
+    let mut r = Rd(plain);
+    while let (Some(t), Some(_), Some(len)) = (r.u8(), r.u16(), r.u16()) {
+        let body = match r.take(len as usize) {
+            Some(b) => b,
+            None => r.take(r.0.len()).unwrap_or_default(), // cut short by the capture
+        };
+        match t {
+            20 => ccs = true,
+            21 => alert |= body.first() == Some(&2),
+            22 if !ccs => stream.extend_from_slice(body),
+            22 => {
+                let one_hello = body.len() >= 4
+                    && body[0] == HS_SERVER_HELLO
+                    && (body[1] as usize) << 16 | (body[2] as usize) << 8 | body[3] as usize == body.len() - 4;
+                if one_hello {
+                    stream.extend_from_slice(body);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    let mut m = Rd(&stream);
+    while let (Some(t), Some(len)) = (m.u8(), m.u24()) {
+        let body = m.take(len).unwrap_or(m.0);
+        let whole = body.len() == len;
+        out.push((t, body.to_vec())); // the last one may be cut short
+        if !whole {
+            break;
+        }
+    }
+    (out, ccs, alert)
+}
+
+struct Hello {
+    version: u16,
+    cipher: u16,
+    group: Option<u16>,
+    psk: bool,
+    retry: bool,
+}
+
+fn server_hello(b: &[u8]) -> Option<Hello> {
+    let mut r = Rd(b);
+    let legacy = r.u16()?;
+    let random = r.take(32)?;
+    let sid = r.u8()? as usize;
+    r.take(sid)?;
+    let cipher = r.u16()?;
+    r.u8()?; // compression
+    let mut h = Hello {
+        version: legacy,
+        cipher,
+        group: None,
+        psk: false,
+        retry: random == HRR_RANDOM,
+    };
+    let Some(ext_len) = r.u16() else { return Some(h) };
+    let mut e = Rd(r.take(ext_len as usize).unwrap_or(r.0));
+    while let (Some(t), Some(len)) = (e.u16(), e.u16()) {
+        let Some(body) = e.take(len as usize) else { break };
+        let mut b = Rd(body);
+        match t {
+            0x002b => h.version = b.u16().unwrap_or(legacy),
+            0x0033 => h.group = b.u16(),
+            0x0029 => h.psk = true,
+            _ => {}
+        }
+    }
+    Some(h)
+}
+
+/// Parses the server's output: `plain` the plaintext-phase bytes, `sealed` the lengths of
+/// the encrypted records after them, `ended` whether the capture is over.
+pub fn parse(plain: &[u8], sealed: &[u16], ended: bool) -> Parsed {
+    let (msgs, ccs, alert) = messages(plain);
+    let mut p = Parsed {
+        alert,
+        ..Parsed::default()
+    };
+    // the last ServerHello that is not a HelloRetryRequest, and the messages after it
+    let mut hello = None;
+    let mut after = Vec::new();
+    for (t, body) in &msgs {
+        if *t == HS_SERVER_HELLO {
+            if let Some(h) = server_hello(body) {
+                if !h.retry {
+                    hello = Some(h);
+                    after.clear();
+                    continue;
+                }
+            }
+        }
+        if hello.is_some() {
+            after.push((*t, body.as_slice()));
+        }
+    }
+    let Some(h) = hello else { return p };
+    p.hello = true;
+    p.version = h.version;
+    p.cipher = h.cipher;
+    let suite = suite(h.cipher);
+    if h.version == 0x0304 {
+        p.group = h.group.map(group_name);
+        p.resumed = h.psk;
+        if h.psk {
+            p.complete = true;
+        } else if let Some(s) = suite {
+            p.cert = cert_from_verify(sealed, s);
+            p.complete = p.cert.is_some() || ended;
+        } else {
+            p.complete = ended;
+        }
+        return p;
+    }
+    // TLS 1.2 and older: a full handshake sends Certificate (or ServerKeyExchange for
+    // anonymous suites) after ServerHello; a resumed one goes to change_cipher_spec.
+    let full = after
+        .iter()
+        .any(|(t, _)| matches!(*t, HS_CERTIFICATE | HS_SERVER_KEY_EXCHANGE | HS_SERVER_HELLO_DONE));
+    if !full {
+        let resumed = ccs || after.iter().any(|(t, _)| *t == HS_NEW_SESSION_TICKET);
+        p.resumed = resumed;
+        p.complete = resumed || ended;
+        return p;
+    }
+    for (t, body) in &after {
+        match *t {
+            HS_CERTIFICATE => p.cert = Some(cert_from_chain(body)),
+            HS_SERVER_KEY_EXCHANGE => p.group = Some(ske_group(body, suite.map(|s| s.kx))),
+            HS_SERVER_HELLO_DONE => p.complete = true,
+            _ => {} // CertificateRequest, CertificateStatus, …
+        }
+    }
+    p.complete |= ended;
+    p
+}
+
+/// TLS 1.2 ServerKeyExchange: the named curve (ECDHE) or the prime's size (DHE).
+fn ske_group(b: &[u8], kx: Option<Kx>) -> &'static str {
+    let mut r = Rd(b);
+    match kx {
+        Some(Kx::Ecdhe) => {
+            if r.u8() != Some(3) {
+                return OTHER; // explicit curves
+            }
+            r.u16().map_or(OTHER, group_name)
+        }
+        Some(Kx::Dhe) => {
+            let Some(p) = r.u16().and_then(|n| r.take(n as usize)) else {
+                return OTHER;
+            };
+            let p = match p.iter().position(|&b| b != 0) {
+                Some(i) => &p[i..],
+                None => return OTHER,
+            };
+            // RFC 7919's primes: 2^b - 2^(b-64) + {[2^(b-130) e] + X} * 2^64 - 1
+            const TOP: [u8; 16] = [
+                0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xAD, 0xF8, 0x54, 0x58, 0xA2, 0xBB, 0x4A, 0x9A,
+            ];
+            if !p.starts_with(&TOP) || !p.ends_with(&[0xFF; 8]) {
+                return OTHER;
+            }
+            match p.len() * 8 {
+                2048 => "ffdhe2048",
+                3072 => "ffdhe3072",
+                4096 => "ffdhe4096",
+                6144 => "ffdhe6144",
+                8192 => "ffdhe8192",
+                _ => OTHER,
+            }
+        }
+        _ => OTHER,
+    }
+}
+
+/// TLS 1.3: the certificate's key from the length of the CertificateVerify record, the one
+/// before Finished, whose length the suite's hash fixes. Needs one message per record (as
+/// OpenSSL, Go, GnuTLS and NSS send them) and no record padding; otherwise None.
+fn cert_from_verify(sealed: &[u16], s: Suite) -> Option<&'static str> {
+    let overhead = 1 + s.tag; // inner content type, AEAD tag
+    let finished = 4 + s.hash + overhead;
+    // EncryptedExtensions, [CertificateRequest], Certificate, CertificateVerify, Finished
+    for i in 2..=3 {
+        if sealed.len() > i + 1 && sealed[i + 1] == finished && sealed[i - 1] > 100 {
+            let sig = sealed[i].checked_sub(4 + 2 + 2 + overhead)?;
+            return Some(cert_from_signature(sig));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{
+        cert::{OID_EC, OID_P384},
+        *,
+    };
+
+    fn record(t: u8, body: &[u8]) -> Vec<u8> {
+        let mut v = vec![t, 3, 3, (body.len() >> 8) as u8, body.len() as u8];
+        v.extend_from_slice(body);
+        v
+    }
+    fn msg(t: u8, body: &[u8]) -> Vec<u8> {
+        let mut v = vec![t, (body.len() >> 16) as u8, (body.len() >> 8) as u8, body.len() as u8];
+        v.extend_from_slice(body);
+        v
+    }
+    fn hello(random: [u8; 32], cipher: u16, exts: &[(u16, Vec<u8>)]) -> Vec<u8> {
+        let mut b = vec![3, 3];
+        b.extend_from_slice(&random);
+        b.push(32);
+        b.extend_from_slice(&[7; 32]);
+        b.extend_from_slice(&cipher.to_be_bytes());
+        b.push(0);
+        let mut e = Vec::new();
+        for (t, body) in exts {
+            e.extend_from_slice(&t.to_be_bytes());
+            e.extend_from_slice(&(body.len() as u16).to_be_bytes());
+            e.extend_from_slice(body);
+        }
+        b.extend_from_slice(&(e.len() as u16).to_be_bytes());
+        b.extend_from_slice(&e);
+        msg(HS_SERVER_HELLO, &b)
+    }
+    fn share(group: u16, key: usize) -> Vec<u8> {
+        let mut v = group.to_be_bytes().to_vec();
+        v.extend_from_slice(&(key as u16).to_be_bytes());
+        v.extend(std::iter::repeat_n(9, key));
+        v
+    }
+
+    #[test]
+    fn tls13_full_handshake() {
+        let sh = hello([1; 32], 0x1301, &[(0x002b, vec![3, 4]), (0x0033, share(29, 32))]);
+        let mut plain = record(22, &sh);
+        plain.extend(record(20, &[1]));
+        // EE, Certificate, CertificateVerify (ECDSA P-256, 71 bytes), Finished (SHA-256)
+        let sealed = [40, 600, 71 + 25, 53];
+        let p = parse(&plain, &sealed, false);
+        assert!(p.complete);
+        assert_eq!(
+            p.labels(),
+            Negotiated {
+                version: "TLSv1.3",
+                cipher: "TLS_AES_128_GCM_SHA256",
+                group: "x25519",
+                cert: "ecdsa_p256",
+                resumed: false
+            }
+        );
+        // RSA-2048 behind a SHA-384 suite, with a CertificateRequest
+        let sh = hello([1; 32], 0x1302, &[(0x002b, vec![3, 4]), (0x0033, share(24, 97))]);
+        let p = parse(&record(22, &sh), &[30, 80, 1200, 256 + 25, 69], false);
+        assert_eq!((p.labels().cert, p.labels().group), ("rsa2048", "secp384r1"));
+        // not yet seen Finished: incomplete, unless the capture ended
+        let p = parse(&record(22, &sh), &[30, 1200], false);
+        assert!(!p.complete && p.labels().cert == OTHER);
+        assert!(parse(&record(22, &sh), &[30, 1200], true).complete);
+    }
+
+    #[test]
+    fn tls13_retry_and_resumption() {
+        let hrr = hello(
+            HRR_RANDOM,
+            0x1303,
+            &[(0x002b, vec![3, 4]), (0x0033, 23u16.to_be_bytes().to_vec())],
+        );
+        let sh = hello(
+            [2; 32],
+            0x1303,
+            &[(0x002b, vec![3, 4]), (0x0033, share(23, 65)), (0x0029, vec![0, 0])],
+        );
+        let mut plain = record(22, &hrr);
+        plain.extend(record(20, &[1]));
+        plain.extend(record(22, &sh)); // after change_cipher_spec, one ServerHello per record
+        let p = parse(&plain, &[30, 53], false);
+        assert!(p.complete && p.resumed);
+        assert_eq!(
+            p.labels(),
+            Negotiated {
+                version: "TLSv1.3",
+                cipher: "TLS_CHACHA20_POLY1305_SHA256",
+                group: "secp256r1",
+                cert: NONE,
+                resumed: true
+            }
+        );
+    }
+
+    fn ec_cert(curve: &[u8]) -> Vec<u8> {
+        fn tlv(tag: u8, body: &[u8]) -> Vec<u8> {
+            let mut v = vec![tag];
+            if body.len() < 128 {
+                v.push(body.len() as u8);
+            } else {
+                v.extend_from_slice(&[0x82, (body.len() >> 8) as u8, body.len() as u8]);
+            }
+            v.extend_from_slice(body);
+            v
+        }
+        let alg = [tlv(6, OID_EC), tlv(6, curve)].concat();
+        let spki = [tlv(0x30, &alg), tlv(3, &[0; 66])].concat();
+        let name = tlv(0x30, &tlv(0x31, b"x"));
+        let tbs = [
+            tlv(0xA0, &tlv(2, &[2])),
+            tlv(2, &[1, 2, 3]),
+            tlv(0x30, &tlv(6, &[1])),
+            name.clone(),
+            tlv(0x30, b"validity"),
+            name,
+            tlv(0x30, &spki),
+        ]
+        .concat();
+        tlv(0x30, &[tlv(0x30, &tbs), tlv(0x30, b"sigalg"), tlv(3, b"sig")].concat())
+    }
+
+    #[test]
+    fn tls12_full_and_resumed() {
+        let sh = hello([1; 32], 0xC02B, &[(0xff01, vec![0])]);
+        let cert = ec_cert(OID_P384);
+        let mut chain = vec![0, 0, 0];
+        chain.extend_from_slice(&[0, (cert.len() >> 8) as u8, cert.len() as u8]);
+        chain.extend_from_slice(&cert);
+        let n = chain.len() - 3;
+        chain[..3].copy_from_slice(&[0, (n >> 8) as u8, n as u8]);
+        let ske = [vec![3, 0, 29, 32], vec![5; 32]].concat();
+        let flight = [
+            sh.clone(),
+            msg(HS_CERTIFICATE, &chain),
+            msg(HS_SERVER_KEY_EXCHANGE, &ske),
+            msg(14, &[]),
+        ]
+        .concat();
+        let p = parse(&record(22, &flight), &[], false);
+        assert!(p.complete);
+        assert_eq!(
+            p.labels(),
+            Negotiated {
+                version: "TLSv1.2",
+                cipher: "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+                group: "x25519",
+                cert: "ecdsa_p384",
+                resumed: false
+            }
+        );
+        // the flight split over records and cut short in the certificate: not complete
+        let all = record(22, &flight);
+        assert!(!parse(&all[..100], &[], false).complete);
+        // RSA key transport: no ServerKeyExchange
+        let sh = hello([1; 32], 0x002F, &[]);
+        let flight = [sh, msg(HS_CERTIFICATE, &chain), msg(14, &[])].concat();
+        let l = parse(&record(22, &flight), &[], false).labels();
+        assert_eq!((l.cipher, l.group), ("TLS_RSA_WITH_AES_128_CBC_SHA", "rsa"));
+        // resumed: ServerHello, change_cipher_spec, encrypted Finished
+        let sh = hello([1; 32], 0xC030, &[]);
+        let mut plain = record(22, &sh);
+        plain.extend(record(20, &[1]));
+        plain.extend(record(22, &[0; 40]));
+        let p = parse(&plain, &[], false);
+        assert!(p.complete);
+        assert_eq!(
+            p.labels(),
+            Negotiated {
+                version: "TLSv1.2",
+                cipher: "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+                group: NONE,
+                cert: NONE,
+                resumed: true
+            }
+        );
+    }
+
+    #[test]
+    fn alerts_and_garbage() {
+        let p = parse(&record(21, &[2, 40]), &[], true);
+        assert!(p.alert && !p.hello);
+        assert_eq!(p.labels(), Negotiated::UNKNOWN);
+        for junk in [
+            &b"HTTP/1.1 400 Bad Request\r\n"[..],
+            &[22, 3, 3, 0xff, 0xff, 2, 0, 0],
+            &[],
+        ] {
+            assert_eq!(parse(junk, &[1, 2, 3], true).labels(), Negotiated::UNKNOWN);
+        }
+        assert_eq!(suite(0x0005).map(|s| s.name), None);
+        assert_eq!(group_name(0x6399), OTHER);
+        assert_eq!(version_name(0x7f1c), OTHER);
+    }
+
+    #[test]
+    fn signature_lengths() {
+        assert_eq!(cert_from_signature(256), "rsa2048");
+        assert_eq!(cert_from_signature(512), "rsa4096");
+        assert_eq!(cert_from_signature(71), "ecdsa_p256");
+        assert_eq!(cert_from_signature(103), "ecdsa_p384");
+        assert_eq!(cert_from_signature(64), "ed25519");
+        assert_eq!(cert_from_signature(200), OTHER);
+    }
+}

@@ -1,0 +1,256 @@
+//! What each connection's server sent during its handshake (bpf/wire.h), gathered from the
+//! wire events and parsed (tls/): the parameters a handshake the probes saw on that
+//! connection is labelled with (the join itself: agent/handshakes.rs), and, when a capture
+//! ends, the handshake as the wire shows it (how servers without probes are counted).
+//!
+//! The kernel reports the wire bytes and the handshakes through two ring buffers, and a
+//! memory-BIO server (node) writes a flight after the handshake call that made it: a
+//! handshake whose connection's parameters are not known yet waits (at most `WAIT`) for them.
+use std::{
+    collections::{HashMap, VecDeque},
+    time::{Duration, Instant},
+};
+
+use super::tls::{self, Negotiated, Parsed};
+use crate::bpf::wire::{WireEvent, WIRE_END_ALERT, WIRE_END_CLOSED, WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_RECORD};
+
+/// A connection: the socket's address and its accept time (conn_state.start_ns).
+pub type ConnId = (u64, u64);
+
+/// How long a handshake waits for its connection's parameters.
+pub const WAIT: Duration = Duration::from_secs(2);
+/// How long an ended capture is kept for a handshake event that comes after it.
+const KEEP: Duration = Duration::from_secs(30);
+/// A capture without an end (its END event lost) is dropped after this.
+const STALE: Duration = Duration::from_secs(120);
+/// Plaintext kept per connection (the kernel copies at most 16 KiB).
+const MAX_PLAIN: usize = 16 * 1024;
+
+struct Capture {
+    netns: u32,
+    port: u16,
+    plain: Vec<u8>,
+    sealed: Vec<u16>,
+    since: Instant,
+}
+
+/// A handshake seen on the wire only (the capture ended).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireHandshake {
+    pub tgid: u32,
+    pub netns: u32,
+    pub port: u16,
+    pub labels: Negotiated,
+    /// The server completed its part (TLS 1.2 Finished sent, or the client answered the
+    /// server's TLS 1.3 flight).
+    pub ok: bool,
+    /// A ServerHello was sent: the server took part in a TLS handshake.
+    pub hello: bool,
+    /// The server sent a fatal alert in the clear.
+    pub alert: bool,
+    /// Every label is known.
+    pub complete: bool,
+}
+
+/// What is known of a connection's parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Known for good (the parse is complete, or the capture ended).
+    Ready(Negotiated, bool),
+    /// Not yet: wait.
+    Wait,
+}
+
+#[derive(Default)]
+pub struct Tracker {
+    caps: HashMap<ConnId, Capture>,
+    ended: HashMap<ConnId, (Parsed, bool, Instant)>,
+    ended_order: VecDeque<(ConnId, Instant)>,
+}
+
+impl Tracker {
+    /// Takes one event; returns the handshake when a capture ends.
+    pub fn on_event(&mut self, e: WireEvent, now: Instant) -> Option<WireHandshake> {
+        let id = (e.sk, e.conn_start);
+        match e.kind {
+            WIRE_EV_DATA | WIRE_EV_RECORD => {
+                let c = self.caps.entry(id).or_insert_with(|| Capture {
+                    netns: e.netns,
+                    port: e.port,
+                    plain: Vec::new(),
+                    sealed: Vec::new(),
+                    since: now,
+                });
+                if e.kind == WIRE_EV_DATA {
+                    let room = MAX_PLAIN.saturating_sub(c.plain.len());
+                    c.plain.extend_from_slice(&e.data[..e.data.len().min(room)]);
+                } else if e.data.len() >= 5 {
+                    c.sealed.push(u16::from(e.data[3]) << 8 | u16::from(e.data[4]));
+                }
+                None
+            }
+            WIRE_EV_END => {
+                let c = self.caps.remove(&id)?;
+                let p = tls::parse(&c.plain, &c.sealed, true);
+                let failed = p.alert || matches!(e.flags, WIRE_END_ALERT | WIRE_END_CLOSED);
+                let h = WireHandshake {
+                    tgid: e.tgid,
+                    netns: c.netns,
+                    port: c.port,
+                    labels: p.labels(),
+                    ok: p.hello && !failed,
+                    hello: p.hello,
+                    alert: p.alert || e.flags == WIRE_END_ALERT,
+                    complete: p.complete,
+                };
+                // nothing was negotiated (an alert, or closed before a ServerHello): the
+                // labels are other, and that is all there is to know
+                let settled = p.complete || (!p.hello && (h.alert || e.flags == WIRE_END_CLOSED));
+                self.ended.insert(id, (p, settled, now));
+                self.ended_order.push_back((id, now));
+                Some(h)
+            }
+            _ => None,
+        }
+    }
+
+    /// The parameters of a connection's handshake, as far as known.
+    pub fn lookup(&self, id: ConnId) -> Lookup {
+        if let Some((p, settled, _)) = self.ended.get(&id) {
+            return Lookup::Ready(p.labels(), *settled);
+        }
+        if let Some(c) = self.caps.get(&id) {
+            let p = tls::parse(&c.plain, &c.sealed, false);
+            if p.complete {
+                return Lookup::Ready(p.labels(), true);
+            }
+        }
+        Lookup::Wait
+    }
+
+    /// The best that is known when a handshake has waited long enough.
+    pub fn give_up(&self, id: ConnId) -> (Negotiated, bool) {
+        match self.lookup(id) {
+            Lookup::Ready(l, complete) => (l, complete),
+            Lookup::Wait => match self.caps.get(&id) {
+                Some(c) => (tls::parse(&c.plain, &c.sealed, true).labels(), false),
+                None => (Negotiated::UNKNOWN, false),
+            },
+        }
+    }
+
+    /// Drops what no handshake event will ask for any more.
+    pub fn expire(&mut self, now: Instant) {
+        while let Some(&(id, at)) = self.ended_order.front() {
+            if now.duration_since(at) < KEEP {
+                break;
+            }
+            self.ended_order.pop_front();
+            if self.ended.get(&id).is_some_and(|(_, _, t)| *t == at) {
+                self.ended.remove(&id);
+            }
+        }
+        self.caps.retain(|_, c| now.duration_since(c.since) < STALE);
+    }
+
+    #[cfg(test)]
+    pub fn in_flight(&self) -> usize {
+        self.caps.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpf::wire::{WIRE_END_CAP, WIRE_END_FINISHED};
+
+    fn ev(kind: u8, flags: u8, data: &[u8]) -> WireEvent {
+        WireEvent {
+            sk: 0xffff_8880_0000_1000,
+            conn_start: 42,
+            tgid: 7,
+            netns: 1,
+            port: 8443,
+            kind,
+            flags,
+            data: data.to_vec(),
+        }
+    }
+
+    /// A TLS 1.2 resumed flight: ServerHello (TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256),
+    /// change_cipher_spec, encrypted Finished.
+    fn resumed12() -> Vec<u8> {
+        let mut sh = vec![2, 0, 0, 70, 3, 3];
+        sh.extend_from_slice(&[1; 32]);
+        sh.push(32);
+        sh.extend_from_slice(&[5; 32]);
+        sh.extend_from_slice(&[0xC0, 0x2F, 0]);
+        let mut v = vec![22, 3, 3, 0, sh.len() as u8];
+        v.extend_from_slice(&sh);
+        v.extend_from_slice(&[20, 3, 3, 0, 1, 1, 22, 3, 3, 0, 40]);
+        v.extend_from_slice(&[0; 40]);
+        v
+    }
+
+    #[test]
+    fn data_split_over_events_then_end() {
+        let t0 = Instant::now();
+        let mut t = Tracker::default();
+        let id = (0xffff_8880_0000_1000, 42);
+        let bytes = resumed12();
+        assert_eq!(t.lookup(id), Lookup::Wait);
+        assert!(t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..50]), t0).is_none());
+        assert_eq!(t.lookup(id), Lookup::Wait, "ServerHello cut in half");
+        assert!(t.on_event(ev(WIRE_EV_DATA, 0, &bytes[50..]), t0).is_none());
+        let Lookup::Ready(l, true) = t.lookup(id) else {
+            panic!("{:?}", t.lookup(id))
+        };
+        assert_eq!((l.version, l.resumed, l.cert), ("TLSv1.2", true, tls::NONE));
+        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0).unwrap();
+        assert!(h.ok && h.hello && h.complete);
+        assert_eq!((h.tgid, h.port, h.labels), (7, 8443, l));
+        assert_eq!(t.in_flight(), 0);
+        // kept for a late handshake event, then dropped
+        assert!(matches!(t.lookup(id), Lookup::Ready(..)));
+        t.expire(t0 + KEEP + Duration::from_secs(1));
+        assert_eq!(t.lookup(id), Lookup::Wait);
+    }
+
+    #[test]
+    fn alerts_and_closes_fail() {
+        let t0 = Instant::now();
+        let mut t = Tracker::default();
+        t.on_event(ev(WIRE_EV_DATA, 0, &[21, 3, 3, 0, 2, 2, 40]), t0);
+        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_ALERT, &[]), t0).unwrap();
+        assert!(!h.ok && !h.hello);
+        assert_eq!(h.labels, Negotiated::UNKNOWN);
+        // closed after the ServerHello: the server's part did not finish
+        let bytes = resumed12();
+        t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..79]), t0);
+        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_CLOSED, &[]), t0).unwrap();
+        assert!(!h.ok && h.hello);
+        // gave up on a cap after the ServerHello: counted, labels as far as seen
+        t.on_event(ev(WIRE_EV_DATA, 0, &bytes), t0);
+        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_CAP, &[]), t0).unwrap();
+        assert!(h.ok && h.hello);
+        // an END without a capture (lost events) says nothing
+        assert!(t.on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0).is_none());
+    }
+
+    #[test]
+    fn give_up_uses_what_was_seen() {
+        let t0 = Instant::now();
+        let mut t = Tracker::default();
+        let id = (0xffff_8880_0000_1000, 42);
+        assert_eq!(t.give_up(id), (Negotiated::UNKNOWN, false));
+        let bytes = resumed12();
+        t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..80]), t0);
+        let (l, complete) = t.give_up(id);
+        assert_eq!(
+            (l.version, l.cipher, complete),
+            ("TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", false)
+        );
+        t.expire(t0 + STALE);
+        assert_eq!(t.in_flight(), 0);
+    }
+}

@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Kernel-only helpers every feature uses: the failure counters, lazy ring-buffer
+ * submission, lookup-or-create, what this CPU is running, and how far a server has read
+ * its client's byte stream. Included first by tlsprof.bpf.c.
+ */
+#ifndef TLSPROF_COMMON_BPF_H
+#define TLSPROF_COMMON_BPF_H
+
+#include "stats.h"
+
+/* Failure counters (stats.h): every kernel-side failure path bumps one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+static __always_inline void stat_inc(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+/*
+ * Ring-buffer submit flags: wake the agent only once the buffer is a quarter full. It also
+ * polls every 200 ms, so at thousands of events per second it wakes a few times, not per
+ * event. `size` is the buffer's max_entries.
+ */
+#define RB_LAZY(rb, size) \
+	(bpf_ringbuf_query((rb), BPF_RB_AVAIL_DATA) > (size) / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP)
+
+/* The value at key, created from init first if there is none; NULL when the map is full. */
+static __always_inline void *lookup_or_init(void *map, const void *key, const void *init)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+	if (v)
+		return v;
+	bpf_map_update_elem(map, key, init, BPF_NOEXIST);
+	return bpf_map_lookup_elem(map, key);
+}
+
+/*
+ * What this CPU is running, kept per CPU so that the hot paths learn it with one per-CPU
+ * load instead of a hash lookup:
+ * - in_hs: the thread running here while inside a handshake call, 0 if none (kept by the
+ *   handshake probes and sched_switch);
+ * - after_hs: a thread whose handshake call just returned without touching a socket itself
+ *   (the library works on a memory BIO, as in node): the application's next socket
+ *   write carries that call's output, a handshake flight, not a response;
+ * - run_tgid/run_since: the traced process running here and its task's se.sum_exec_runtime
+ *   when its CPU time was last summed (sched.bpf.h).
+ */
+struct cpu_now {
+	__u32 in_hs;
+	__u32 after_hs;
+	__u32 run_tgid;
+	__u32 pad;
+	__u64 run_since;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cpu_now);
+} cpu_now SEC(".maps");
+
+static __always_inline struct cpu_now *this_cpu(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&cpu_now, &zero);
+}
+
+/* The peer's FIN has arrived. */
+static __always_inline bool fin_received(const struct sock *sk)
+{
+	unsigned long flags = BPF_CORE_READ(sk, __sk_common.skc_flags);
+	return flags & (1UL << bpf_core_enum_value(enum sock_flags, SOCK_DONE));
+}
+
+/*
+ * How far the server has read the client's byte stream (tcp copied_seq), not counting the
+ * client's FIN: it takes a sequence number, which a reader that reached it consumed.
+ */
+static __always_inline __u32 data_read(const struct sock *sk)
+{
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	__u32 copied = BPF_CORE_READ(tp, copied_seq);
+
+	if (fin_received(sk) && copied == BPF_CORE_READ(tp, rcv_nxt))
+		copied--;
+	return copied;
+}
+
+#endif

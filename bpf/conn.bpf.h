@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Connection lifecycle and TIME_WAIT (types: conn.h; user side: agent/src/bpf/conn.rs,
+ * agent/src/conns/churn.rs), per connection accepted on a listening port of a traced
+ * process (conn_ports, kept by the agent). State changes run in softirq context, where the
+ * current task is not the server: a connection belongs to the port it was accepted on.
+ *
+ * - accepted: SYN_RECV -> ESTABLISHED on a watched port creates the connection's socket-
+ *   local storage (freed with the socket) and counts the port's accepted connections;
+ * - who closed: the first transition out of ESTABLISHED says who sent the first FIN
+ *   (FIN_WAIT1: the server, CLOSE_WAIT: the client); the client's FIN first makes it
+ *   "client" whatever follows; otherwise a reset (tcp_receive_reset/tcp_send_reset, or a
+ *   socket aborted from ESTABLISHED: unread data, SO_LINGER 0, the kernel sends its reset
+ *   right after) makes it "reset", and the server's FIN first "server";
+ * - TIME_WAIT (conn_closed): the server's full socket goes FIN_WAIT2 -> CLOSE or
+ *   CLOSING -> CLOSE when the kernel replaces it with a timewait socket. With the peer's
+ *   FIN already received (SOCK_DONE) or from CLOSING, that socket is in TIME_WAIT; an
+ *   orphaned socket whose FIN was acknowledged before the peer's FIN came is handed over
+ *   in FIN_WAIT2 and reaches TIME_WAIT only if that FIN follows: the agent finds out
+ *   through sock_diag.
+ * One event per connection, at close. Requests per connection: requests.bpf.h.
+ */
+#ifndef TLSPROF_CONN_BPF_H
+#define TLSPROF_CONN_BPF_H
+
+#include "conn.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct conn_port);
+	__type(value, struct conn_port_stats);
+} conn_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct conn_state);
+} conn_store SEC(".maps");
+
+#define CONN_RINGBUF_BYTES (512 * 1024)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, CONN_RINGBUF_BYTES);
+} conn_events SEC(".maps");
+
+#define AF_INET 2
+#define AF_INET6 10
+
+static __always_inline struct conn_state *conn_of(const struct sock *sk)
+{
+	return bpf_sk_storage_get(&conn_store, (struct sock *)sk, 0, 0);
+}
+
+/* The connection closed while its handshake output was being captured (wire.bpf.h). */
+static __always_inline void wire_closed(const struct sock *sk, struct conn_state *c);
+
+static __always_inline void conn_accepted(const struct sock *sk)
+{
+	struct conn_port p = {
+		.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum),
+		.port = BPF_CORE_READ(sk, __sk_common.skc_num),
+	};
+	struct conn_port_stats *ps = bpf_map_lookup_elem(&conn_ports, &p);
+	if (!ps)
+		return;
+	struct conn_state init = {
+		.start_ns = bpf_ktime_get_ns(),
+		.netns = p.netns,
+		.port = p.port,
+		/* what the client sends from here on is read past this position */
+		.rx_mark = data_read(sk),
+	};
+	if (!bpf_sk_storage_get(&conn_store, (struct sock *)sk, &init, BPF_SK_STORAGE_GET_F_CREATE)) {
+		stat_inc(STAT_CONN_STORAGE_FULL);
+		return;
+	}
+	__sync_fetch_and_add(&ps->accepted, 1);
+}
+
+/* The connection's full socket closed: who closed it, and did it enter TIME_WAIT. */
+static __always_inline void conn_closed(const struct sock *sk, struct conn_state *c, int oldstate)
+{
+	__u8 by, tw = CONN_TW_NO;
+
+	if (c->first_fin == CONN_BY_CLIENT) {
+		/* The client ended it. A reset may follow: a server that answers the client's FIN
+		 * with its own close_notify gets one from a client socket that is gone. */
+		by = CONN_BY_CLIENT;
+	} else if (c->reset) {
+		/* before any FIN (SO_LINGER 0, an abort), or after the server's: the client closed
+		 * with the server's data (close_notify, FIN) unread */
+		by = CONN_BY_RESET;
+	} else if (oldstate == TCP_FIN_WAIT2 || oldstate == TCP_CLOSING) {
+		by = CONN_BY_SERVER;
+		tw = (oldstate == TCP_CLOSING || fin_received(sk)) ? CONN_TW_YES : CONN_TW_MAYBE;
+	} else if (oldstate == TCP_LAST_ACK) {
+		by = CONN_BY_CLIENT;
+	} else if (oldstate == TCP_FIN_WAIT1) {
+		by = CONN_BY_SERVER; /* our FIN was never acknowledged: retransmissions timed out */
+	} else {
+		by = CONN_BY_RESET; /* aborted from ESTABLISHED or CLOSE_WAIT */
+	}
+
+	struct conn_event *e = bpf_ringbuf_reserve(&conn_events, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(STAT_CONN_EVENTS_LOST);
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->duration_ns = bpf_ktime_get_ns() - c->start_ns;
+	e->netns = c->netns;
+	e->port = c->port;
+	e->requests = c->requests;
+	e->closed_by = by;
+	e->time_wait = tw;
+	e->tls = c->tls;
+	e->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	e->family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (e->family == AF_INET6) {
+		BPF_CORE_READ_INTO(&e->saddr, sk, __sk_common.skc_v6_rcv_saddr);
+		BPF_CORE_READ_INTO(&e->daddr, sk, __sk_common.skc_v6_daddr);
+	} else {
+		BPF_CORE_READ_INTO((__u32 *)e->saddr, sk, __sk_common.skc_rcv_saddr);
+		BPF_CORE_READ_INTO((__u32 *)e->daddr, sk, __sk_common.skc_daddr);
+	}
+	bpf_ringbuf_submit(e, RB_LAZY(&conn_events, CONN_RINGBUF_BYTES));
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(conn_state_change, const struct sock *sk, const int oldstate, const int newstate)
+{
+	if (oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED) {
+		conn_accepted(sk);
+		return 0;
+	}
+	struct conn_state *c = conn_of(sk);
+	if (!c)
+		return 0;
+	if (oldstate == TCP_ESTABLISHED && !c->first_fin) {
+		if (newstate == TCP_FIN_WAIT1)
+			c->first_fin = CONN_BY_SERVER;
+		else if (newstate == TCP_CLOSE_WAIT)
+			c->first_fin = CONN_BY_CLIENT;
+	}
+	if (newstate != TCP_CLOSE)
+		return 0;
+	wire_closed(sk, c);
+	conn_closed(sk, c, oldstate);
+	bpf_sk_storage_delete(&conn_store, (struct sock *)sk);
+	return 0;
+}
+
+static __always_inline void conn_reset(const struct sock *sk)
+{
+	struct conn_state *c = conn_of(sk);
+	if (c)
+		c->reset = 1;
+}
+
+SEC("tp_btf/tcp_receive_reset")
+int BPF_PROG(conn_rcv_reset, const struct sock *sk)
+{
+	conn_reset(sk);
+	return 0;
+}
+
+/* Also fires for resets answering packets that match no full socket: then sk is NULL or
+ * a timewait/request socket, which has no storage. */
+SEC("tp_btf/tcp_send_reset")
+int BPF_PROG(conn_send_reset, const struct sock *sk)
+{
+	conn_reset(sk);
+	return 0;
+}
+
+/* The connection carries TLS, and so does its port. */
+static __always_inline void conn_mark_tls(struct conn_state *c)
+{
+	if (c->tls)
+		return;
+	c->tls = 1;
+	struct conn_port p = { .netns = c->netns, .port = c->port };
+	struct conn_port_stats *ps = bpf_map_lookup_elem(&conn_ports, &p);
+	if (ps)
+		ps->flags |= CONN_PORT_TLS;
+}
+
+/* A handshake call read or wrote this connection: links the call to it (hs_threads). */
+static __always_inline void conn_handshake_io(struct conn_state *c, const struct sock *sk, __u32 tid)
+{
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	if (t) {
+		t->io = 1;
+		if (!t->conn_sk) {
+			t->conn_sk = (__u64)sk;
+			t->conn_start = c->start_ns;
+		}
+	}
+	conn_mark_tls(c);
+}
+
+#endif

@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Handshake probes: count TLS handshakes per process and measure their wall-clock
+ * duration and on-CPU time (types: handshake.h; user side: agent/src/bpf/handshake.rs,
+ * agent/src/agent/handshakes.rs).
+ *
+ * The agent attaches the uprobes per process (never system-wide) to the library's
+ * handshake state machine (ossl_statem_accept/ossl_statem_connect, found by symbol or from
+ * the SSL_METHOD tables) or, when that cannot be found, to the exported
+ * SSL_do_handshake/SSL_accept/SSL_connect. A non-blocking server calls them several times
+ * per connection: one handshake is the sum of its calls, reported once, when a call
+ * returns 1 (ok) or 0 (failed), or when the SSL object is freed before the handshake
+ * finished (failed).
+ *
+ * On-CPU time: sched_switch (sched.bpf.h) stops and restarts the clock of a thread that is
+ * inside a handshake call, so time spent switched out is not counted.
+ */
+#ifndef TLSPROF_HANDSHAKE_BPF_H
+#define TLSPROF_HANDSHAKE_BPF_H
+
+#include "handshake.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct hs_thread);
+} hs_threads SEC(".maps");
+
+/* LRU: a connection whose SSL_free we never see (attached late) cannot leak. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct hs_key);
+	__type(value, struct hs_state);
+} hs_conns SEC(".maps");
+
+#define HS_RINGBUF_BYTES (256 * 1024)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, HS_RINGBUF_BYTES);
+} hs_events SEC(".maps");
+
+/*
+ * The SSL object of a server handshake call that just returned without socket I/O of its
+ * own (memory BIO, as in node), per thread: the thread's next write on a connection whose
+ * handshake output is being captured carries that call's flight, so it links the two
+ * (wire.bpf.h).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct hs_key);
+} hs_last SEC(".maps");
+
+/* Uprobe hits per traced process: the agent keeps their cost under its overhead budget. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct hs_hits);
+} hs_hits SEC(".maps");
+
+/*
+ * When the agent last detached a process's handshake probes (bpf_ktime_get_ns clock).
+ * A thread inside a handshake call then never sees its return probe: its hs_threads entry
+ * (entered before that time) is stale and dropped where it is found; a handshake whose
+ * calls were cut by it starts afresh.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u64);
+} hs_detached SEC(".maps");
+
+/*
+ * Threads inside a handshake call right now. sched_switch runs on every context
+ * switch of the machine: while no handshake is in flight it stops at this one load.
+ */
+__u32 hs_active = 0;
+
+static __always_inline bool hs_before_detach(__u32 tgid, __u64 ns)
+{
+	__u64 *d = bpf_map_lookup_elem(&hs_detached, &tgid);
+	return d && ns <= *d;
+}
+
+static __always_inline void hs_count_hit(__u32 tgid, bool ret)
+{
+	struct hs_hits zero = {};
+	struct hs_hits *h = lookup_or_init(&hs_hits, &tgid, &zero);
+	if (!h)
+		return;
+	if (ret)
+		__sync_fetch_and_add(&h->returns, 1);
+	else
+		__sync_fetch_and_add(&h->entries, 1);
+}
+
+static __always_inline void hs_set_oncpu(__u32 tid)
+{
+	struct cpu_now *c = this_cpu();
+	if (c)
+		c->in_hs = tid;
+}
+
+/* The thread running here is inside a handshake call. */
+static __always_inline bool in_handshake_here(__u32 tid)
+{
+	struct cpu_now *c = this_cpu();
+	return c && c->in_hs == tid;
+}
+
+/* The thread left its outermost handshake call (or died inside it). */
+static __always_inline void hs_thread_done(__u32 tid)
+{
+	if (bpf_map_delete_elem(&hs_threads, &tid) == 0)
+		__sync_fetch_and_add(&hs_active, -1);
+	if (in_handshake_here(tid))
+		hs_set_oncpu(0);
+}
+
+/* A thread's entry in hs_threads, NULL if none; an entry left behind by a detach (the
+ * call entered before it never returns through the probe) is dropped on the way. */
+static __always_inline struct hs_thread *hs_live_thread(__u32 tid)
+{
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	if (t && hs_before_detach(t->tgid, t->enter_ns)) {
+		hs_thread_done(tid);
+		return NULL;
+	}
+	return t;
+}
+
+/* A thread exited (proc.bpf.h): one that dies inside a handshake call never returns. */
+static __always_inline void hs_thread_exited(__u32 tid)
+{
+	if (hs_active)
+		hs_thread_done(tid);
+}
+
+static __always_inline void hs_emit(__u32 tgid, const struct hs_state *st, __u8 result)
+{
+	struct hs_event *e = bpf_ringbuf_reserve(&hs_events, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(STAT_HS_EVENTS_LOST);
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->duration_ns = st->last_ns - st->first_ns;
+	e->cpu_ns = st->cpu_ns;
+	e->tgid = tgid;
+	e->calls = st->calls;
+	e->role = st->role;
+	e->result = result;
+	e->conn_sk = st->conn_sk;
+	e->conn_start = st->conn_start;
+	bpf_ringbuf_submit(e, RB_LAZY(&hs_events, HS_RINGBUF_BYTES));
+}
+
+static __always_inline int hs_enter(void *ssl, __u8 role)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	hs_count_hit(id >> 32, false);
+	struct hs_thread *t = hs_live_thread(tid);
+
+	if (t) {
+		/* nested call (SSL_accept -> SSL_do_handshake): the outermost one times it */
+		t->depth++;
+		if (role != HS_ROLE_UNKNOWN)
+			t->role = role;
+		return 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	struct hs_thread nt = {
+		.ssl = (__u64)ssl,
+		.enter_ns = now,
+		.oncpu_ns = now,
+		.tgid = id >> 32,
+		.depth = 1,
+		.role = role,
+	};
+	if (bpf_map_update_elem(&hs_threads, &tid, &nt, BPF_NOEXIST)) {
+		stat_inc(STAT_HS_THREAD_MAP_FULL);
+		return 0;
+	}
+	__sync_fetch_and_add(&hs_active, 1);
+	hs_set_oncpu(tid);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(hs_enter_server, void *ssl)
+{
+	return hs_enter(ssl, HS_ROLE_SERVER);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(hs_enter_client, void *ssl)
+{
+	return hs_enter(ssl, HS_ROLE_CLIENT);
+}
+
+/* SSL_do_handshake: the role comes from SSL_set_accept_state/SSL_set_connect_state. */
+SEC("uprobe")
+int BPF_KPROBE(hs_enter_any, void *ssl)
+{
+	return hs_enter(ssl, HS_ROLE_UNKNOWN);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(hs_exit, int ret)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	hs_count_hit(id >> 32, true);
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+
+	if (!t) {
+		stat_inc(STAT_HS_UNMATCHED_RETURN);
+		return 0;
+	}
+	if (t->depth > 1) {
+		t->depth--;
+		return 0;
+	}
+
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cpu = t->cpu_ns + (t->oncpu_ns ? now - t->oncpu_ns : 0);
+	struct hs_key key = { .ssl = t->ssl, .tgid = t->tgid };
+	__u64 enter_ns = t->enter_ns;
+	__u8 role = t->role;
+	__u8 io = t->io;
+	__u64 conn_sk = t->conn_sk, conn_start = t->conn_start;
+	hs_thread_done(tid);
+	if (!io && role == HS_ROLE_SERVER) {
+		/* a server handshake on a memory BIO: see cpu_now.after_hs and hs_last */
+		struct cpu_now *c = this_cpu();
+		if (c)
+			c->after_hs = tid;
+		bpf_map_update_elem(&hs_last, &tid, &key, BPF_ANY);
+	}
+
+	struct hs_state fresh = {};
+	struct hs_state *st = lookup_or_init(&hs_conns, &key, &fresh);
+	if (!st) {
+		stat_inc(STAT_HS_SSL_MAP_FULL);
+		return 0;
+	}
+	if (st->done)
+		return 0; /* post-handshake call (HAProxy calls SSL_do_handshake again) */
+	if (st->calls && hs_before_detach(key.tgid, st->last_ns)) {
+		/* the probes were away during part of this handshake: measure only what follows */
+		__builtin_memset(st, 0, sizeof(*st));
+	}
+	if (!st->first_ns)
+		st->first_ns = enter_ns;
+	if (role != HS_ROLE_UNKNOWN)
+		st->role = role;
+	if (conn_sk && !st->conn_sk) {
+		st->conn_sk = conn_sk;
+		st->conn_start = conn_start;
+	}
+	st->last_ns = now;
+	st->cpu_ns += cpu;
+	st->calls++;
+
+	if (ret == 1) {
+		st->done = 1;
+		hs_emit(key.tgid, st, HS_RESULT_OK);
+	} else if (ret == 0) {
+		/* "not successful but shut down controlled" */
+		st->done = 1;
+		hs_emit(key.tgid, st, HS_RESULT_FAILED);
+	}
+	/* ret < 0: WANT_READ/WANT_WRITE or an error; SSL_free tells which. */
+	return 0;
+}
+
+static __always_inline int hs_set_role(void *ssl, __u8 role)
+{
+	struct hs_key key = { .ssl = (__u64)ssl, .tgid = bpf_get_current_pid_tgid() >> 32 };
+	hs_count_hit(key.tgid, false);
+	/* a new connection, or an SSL object reused after SSL_clear: start afresh */
+	struct hs_state st = { .role = role };
+	if (bpf_map_update_elem(&hs_conns, &key, &st, BPF_ANY))
+		stat_inc(STAT_HS_SSL_MAP_FULL);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ssl_set_accept_state, void *ssl)
+{
+	return hs_set_role(ssl, HS_ROLE_SERVER);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ssl_set_connect_state, void *ssl)
+{
+	return hs_set_role(ssl, HS_ROLE_CLIENT);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ssl_free, void *ssl)
+{
+	struct hs_key key = { .ssl = (__u64)ssl, .tgid = bpf_get_current_pid_tgid() >> 32 };
+	hs_count_hit(key.tgid, false);
+	struct hs_state *st = bpf_map_lookup_elem(&hs_conns, &key);
+
+	if (!st)
+		return 0;
+	if (!st->done && st->calls > 0)
+		hs_emit(key.tgid, st, HS_RESULT_FAILED);
+	bpf_map_delete_elem(&hs_conns, &key);
+	return 0;
+}
+
+#endif

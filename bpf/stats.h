@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Every kernel-side failure path has a counter in the `stats` array (common.bpf.h); the
+ * agent exports them as tlsprof_kernel_errors_total{kind} (agent/src/bpf/stats.rs mirrors
+ * the indices, and the layout test checks them).
+ */
+#ifndef TLSPROF_STATS_H
+#define TLSPROF_STATS_H
+
+#define STAT_HS_EVENTS_LOST 0       /* hs_events full: a finished handshake was not reported */
+#define STAT_HS_THREAD_MAP_FULL 1   /* a handshake call could not be tracked (too many threads) */
+#define STAT_HS_SSL_MAP_FULL 2      /* a handshake could not be tracked (too many SSL objects) */
+#define STAT_HS_UNMATCHED_RETURN 3  /* a return probe fired without its entry (attached mid-call) */
+#define STAT_CONN_EVENTS_LOST 4     /* conn_events full: a closed connection was not reported */
+#define STAT_CONN_STORAGE_FULL 5    /* a connection could not be tracked (no memory for its state) */
+#define STAT_SAMPLES_LOST 6         /* cpu_samples full: a CPU sample was dropped */
+#define STAT_WIRE_EVENTS_LOST 7     /* wire_events full: handshake bytes were dropped */
+#define STAT_MAX 8
+
+#endif

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * tlsprof's kernel side: the one object the agent loads. Each feature is a header of its
+ * own that holds its maps and programs (the types it shares with the agent are in
+ * bpf/<feature>.h); later features use the helpers of earlier ones, so the order matters.
+ * bpf/README.md maps each file to its user side.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#include "common.bpf.h"    /* failure counters, ring-buffer and map helpers, per-CPU state */
+#include "handshake.bpf.h" /* handshake uprobes: count and time each handshake */
+#include "proc.bpf.h"      /* the traced set; forks and exits */
+#include "sched.bpf.h"     /* on-CPU time per traced process; the handshake clock */
+#include "conn.bpf.h"      /* connection lifecycle, who closed, TIME_WAIT */
+#include "requests.bpf.h"  /* requests per connection */
+#include "wire.bpf.h"      /* the server's handshake output: what was negotiated */
+#include "sampler.bpf.h"   /* CPU samples of traced processes */
+#include "calib.bpf.h"     /* no-op probes that measure what a probe hit costs */

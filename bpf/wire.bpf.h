@@ -1,0 +1,392 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Wire capture (types: wire.h; user side: agent/src/bpf/wire.rs, agent/src/wire/): the
+ * server's handshake output, what it negotiated, for servers with and without handshake
+ * probes. tcp_sendmsg_locked fires for every TCP send of the machine, once per chunk the
+ * kernel queues: on a socket that is not watched, or whose handshake is over, it stops at
+ * the socket-storage lookup. The same send counts requests (requests.bpf.h).
+ */
+#ifndef TLSPROF_WIRE_BPF_H
+#define TLSPROF_WIRE_BPF_H
+
+/* The smallest TLS 1.3 Finished record: header, SHA-256 verify data and its message
+ * header, inner content type, AEAD tag. An alert (24 bytes, 30 after a change_cipher_spec)
+ * is smaller. */
+#define TLS13_MIN_FINISHED (5 + 4 + 32 + 1 + 16)
+
+/* How a TLS 1.3 handshake ended, from what the server has read of the client's answer to
+ * its encrypted flight (copied: tcp copied_seq now). */
+static __always_inline __u8 tls13_answer(const struct conn_state *c, __u32 copied)
+{
+	__u32 answer = copied - c->rx_flight;
+	if (answer == 0)
+		return WIRE_END_CLOSED;
+	return answer >= TLS13_MIN_FINISHED ? WIRE_END_FINISHED : WIRE_END_CLIENT_ALERT;
+}
+
+#define WIRE_RINGBUF_BYTES (2 * 1024 * 1024)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, WIRE_RINGBUF_BYTES);
+} wire_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wire_event);
+} wire_scratch SEC(".maps");
+
+#define WIRE_STEPS 24 /* record headers and bodies walked per chunk of output */
+#define WIRE_SEGS 4   /* iovec segments looked at per send */
+#define WIRE_MAX_RECORD (16384 + 2048)
+
+static __always_inline struct wire_event *wire_ev(const struct sock *sk, const struct conn_state *c, __u8 kind)
+{
+	__u32 zero = 0;
+	struct wire_event *e = bpf_map_lookup_elem(&wire_scratch, &zero);
+	if (!e)
+		return NULL;
+	e->sk = (__u64)sk;
+	e->conn_start = c->start_ns;
+	e->tgid = c->wire_tgid;
+	e->netns = c->netns;
+	e->port = c->port;
+	e->kind = kind;
+	e->flags = 0;
+	e->len = 0;
+	e->pad = 0;
+	return e;
+}
+
+static __always_inline void wire_out(struct wire_event *e, __u32 len)
+{
+	__u64 size = WIRE_EVENT_HEADER + (__u64)len;
+	/* keep the compiler from folding the bound into something the verifier cannot follow */
+	asm volatile("" : "+r"(size));
+	if (size > sizeof(*e))
+		return;
+	if (bpf_ringbuf_output(&wire_events, e, size, RB_LAZY(&wire_events, WIRE_RINGBUF_BYTES)))
+		stat_inc(STAT_WIRE_EVENTS_LOST);
+}
+
+/* The capture is over: nothing more of this connection is looked at. */
+static __always_inline void wire_finish(const struct sock *sk, struct conn_state *c, __u8 why)
+{
+	bool tls = c->wire_flags & WIRE_F_TLS;
+	if (c->wire == WIRE_DONE)
+		return;
+	c->wire = WIRE_DONE;
+	c->wire_why = why;
+	if (!tls)
+		return; /* not TLS: nothing was sent, nothing to say */
+	struct wire_event *e = wire_ev(sk, c, WIRE_EV_END);
+	if (!e)
+		return;
+	e->flags = why;
+	wire_out(e, 0);
+}
+
+/* The connection closed while its handshake output was being captured (conn.bpf.h). */
+static __always_inline void wire_closed(const struct sock *sk, struct conn_state *c)
+{
+	if (c->wire == WIRE_SEALED)
+		wire_finish(sk, c, tls13_answer(c, data_read(sk)));
+	else if (c->wire == WIRE_PLAIN)
+		wire_finish(sk, c, WIRE_END_CLOSED);
+}
+
+/* Copies plaintext bytes [ptr, ptr + len) of the output to user space, within the cap. */
+static __always_inline void wire_copy(const struct sock *sk, struct conn_state *c, __u64 ptr, __u32 len)
+{
+	for (int i = 0; i < WIRE_MAX_PLAIN / WIRE_CHUNK && len > 0; i++) {
+		__u32 room = WIRE_MAX_PLAIN - c->wire_copied;
+		if (room == 0 || room > WIRE_MAX_PLAIN) {
+			wire_finish(sk, c, WIRE_END_CAP);
+			return;
+		}
+		__u32 n = len < WIRE_CHUNK ? len : WIRE_CHUNK;
+		if (n > room)
+			n = room;
+		struct wire_event *e = wire_ev(sk, c, WIRE_EV_DATA);
+		if (!e)
+			return;
+		__u64 sz = n;
+		asm volatile("" : "+r"(sz));
+		if (sz > WIRE_CHUNK)
+			return;
+		if (bpf_probe_read_user(e->data, sz, (void *)ptr)) {
+			wire_finish(sk, c, WIRE_END_UNSUPPORTED);
+			return;
+		}
+		e->len = n;
+		wire_out(e, n);
+		c->wire_copied += n;
+		ptr += n;
+		len -= n;
+	}
+}
+
+#define WIRE_NOT_TLS 255 /* internal: the output is not TLS, end silently */
+
+/* A complete record header: what it means for the capture. Returns why the capture ends
+ * (WIRE_END_*, WIRE_NOT_TLS), 0 to go on. */
+static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state *c, const __u8 *h,
+					__u64 body, __u32 avail)
+{
+	__u8 type = h[0];
+	__u32 len = (__u32)h[3] << 8 | h[4];
+	bool valid = type >= 20 && type <= 23 && h[1] == 3 && h[2] <= 4 && len > 0 && len <= WIRE_MAX_RECORD;
+
+	if (!(c->wire_flags & WIRE_F_TLS)) {
+		if (!valid || (type != 22 && type != 21))
+			return WIRE_NOT_TLS; /* the server does not speak TLS first */
+		c->wire_flags |= WIRE_F_TLS;
+		conn_mark_tls(c); /* also for servers without handshake probes */
+	} else if (!valid) {
+		return WIRE_END_BAD;
+	}
+	c->wire_left = len;
+	if (type == 23) {
+		c->wire = WIRE_SEALED;
+		c->fin_len = len; /* the flight's last one is its Finished */
+		struct wire_event *e = wire_ev(sk, c, WIRE_EV_RECORD);
+		if (e) {
+			__builtin_memcpy(e->data, h, 5);
+			e->len = 5;
+			wire_out(e, 5);
+		}
+		if (++c->wire_sealed >= WIRE_MAX_SEALED)
+			c->wire_end = WIRE_END_CAP;
+		return 0;
+	}
+	if (c->wire != WIRE_PLAIN)
+		return 0; /* after encryption started only type 23 is expected: keep walking */
+	if (type == 20) {
+		c->wire_flags |= WIRE_F_CCS;
+	} else if (type == 21) {
+		c->wire_end = WIRE_END_ALERT;
+	} else if (type == 22 && (c->wire_flags & WIRE_F_CCS)) {
+		/* After change_cipher_spec: TLS 1.2's encrypted Finished ends the server's part;
+		 * a TLS 1.3 ServerHello after a HelloRetryRequest (a record holding exactly one
+		 * message of type 2) does not. */
+		__u8 b[4] = {};
+		bool hello = false;
+		if (avail >= 4 && !bpf_probe_read_user(b, 4, (void *)body))
+			hello = b[0] == 2 && ((__u32)b[1] << 16 | (__u32)b[2] << 8 | b[3]) + 4 == len;
+		if (!hello) {
+			c->wire_end = WIRE_END_FINISHED;
+			c->fin_len = len;
+		}
+	}
+	return 0;
+}
+
+struct wire_walk_ctx {
+	const struct sock *sk;
+	struct conn_state *c;
+	__u64 ptr;      /* user address of the bytes */
+	__u32 n;        /* how many */
+	__u32 off;      /* walked so far */
+	__u32 plain_end; /* end of the plaintext-phase bytes among them */
+	__u8 why;       /* the capture ends: WIRE_END_*, WIRE_NOT_TLS */
+};
+
+/* One step of the walk (bpf_loop: verified once, whatever the number of steps): a record
+ * header, or as much of the current record's body as this write holds. 1 stops. */
+static long wire_step(__u32 i, void *ctx)
+{
+	struct wire_walk_ctx *w = ctx;
+	struct conn_state *c = w->c;
+	__u32 off = w->off, n = w->n;
+
+	if (off >= n)
+		return 1;
+	__u32 avail = n - off;
+	bool plain = c->wire == WIRE_PLAIN;
+	if (c->wire_left) {
+		__u32 take = c->wire_left < avail ? c->wire_left : avail;
+		c->wire_left -= take;
+		w->off = off + take;
+		if (plain)
+			w->plain_end = w->off;
+		if (!c->wire_left && c->wire_end) {
+			w->why = c->wire_end;
+			return 1;
+		}
+		return 0;
+	}
+	/* a record header, possibly continued from the previous write */
+	__u32 have = c->wire_hdr_have, hdr_at = off;
+	__u8 h[8] = {};
+	if (have == 0 && avail >= 5) {
+		if (bpf_probe_read_user(h, 5, (void *)(w->ptr + off))) {
+			w->why = WIRE_END_UNSUPPORTED;
+			return 1;
+		}
+		off += 5;
+	} else {
+		for (int k = 0; k < 5; k++) {
+			if (have >= 5 || off >= n)
+				break;
+			__u8 byte;
+			if (bpf_probe_read_user(&byte, 1, (void *)(w->ptr + off))) {
+				w->why = WIRE_END_UNSUPPORTED;
+				return 1;
+			}
+			c->wire_hdr[have & 7] = byte;
+			have++;
+			off++;
+		}
+		w->off = off;
+		c->wire_hdr_have = have;
+		if (have < 5) {
+			if (plain)
+				w->plain_end = off;
+			return 1;
+		}
+		c->wire_hdr_have = 0;
+		__builtin_memcpy(h, c->wire_hdr, 5);
+	}
+	w->off = off;
+	w->why = wire_header(w->sk, c, h, w->ptr + off, n - off);
+	if (plain)
+		w->plain_end = c->wire == WIRE_PLAIN ? off : hdr_at;
+	return w->why ? 1 : 0;
+}
+
+/*
+ * Walks n bytes of output at user address ptr, record header by record body. The bytes
+ * written while the capture is in its plaintext phase are copied; encrypted records give
+ * their headers only; the walk stops where the capture ends.
+ */
+static __noinline int wire_walk(const struct sock *sk, struct conn_state *c, __u64 ptr, __u32 n)
+{
+	struct wire_walk_ctx w = { .sk = sk, .c = c, .ptr = ptr, .n = n };
+	bool plain_start = c->wire == WIRE_PLAIN;
+
+	bpf_loop(WIRE_STEPS, wire_step, &w, 0);
+	if (!w.why && w.off < n)
+		w.why = WIRE_END_CAP; /* more records in one write than walked */
+	if (plain_start && w.plain_end && (c->wire_flags & WIRE_F_TLS))
+		wire_copy(sk, c, ptr, w.plain_end);
+	if (w.why)
+		wire_finish(sk, c, w.why == WIRE_NOT_TLS ? 0 : w.why);
+	return 0;
+}
+
+/* The capture gives up on output it cannot read: the handshake is over as far as it goes. */
+static __always_inline void wire_unsupported(const struct sock *sk, struct conn_state *c, __u32 copied)
+{
+	wire_finish(sk, c, WIRE_END_UNSUPPORTED);
+	handshake_over(c, copied);
+}
+
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, int size_goal)
+{
+	struct conn_state *c = conn_of(sk);
+	if (!c)
+		return 0;
+	__u32 copied = data_read(sk);
+	if (c->wire == WIRE_DONE) {
+		count_request(c, copied);
+		return 0;
+	}
+
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	bool in_hs = in_handshake_here(tid);
+	if (in_hs)
+		conn_handshake_io(c, sk, tid); /* links the handshake call to its connection */
+	__u32 seq = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
+	if (c->wire == WIRE_IDLE) {
+		c->wire = WIRE_PLAIN;
+		c->wire_seq = seq;
+		c->wire_tgid = id >> 32;
+		c->rx_first = copied;
+		c->rx_flight = copied;
+		/* a memory-BIO server's handshake call just returned on this thread: its flight */
+		if (!in_hs) {
+			struct hs_key *k = bpf_map_lookup_elem(&hs_last, &tid);
+			if (k) {
+				struct hs_state *st = bpf_map_lookup_elem(&hs_conns, k);
+				if (st && !st->conn_sk && k->tgid == id >> 32) {
+					st->conn_sk = (__u64)sk;
+					st->conn_start = c->start_ns;
+				}
+				bpf_map_delete_elem(&hs_last, &tid);
+			}
+		}
+	}
+	if (c->wire == WIRE_SEALED && copied != c->rx_flight) {
+		/* The client answered the server's TLS 1.3 flight: the handshake is over. The
+		 * answer is a change_cipher_spec and a Finished as long as the server's; bytes past
+		 * them are a request. */
+		wire_finish(sk, c, tls13_answer(c, copied));
+		c->rx_mark = c->rx_flight;
+		c->rx_tail = 6 + 5 + c->fin_len;
+		count_request(c, copied);
+		return 0;
+	}
+	c->rx_flight = copied;
+
+	__u64 left = BPF_CORE_READ(msg, msg_iter.count);
+	__s32 skip = (__s32)(c->wire_seq - seq);
+	if (skip < 0) {
+		wire_unsupported(sk, c, copied); /* output sent by a path not seen here */
+		return 0;
+	}
+	if ((__u64)skip >= left)
+		return 0; /* already walked when this send began: the kernel calls once per chunk */
+	c->wire_seq = seq + (__u32)left;
+
+	__u8 type = BPF_CORE_READ(msg, msg_iter.iter_type);
+	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
+	if (type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
+		__u64 base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
+		__u64 n = left - skip;
+		wire_walk(sk, c, base + offset + skip, n > 0xffffffff ? 0xffffffff : n);
+		if (c->wire == WIRE_DONE)
+			handshake_over(c, copied);
+		return 0;
+	}
+	if (type != bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
+		wire_unsupported(sk, c, copied);
+		return 0;
+	}
+	const struct iovec *iov = BPF_CORE_READ(msg, msg_iter.__iov);
+	__u64 nsegs = BPF_CORE_READ(msg, msg_iter.nr_segs);
+	__u64 todo = left;
+	for (int i = 0; i < WIRE_SEGS; i++) {
+		if (i >= nsegs || todo == 0 || c->wire == WIRE_DONE)
+			break;
+		struct iovec v;
+		if (bpf_probe_read_kernel(&v, sizeof(v), &iov[i]))
+			break;
+		__u64 base = (__u64)v.iov_base, len = v.iov_len;
+		if (i == 0) {
+			base += offset;
+			len = len > offset ? len - offset : 0;
+		}
+		if (len > todo)
+			len = todo;
+		todo -= len;
+		if ((__u64)skip >= len) {
+			skip -= len;
+			continue;
+		}
+		base += skip;
+		len -= skip;
+		skip = 0;
+		wire_walk(sk, c, base, len > 0xffffffff ? 0xffffffff : len);
+	}
+	if (todo && c->wire != WIRE_DONE)
+		wire_finish(sk, c, WIRE_END_CAP);
+	if (c->wire == WIRE_DONE)
+		handshake_over(c, copied);
+	return 0;
+}
+
+#endif
