@@ -33,7 +33,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from lib import Agent, Nginx, ab_count, cpu_ns  # noqa: E402
+from harness.agent import Agent  # noqa: E402
+from harness.clients import ab_count  # noqa: E402
+from harness.procs import cpu_ns  # noqa: E402
+from harness.servers import Nginx  # noqa: E402
 
 # nginx's worker on CPU 0, the load generator on CPU 1 (where there are two), so that
 # the two do not trade places from run to run: that is most of the noise on 2 cores.

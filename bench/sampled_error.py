@@ -20,7 +20,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from lib import Agent, Nginx, ab, value  # noqa: E402
+from harness.agent import Agent  # noqa: E402
+from harness.clients import ab  # noqa: E402
+from harness.metrics import value  # noqa: E402
+from harness.servers import Nginx  # noqa: E402
 
 
 def full(samples) -> tuple[float, float, float]:

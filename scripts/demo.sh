@@ -37,9 +37,11 @@ CONF
 nginx -c "$DIR/nginx.conf"
 echo "demo: nginx (2 workers, ECDSA P-256) on https://127.0.0.1:$PORT, master pid $(cat "$DIR/nginx.pid")"
 
-"$TLSPROF" run --comm nginx --listen "$METRICS" --duration 30 &
+"$TLSPROF" run --comm nginx --listen "$METRICS" --duration 30 --ready-file "$DIR/ready" &
 agent=$!
-sleep 2
+# ready once nginx's processes are attached and their ports watched (at most 20 s)
+for _ in $(seq 200); do [ -s "$DIR/ready" ] && break; sleep 0.1; done
+echo "demo: tlsprof attached to: $(tr '\n' ' ' < "$DIR/ready")"
 
 echo "demo: 10 s of new TLS connections (ab -c 8), then 10 s of keep-alive requests (ab -k -c 8)"
 ab -q -t 10 -n 1000000 -c 8 "https://127.0.0.1:$PORT/" | grep -E "Complete requests|Failed requests|Requests per second"

@@ -6,7 +6,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from lib import TLSPROF  # noqa: E402
+from harness.agent import TLSPROF  # noqa: E402
 
 
 def pytest_configure(config):
@@ -34,21 +34,21 @@ def _server(factory, *needs):
 @pytest.fixture
 def nginx(workdir):
     """nginx (Debian's package) with 2 workers, ECDSA P-256, TLS 1.2 and 1.3."""
-    from lib import Nginx
+    from harness.servers import Nginx
     yield from _server(lambda: Nginx(workdir, workers=2), "nginx")
 
 
 @pytest.fixture
 def apache(workdir):
     """Apache httpd, mod_ssl, threaded event MPM."""
-    from lib import Apache
+    from harness.servers import Apache
     yield from _server(lambda: Apache(workdir), "apache2")
 
 
 @pytest.fixture
 def haproxy(workdir):
     """HAProxy terminating TLS itself."""
-    from lib import HAProxy
+    from harness.servers import HAProxy
     yield from _server(lambda: HAProxy(workdir), "haproxy")
 
 
@@ -56,7 +56,7 @@ def haproxy(workdir):
 def gotls_bin(tmp_path_factory):
     import shutil
     import subprocess
-    from lib import ROOT
+    from harness.procs import ROOT
     go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
     if not go:
         pytest.skip("go is not installed")

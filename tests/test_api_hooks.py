@@ -1,7 +1,8 @@
 """The fallback that hooks only OpenSSL's exported API (SSL_do_handshake, SSL_accept,
 SSL_connect, with the role from SSL_set_accept_state/SSL_set_connect_state), forced with
 `--hooks api`: the same exact counts for servers that call them."""
-from lib import Agent, failing_handshakes, https_connections
+from harness.agent import Agent
+from harness.clients import failing_handshakes, https_connections
 
 N = 40
 

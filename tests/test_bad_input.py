@@ -3,7 +3,10 @@ import socket
 import subprocess
 
 
-from lib import TLSPROF, Agent, Nginx, https_connections, run_tlsprof, stop_pid
+from harness.agent import TLSPROF, Agent, run_tlsprof
+from harness.clients import https_connections
+from harness.procs import stop_pid
+from harness.servers import Nginx
 
 
 def one_error_line(r: subprocess.CompletedProcess, *needles: str):

@@ -12,7 +12,10 @@ import time
 
 import pytest
 
-from lib import Agent, Nginx, ab, have, https_connections, https_request, tls_client_context, wait_for
+from harness.agent import Agent
+from harness.clients import ab, https_connections, https_request, tls_client_context
+from harness.procs import have, wait_for
+from harness.servers import Nginx
 
 BUDGET = 0.005  # 0.5% of one CPU, the default
 
@@ -174,7 +177,7 @@ def test_exact_times_every_handshake(workdir):
 
 def test_bad_budget(workdir):
     """A budget that is not a share of one CPU gets one line and a non-zero exit."""
-    from lib import run_tlsprof
+    from harness.agent import run_tlsprof
     for bad in ("0%", "250%", "fast"):
         r = run_tlsprof("run", "--overhead-budget", bad)
         assert r.returncode != 0 and ("budget" in r.stderr.lower() or "percentage" in r.stderr), (bad, r.stderr)

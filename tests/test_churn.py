@@ -8,8 +8,10 @@ import time
 
 import pytest
 
-from lib import (ROOT, Agent, Apache, HAProxy, Nginx, NodeServer, free_port, have, keepalive_connections,
-                 next_source, proc_children, ss_time_wait, stop_pid, wait_for)
+from harness.agent import Agent
+from harness.clients import keepalive_connections, next_source, ss_time_wait
+from harness.procs import ROOT, free_port, have, proc_children, stop_pid, wait_for
+from harness.servers import Apache, HAProxy, Nginx, NodeServer
 
 N = 200
 

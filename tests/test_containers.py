@@ -8,7 +8,9 @@ import uuid
 
 import pytest
 
-from lib import ROOT, Agent, free_port, have, make_cert, proc_children, wait_for
+from harness.agent import Agent
+from harness.certs import make_cert
+from harness.procs import ROOT, free_port, have, proc_children, wait_for
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 

@@ -13,8 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from lib import (ROOT, TLSPROF, Agent, GoTLS, Nginx, NodeServer, free_port, https_connections,
-                 keepalive_connections, make_cert, value, wait_port, stop_pid)
+from harness.agent import TLSPROF, Agent
+from harness.certs import make_cert
+from harness.clients import https_connections, keepalive_connections
+from harness.metrics import value
+from harness.procs import ROOT, free_port, stop_pid, wait_port
+from harness.servers import GoTLS, Nginx, NodeServer
 
 HZ = "199"
 CATEGORIES = ["handshake", "crypto", "tls_library", "kernel_net", "probes", "other"]
@@ -156,7 +160,7 @@ def split_server_bin(tmp_path_factory):
 def server_stats(port: int) -> tuple[float, float]:
     """split_server's own measurement: CPU seconds in handshake calls, in other TLS calls."""
     import socket
-    from lib import tls_client_context
+    from harness.clients import tls_client_context
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
         with tls_client_context().wrap_socket(raw, server_hostname="localhost") as s:
             s.sendall(b"GET /stats HTTP/1.1\r\n\r\n")

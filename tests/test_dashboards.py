@@ -25,9 +25,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lib import (ROOT, Agent, Nginx, failing_handshakes, free_port, https_connections,
-                 keepalive_connections, parse_metrics, plain_http_requests, resuming_connections, stop_pid,
-                 wait_for)
+from harness.agent import Agent
+from harness.clients import failing_handshakes, https_connections, keepalive_connections, plain_http_requests, resuming_connections
+from harness.metrics import parse_metrics
+from harness.procs import ROOT, free_port, stop_pid, wait_for
+from harness.servers import Nginx
 
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 RULES = ROOT / "deploy" / "prometheus" / "tlsprof-rules.yml"

@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lib import ROOT, TESTDEPS, TLSPROF, Agent, Nginx, https_connections, keepalive_connections, value
+from harness.agent import TLSPROF, Agent
+from harness.clients import https_connections, keepalive_connections
+from harness.metrics import value
+from harness.procs import ROOT
+from harness.servers import TESTDEPS, Nginx
 
 DEPLOY = ROOT / "deploy"
 UNIT = DEPLOY / "systemd" / "tlsprof.service"

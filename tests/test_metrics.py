@@ -5,7 +5,10 @@ import urllib.request
 
 import pytest
 
-from lib import ROOT, Agent, Nginx, have, https_connections, stop_pid
+from harness.agent import Agent
+from harness.clients import https_connections
+from harness.procs import ROOT, have, stop_pid
+from harness.servers import Nginx
 
 
 def test_promtool_check_metrics_is_clean(workdir):

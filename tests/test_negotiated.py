@@ -13,7 +13,10 @@ import subprocess
 
 import pytest
 
-from lib import Agent, Apache, GoTLS, Nginx, NodeServer, https_connections, resuming_connections, value
+from harness.agent import Agent
+from harness.clients import https_connections, resuming_connections
+from harness.metrics import value
+from harness.servers import Apache, GoTLS, Nginx, NodeServer
 
 # OpenSSL's names (what Python's client reports) -> IANA names (the label)
 IANA = {

@@ -4,8 +4,10 @@ import time
 
 import pytest
 
-from lib import (Agent, Nginx, cpu_ns, failing_handshakes, https_connections, plain_http_requests,
-                 have, wait_for)  # noqa: F401
+from harness.agent import Agent
+from harness.clients import failing_handshakes, https_connections, plain_http_requests
+from harness.procs import cpu_ns, have, wait_for
+from harness.servers import Nginx
 
 N = 60
 
@@ -55,7 +57,7 @@ def test_plain_http_to_the_tls_port_is_a_failed_handshake(workdir):
     """nginx answers plain HTTP on its TLS port itself, without calling OpenSSL: tlsprof
     sees the connection close with no handshake and counts it as failed, exactly, while
     plain HTTP on nginx's plain port is not a handshake at all."""
-    from lib import free_port
+    from harness.procs import free_port
     plain = free_port()
     nginx = Nginx(workdir, workers=2, plain_port=plain)
     try:

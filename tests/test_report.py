@@ -12,8 +12,10 @@ import time
 import zlib
 from pathlib import Path
 
-from lib import (TLSPROF, Nginx, https_connections, keepalive_connections, resuming_connections,
-                 stop_pid)
+from harness.agent import TLSPROF
+from harness.clients import https_connections, keepalive_connections, resuming_connections
+from harness.procs import stop_pid
+from harness.servers import Nginx
 
 WINDOW = 12.0
 

@@ -8,8 +8,11 @@ import time
 
 import pytest
 
-from lib import (NODES, ROOT, Agent, NodeServer, failing_handshakes, free_port, have, https_connections, make_cert,
-                 plain_http_requests, stop_pid, tls_client_context, wait_port)
+from harness.agent import Agent
+from harness.certs import make_cert
+from harness.clients import failing_handshakes, https_connections, plain_http_requests, tls_client_context
+from harness.procs import ROOT, free_port, have, stop_pid, wait_port
+from harness.servers import NODES, NodeServer
 
 N = 50
 
@@ -51,7 +54,7 @@ def test_process_exit_is_forgotten(workdir):
             fds_attached = len(list((__import__("pathlib").Path(f"/proc/{agent.proc.pid}/fd")).iterdir()))
         finally:
             node.stop()
-        from lib import wait_for
+        from harness.procs import wait_for
         wait_for(lambda: agent.value("tlsprof_attached_probes") == 0, 10, "probes to be detached")
         assert agent.value("tlsprof_attached_processes", comm="node") == 0
         fds_after = len(list((__import__("pathlib").Path(f"/proc/{agent.proc.pid}/fd")).iterdir()))

@@ -5,7 +5,10 @@ import subprocess
 
 import pytest
 
-from lib import ROOT, Agent, free_port, https_connections, make_cert, run_tlsprof, stop_pid, wait_port
+from harness.agent import Agent, run_tlsprof
+from harness.certs import make_cert
+from harness.clients import https_connections
+from harness.procs import ROOT, free_port, stop_pid, wait_port
 
 
 @pytest.fixture(scope="module")

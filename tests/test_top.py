@@ -7,7 +7,10 @@ import subprocess
 import threading
 import time
 
-from lib import TLSPROF, Agent, Nginx, cpu_ns, https_connections, keepalive_connections, stop_pid, wait_for
+from harness.agent import TLSPROF, Agent
+from harness.clients import https_connections, keepalive_connections
+from harness.procs import cpu_ns, stop_pid, wait_for
+from harness.servers import Nginx
 
 
 class Tmux:

@@ -1,6 +1,8 @@
 //! What servers negotiated, from what they send during their handshakes: the TLS parser
 //! (tls/) and the tracker that joins a connection's captured bytes with the handshake the
 //! probes saw on it (tracker.rs).
+#[cfg(test)]
+pub mod fixtures;
 pub mod tls;
 pub mod tracker;
 

@@ -1,0 +1,104 @@
+"""The real agent: `tlsprof run` started as a process and scraped over HTTP like Prometheus
+does, and one-shot runs of the binary."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from .metrics import parse_metrics, value
+from .procs import ROOT, free_port, stop_pid, wait_for
+
+TLSPROF = Path(os.environ.get("TLSPROF_BIN", ROOT / "target" / "release" / "tlsprof"))
+
+
+class Agent:
+    """A running `tlsprof run`, scraped over HTTP like Prometheus does. It says which
+    processes it has attached to (and watches the ports of) in its --ready-file."""
+
+    def __init__(self, *args: str, port: int | None = None, prefix: tuple = (), scan_interval: float = 0.5):
+        self.port = port or free_port()
+        self.log_path = Path(tempfile.mkstemp(prefix="tlsprof-agent-", suffix=".log")[1])
+        self.log = open(self.log_path, "w+")
+        # a directory any user may write in: the agent may run as an unprivileged user (prefix)
+        self.dir = Path(tempfile.mkdtemp(prefix="tlsprof-agent-"))
+        self.dir.chmod(0o777)
+        self.ready_path = self.dir / "ready"
+        self.proc = subprocess.Popen(
+            [*prefix, str(TLSPROF), "run", "--listen", f"127.0.0.1:{self.port}", "--scan-interval", str(scan_interval),
+             "--ready-file", str(self.ready_path), "-v", *args],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        wait_for(self._up, 20, f"tlsprof to serve /metrics (log: {self.output()})")
+
+    def _up(self):
+        if self.proc.poll() is not None:
+            raise AssertionError(f"tlsprof exited with {self.proc.returncode}: {self.output()}")
+        try:
+            self.scrape_text()
+            return True
+        except OSError:
+            return False
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text()
+
+    def scrape_text(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def scrape(self):
+        return parse_metrics(self.scrape_text())
+
+    def value(self, name: str, **labels) -> float:
+        return value(self.scrape(), name, **labels)
+
+    def ready(self) -> dict[int, str]:
+        """The processes the agent has attached to, with their names, as its ready file says
+        (empty before its first scan)."""
+        try:
+            lines = self.ready_path.read_text().splitlines()
+        except FileNotFoundError:
+            return {}
+        return {int(pid): name for pid, name in (line.split(" ", 1) for line in lines)}
+
+    def attached(self, pid: int) -> bool:
+        return pid in self.ready()
+
+    def wait_attached(self, pids, timeout: float = 15.0):
+        pids = list(pids)
+        wait_for(lambda: all(self.attached(p) for p in pids), timeout,
+                 f"tlsprof to attach to {pids} (log: {self.output()[-2000:]})")
+
+    def wait_value(self, name: str, expected: float, timeout: float = 10.0, **labels):
+        """Waits until the metric reaches `expected`, then checks it stays there."""
+        wait_for(lambda: self.value(name, **labels) >= expected, timeout,
+                 f"{name}{labels} to reach {expected} (now {self.value(name, **labels)})")
+        time.sleep(0.7)
+        return self.value(name, **labels)
+
+    def stop(self) -> str:
+        stop_pid(self.proc.pid, signal.SIGTERM)
+        self.proc.wait(timeout=10)
+        out = self.output()
+        self.log.close()
+        self.log_path.unlink(missing_ok=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return out
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.stop()
+
+
+def run_tlsprof(*args: str, timeout: float = 30, prefix=()) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, str(TLSPROF), *args], capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,90 @@
+"""Processes and ports: waiting for things, stopping what a test started (by its pid), and
+the kernel's own accounting of a process."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, timeout: float, what: str, interval: float = 0.1):
+    """Polls pred() until it returns a truthy value; fails naming what was awaited."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def wait_port(port: int, timeout: float = 10.0):
+    def up():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    wait_for(up, timeout, f"port {port} to accept connections")
+
+
+def stop_pid(pid: int, sig=signal.SIGTERM, timeout: float = 10.0):
+    """Stops a process we started, by its pid, and waits for it to go."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+
+
+def proc_children(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d))
+    return out
+
+
+def cpu_ns(pid: int) -> int:
+    """On-CPU time of all threads of a process (nanoseconds), from the kernel's own accounting."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except OSError:
+            pass
+    return total
+
+
+def have(cmd: str) -> bool:
+    return shutil.which(cmd) is not None

