@@ -32,12 +32,32 @@ struct {
 	__type(value, struct conn_port_stats);
 } conn_ports SEC(".maps");
 
+/*
+ * Each connection's state lives in socket-local storage (freed with the socket), or, where
+ * the kernel does not let tracing programs use it (before 5.11) or a hook cannot pass it a
+ * typed socket (raw tracepoints, kprobes), in a hash keyed by the socket's address, from
+ * which it is deleted when the socket closes. The agent chooses at load (conn_hash).
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct conn_state);
 } conn_store SEC(".maps");
+
+/* Connections tracked at once in hash mode; beyond, new ones are not (conn_storage_full). */
+#define CONN_HASH_ENTRIES (256 * 1024)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, CONN_HASH_ENTRIES);
+	__type(key, __u64);
+	__type(value, struct conn_state);
+} conn_hash_store SEC(".maps");
+
+/* Set by the agent at load: keep connections in conn_hash_store, not in socket storage. */
+const volatile __u32 conn_hash = 0;
 
 #define CONN_RINGBUF_BYTES (512 * 1024)
 
@@ -49,9 +69,35 @@ struct {
 #define AF_INET 2
 #define AF_INET6 10
 
+/* The state of a watched connection, NULL for any other socket. */
 static __always_inline struct conn_state *conn_of(const struct sock *sk)
 {
+	if (conn_hash) {
+		__u64 key = (__u64)sk;
+		return bpf_map_lookup_elem(&conn_hash_store, &key);
+	}
 	return bpf_sk_storage_get(&conn_store, (struct sock *)sk, 0, 0);
+}
+
+/* Starts tracking a connection; false when there is no room. */
+static __always_inline bool conn_create(const struct sock *sk, const struct conn_state *init)
+{
+	if (conn_hash) {
+		__u64 key = (__u64)sk;
+		/* BPF_ANY: a stale entry of a socket that once had this address is replaced */
+		return bpf_map_update_elem(&conn_hash_store, &key, init, BPF_ANY) == 0;
+	}
+	return bpf_sk_storage_get(&conn_store, (struct sock *)sk, (void *)init, BPF_SK_STORAGE_GET_F_CREATE);
+}
+
+static __always_inline void conn_forget(const struct sock *sk)
+{
+	if (conn_hash) {
+		__u64 key = (__u64)sk;
+		bpf_map_delete_elem(&conn_hash_store, &key);
+		return;
+	}
+	bpf_sk_storage_delete(&conn_store, (struct sock *)sk);
 }
 
 /* The connection closed while its handshake output was being captured (wire.bpf.h). */
@@ -73,7 +119,7 @@ static __always_inline void conn_accepted(const struct sock *sk)
 		/* what the client sends from here on is read past this position */
 		.rx_mark = data_read(sk),
 	};
-	if (!bpf_sk_storage_get(&conn_store, (struct sock *)sk, &init, BPF_SK_STORAGE_GET_F_CREATE)) {
+	if (!conn_create(sk, &init)) {
 		stat_inc(STAT_CONN_STORAGE_FULL);
 		return;
 	}
@@ -129,8 +175,7 @@ static __always_inline void conn_closed(const struct sock *sk, struct conn_state
 	bpf_ringbuf_submit(e, RB_LAZY(&conn_events, CONN_RINGBUF_BYTES));
 }
 
-SEC("tp_btf/inet_sock_set_state")
-int BPF_PROG(conn_state_change, const struct sock *sk, const int oldstate, const int newstate)
+static __always_inline int conn_state_changed(const struct sock *sk, int oldstate, int newstate)
 {
 	if (oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED) {
 		conn_accepted(sk);
@@ -149,8 +194,26 @@ int BPF_PROG(conn_state_change, const struct sock *sk, const int oldstate, const
 		return 0;
 	wire_closed(sk, c);
 	conn_closed(sk, c, oldstate);
-	bpf_sk_storage_delete(&conn_store, (struct sock *)sk);
+	conn_forget(sk);
 	return 0;
+}
+
+/* The connections capability: the typed tracepoint, or the raw one (hash mode only: its
+ * socket is an untyped pointer). */
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(conn_state_change, const struct sock *sk, const int oldstate, const int newstate)
+{
+	return conn_state_changed(sk, oldstate, newstate);
+}
+
+/* A raw tracepoint's arguments, read as plain words (not through the CO-RE-relocated
+ * bpf_raw_tracepoint_args, whose flexible array the loader cannot relocate). */
+#define RAW_ARG(ctx, i) (((const __u64 *)(ctx))[i])
+
+SEC("raw_tp/inet_sock_set_state")
+int conn_state_change_raw(void *ctx)
+{
+	return conn_state_changed((const struct sock *)RAW_ARG(ctx, 0), (int)RAW_ARG(ctx, 1), (int)RAW_ARG(ctx, 2));
 }
 
 static __always_inline void conn_reset(const struct sock *sk)
@@ -160,6 +223,9 @@ static __always_inline void conn_reset(const struct sock *sk)
 		c->reset = 1;
 }
 
+/* The resets capability: typed tracepoints, or raw ones (hash mode). tcp_send_reset also
+ * fires for resets answering packets that match no full socket: then sk is NULL or a
+ * timewait/request socket, which has no state. */
 SEC("tp_btf/tcp_receive_reset")
 int BPF_PROG(conn_rcv_reset, const struct sock *sk)
 {
@@ -167,12 +233,24 @@ int BPF_PROG(conn_rcv_reset, const struct sock *sk)
 	return 0;
 }
 
-/* Also fires for resets answering packets that match no full socket: then sk is NULL or
- * a timewait/request socket, which has no storage. */
 SEC("tp_btf/tcp_send_reset")
 int BPF_PROG(conn_send_reset, const struct sock *sk)
 {
 	conn_reset(sk);
+	return 0;
+}
+
+SEC("raw_tp/tcp_receive_reset")
+int conn_rcv_reset_raw(void *ctx)
+{
+	conn_reset((const struct sock *)RAW_ARG(ctx, 0));
+	return 0;
+}
+
+SEC("raw_tp/tcp_send_reset")
+int conn_send_reset_raw(void *ctx)
+{
+	conn_reset((const struct sock *)RAW_ARG(ctx, 0));
 	return 0;
 }
 

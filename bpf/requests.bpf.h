@@ -92,13 +92,8 @@ static __always_inline struct conn_state *app_io(struct conn_state *c, struct so
 	return c;
 }
 
-/*
- * Attached only with --exact (a handshake call that reads a connection marks it as TLS,
- * so that it is not also counted as a connection without a handshake) or where the kernel
- * lacks tcp_sendmsg_locked (requests and TLS 1.3's end are then seen from the reads).
- */
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(req_recv, struct sock *sk, int ret, int flags)
+/* A read of a watched connection returned: `ret` bytes, with recvmsg's `flags`. */
+static __always_inline int req_received(struct sock *sk, int ret, int flags)
 {
 	struct conn_state *c = conn_of(sk);
 	if (!c)
@@ -116,6 +111,62 @@ int BPF_PROG(req_recv, struct sock *sk, int ret, int flags)
 	if (app_io(c, sk, false) && data)
 		c->dir = CONN_DIR_IN;
 	return 0;
+}
+
+/*
+ * The read side, attached only with --exact (a handshake call that reads a connection
+ * marks it as TLS, so that it is not also counted as a connection without a handshake) or
+ * where the server's sends cannot be seen (requests and TLS 1.3's end are then seen from
+ * the reads): the sock_recv_length tracepoint (6.3+), else the return of sock_recvmsg,
+ * through fexit, else through a kretprobe (hash mode) with its arguments kept at entry.
+ */
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(req_recv, struct sock *sk, int ret, int flags)
+{
+	return req_received(sk, ret, flags);
+}
+
+SEC("fexit/sock_recvmsg")
+int BPF_PROG(req_recv_fexit, struct socket *sock, struct msghdr *msg, int flags, int ret)
+{
+	struct sock *sk = sock->sk; /* typed: socket storage can take it */
+	return sk ? req_received(sk, ret, flags) : 0;
+}
+
+/* sock_recvmsg's arguments, per thread, from its entry to its return (kretprobe). */
+struct req_recv_call {
+	__u64 sock;
+	__s32 flags;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct req_recv_call);
+} req_recv_calls SEC(".maps");
+
+SEC("kprobe/sock_recvmsg")
+int BPF_KPROBE(req_recv_entry, struct socket *sock, struct msghdr *msg, int flags)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct req_recv_call call = { .sock = (__u64)sock, .flags = flags };
+	bpf_map_update_elem(&req_recv_calls, &tid, &call, BPF_ANY);
+	return 0;
+}
+
+SEC("kretprobe/sock_recvmsg")
+int BPF_KRETPROBE(req_recv_return, int ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct req_recv_call *call = bpf_map_lookup_elem(&req_recv_calls, &tid);
+	if (!call)
+		return 0;
+	struct sock *sk = BPF_CORE_READ((struct socket *)call->sock, sk);
+	int flags = call->flags;
+	bpf_map_delete_elem(&req_recv_calls, &tid);
+	return sk ? req_received(sk, ret, flags) : 0;
 }
 
 /* Attached only where the kernel lacks tcp_sendmsg_locked (wire_send counts requests). */

@@ -32,7 +32,7 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	struct cpu_now *c = this_cpu();
 	if (c && c->run_tgid == tgid)
-		cpu_account(c, bpf_get_current_task_btf());
+		cpu_account(c, (const struct task_struct *)bpf_get_current_task());
 
 	struct cpu_sample *e = bpf_ringbuf_reserve(&cpu_samples, sizeof(*e), 0);
 	if (!e) {

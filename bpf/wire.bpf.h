@@ -13,6 +13,10 @@
  * header, inner content type, AEAD tag. An alert (24 bytes, 30 after a change_cipher_spec)
  * is smaller. */
 #define TLS13_MIN_FINISHED (5 + 4 + 32 + 1 + 16)
+/* The body of the longest TLS 1.3 Finished record (SHA-384 suites): what the client's is
+ * taken to be at most when the server's Finished shared its record with the rest of its
+ * flight (GnuTLS sends its whole encrypted flight as one record). */
+#define TLS13_MAX_FINISHED_BODY (4 + 48 + 1 + 16)
 
 /* How a TLS 1.3 handshake ended, from what the server has read of the client's answer to
  * its encrypted flight (copied: tcp copied_seq now). */
@@ -150,7 +154,10 @@ static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state
 	c->wire_left = len;
 	if (type == 23) {
 		c->wire = WIRE_SEALED;
-		c->fin_len = len; /* the flight's last one is its Finished */
+		/* the flight's last record ends with its Finished, and is no more than it, unless the
+		 * flight shares one record: then the longest a Finished can be (a request is longer
+		 * than the difference, so it is still counted) */
+		c->fin_len = len < TLS13_MAX_FINISHED_BODY ? len : TLS13_MAX_FINISHED_BODY;
 		struct wire_event *e = wire_ev(sk, c, WIRE_EV_RECORD);
 		if (e) {
 			__builtin_memcpy(e->data, h, 5);
@@ -256,24 +263,77 @@ static long wire_step(__u32 i, void *ctx)
 	return w->why ? 1 : 0;
 }
 
+/* After a walk: copy the plaintext-phase bytes walked, end the capture if the walk did. */
+static __always_inline void wire_walked(struct wire_walk_ctx *w, bool plain_start)
+{
+	struct conn_state *c = w->c;
+	if (!w->why && w->off < w->n)
+		w->why = WIRE_END_CAP; /* more records in one write than walked */
+	if (plain_start && w->plain_end && (c->wire_flags & WIRE_F_TLS))
+		wire_copy(w->sk, c, w->ptr, w->plain_end);
+	if (w->why)
+		wire_finish(w->sk, c, w->why == WIRE_NOT_TLS ? 0 : w->why);
+}
+
 /*
  * Walks n bytes of output at user address ptr, record header by record body. The bytes
  * written while the capture is in its plaintext phase are copied; encrypted records give
- * their headers only; the walk stops where the capture ends.
+ * their headers only; the walk stops where the capture ends. With bpf_loop (5.17+) the
+ * step is verified once; without, the kernel verifies every step of a bounded loop.
  */
-static __noinline int wire_walk(const struct sock *sk, struct conn_state *c, __u64 ptr, __u32 n)
+static __noinline int wire_walk_loop(const struct sock *sk, struct conn_state *c, __u64 ptr, __u32 n)
 {
 	struct wire_walk_ctx w = { .sk = sk, .c = c, .ptr = ptr, .n = n };
 	bool plain_start = c->wire == WIRE_PLAIN;
 
 	bpf_loop(WIRE_STEPS, wire_step, &w, 0);
-	if (!w.why && w.off < n)
-		w.why = WIRE_END_CAP; /* more records in one write than walked */
-	if (plain_start && w.plain_end && (c->wire_flags & WIRE_F_TLS))
-		wire_copy(sk, c, ptr, w.plain_end);
-	if (w.why)
-		wire_finish(sk, c, w.why == WIRE_NOT_TLS ? 0 : w.why);
+	wire_walked(&w, plain_start);
 	return 0;
+}
+
+static __noinline int wire_walk_bounded(const struct sock *sk, struct conn_state *c, __u64 ptr, __u32 n)
+{
+	struct wire_walk_ctx w = { .sk = sk, .c = c, .ptr = ptr, .n = n };
+	bool plain_start = c->wire == WIRE_PLAIN;
+
+	for (__u32 i = 0; i < WIRE_STEPS; i++) {
+		if (wire_step(i, &w))
+			break;
+	}
+	wire_walked(&w, plain_start);
+	return 0;
+}
+
+static __always_inline void wire_walk(const struct sock *sk, struct conn_state *c, __u64 ptr, __u64 n, const bool bounded)
+{
+	__u32 len = n > 0xffffffff ? 0xffffffff : n;
+	if (bounded)
+		wire_walk_bounded(sk, c, ptr, len);
+	else
+		wire_walk_loop(sk, c, ptr, len);
+}
+
+/* struct iov_iter before 5.14 (type and direction in one field) and before 6.4 (`iov`). */
+struct iov_iter___old {
+	unsigned int type;
+	const struct iovec *iov;
+} __attribute__((preserve_access_index));
+
+/* The kind of buffer a send copies from (enum iter_type). */
+static __always_inline __u32 wire_iter_type(const struct msghdr *msg)
+{
+	if (bpf_core_field_exists(msg->msg_iter.iter_type))
+		return BPF_CORE_READ(msg, msg_iter.iter_type);
+	const struct iov_iter___old *it = (const void *)&msg->msg_iter;
+	return BPF_CORE_READ(it, type) & ~1u; /* the low bit is the direction (READ 0, WRITE 1) */
+}
+
+static __always_inline const struct iovec *wire_iovecs(const struct msghdr *msg)
+{
+	if (bpf_core_field_exists(msg->msg_iter.__iov))
+		return BPF_CORE_READ(msg, msg_iter.__iov);
+	const struct iov_iter___old *it = (const void *)&msg->msg_iter;
+	return BPF_CORE_READ(it, iov);
 }
 
 /* The capture gives up on output it cannot read: the handshake is over as far as it goes. */
@@ -283,8 +343,11 @@ static __always_inline void wire_unsupported(const struct sock *sk, struct conn_
 	handshake_over(c, copied);
 }
 
-SEC("tp_btf/tcp_sendmsg_locked")
-int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, int size_goal)
+/*
+ * A server send (tcp_sendmsg_locked): the capture of its handshake output, and the
+ * request count (requests.bpf.h). `bounded`: walk without bpf_loop.
+ */
+static __always_inline int wire_on_send(const struct sock *sk, const struct msghdr *msg, const bool bounded)
 {
 	struct conn_state *c = conn_of(sk);
 	if (!c)
@@ -342,12 +405,13 @@ int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const s
 		return 0; /* already walked when this send began: the kernel calls once per chunk */
 	c->wire_seq = seq + (__u32)left;
 
-	__u8 type = BPF_CORE_READ(msg, msg_iter.iter_type);
+	__u32 type = wire_iter_type(msg);
 	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
-	if (type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
+	/* a single user buffer (6.0+) */
+	if (bpf_core_enum_value_exists(enum iter_type, ITER_UBUF) &&
+	    type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
 		__u64 base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
-		__u64 n = left - skip;
-		wire_walk(sk, c, base + offset + skip, n > 0xffffffff ? 0xffffffff : n);
+		wire_walk(sk, c, base + offset + skip, left - skip, bounded);
 		if (c->wire == WIRE_DONE)
 			handshake_over(c, copied);
 		return 0;
@@ -356,7 +420,7 @@ int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const s
 		wire_unsupported(sk, c, copied);
 		return 0;
 	}
-	const struct iovec *iov = BPF_CORE_READ(msg, msg_iter.__iov);
+	const struct iovec *iov = wire_iovecs(msg);
 	__u64 nsegs = BPF_CORE_READ(msg, msg_iter.nr_segs);
 	__u64 todo = left;
 	for (int i = 0; i < WIRE_SEGS; i++) {
@@ -380,13 +444,56 @@ int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const s
 		base += skip;
 		len -= skip;
 		skip = 0;
-		wire_walk(sk, c, base, len > 0xffffffff ? 0xffffffff : len);
+		wire_walk(sk, c, base, len, bounded);
 	}
 	if (todo && c->wire != WIRE_DONE)
 		wire_finish(sk, c, WIRE_END_CAP);
 	if (c->wire == WIRE_DONE)
 		handshake_over(c, copied);
 	return 0;
+}
+
+/*
+ * The send-capture capability, cheapest first: the tracepoint (6.14+), fentry, a kprobe
+ * (hash mode: its socket is an untyped pointer); each with bpf_loop (5.17+) or a bounded
+ * loop. The tracepoint fires once per chunk the kernel queues, fentry and kprobe once per
+ * call: wire_seq tells what was walked already either way.
+ */
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, int size_goal)
+{
+	return wire_on_send(sk, msg, false);
+}
+
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(wire_send_bounded, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb,
+	     int size_goal)
+{
+	return wire_on_send(sk, msg, true);
+}
+
+SEC("fentry/tcp_sendmsg_locked")
+int BPF_PROG(wire_send_fentry, struct sock *sk, struct msghdr *msg, size_t size)
+{
+	return wire_on_send(sk, msg, false);
+}
+
+SEC("fentry/tcp_sendmsg_locked")
+int BPF_PROG(wire_send_fentry_bounded, struct sock *sk, struct msghdr *msg, size_t size)
+{
+	return wire_on_send(sk, msg, true);
+}
+
+SEC("kprobe/tcp_sendmsg_locked")
+int BPF_KPROBE(wire_send_kprobe, struct sock *sk, struct msghdr *msg)
+{
+	return wire_on_send(sk, msg, false);
+}
+
+SEC("kprobe/tcp_sendmsg_locked")
+int BPF_KPROBE(wire_send_kprobe_bounded, struct sock *sk, struct msghdr *msg)
+{
+	return wire_on_send(sk, msg, true);
 }
 
 #endif

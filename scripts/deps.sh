@@ -8,6 +8,7 @@ PKGS=(
   clang llvm libbpf-dev bpftool          # kernel side: compiler, libbpf headers, vmlinux.h tool
   libc6-dev gcc binutils libssl-dev      # layout printer (host C); a static OpenSSL server for the tests
   nginx apache2 apache2-utils haproxy    # servers under test, ab
+  lighttpd lighttpd-mod-gnutls           # a server on GnuTLS (no OpenSSL, no handshake probes)
   curl openssl nghttp2-client            # clients
   prometheus                             # promtool (metrics format check)
   nodejs                                 # node https server under test
@@ -16,6 +17,7 @@ PKGS=(
   tmux                                   # drives `tlsprof top` in a terminal in the tests
   chromium                               # renders the HTML report headless in the tests
   bpftrace                               # the per-call uprobe alternative in bench/overhead.py
+  qemu-system-x86 busybox-static kmod    # the kernel matrix: Debian's kernels booted in QEMU (virtme-ng)
 )
 
 missing=()
@@ -72,6 +74,18 @@ if [ ! -x "$PYTOOLS/bin/kubernetes-validate" ] || [ ! -x "$PYTOOLS/bin/check-jso
            "kubernetes-validate==1.37.0" >/dev/null 2>&1; }; then
     echo "deps: could not install check-jsonschema/kubernetes-validate from PyPI: the deploy schema tests will say they skipped" >&2
   fi
+fi
+
+# The kernel matrix (tests/test_kernels.py): virtme-ng from PyPI, in a venv of its own, and
+# the kernels of Debian 11, 12 and 13 from Debian's registry (scripts/kernels.sh).
+VNG="$TESTDEPS/vng"
+if [ ! -x "$VNG/bin/vng" ]; then
+  if ! { python3 -m venv "$VNG" && "$VNG/bin/pip" install -q "virtme-ng==1.42" >/dev/null 2>&1; }; then
+    echo "deps: could not install virtme-ng from PyPI: the kernel matrix tests will fail saying so" >&2
+  fi
+fi
+if [ "$(id -u)" = 0 ] && ! bash "$(dirname "$0")/kernels.sh"; then
+  echo "deps: could not fetch Debian's kernels: the kernel matrix tests will fail saying so" >&2
 fi
 
 if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then

@@ -10,6 +10,8 @@ from harness.agent import TLSPROF  # noqa: E402
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "kernel_scenario: run by the kernel matrix inside each guest kernel "
+                                       "(tests/test_kernels.py)")
     if os.geteuid() != 0:
         pytest.exit("tlsprof's integration tests need root (they load eBPF programs)", returncode=2)
     if not TLSPROF.exists():

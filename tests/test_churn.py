@@ -10,51 +10,11 @@ import pytest
 
 from harness.agent import Agent
 from harness.clients import keepalive_connections, next_source, ss_time_wait
+from harness.metrics import churn, settled, wait_watched
 from harness.procs import ROOT, free_port, have, proc_children, stop_pid, wait_for
 from harness.servers import Apache, HAProxy, Nginx, NodeServer
 
 N = 200
-
-
-def churn(agent, port: int) -> dict:
-    """What tlsprof says about one port."""
-    s = agent.scrape()
-    p = str(port)
-
-    def v(name, **labels):
-        return sum(val for n, l, val in s if n == name and l.get("port") == p
-                   and all(l.get(k) == w for k, w in labels.items()))
-
-    return {
-        "accepted": v("tlsprof_tcp_connections_accepted_total"),
-        "server": v("tlsprof_tcp_connections_total", closed_by="server"),
-        "client": v("tlsprof_tcp_connections_total", closed_by="client"),
-        "reset": v("tlsprof_tcp_connections_total", closed_by="reset"),
-        "time_wait": v("tlsprof_tcp_time_wait_total"),
-        "time_wait_sockets": v("tlsprof_tcp_time_wait_sockets"),
-        "requests": v("tlsprof_requests_per_connection_sum"),
-        "conns": v("tlsprof_requests_per_connection_count"),
-        "duration_count": v("tlsprof_tcp_connection_duration_seconds_count"),
-        "comms": {l["comm"] for n, l, val in s if l.get("port") == p and "comm" in l and val > 0},
-        "buckets": {float(l["le"]): val for n, l, val in s
-                    if n == "tlsprof_requests_per_connection_bucket" and l.get("port") == p},
-    }
-
-
-def wait_watched(agent, port: int):
-    """Waits until the agent watches the port (its TIME_WAIT gauge exists)."""
-    wait_for(lambda: any(n == "tlsprof_tcp_time_wait_sockets" and l.get("port") == str(port)
-                         for n, l, v in agent.scrape()), 10, f"tlsprof to watch port {port}")
-
-
-def settled(agent, port: int, conns: int) -> dict:
-    """Waits until every connection of the port has ended in tlsprof's view."""
-    def done():
-        c = churn(agent, port)
-        return c if c["server"] + c["client"] + c["reset"] >= conns and c["accepted"] >= conns else None
-    wait_for(done, 20, f"{conns} ended connections on port {port} (now {churn(agent, port)})")
-    time.sleep(1.2)  # a further scan: the gauge and accepted count are refreshed per scan
-    return churn(agent, port)
 
 
 def test_keepalive_requests_5_vs_100_time_wait_exact(workdir):

@@ -5,7 +5,7 @@
 //!
 //! Levels: error and warn are always shown; info is what every run says (where metrics are
 //! served, what a view measures); debug is `-v` (what was attached, where and how, and why
-//! not). Other crates' records (aya's) are shown with `-v` only.
+//! not). Other crates' records (aya's) are shown with `-v` only, and their debug never.
 use std::{
     collections::VecDeque,
     io::Write as _,
@@ -41,7 +41,7 @@ fn line(record: &Record) -> String {
 
 impl Log for Logger {
     fn enabled(&self, m: &Metadata) -> bool {
-        m.target().starts_with("tlsprof") || self.verbose
+        m.target().starts_with("tlsprof") || (self.verbose && m.level() <= Level::Info)
     }
 
     fn log(&self, record: &Record) {

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from .metrics import parse_metrics, value
-from .procs import ROOT, free_port, stop_pid, wait_for
+from .procs import ROOT, SLOW, free_port, stop_pid, wait_for
 
 TLSPROF = Path(os.environ.get("TLSPROF_BIN", ROOT / "target" / "release" / "tlsprof"))
 
@@ -80,7 +80,7 @@ class Agent:
         """Waits until the metric reaches `expected`, then checks it stays there."""
         wait_for(lambda: self.value(name, **labels) >= expected, timeout,
                  f"{name}{labels} to reach {expected} (now {self.value(name, **labels)})")
-        time.sleep(0.7)
+        time.sleep(0.7 * SLOW)
         return self.value(name, **labels)
 
     def stop(self) -> str:

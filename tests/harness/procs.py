@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+# Every wait is stretched by this factor where things run slowly: tests/test_kernels.py sets
+# it inside its QEMU guests, which emulate the CPU in software.
+SLOW = float(os.environ.get("TLSPROF_SLOW", "1"))
 
 
 def free_port() -> int:
@@ -20,6 +23,7 @@ def free_port() -> int:
 
 def wait_for(pred, timeout: float, what: str, interval: float = 0.1):
     """Polls pred() until it returns a truthy value; fails naming what was awaited."""
+    timeout *= SLOW
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:

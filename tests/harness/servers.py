@@ -192,3 +192,34 @@ frontend tls
 
     def stop(self):
         stop_pid(self.pid)
+
+
+class Lighttpd:
+    """lighttpd with mod_gnutls (GnuTLS, not OpenSSL: no handshake probes), serving a file,
+    closing each connection after `keepalive` requests."""
+
+    def __init__(self, workdir: Path, cert: str = "ecdsa_p256", keepalive: int = 100):
+        self.dir, self.port, key, crt = server_setup(workdir, "lighttpd", cert)
+        d = self.dir
+        (d / "www").mkdir()
+        (d / "www" / "index.html").write_text("hello from lighttpd\n")
+        conf = d / "lighttpd.conf"
+        conf.write_text(f"""
+server.modules = ("mod_gnutls")
+server.document-root = "{d}/www"
+server.bind = "127.0.0.1"
+server.port = {self.port}
+server.pid-file = "{d}/lighttpd.pid"
+server.errorlog = "{d}/error.log"
+server.max-keep-alive-requests = {keepalive}
+ssl.engine = "enable"
+ssl.pemfile = "{crt}"
+ssl.privkey = "{key}"
+""")
+        subprocess.run(["lighttpd", "-f", str(conf)], check=True, capture_output=True)
+        wait_port(self.port)
+        self.pid = int(wait_for(lambda: (d / "lighttpd.pid").exists() and (d / "lighttpd.pid").read_text().strip(),
+                                10, "lighttpd.pid"))
+
+    def stop(self):
+        stop_pid(self.pid)

@@ -23,14 +23,15 @@ use anyhow::{bail, Context as _, Result};
 use self::{budget::Budget, handshakes::Handshakes, health::Health, ports::Ports, targets::Targets};
 use crate::{
     bpf::{
-        loader::{Events, Kernel, OPTIONAL},
+        hooks,
+        loader::{Events, Kernel},
         proc::{PROC_EV_EXIT, PROC_EV_FORK},
         uprobes::UPROBES,
     },
     cli::RunArgs,
     cpu::{flame, Profiler},
     http,
-    metrics::{defs, FigureLabels, Metrics, ModeLabels, ProbeLabels},
+    metrics::{defs, FigureLabels, HookLabels, Metrics, ModeLabels, ProbeLabels},
     preflight,
 };
 
@@ -171,8 +172,9 @@ impl Agent {
 }
 
 /// Exports what is known from the start: the mode, the sampled figures, the cost of a probe
-/// hit, and every probe at zero (at one where the kernel refused it), so that dashboards and
-/// alerts see the series and rate() sees the first failure.
+/// hit, the hook serving each kernel capability, and every probe at zero (a capability's
+/// first program at one where nothing serves it), so that dashboards and alerts see the
+/// series and rate() sees the first failure.
 fn export_setup(m: &Metrics, args: &RunArgs, exact: bool, k: &Kernel, hit_cost: Option<(f64, f64)>) {
     m.mode_info
         .get_or_create(&ModeLabels {
@@ -196,17 +198,26 @@ fn export_setup(m: &Metrics, args: &RunArgs, exact: bool, k: &Kernel, hit_cost: 
                 .set(v);
         }
     }
-    for program in UPROBES.iter().chain(OPTIONAL.iter().map(|(p, _, _)| p)) {
-        let _ = m.attach_failures.get_or_create(&ProbeLabels {
-            probe: (*program).into(),
-        });
+    let first_programs = hooks::ALL
+        .iter()
+        .filter(|c| !c.required)
+        .map(|c| c.hooks[0].programs[0].0);
+    for program in UPROBES.iter().copied().chain(first_programs) {
+        let _ = m.attach_failures.get_or_create(&ProbeLabels { probe: program.into() });
     }
-    for program in &k.missing {
-        m.attach_failures
-            .get_or_create(&ProbeLabels {
-                probe: (*program).into(),
+    for (c, s) in &k.served.capabilities {
+        if matches!(s, hooks::Served::Unserved(_)) {
+            let probe = c.hooks[0].programs[0].0.into();
+            m.attach_failures.get_or_create(&ProbeLabels { probe }).inc();
+        }
+    }
+    for (capability, hook) in k.served.info() {
+        m.kernel_hooks
+            .get_or_create(&HookLabels {
+                capability: capability.into(),
+                hook: hook.into(),
             })
-            .inc();
+            .set(1);
     }
 }
 

@@ -7,7 +7,7 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, RingBuf},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        BtfTracePoint, PerfEvent,
+        PerfEvent,
     },
     Btf, Ebpf, EbpfLoader,
 };
@@ -16,6 +16,7 @@ use super::{
     conn::{self as cn, conn_port, conn_port_stats},
     cpu as pc,
     handshake::{self as hs, hs_hits, hs_key, hs_state},
+    hooks::{self, Capability, CONNECTIONS, PROCESSES, READ_SIDE, RESETS, SCHEDULER, SEND_CAPTURE, SEND_SIDE},
     proc::{proc_notice, proc_traced},
     read_record,
     stats::STAT_MAX,
@@ -24,32 +25,74 @@ use super::{
 };
 use crate::clock::ktime_ns;
 
-/// Tracepoints every kernel tlsprof runs on must have: (program, tracepoint).
-const REQUIRED: &[(&str, &str)] = &[
-    ("cpu_sched_switch", "sched_switch"),
-    ("proc_fork", "sched_process_fork"),
-    ("proc_exit", "sched_process_exit"),
-    ("conn_state_change", "inet_sock_set_state"),
-    ("conn_rcv_reset", "tcp_receive_reset"),
-    ("conn_send_reset", "tcp_send_reset"),
-];
+/// Where each connection's state lives (bpf/conn.bpf.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Storage {
+    /// Socket-local storage, freed with the socket (tracing programs may use it since 5.11).
+    Socket,
+    /// A hash keyed by the socket's address, deleted at close.
+    Hash,
+}
 
-/// Programs whose tracepoint a kernel may lack, and what tlsprof does without them.
-/// tcp_sendmsg_locked, which hands over what a server sends, came with Linux 6.12;
-/// sock_recv_length/sock_send_length with Linux 6.3. wire_send comes first: where it is
-/// attached it also counts requests, and the other two are not needed (sock_recv_length
-/// only with --exact, to tell which connections a handshake call read).
-pub const OPTIONAL: &[(&str, &str, &str)] = &[
-    (
-        "wire_send",
-        "tcp_sendmsg_locked",
-        "handshakes will not be labelled by version, cipher, group, certificate and resumption, servers \
-         without handshake probes get no handshake counts, and the handshake probes stay attached (--exact)",
-    ),
-    ("req_recv", "sock_recv_length", NO_CONN_IO),
-    ("req_send", "sock_send_length", NO_CONN_IO),
-];
-const NO_CONN_IO: &str = "requests per connection and connections without a handshake will not be counted";
+impl Storage {
+    pub fn label(self) -> &'static str {
+        match self {
+            Storage::Socket => "sk_storage",
+            Storage::Hash => "hash_map",
+        }
+    }
+}
+
+/// What serves each capability on this kernel.
+pub struct Served {
+    pub storage: Storage,
+    pub capabilities: Vec<(&'static Capability, hooks::Served)>,
+}
+
+impl Served {
+    pub fn of(&self, name: &str) -> Option<&hooks::Served> {
+        self.capabilities.iter().find(|(c, _)| c.name == name).map(|(_, s)| s)
+    }
+
+    /// (capability, hook) pairs for tlsprof_kernel_hook_info and the log, with the two
+    /// load-time choices: where connections live and how records are walked.
+    pub fn info(&self) -> Vec<(&'static str, &'static str)> {
+        let mut out: Vec<(&str, &str)> = self
+            .capabilities
+            .iter()
+            .map(|(c, s)| (c.name, s.hook_label()))
+            .collect();
+        let uses_conns = !matches!(self.of(CONNECTIONS.name), Some(hooks::Served::Unserved(_)));
+        out.push((
+            "connection_storage",
+            if uses_conns { self.storage.label() } else { "none" },
+        ));
+        out.push((
+            "capture_loop",
+            match self.of(SEND_CAPTURE.name) {
+                Some(hooks::Served::By(h)) if h.bounded => "bounded_loop",
+                Some(hooks::Served::By(_)) => "bpf_loop",
+                _ => "none",
+            },
+        ));
+        out
+    }
+
+    /// How many of the capabilities that keep connection state are served.
+    fn connection_score(&self) -> usize {
+        self.capabilities
+            .iter()
+            .filter(|(c, s)| hooks::uses_connection_storage(c) && matches!(s, hooks::Served::By(_)))
+            .count()
+    }
+
+    /// Some capability that keeps connection state and is needed has no hook.
+    fn connections_short(&self) -> bool {
+        self.capabilities
+            .iter()
+            .any(|(c, s)| hooks::uses_connection_storage(c) && matches!(s, hooks::Served::Unserved(_)))
+    }
+}
 
 /// What the kernel reported since the last drain.
 #[derive(Default)]
@@ -62,9 +105,9 @@ pub struct Events {
 
 pub struct Kernel {
     pub(super) ebpf: Ebpf,
-    /// Optional programs this kernel refused (OPTIONAL), counted as attach failures.
-    pub missing: Vec<&'static str>,
-    /// tcp_sendmsg_locked is attached: server handshakes and requests are counted from
+    /// What serves each capability here.
+    pub served: Served,
+    /// The server's sends are captured: server handshakes and requests are counted from
     /// what servers send.
     pub wire_counts: bool,
     hs_events: RingBuf<MapData>,
@@ -91,16 +134,58 @@ where
     T::try_from(map).with_context(|| format!("BPF map {name}"))
 }
 
-fn attach_tp_btf(ebpf: &mut Ebpf, program: &str, tracepoint: &str, btf: &Btf) -> Result<()> {
-    let p: &mut BtfTracePoint = ebpf
-        .program_mut(program)
-        .with_context(|| format!("program {program} missing"))?
-        .try_into()?;
-    p.load(tracepoint, btf)
-        .and_then(|()| p.attach().map(|_| ()))
-        .with_context(|| {
-            format!("this kernel refused the BTF tracepoint {tracepoint} (tlsprof needs tp_btf, Linux 5.5+)")
-        })
+/// Loads the object with its load-time settings; programs are loaded later, one by one.
+fn load_object(cpus: usize, sample_hz: u64, storage: Storage) -> Result<Ebpf> {
+    let cpu_accounting = u32::from(sample_hz > 0);
+    let conn_hash = u32::from(storage == Storage::Hash);
+    EbpfLoader::new()
+        .map_max_entries("cpu_samples", sample_ring_bytes(cpus, sample_hz))
+        .override_global("cpu_accounting", &cpu_accounting, true)
+        .override_global("conn_hash", &conn_hash, true)
+        .load(super::OBJECT)
+        .context("cannot load tlsprof's BPF programs into the kernel")
+}
+
+/// Attaches a hook for every capability this run needs, with connection state kept as
+/// `storage`. The required ones failing is an error.
+fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, exact: bool) -> Result<Served> {
+    let mut caps = Vec::new();
+    for c in [&SCHEDULER, &PROCESSES] {
+        match hooks::resolve(c, |h| hooks::attach_hook(ebpf, btf, h)) {
+            hooks::Served::Unserved(why) => anyhow::bail!(
+                "this kernel refused the BTF tracepoints tlsprof needs ({}): {} (tp_btf, Linux 5.5+, with BTF)",
+                c.name,
+                why.join("; ")
+            ),
+            s => caps.push((c, s)),
+        }
+    }
+    let conns = hooks::resolve(&CONNECTIONS, |h| hooks::attach_hook(ebpf, btf, h));
+    let have_conns = matches!(conns, hooks::Served::By(_));
+    caps.push((&CONNECTIONS, conns));
+    let on_conns = |c: &'static Capability, needed: bool, ebpf: &mut Ebpf| {
+        let s = if !needed {
+            hooks::Served::NotNeeded
+        } else if !have_conns {
+            hooks::Served::Unserved(vec![format!(
+                "it keeps its state in the connection's, and {} has no hook",
+                CONNECTIONS.name
+            )])
+        } else {
+            hooks::resolve(c, |h| hooks::attach_hook(ebpf, btf, h))
+        };
+        (c, s)
+    };
+    caps.push(on_conns(&RESETS, true, ebpf));
+    let send = on_conns(&SEND_CAPTURE, true, ebpf);
+    let wire = matches!(send.1, hooks::Served::By(_));
+    caps.push(send);
+    caps.push(on_conns(&READ_SIDE, exact || !wire, ebpf));
+    caps.push(on_conns(&SEND_SIDE, !wire, ebpf));
+    Ok(Served {
+        storage,
+        capabilities: caps,
+    })
 }
 
 /// Bytes of the sample ring buffer: a second of samples from every CPU (the agent reads it
@@ -145,41 +230,41 @@ fn drain_ring<T>(ring: &mut RingBuf<MapData>, decode: impl Fn(&[u8]) -> Option<T
 }
 
 impl Kernel {
-    /// Loads the object and attaches its tracepoints; `sample_hz` 0 leaves CPU attribution
-    /// off. The uprobe programs are loaded, not attached (the agent attaches them per process).
+    /// Loads the object and attaches a hook for each capability, choosing where connection
+    /// state lives by what this kernel accepts: socket storage where every capability that
+    /// keeps connection state works with it, else a hash, if that serves more of them.
+    /// `sample_hz` 0 leaves CPU attribution off. The uprobe programs are loaded, not
+    /// attached (the agent attaches them per process).
     pub fn load(btf: &Btf, sample_hz: u64, exact: bool) -> Result<Self> {
         let cpus = aya::util::online_cpus()
             .map_err(|(_, e)| e)
             .context("cannot read the online CPUs")?;
-        let cpu_accounting = u32::from(sample_hz > 0);
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries("cpu_samples", sample_ring_bytes(cpus.len(), sample_hz))
-            .override_global("cpu_accounting", &cpu_accounting, true)
-            .load(super::OBJECT)
-            .context("cannot load tlsprof's BPF programs into the kernel")?;
-        uprobes::load(&mut ebpf)?;
-        for &(program, tracepoint) in REQUIRED {
-            attach_tp_btf(&mut ebpf, program, tracepoint, btf)?;
-        }
-        let mut missing = Vec::new();
-        let mut wire_counts = false;
-        for &(program, tracepoint, without) in OPTIONAL {
-            let needed = match program {
-                "wire_send" => true,
-                "req_recv" => !wire_counts || exact,
-                _ => !wire_counts,
-            };
-            if !needed {
-                continue;
+        let mut ebpf = load_object(cpus.len(), sample_hz, Storage::Socket)?;
+        let mut served = attach_capabilities(&mut ebpf, btf, Storage::Socket, exact)?;
+        if served.connections_short() {
+            let mut hash = load_object(cpus.len(), sample_hz, Storage::Hash)?;
+            let hash_served = attach_capabilities(&mut hash, btf, Storage::Hash, exact)?;
+            if hash_served.connection_score() > served.connection_score() {
+                (ebpf, served) = (hash, hash_served);
             }
-            match attach_tp_btf(&mut ebpf, program, tracepoint, btf) {
-                Ok(()) => wire_counts |= program == "wire_send",
-                Err(e) => {
-                    log::warn!("{e:#}: {without}");
-                    missing.push(program);
+        }
+        for (c, s) in &served.capabilities {
+            match s {
+                hooks::Served::By(h) => log::debug!(
+                    "kernel: {} by {}{}",
+                    c.name,
+                    h.label,
+                    if h.bounded { " (bounded loop)" } else { "" }
+                ),
+                hooks::Served::NotNeeded => log::debug!("kernel: {} not needed", c.name),
+                hooks::Served::Unserved(why) => {
+                    log::warn!("kernel: no hook for {} ({}): {}", c.name, why.join("; "), c.lost)
                 }
             }
         }
+        log::debug!("kernel: connection state in {}", served.storage.label());
+        let wire_counts = matches!(served.of(SEND_CAPTURE.name), Some(hooks::Served::By(_)));
+        uprobes::load(&mut ebpf)?;
         let mut ctl: Array<MapData, cn::req_ctl> = take(&mut ebpf, "req_ctl")?;
         ctl.set(
             0,
@@ -194,7 +279,7 @@ impl Kernel {
             attach_sampler(&mut ebpf, &cpus, sample_hz)?;
         }
         Ok(Self {
-            missing,
+            served,
             wire_counts,
             hs_events: take(&mut ebpf, "hs_events")?,
             proc_events: take(&mut ebpf, "proc_events")?,

@@ -5,6 +5,7 @@ pub mod calib;
 pub mod conn;
 pub mod cpu;
 pub mod handshake;
+pub mod hooks;
 pub mod loader;
 pub mod proc;
 pub mod stats;

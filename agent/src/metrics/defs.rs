@@ -293,6 +293,14 @@ pub const PROBE_HIT_COST: Def<ProbeLabels> = Def::new(
     "CPU time of one probe hit on this host, measured at start (probe: uprobe, uretprobe)",
 );
 
+pub const KERNEL_HOOK_INFO: Def<HookLabels> = Def::new(
+    "kernel_hook_info",
+    Gauge,
+    None,
+    "Which kernel hook serves each capability on this kernel (none: nothing does, and what it measures is \
+     missing; not_needed: another capability covers it), chosen at start by loading and attaching",
+);
+
 /// Every metric, in the order they are registered (and exported).
 pub const ALL: &[&Spec] = &[
     &HANDSHAKES.spec,
@@ -324,6 +332,7 @@ pub const ALL: &[&Spec] = &[
     &PROBE_HITS.spec,
     &PROBE_CPU.spec,
     &PROBE_HIT_COST.spec,
+    &KERNEL_HOOK_INFO.spec,
 ];
 
 /// The metric a sample name belongs to (`tlsprof_handshakes_total` -> HANDSHAKES).

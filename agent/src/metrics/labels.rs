@@ -50,6 +50,7 @@ label_set!(PrimitiveLabels { comm, primitive });
 label_set!(LibraryLabels { comm, library, symbols });
 label_set!(ModeLabels { mode, overhead_budget });
 label_set!(FigureLabels { figure });
+label_set!(HookLabels { capability, hook });
 
 impl ParamLabels {
     pub fn new(comm: &str, role: &str, n: &crate::wire::Negotiated) -> Self {

@@ -118,6 +118,7 @@ pub struct Metrics {
     pub probe_hits: Family<CommLabels, Counter>,
     pub probe_cpu: Family<CommLabels, Counter<f64>>,
     pub probe_hit_cost: Family<ProbeLabels, FGauge>,
+    pub kernel_hooks: Family<HookLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -161,6 +162,7 @@ impl Metrics {
             probe_hits: register(&mut r, &PROBE_HITS, Family::default()),
             probe_cpu: register(&mut r, &PROBE_CPU, Family::default()),
             probe_hit_cost: register(&mut r, &PROBE_HIT_COST, Family::default()),
+            kernel_hooks: register(&mut r, &KERNEL_HOOK_INFO, Family::default()),
             registry: r,
         }
     }

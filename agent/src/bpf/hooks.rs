@@ -1,0 +1,383 @@
+//! Which kernel hook serves each capability on this kernel, chosen at start by loading and
+//! attaching, cheapest first — never by kernel version. A capability that nothing serves is
+//! said in one warning line, with what is lost, and in tlsprof_kernel_hook_info.
+use anyhow::{Context as _, Result};
+use aya::{
+    programs::{BtfTracePoint, FEntry, FExit, KProbe, Program, RawTracePoint},
+    Btf, Ebpf,
+};
+
+/// How one program is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attach {
+    /// A BTF-typed tracepoint (tp_btf).
+    TpBtf(&'static str),
+    /// A raw tracepoint (untyped arguments).
+    RawTp(&'static str),
+    FEntry(&'static str),
+    FExit(&'static str),
+    /// A kprobe or kretprobe (the program's section says which) on a kernel function.
+    KProbe(&'static str),
+}
+
+/// One way to serve a capability: its programs, all attached or none.
+#[derive(Debug, Clone, Copy)]
+pub struct Hook {
+    /// What tlsprof_kernel_hook_info and the log call it.
+    pub label: &'static str,
+    pub programs: &'static [(&'static str, Attach)],
+    /// Walks records with a bounded loop rather than bpf_loop (send capture only).
+    pub bounded: bool,
+}
+
+/// A capability and the hooks that can serve it, best first.
+#[derive(Debug)]
+pub struct Capability {
+    pub name: &'static str,
+    pub hooks: &'static [Hook],
+    /// What tlsprof cannot measure without it (the warning line).
+    pub lost: &'static str,
+    /// tlsprof cannot run without it.
+    pub required: bool,
+}
+
+const fn hook(label: &'static str, programs: &'static [(&'static str, Attach)]) -> Hook {
+    Hook {
+        label,
+        programs,
+        bounded: false,
+    }
+}
+
+const fn bounded(label: &'static str, programs: &'static [(&'static str, Attach)]) -> Hook {
+    Hook {
+        label,
+        programs,
+        bounded: true,
+    }
+}
+
+use Attach::*;
+
+pub const SCHEDULER: Capability = Capability {
+    name: "scheduler",
+    hooks: &[hook(
+        "tp_btf/sched_switch",
+        &[("cpu_sched_switch", TpBtf("sched_switch"))],
+    )],
+    lost: "",
+    required: true,
+};
+
+pub const PROCESSES: Capability = Capability {
+    name: "processes",
+    hooks: &[hook(
+        "tp_btf/sched_process_fork+exit",
+        &[
+            ("proc_fork", TpBtf("sched_process_fork")),
+            ("proc_exit", TpBtf("sched_process_exit")),
+        ],
+    )],
+    lost: "",
+    required: true,
+};
+
+/// Connection lifecycle: accepted, who closed, TIME_WAIT. Wire capture and requests keep
+/// their state in the connection's, so they need it too.
+pub const CONNECTIONS: Capability = Capability {
+    name: "connections",
+    hooks: &[
+        hook(
+            "tp_btf/inet_sock_set_state",
+            &[("conn_state_change", TpBtf("inet_sock_set_state"))],
+        ),
+        hook(
+            "raw_tp/inet_sock_set_state",
+            &[("conn_state_change_raw", RawTp("inet_sock_set_state"))],
+        ),
+    ],
+    lost: "no connection, TIME_WAIT, request or negotiated-parameter figures; handshakes are counted by the \
+           handshake probes only",
+    required: false,
+};
+
+pub const RESETS: Capability = Capability {
+    name: "resets",
+    hooks: &[
+        hook(
+            "tp_btf/tcp_receive_reset+tcp_send_reset",
+            &[
+                ("conn_rcv_reset", TpBtf("tcp_receive_reset")),
+                ("conn_send_reset", TpBtf("tcp_send_reset")),
+            ],
+        ),
+        hook(
+            "raw_tp/tcp_receive_reset+tcp_send_reset",
+            &[
+                ("conn_rcv_reset_raw", RawTp("tcp_receive_reset")),
+                ("conn_send_reset_raw", RawTp("tcp_send_reset")),
+            ],
+        ),
+    ],
+    lost: "connections ended by a reset are counted as closed by the client or the server",
+    required: false,
+};
+
+/// The server's sends: what it negotiated, its handshakes and requests counted exactly.
+pub const SEND_CAPTURE: Capability = Capability {
+    name: "send_capture",
+    hooks: &[
+        hook(
+            "tp_btf/tcp_sendmsg_locked",
+            &[("wire_send", TpBtf("tcp_sendmsg_locked"))],
+        ),
+        bounded(
+            "tp_btf/tcp_sendmsg_locked",
+            &[("wire_send_bounded", TpBtf("tcp_sendmsg_locked"))],
+        ),
+        hook(
+            "fentry/tcp_sendmsg_locked",
+            &[("wire_send_fentry", FEntry("tcp_sendmsg_locked"))],
+        ),
+        bounded(
+            "fentry/tcp_sendmsg_locked",
+            &[("wire_send_fentry_bounded", FEntry("tcp_sendmsg_locked"))],
+        ),
+        hook(
+            "kprobe/tcp_sendmsg_locked",
+            &[("wire_send_kprobe", KProbe("tcp_sendmsg_locked"))],
+        ),
+        bounded(
+            "kprobe/tcp_sendmsg_locked",
+            &[("wire_send_kprobe_bounded", KProbe("tcp_sendmsg_locked"))],
+        ),
+    ],
+    lost: "handshakes will not be labelled by version, cipher, group, certificate and resumption, servers \
+           without handshake probes get no handshake counts, and the handshake probes stay attached (--exact)",
+    required: false,
+};
+
+/// The read side: with --exact, which connections a handshake call read; without the send
+/// capture, requests and the end of TLS 1.3 handshakes.
+pub const READ_SIDE: Capability = Capability {
+    name: "read_side",
+    hooks: &[
+        hook("tp_btf/sock_recv_length", &[("req_recv", TpBtf("sock_recv_length"))]),
+        hook("fexit/sock_recvmsg", &[("req_recv_fexit", FExit("sock_recvmsg"))]),
+        hook(
+            "kretprobe/sock_recvmsg",
+            &[
+                ("req_recv_entry", KProbe("sock_recvmsg")),
+                ("req_recv_return", KProbe("sock_recvmsg")),
+            ],
+        ),
+    ],
+    lost: NO_CONN_IO,
+    required: false,
+};
+
+/// Without the send capture: requests from the server's writes.
+pub const SEND_SIDE: Capability = Capability {
+    name: "send_side",
+    hooks: &[hook(
+        "tp_btf/sock_send_length",
+        &[("req_send", TpBtf("sock_send_length"))],
+    )],
+    lost: NO_CONN_IO,
+    required: false,
+};
+
+const NO_CONN_IO: &str = "requests per connection and connections without a handshake will not be counted";
+
+/// Every capability, in the order they are resolved.
+pub const ALL: [&Capability; 7] = [
+    &SCHEDULER,
+    &PROCESSES,
+    &CONNECTIONS,
+    &RESETS,
+    &SEND_CAPTURE,
+    &READ_SIDE,
+    &SEND_SIDE,
+];
+
+/// Capabilities whose programs keep state in the connection's storage.
+pub fn uses_connection_storage(c: &Capability) -> bool {
+    ["connections", "resets", "send_capture", "read_side", "send_side"].contains(&c.name)
+}
+
+/// How a capability is served on this kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Served {
+    By(Hook),
+    /// Nothing works: why each hook failed.
+    Unserved(Vec<String>),
+    /// Not needed in this mode (another capability covers it).
+    NotNeeded,
+}
+
+impl PartialEq for Hook {
+    fn eq(&self, o: &Hook) -> bool {
+        self.label == o.label && self.bounded == o.bounded
+    }
+}
+impl Eq for Hook {}
+
+impl Served {
+    pub fn hook_label(&self) -> &'static str {
+        match self {
+            Served::By(h) => h.label,
+            Served::Unserved(_) => "none",
+            Served::NotNeeded => "not_needed",
+        }
+    }
+}
+
+/// Tries a capability's hooks in order with `try_hook`; the first that works serves it.
+pub fn resolve(c: &Capability, mut try_hook: impl FnMut(&Hook) -> Result<()>) -> Served {
+    let mut why = Vec::new();
+    for h in c.hooks {
+        match try_hook(h) {
+            Ok(()) => return Served::By(*h),
+            Err(e) => why.push(format!(
+                "{}{}: {e:#}",
+                h.label,
+                if h.bounded { " (bounded loop)" } else { "" }
+            )),
+        }
+    }
+    Served::Unserved(why)
+}
+
+/// Loads and attaches every program of a hook; on any failure, unloads those it loaded.
+pub fn attach_hook(ebpf: &mut Ebpf, btf: &Btf, h: &Hook) -> Result<()> {
+    let mut done: Vec<&str> = Vec::new();
+    for &(name, how) in h.programs {
+        if let Err(e) = attach_program(ebpf, btf, name, how) {
+            for n in done.into_iter().chain([name]) {
+                if let Some(p) = ebpf.program_mut(n) {
+                    let _ = unload(p);
+                }
+            }
+            return Err(e);
+        }
+        done.push(name);
+    }
+    Ok(())
+}
+
+fn unload(p: &mut Program) -> Result<(), aya::programs::ProgramError> {
+    match p {
+        Program::BtfTracePoint(p) => p.unload(),
+        Program::RawTracePoint(p) => p.unload(),
+        Program::FEntry(p) => p.unload(),
+        Program::FExit(p) => p.unload(),
+        Program::KProbe(p) => p.unload(),
+        _ => Ok(()),
+    }
+}
+
+fn attach_program(ebpf: &mut Ebpf, btf: &Btf, name: &str, how: Attach) -> Result<()> {
+    let p = ebpf
+        .program_mut(name)
+        .with_context(|| format!("program {name} missing"))?;
+    // The verifier's last line says why a program was refused; the whole log is for -v.
+    let short = |e: aya::programs::ProgramError| {
+        let text = format!("{e:#}");
+        let last = text
+            .lines()
+            .rev()
+            .find(|l| {
+                !l.trim().is_empty()
+                    && !l.starts_with("verification time")
+                    && !l.starts_with("processed")
+                    && !l.starts_with("stack depth")
+                    && !l.starts_with(": ")
+            })
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        log::debug!("{name}: {text}");
+        anyhow::anyhow!(
+            "{}",
+            if last.is_empty() {
+                text.lines().next().unwrap_or("").to_string()
+            } else {
+                last
+            }
+        )
+    };
+    match how {
+        TpBtf(tp) => {
+            let p: &mut BtfTracePoint = p.try_into()?;
+            p.load(tp, btf).map_err(short)?;
+            p.attach()?;
+        }
+        RawTp(tp) => {
+            let p: &mut RawTracePoint = p.try_into()?;
+            p.load().map_err(short)?;
+            p.attach(tp)?;
+        }
+        FEntry(f) => {
+            let p: &mut FEntry = p.try_into()?;
+            p.load(f, btf).map_err(short)?;
+            p.attach()?;
+        }
+        FExit(f) => {
+            let p: &mut FExit = p.try_into()?;
+            p.load(f, btf).map_err(short)?;
+            p.attach()?;
+        }
+        KProbe(f) => {
+            let p: &mut KProbe = p.try_into()?;
+            p.load().map_err(short)?;
+            p.attach(f, 0)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_hook_that_works_serves() {
+        // a 6.1-like kernel: no send tracepoint, fentry works, bpf_loop works
+        let served = resolve(&SEND_CAPTURE, |h| {
+            if h.label.starts_with("tp_btf") {
+                anyhow::bail!("no such tracepoint")
+            }
+            Ok(())
+        });
+        assert_eq!(served.hook_label(), "fentry/tcp_sendmsg_locked");
+        assert_eq!(served, Served::By(SEND_CAPTURE.hooks[2]));
+        // a 5.10-like kernel: no bpf_loop either
+        let served = resolve(&SEND_CAPTURE, |h| {
+            if h.label.starts_with("tp_btf") || !h.bounded {
+                anyhow::bail!("unknown func bpf_loop")
+            }
+            Ok(())
+        });
+        assert!(matches!(served, Served::By(h) if h.label == "fentry/tcp_sendmsg_locked" && h.bounded));
+        // nothing works: every refusal is kept, in order
+        let Served::Unserved(why) = resolve(&READ_SIDE, |h| anyhow::bail!("refused {}", h.programs.len())) else {
+            panic!("served")
+        };
+        assert_eq!(why.len(), 3);
+        assert!(why[2].starts_with("kretprobe/sock_recvmsg: refused 2"), "{why:?}");
+    }
+
+    #[test]
+    fn every_program_of_a_chain_is_in_the_object() {
+        use object::{Object as _, ObjectSymbol as _};
+        let obj = object::File::parse(super::super::OBJECT).expect("the object parses");
+        let names: Vec<&str> = obj.symbols().filter_map(|s| s.name().ok()).collect();
+        for c in ALL {
+            for h in c.hooks {
+                for (name, _) in h.programs {
+                    assert!(names.contains(name), "{}: program {name} is not in the object", c.name);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+"""Debian's packaged kernels, booted in QEMU with virtme-ng over this machine's own root
+filesystem (fetched by scripts/kernels.sh): the project's binary, its servers and Python
+are all there inside the guest. Nested KVM does not work on these machines, so the guests
+run under software emulation (TCG) unless KVM is seen to work."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .agent import TLSPROF
+from .procs import ROOT
+from .servers import TESTDEPS
+
+VNG = TESTDEPS / "vng" / "bin" / "vng"
+KERNELS = TESTDEPS / "kernels"
+# Waits inside a guest are stretched this much (harness.procs.SLOW).
+GUEST_SLOW = 4
+
+
+@dataclass
+class GuestRun:
+    """What a guest said: its console, pytest's output, each test's outcome and message, and
+    what tlsprof reported of the guest kernel's hooks."""
+    release: str
+    console: str
+    pytest_log: str
+    outcomes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    hooks: dict | None = None
+
+    def output(self, tail: int = 6000) -> str:
+        return f"--- pytest in the guest ---\n{self.pytest_log[-tail:]}\n--- console ---\n{self.console[-tail:]}"
+
+
+def kernel(suite: str) -> tuple[Path, str]:
+    """The vmlinuz and release of a suite's kernel, as scripts/kernels.sh left them."""
+    d = KERNELS / suite
+    img, version = d / "vmlinuz", d / "version"
+    if not img.exists() or not version.exists():
+        raise FileNotFoundError(f"{suite}'s kernel is not in {d}: run scripts/kernels.sh (scripts/deps.sh does)")
+    release = version.read_text().strip()
+    if not Path(f"/lib/modules/{release}").is_dir():
+        raise FileNotFoundError(f"/lib/modules/{release} is missing: run scripts/kernels.sh")
+    return img, release
+
+
+def _boot(img: Path, rw: Path, script: Path, kvm: bool, timeout: float) -> str:
+    cmd = [str(VNG), "--run", str(img), "--cpus", "2", "--memory", "3G", "--rwdir", str(rw), "--verbose",
+           "--exec", str(script)]
+    if not kvm:
+        cmd.insert(3, "--disable-kvm")
+    env = {**os.environ, "PATH": f"{VNG.parent}:{os.environ.get('PATH', '')}"}
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, errors="replace")
+        return r.stdout + r.stderr
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return out + f"\n[timed out after {timeout:.0f} s]"
+
+
+_KVM: bool | None = None
+
+
+def kvm_works(img: Path) -> bool:
+    """Whether this machine's KVM boots a guest (nested KVM fails here: QEMU stops with
+    "failed to set MSR 0x10a"); asked once, with a guest that only says it ran."""
+    global _KVM
+    if _KVM is None:
+        _KVM = False
+        if os.path.exists("/dev/kvm"):
+            with tempfile.TemporaryDirectory() as d:
+                rw = Path(d)
+                script = rw / "ok.sh"
+                script.write_text(f"#!/bin/sh\necho ok > {rw}/ok\n")
+                script.chmod(0o755)
+                _boot(img, rw, script, kvm=True, timeout=90)
+                _KVM = (rw / "ok").exists()
+    return _KVM
+
+
+def run_scenarios(suite: str, tests: str, timeout: float = 1800) -> GuestRun:
+    """Boots a suite's kernel and runs `pytest -m kernel_scenario TESTS` inside."""
+    if not VNG.exists():
+        raise FileNotFoundError(f"{VNG} is missing: scripts/deps.sh installs virtme-ng")
+    img, release = kernel(suite)
+    rw = Path(tempfile.mkdtemp(prefix=f"tlsprof-guest-{suite}-"))
+    try:
+        script = rw / "run.sh"
+        script.write_text(f"""#!/bin/bash
+export TLSPROF_SLOW={GUEST_SLOW} TLSPROF_BIN={TLSPROF} TLSPROF_HOOKS_OUT={rw}/hooks.json
+export PATH={os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}
+cd {ROOT}
+uname -r > {rw}/release
+{sys.executable} -m pytest -p no:cacheprovider -m kernel_scenario {tests} --junitxml={rw}/junit.xml \\
+  -o junit_family=xunit1 > {rw}/pytest.log 2>&1
+echo $? > {rw}/rc
+""")
+        script.chmod(0o755)
+        console = _boot(img, rw, script, kvm=kvm_works(img), timeout=timeout)
+        read = lambda n: (rw / n).read_text(errors="replace") if (rw / n).exists() else ""  # noqa: E731
+        run = GuestRun(release=read("release").strip(), console=console, pytest_log=read("pytest.log"))
+        if (rw / "junit.xml").exists():
+            for case in ET.parse(rw / "junit.xml").getroot().iter("testcase"):
+                name = case.get("name", "")
+                bad = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+                outcome = "passed" if bad is None else {"failure": "failed"}.get(bad.tag, bad.tag)
+                run.outcomes[name] = (outcome, "" if bad is None else (bad.get("message", "") + "\n" + (bad.text or "")))
+        if (rw / "hooks.json").exists():
+            import json
+            run.hooks = json.loads((rw / "hooks.json").read_text())
+        if run.release and run.release != release:
+            raise AssertionError(f"the guest ran {run.release}, not {release}")
+        return run
+    finally:
+        shutil.rmtree(rw, ignore_errors=True)

@@ -1,0 +1,186 @@
+"""The scenarios the kernel matrix runs on Debian's own kernels in QEMU (tests/test_kernels.py
+boots each and runs this file inside), and that run here too: every count exact against
+what the clients and the kernel itself say, every label what the client negotiated, in the
+default mode and with --exact. Small loads: inside the guests the CPU is emulated in
+software, and TLSPROF_SLOW stretches every wait."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.agent import Agent
+from harness.clients import https_connections, keepalive_connections, resuming_connections, ss_time_wait
+from harness.metrics import settled, value
+from harness.procs import have
+from harness.servers import HAProxy, Lighttpd, Nginx
+
+pytestmark = pytest.mark.kernel_scenario
+
+TLS13 = dict(version="TLSv1.3", cipher="TLS_AES_256_GCM_SHA384", group="x25519", cert="ecdsa_p256")
+FORCED12 = "ECDHE-ECDSA-AES128-GCM-SHA256"
+TLS12 = dict(version="TLSv1.2", cipher="TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", group="x25519", cert="ecdsa_p256")
+
+
+def handshakes(m, comm: str, **labels) -> float:
+    return value(m, "tlsprof_handshakes_total", comm=comm, role="server", **labels)
+
+
+def labelled_load(port: int) -> dict:
+    """6 TLS 1.3 connections, 4 TLS 1.2 ones with a forced suite: the clients' own counts."""
+    t13 = https_connections(port, 6, version="1.3", concurrency=2)
+    t12 = https_connections(port, 4, version="1.2", ciphers=FORCED12, concurrency=2)
+    assert (t13["ok"], t12["ok"]) == (6, 4), (t13, t12)
+    assert t13["ciphers"] == {"TLS_AES_256_GCM_SHA384"} and t12["ciphers"] == {FORCED12}, (t13, t12)
+    return {"tls13": 6, "tls12": 4}
+
+
+def test_hooks_reported():
+    """One hook (or none, or not_needed) per kernel capability, in the log and the metric;
+    where the kernel test asks, they are written out for it (TLSPROF_HOOKS_OUT)."""
+    with Agent("--comm", "no-such-process") as agent:
+        m = agent.scrape()
+        hooks = {l["capability"]: l["hook"] for n, l, v in m if n == "tlsprof_kernel_hook_info" and v == 1}
+        mode = next(l["mode"] for n, l, v in m if n == "tlsprof_mode_info")
+        log = agent.output()
+    for cap in ["scheduler", "processes", "connections", "resets", "send_capture", "read_side", "send_side",
+                "connection_storage", "capture_loop"]:
+        assert cap in hooks, (cap, hooks)
+    assert all(c in hooks for c in ["scheduler", "processes"]) and hooks["connections"] != "none", hooks
+    for cap, hook in hooks.items():
+        if hook not in ("none", "not_needed") and cap not in ("connection_storage", "capture_loop"):
+            assert f"kernel: {cap} by {hook}" in log, (cap, hook, log[-3000:])
+    if out := os.environ.get("TLSPROF_HOOKS_OUT"):
+        Path(out).write_text(json.dumps({"hooks": hooks, "mode": mode, "release": os.uname().release}))
+
+
+def test_nginx_counts_and_labels(workdir):
+    """nginx: every handshake counted once, labelled with what the client negotiated (TLS
+    1.3, TLS 1.2 with a forced suite), and resumption as the client saw it."""
+    ng = Nginx(workdir, workers=1, resumption=True)
+    try:
+        with Agent("--pid", str(ng.pid), "--sample-hz", "0") as agent:
+            agent.wait_attached([ng.pid, *ng.workers()])
+            labelled_load(ng.port)
+            r = resuming_connections(ng.port, 5, version="1.2")
+            assert r["failed"] == 0 and r["full"] + r["resumed"] == 5 and r["resumed"] >= 3, r
+            agent.wait_value("tlsprof_handshakes_total", 15, comm="nginx", result="ok")
+            m = agent.scrape()
+            assert handshakes(m, "nginx", result="ok") == 15
+            assert handshakes(m, "nginx", result="ok", resumed="false", **TLS13) == 6
+            assert handshakes(m, "nginx", result="ok", resumed="false", **TLS12) == 4
+            assert handshakes(m, "nginx", result="ok", version="TLSv1.2", resumed="true", cert="none") == r["resumed"]
+            assert handshakes(m, "nginx", result="failed") == 0
+            assert value(m, "tlsprof_handshakes_unlabelled_total", comm="nginx") == 0
+    finally:
+        ng.stop()
+
+
+def test_default_mode_with_its_budget(workdir):
+    """The default mode is on, with its overhead budget: under light load the handshake
+    probes stay attached (duty cycle 1) and time every handshake that the wire counts."""
+    ng = Nginx(workdir, workers=1)
+    try:
+        with Agent("--pid", str(ng.pid)) as agent:
+            agent.wait_attached([ng.pid, *ng.workers()])
+            c = https_connections(ng.port, 8, version="1.3", concurrency=1)
+            assert c["ok"] == 8, c
+            agent.wait_value("tlsprof_handshake_cpu_seconds_count", 8, comm="nginx")
+            m = agent.scrape()
+            assert value(m, "tlsprof_mode_info", mode="default", overhead_budget="0.005") == 1
+            assert handshakes(m, "nginx", result="ok", **TLS13) == 8
+            assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="nginx", **TLS13) == 8
+            assert value(m, "tlsprof_probe_duty_cycle", comm="nginx") == 1
+            assert value(m, "tlsprof_probe_hits_total", comm="nginx") >= 8
+            assert value(m, "tlsprof_sampled_figure_info", figure="tlsprof_handshake_cpu_seconds") == 1
+    finally:
+        ng.stop()
+
+
+def test_exact_mode(workdir):
+    """--exact: the probes count every handshake, with the labels from the wire; a
+    connection its handshake call read is TLS (the read side), not a failed handshake."""
+    ng = Nginx(workdir, workers=1)
+    try:
+        with Agent("--pid", str(ng.pid), "--exact", "--sample-hz", "0") as agent:
+            agent.wait_attached([ng.pid, *ng.workers()])
+            labelled_load(ng.port)
+            agent.wait_value("tlsprof_handshakes_total", 10, comm="nginx", result="ok")
+            m = agent.scrape()
+            assert value(m, "tlsprof_mode_info", mode="exact") == 1
+            assert handshakes(m, "nginx", result="ok", **TLS13) == 6
+            assert handshakes(m, "nginx", result="ok", **TLS12) == 4
+            assert handshakes(m, "nginx", result="failed") == 0
+    finally:
+        ng.stop()
+
+
+def test_requests_per_connection(workdir):
+    """5 keep-alive connections of 3 requests each, the client closing: 15 requests, 5
+    connections, every one closed by the client."""
+    ng = Nginx(workdir, workers=1)
+    try:
+        with Agent("--pid", str(ng.pid), "--sample-hz", "0") as agent:
+            agent.wait_attached([ng.pid, *ng.workers()])
+            client = keepalive_connections(ng.port, 5, 3, end="close")
+            assert client == {"requests": 15, "connections": 5, "failed": 0}, client
+            c = settled(agent, ng.port, 5)
+            assert (c["requests"], c["conns"], c["client"]) == (15, 5, 5), c
+    finally:
+        ng.stop()
+
+
+def test_time_wait_equals_ss(workdir):
+    """nginx closes each connection after its response (keepalive_timeout 0) and the
+    clients read to the end: a server-side TIME_WAIT each, as many as ss shows."""
+    ng = Nginx(workdir, workers=1, extra_server="keepalive_timeout 0;")
+    try:
+        with Agent("--pid", str(ng.pid), "--sample-hz", "0") as agent:
+            agent.wait_attached([ng.pid, *ng.workers()])
+            client = keepalive_connections(ng.port, 6, 1, end="eof")
+            assert client["connections"] == 6 and client["failed"] == 0, client
+            c = settled(agent, ng.port, 6)
+            kernel = ss_time_wait(ng.port)
+            assert kernel == 6 and c["time_wait"] == 6 and c["server"] == 6, (c, kernel)
+            assert c["time_wait_sockets"] == 6, c
+    finally:
+        ng.stop()
+
+
+@pytest.mark.skipif(not have("lighttpd"), reason="lighttpd not installed")
+def test_lighttpd_gnutls(workdir):
+    """lighttpd with mod_gnutls: no OpenSSL, no handshake probes; every handshake counted
+    from what the server sends, labelled as the client negotiated, and requests per
+    connection exact (it closes after 2 requests)."""
+    srv = Lighttpd(workdir, keepalive=2)
+    try:
+        with Agent("--pid", str(srv.pid), "--sample-hz", "0") as agent:
+            agent.wait_attached([srv.pid])
+            labelled_load(srv.port)
+            agent.wait_value("tlsprof_handshakes_total", 10, comm="lighttpd", result="ok")
+            m = agent.scrape()
+            assert handshakes(m, "lighttpd", result="ok", **TLS13) == 6
+            assert handshakes(m, "lighttpd", result="ok", **TLS12) == 4
+            client = keepalive_connections(srv.port, 3, 2, end="eof")
+            assert client == {"requests": 6, "connections": 3, "failed": 0}, client
+            c = settled(agent, srv.port, 13)
+            assert (c["requests"] - 10, c["conns"]) == (6, 13), c
+    finally:
+        srv.stop()
+
+
+@pytest.mark.skipif(not have("haproxy"), reason="haproxy not installed")
+def test_haproxy(workdir):
+    """HAProxy terminating TLS itself: every handshake counted once."""
+    srv = HAProxy(workdir)
+    try:
+        with Agent("--pid", str(srv.pid), "--sample-hz", "0") as agent:
+            agent.wait_attached([srv.pid])
+            c = https_connections(srv.port, 8, version="1.3", concurrency=2)
+            assert c["ok"] == 8, c
+            agent.wait_value("tlsprof_handshakes_total", 8, comm="haproxy", result="ok")
+            m = agent.scrape()
+            assert handshakes(m, "haproxy", result="ok", **TLS13) == 8
+            assert handshakes(m, "haproxy", result="failed") == 0
+    finally:
+        srv.stop()

@@ -1,0 +1,88 @@
+"""The kernel matrix: Debian's packaged kernels of Debian 11, 12 and 13 (5.10, 6.1, 6.12),
+fetched from Debian's registry (scripts/kernels.sh) and booted in QEMU with virtme-ng over
+this machine's root filesystem, each running tests/test_kernel_scenarios.py inside. Each
+kernel × scenario is a test here, failing with the guest's own output; and the README's
+kernel table must say what each guest reported of its hooks."""
+import ast
+import os
+import re
+
+import pytest
+
+from harness.guest import GuestRun, run_scenarios
+from harness.procs import ROOT
+
+# (kernel, Debian suite, README column)
+KERNELS = [("5.10", "bullseye", "5.10 (Debian 11)"), ("6.1", "bookworm", "6.1 (Debian 12)"),
+           ("6.12", "trixie", "6.12 (Debian 13)")]
+SCENARIO_FILE = "tests/test_kernel_scenarios.py"
+
+
+def scenarios() -> list[str]:
+    tree = ast.parse((ROOT / SCENARIO_FILE).read_text())
+    return [f.name for f in tree.body if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")]
+
+
+_runs: dict[str, GuestRun | Exception] = {}
+
+
+def guest(suite: str) -> GuestRun:
+    """The suite's kernel booted once, its scenarios run, for every test that asks."""
+    if suite not in _runs:
+        try:
+            _runs[suite] = run_scenarios(suite, SCENARIO_FILE)
+        except (FileNotFoundError, AssertionError) as e:
+            _runs[suite] = e
+    r = _runs[suite]
+    if isinstance(r, Exception):
+        raise AssertionError(f"{suite}: {r}")
+    return r
+
+
+@pytest.mark.parametrize("kernel,suite,scenario",
+                         [(k, s, sc) for k, s, _ in KERNELS for sc in scenarios()],
+                         ids=[f"{k}-{sc.removeprefix('test_')}" for k, _, _ in KERNELS for sc in scenarios()])
+def test_scenario_on_kernel(kernel, suite, scenario):
+    run = guest(suite)
+    assert run.release, f"the {kernel} guest did not run its scenarios:\n{run.output()}"
+    outcome, message = run.outcomes.get(scenario, ("missing", "not run"))
+    assert outcome == "passed", f"{scenario} on {run.release}: {outcome}\n{message}\n{run.output()}"
+
+
+def readme_kernel_table() -> dict[str, dict[str, str]]:
+    """README's kernel table: column -> capability -> hook."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Kernels"):]
+    rows = [r for r in section.splitlines() if r.startswith("|")]
+    header = [c.strip() for c in rows[0].strip("|").split("|")]
+    table: dict[str, dict[str, str]] = {h: {} for h in header[1:]}
+    for row in rows[2:]:
+        cells = [c.strip().strip("`") for c in row.strip("|").split("|")]
+        for h, cell in zip(header[1:], cells[1:]):
+            table[h][cells[0]] = cell
+    return table
+
+
+@pytest.mark.parametrize("kernel,suite,column", KERNELS, ids=[k for k, _, _ in KERNELS])
+def test_readme_says_what_each_kernel_gives(kernel, suite, column):
+    """Every hook the README's kernel table names for a kernel is the one its guest reported."""
+    run = guest(suite)
+    assert run.hooks, f"the {kernel} guest reported no hooks:\n{run.output()}"
+    table = readme_kernel_table()[column]
+    seen = {**run.hooks["hooks"], "mode": run.hooks["mode"]}
+    assert table == seen, f"README says {table}, the {run.hooks['release']} guest {seen}"
+
+
+def test_readme_says_what_this_machine_gives():
+    """The README's column for this machine's kernel, against a run here."""
+    from harness.agent import Agent
+    with Agent("--comm", "no-such-process") as agent:
+        m = agent.scrape()
+    seen = {l["capability"]: l["hook"] for n, l, v in m if n == "tlsprof_kernel_hook_info" and v == 1}
+    seen["mode"] = next(l["mode"] for n, l, v in m if n == "tlsprof_mode_info")
+    release = os.uname().release
+    column = next((c for c in readme_kernel_table() if c.startswith(re.sub(r"^(\d+\.\d+).*", r"\1", release) + " ")),
+                  None)
+    if column is None:
+        pytest.skip(f"the README has no column for this machine's kernel {release}")
+    assert readme_kernel_table()[column] == seen, (column, seen)
