@@ -163,8 +163,11 @@ int BPF_KRETPROBE(req_recv_return, int ret)
 	struct req_recv_call *call = bpf_map_lookup_elem(&req_recv_calls, &tid);
 	if (!call)
 		return 0;
-	struct sock *sk = BPF_CORE_READ((struct socket *)call->sock, sk);
+	/* call->sock read outside BPF_CORE_READ: inside, it would be a CO-RE relocation against
+	 * a type the kernel does not have (the loader poisons it) */
+	struct socket *sock = (struct socket *)call->sock;
 	int flags = call->flags;
+	struct sock *sk = BPF_CORE_READ(sock, sk);
 	bpf_map_delete_elem(&req_recv_calls, &tid);
 	return sk ? req_received(sk, ret, flags) : 0;
 }

@@ -11,7 +11,7 @@ import pytest
 
 from harness.agent import Agent
 from harness.clients import https_connections, keepalive_connections, resuming_connections, ss_time_wait
-from harness.metrics import settled, value
+from harness.metrics import hook_info, settled, value
 from harness.procs import have
 from harness.servers import HAProxy, Lighttpd, Nginx
 
@@ -35,12 +35,22 @@ def labelled_load(port: int) -> dict:
     return {"tls13": 6, "tls12": 4}
 
 
+def report_hooks(**seen):
+    """Adds to what the kernel test reads of this guest's hooks (TLSPROF_HOOKS_OUT)."""
+    if out := os.environ.get("TLSPROF_HOOKS_OUT"):
+        p = Path(out)
+        data = json.loads(p.read_text()) if p.exists() else {"hooks": {}}
+        data["hooks"].update(seen.pop("hooks", {}))
+        data.update(seen)
+        p.write_text(json.dumps(data))
+
+
 def test_hooks_reported():
     """One hook (or none, or not_needed) per kernel capability, in the log and the metric;
     where the kernel test asks, they are written out for it (TLSPROF_HOOKS_OUT)."""
     with Agent("--comm", "no-such-process") as agent:
         m = agent.scrape()
-        hooks = {l["capability"]: l["hook"] for n, l, v in m if n == "tlsprof_kernel_hook_info" and v == 1}
+        hooks = hook_info(m)
         mode = next(l["mode"] for n, l, v in m if n == "tlsprof_mode_info")
         log = agent.output()
     for cap in ["scheduler", "processes", "connections", "resets", "send_capture", "read_side", "send_side",
@@ -50,8 +60,7 @@ def test_hooks_reported():
     for cap, hook in hooks.items():
         if hook not in ("none", "not_needed") and cap not in ("connection_storage", "capture_loop"):
             assert f"kernel: {cap} by {hook}" in log, (cap, hook, log[-3000:])
-    if out := os.environ.get("TLSPROF_HOOKS_OUT"):
-        Path(out).write_text(json.dumps({"hooks": hooks, "mode": mode, "release": os.uname().release}))
+    report_hooks(hooks=hooks, mode=mode, release=os.uname().release)
 
 
 def test_nginx_counts_and_labels(workdir):
@@ -107,6 +116,9 @@ def test_exact_mode(workdir):
             labelled_load(ng.port)
             agent.wait_value("tlsprof_handshakes_total", 10, comm="nginx", result="ok")
             m = agent.scrape()
+            read_side = hook_info(m)["read_side"]
+            assert read_side not in ("none", "not_needed"), read_side
+            report_hooks(hooks={"read_side (--exact)": read_side})
             assert value(m, "tlsprof_mode_info", mode="exact") == 1
             assert handshakes(m, "nginx", result="ok", **TLS13) == 6
             assert handshakes(m, "nginx", result="ok", **TLS12) == 4
@@ -184,3 +196,55 @@ def test_haproxy(workdir):
             assert handshakes(m, "haproxy", result="failed") == 0
     finally:
         srv.stop()
+
+
+# The first hook of every chain that has another, avoided: the second choices serve.
+SECOND_CHOICES = ["tp_btf/tcp_sendmsg_locked", "fentry", "fexit", "bpf_loop", "sk_storage",
+                  "tp_btf/inet_sock_set_state", "tp_btf/tcp_receive_reset", "tp_btf/sock_recv_length"]
+
+
+def test_second_choice_hooks(workdir):
+    """--exact with the first hook of every chain avoided (--avoid-hook): connections and
+    resets through raw tracepoints, connection state in a hash, and where the kernel has
+    kprobes the server's sends through a kprobe walking with a bounded loop and the reads
+    through a kretprobe. nginx: every handshake counted by the probes; with the send
+    capture, labelled as the client negotiated; requests and who closed exact. Where
+    nothing serves a capability (this machine has no kprobes), a warning says so and the
+    metric says none."""
+    avoid = [a for name in SECOND_CHOICES for a in ("--avoid-hook", name)]
+    ng = Nginx(workdir, workers=1)
+    try:
+        with Agent("--pid", str(ng.pid), "--exact", "--sample-hz", "0", *avoid) as agent:
+            agent.wait_attached([ng.pid, *ng.workers()])
+            m = agent.scrape()
+            hooks, log = hook_info(m), agent.output()[-4000:]
+            assert hooks["connections"] == "raw_tp/inet_sock_set_state", (hooks, log)
+            assert hooks["resets"] == "raw_tp/tcp_receive_reset+tcp_send_reset", (hooks, log)
+            assert hooks["connection_storage"] == "hash_map", (hooks, log)
+            kprobes = os.path.exists("/sys/bus/event_source/devices/kprobe/type")
+            if kprobes:
+                assert (hooks["send_capture"], hooks["capture_loop"]) == ("kprobe/tcp_sendmsg_locked",
+                                                                         "bounded_loop"), (hooks, log)
+                assert hooks["read_side"] == "kretprobe/sock_recvmsg", (hooks, log)
+            else:
+                assert (hooks["send_capture"], hooks["read_side"]) == ("none", "none"), (hooks, log)
+                for cap in ("send_capture", "read_side"):
+                    assert f"warning: kernel: no hook for {cap} (" in log, log
+
+            client = keepalive_connections(ng.port, 5, 3, end="close")
+            assert client == {"requests": 15, "connections": 5, "failed": 0}, client
+            labelled_load(ng.port)
+            agent.wait_value("tlsprof_handshakes_total", 15, comm="nginx", result="ok")
+            m = agent.scrape()
+            assert handshakes(m, "nginx", result="ok") == 15
+            assert handshakes(m, "nginx", result="failed") == 0
+            if kprobes:
+                assert handshakes(m, "nginx", result="ok", **TLS13) == 6 + 5
+                assert handshakes(m, "nginx", result="ok", **TLS12) == 4
+            c = settled(agent, ng.port, 15)
+            # the 10 one-request connections end in a race of the two closes (Connection: close)
+            assert (c["accepted"], c["client"] + c["server"] + c["reset"]) == (15, 15) and c["client"] >= 5, c
+            if kprobes:
+                assert (c["requests"], c["conns"]) == (25, 15), c
+    finally:
+        ng.stop()

@@ -11,6 +11,7 @@ import pytest
 
 from harness.guest import GuestRun, run_scenarios
 from harness.procs import ROOT
+from harness.metrics import hook_info
 
 # (kernel, Debian suite, README column)
 KERNELS = [("5.10", "bullseye", "5.10 (Debian 11)"), ("6.1", "bookworm", "6.1 (Debian 12)"),
@@ -52,8 +53,10 @@ def test_scenario_on_kernel(kernel, suite, scenario):
 def readme_kernel_table() -> dict[str, dict[str, str]]:
     """README's kernel table: column -> capability -> hook."""
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Kernels"):]
-    rows = [r for r in section.splitlines() if r.startswith("|")]
+    section = text[text.index("### Kernels"):].splitlines()
+    start = next(i for i, r in enumerate(section) if r.startswith("|"))
+    end = next((i for i in range(start, len(section)) if not section[i].startswith("|")), len(section))
+    rows = section[start:end]  # the section's first table
     header = [c.strip() for c in rows[0].strip("|").split("|")]
     table: dict[str, dict[str, str]] = {h: {} for h in header[1:]}
     for row in rows[2:]:
@@ -78,7 +81,10 @@ def test_readme_says_what_this_machine_gives():
     from harness.agent import Agent
     with Agent("--comm", "no-such-process") as agent:
         m = agent.scrape()
-    seen = {l["capability"]: l["hook"] for n, l, v in m if n == "tlsprof_kernel_hook_info" and v == 1}
+    with Agent("--comm", "no-such-process", "--exact") as agent:
+        exact = hook_info(agent.scrape())
+    seen = hook_info(m)
+    seen["read_side (--exact)"] = exact["read_side"]
     seen["mode"] = next(l["mode"] for n, l, v in m if n == "tlsprof_mode_info")
     release = os.uname().release
     column = next((c for c in readme_kernel_table() if c.startswith(re.sub(r"^(\d+\.\d+).*", r"\1", release) + " ")),

@@ -89,6 +89,13 @@ pub struct RunArgs {
     /// appears after the first scan. For scripts and readiness probes to wait on.
     #[arg(long, value_name = "FILE")]
     pub ready_file: Option<PathBuf>,
+    /// Kernel hooks not to use, by a part of their name as `-v` and tlsprof_kernel_hook_info
+    /// give it (e.g. `fentry`, `kprobe`, `tp_btf/inet_sock_set_state`), or `bpf_loop` (walk
+    /// with a bounded loop) or `sk_storage` (keep connections in a hash): the next hook of
+    /// the capability's chain serves it. For a kernel that mishandles a hook, and to test the
+    /// fallbacks (repeatable).
+    #[arg(long = "avoid-hook", value_name = "NAME")]
+    pub avoid_hooks: Vec<String>,
     /// Log what tlsprof attaches to and why.
     #[arg(short, long)]
     pub verbose: bool,
@@ -116,6 +123,7 @@ impl RunArgs {
             overhead_budget: 0.005,
             hooks: HookMode::Auto,
             ready_file: None,
+            avoid_hooks: Vec::new(),
             verbose: false,
             flamegraph: None,
             metrics_out: None,

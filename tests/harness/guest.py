@@ -83,7 +83,7 @@ def kvm_works(img: Path) -> bool:
     return _KVM
 
 
-def run_scenarios(suite: str, tests: str, timeout: float = 1800) -> GuestRun:
+def run_scenarios(suite: str, tests: str, timeout: float = 900) -> GuestRun:
     """Boots a suite's kernel and runs `pytest -m kernel_scenario TESTS` inside."""
     if not VNG.exists():
         raise FileNotFoundError(f"{VNG} is missing: scripts/deps.sh installs virtme-ng")

@@ -28,6 +28,11 @@ def value(samples, name: str, **labels) -> float:
     return sum(v for n, l, v in samples if n == name and all(l.get(k) == w for k, w in labels.items()))
 
 
+def hook_info(samples) -> dict:
+    """capability -> the kernel hook serving it (tlsprof_kernel_hook_info)."""
+    return {l["capability"]: l["hook"] for n, l, v in samples if n == "tlsprof_kernel_hook_info" and v == 1}
+
+
 def churn(agent, port: int) -> dict:
     """What tlsprof says about one port."""
     s = agent.scrape()

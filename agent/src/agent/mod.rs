@@ -222,6 +222,7 @@ fn export_setup(m: &Metrics, args: &RunArgs, exact: bool, k: &Kernel, hit_cost: 
 }
 
 pub fn run(mut args: RunArgs) -> Result<()> {
+    hooks::check_avoid(&args.avoid_hooks)?;
     preflight::privileges()?;
     let btf = preflight::btf()?;
     let listener = match (&args.flamegraph, &args.metrics_out) {
@@ -232,11 +233,11 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     preflight::raise_fd_limit();
 
     let sample_hz = args.targets.sample_hz();
-    let mut kernel = Kernel::load(&btf, sample_hz, args.exact)?;
+    let mut kernel = Kernel::load(&btf, sample_hz, args.exact, &args.avoid_hooks)?;
     let exact = args.exact || !kernel.wire_counts;
     if !args.exact && exact {
         log::warn!(
-            "without tcp_sendmsg_locked the handshakes can only be counted by the handshake probes: they stay \
+            "without a hook on the server's sends (send_capture) the handshakes can only be counted by the handshake probes: they stay \
              attached (as with --exact) and --overhead-budget is not applied"
         );
     }

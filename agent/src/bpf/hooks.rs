@@ -232,27 +232,121 @@ impl Served {
     }
 }
 
-/// Tries a capability's hooks in order with `try_hook`; the first that works serves it.
-pub fn resolve(c: &Capability, mut try_hook: impl FnMut(&Hook) -> Result<()>) -> Served {
+/// The two load-time choices `--avoid-hook` can also name.
+pub const BPF_LOOP: &str = "bpf_loop";
+pub const SK_STORAGE: &str = "sk_storage";
+
+impl Hook {
+    /// `--avoid-hook` names it: a part of its label, or `bpf_loop` for a hook of a chain
+    /// with bounded-loop variants (`of`) that walks with bpf_loop.
+    pub fn avoided(&self, of: &Capability, avoid: &[String]) -> bool {
+        let walks = of.hooks.iter().any(|h| h.bounded);
+        avoid.iter().any(|a| {
+            if a == BPF_LOOP {
+                walks && !self.bounded
+            } else {
+                self.label.contains(a.as_str())
+            }
+        })
+    }
+}
+
+/// Checks that every `--avoid-hook` name means something: a part of some hook's label, or
+/// one of the load-time choices.
+pub fn check_avoid(avoid: &[String]) -> Result<()> {
+    for a in avoid {
+        let known = a == BPF_LOOP
+            || a == SK_STORAGE
+            || ALL.iter().any(|c| c.hooks.iter().any(|h| h.label.contains(a.as_str())));
+        if a.is_empty() || !known {
+            let mut names: Vec<&str> = ALL.iter().flat_map(|c| c.hooks.iter().map(|h| h.label)).collect();
+            names.dedup();
+            anyhow::bail!(
+                "--avoid-hook {a:?} names no kernel hook (hooks: {}; or {BPF_LOOP}, {SK_STORAGE})",
+                names.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Tries a capability's hooks in order with `try_hook`, but for those `avoid` names; the
+/// first that works serves it.
+pub fn resolve(c: &Capability, avoid: &[String], mut try_hook: impl FnMut(&Hook) -> Result<()>) -> Served {
     let mut why = Vec::new();
     for h in c.hooks {
+        if h.avoided(c, avoid) {
+            let reason = format!("{}: avoided (--avoid-hook)", h.label);
+            if why.last() != Some(&reason) {
+                why.push(reason);
+            }
+            continue;
+        }
         match try_hook(h) {
             Ok(()) => return Served::By(*h),
-            Err(e) => why.push(format!(
-                "{}{}: {e:#}",
-                h.label,
-                if h.bounded { " (bounded loop)" } else { "" }
-            )),
+            Err(e) => {
+                let reason = format!("{}: {e:#}", h.label);
+                // a hook's bounded-loop variant refused for the same reason says nothing new
+                if why.last() != Some(&reason) {
+                    why.push(
+                        if h.bounded && why.iter().any(|w: &String| w.starts_with(&format!("{}: ", h.label))) {
+                            format!("{} (bounded loop): {e:#}", h.label)
+                        } else {
+                            reason
+                        },
+                    );
+                }
+            }
         }
     }
     Served::Unserved(why)
+}
+
+/// Why the kernel refused a program, in a few words: the verifier's last line, or what a
+/// refusal without one means (the whole text goes to the -v log).
+pub fn brief(text: &str) -> String {
+    if text.contains("kprobe/type") {
+        return "this kernel has no kprobes (CONFIG_KPROBES)".into();
+    }
+    if text.contains("Operation not permitted") && !text.contains("Verifier output: \n") {
+        if let Some(line) = text.split("Verifier output:").nth(1).and_then(last_verifier_line) {
+            return line;
+        }
+        return "the kernel does not permit it (EPERM)".into();
+    }
+    match text.split("Verifier output:").nth(1).and_then(last_verifier_line) {
+        Some(line) => line,
+        None => text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .trim_end_matches(". Verifier output:")
+            .to_string(),
+    }
+}
+
+fn last_verifier_line(log: &str) -> Option<String> {
+    log.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| {
+            !l.is_empty()
+                && !l.starts_with("verification time")
+                && !l.starts_with("processed")
+                && !l.starts_with("stack depth")
+                && !l.starts_with(':')
+        })
+        .map(String::from)
 }
 
 /// Loads and attaches every program of a hook; on any failure, unloads those it loaded.
 pub fn attach_hook(ebpf: &mut Ebpf, btf: &Btf, h: &Hook) -> Result<()> {
     let mut done: Vec<&str> = Vec::new();
     for &(name, how) in h.programs {
-        if let Err(e) = attach_program(ebpf, btf, name, how) {
+        if let Err(e) =
+            attach_program(ebpf, btf, name, how).map_err(|e| anyhow::anyhow!("{}", brief(&format!("{e:#}"))))
+        {
             for n in done.into_iter().chain([name]) {
                 if let Some(p) = ebpf.program_mut(n) {
                     let _ = unload(p);
@@ -283,28 +377,8 @@ fn attach_program(ebpf: &mut Ebpf, btf: &Btf, name: &str, how: Attach) -> Result
     // The verifier's last line says why a program was refused; the whole log is for -v.
     let short = |e: aya::programs::ProgramError| {
         let text = format!("{e:#}");
-        let last = text
-            .lines()
-            .rev()
-            .find(|l| {
-                !l.trim().is_empty()
-                    && !l.starts_with("verification time")
-                    && !l.starts_with("processed")
-                    && !l.starts_with("stack depth")
-                    && !l.starts_with(": ")
-            })
-            .unwrap_or("")
-            .trim()
-            .to_string();
         log::debug!("{name}: {text}");
-        anyhow::anyhow!(
-            "{}",
-            if last.is_empty() {
-                text.lines().next().unwrap_or("").to_string()
-            } else {
-                last
-            }
-        )
+        anyhow::anyhow!("{}", brief(&text))
     };
     match how {
         TpBtf(tp) => {
@@ -343,7 +417,7 @@ mod tests {
     #[test]
     fn the_first_hook_that_works_serves() {
         // a 6.1-like kernel: no send tracepoint, fentry works, bpf_loop works
-        let served = resolve(&SEND_CAPTURE, |h| {
+        let served = resolve(&SEND_CAPTURE, &[], |h| {
             if h.label.starts_with("tp_btf") {
                 anyhow::bail!("no such tracepoint")
             }
@@ -352,7 +426,7 @@ mod tests {
         assert_eq!(served.hook_label(), "fentry/tcp_sendmsg_locked");
         assert_eq!(served, Served::By(SEND_CAPTURE.hooks[2]));
         // a 5.10-like kernel: no bpf_loop either
-        let served = resolve(&SEND_CAPTURE, |h| {
+        let served = resolve(&SEND_CAPTURE, &[], |h| {
             if h.label.starts_with("tp_btf") || !h.bounded {
                 anyhow::bail!("unknown func bpf_loop")
             }
@@ -360,11 +434,61 @@ mod tests {
         });
         assert!(matches!(served, Served::By(h) if h.label == "fentry/tcp_sendmsg_locked" && h.bounded));
         // nothing works: every refusal is kept, in order
-        let Served::Unserved(why) = resolve(&READ_SIDE, |h| anyhow::bail!("refused {}", h.programs.len())) else {
+        let Served::Unserved(why) = resolve(&READ_SIDE, &[], |h| anyhow::bail!("refused {}", h.programs.len())) else {
             panic!("served")
         };
         assert_eq!(why.len(), 3);
         assert!(why[2].starts_with("kretprobe/sock_recvmsg: refused 2"), "{why:?}");
+    }
+
+    #[test]
+    fn refusals_in_a_few_words() {
+        assert_eq!(
+            brief("the BPF_PROG_LOAD syscall returned Operation not permitted (os error 1). Verifier output: "),
+            "the kernel does not permit it (EPERM)"
+        );
+        assert_eq!(
+            brief("`/sys/bus/event_source/devices/kprobe/type`: No such file or directory (os error 2)"),
+            "this kernel has no kprobes (CONFIG_KPROBES)"
+        );
+        let verifier = "the BPF_PROG_LOAD syscall returned Permission denied (os error 13). Verifier output: \
+                        0: (79) r1 = *(u64 *)(r1 +0)\nR1 type=ctx expected=fp\nprocessed 12 insns\n";
+        assert_eq!(brief(verifier), "R1 type=ctx expected=fp");
+    }
+
+    #[test]
+    fn avoided_hooks_are_skipped() {
+        let avoid = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // a kernel where everything works: the avoided ones are passed over, in order
+        let served = resolve(
+            &SEND_CAPTURE,
+            &avoid(&["tp_btf/tcp_sendmsg_locked", "fentry", "bpf_loop"]),
+            |_| Ok(()),
+        );
+        assert!(
+            matches!(served, Served::By(h) if h.label == "kprobe/tcp_sendmsg_locked" && h.bounded),
+            "{served:?}"
+        );
+        let served = resolve(&CONNECTIONS, &avoid(&["tp_btf/inet", "bpf_loop"]), |_| Ok(()));
+        assert_eq!(served.hook_label(), "raw_tp/inet_sock_set_state");
+        let Served::Unserved(why) = resolve(&SEND_SIDE, &avoid(&["sock_send_length"]), |_| Ok(())) else {
+            panic!("served")
+        };
+        assert_eq!(why, ["tp_btf/sock_send_length: avoided (--avoid-hook)"]);
+        assert!(check_avoid(&avoid(&[
+            "fentry",
+            "kprobe",
+            "bpf_loop",
+            "sk_storage",
+            "raw_tp/inet_sock_set_state"
+        ]))
+        .is_ok());
+        let e = check_avoid(&avoid(&["fentyr"])).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--avoid-hook \"fentyr\" names no kernel hook (hooks: tp_btf/sched_switch, "),
+            "{e}"
+        );
+        assert!(check_avoid(&avoid(&[""])).is_err());
     }
 
     #[test]

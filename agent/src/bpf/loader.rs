@@ -148,10 +148,10 @@ fn load_object(cpus: usize, sample_hz: u64, storage: Storage) -> Result<Ebpf> {
 
 /// Attaches a hook for every capability this run needs, with connection state kept as
 /// `storage`. The required ones failing is an error.
-fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, exact: bool) -> Result<Served> {
+fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, exact: bool, avoid: &[String]) -> Result<Served> {
     let mut caps = Vec::new();
     for c in [&SCHEDULER, &PROCESSES] {
-        match hooks::resolve(c, |h| hooks::attach_hook(ebpf, btf, h)) {
+        match hooks::resolve(c, avoid, |h| hooks::attach_hook(ebpf, btf, h)) {
             hooks::Served::Unserved(why) => anyhow::bail!(
                 "this kernel refused the BTF tracepoints tlsprof needs ({}): {} (tp_btf, Linux 5.5+, with BTF)",
                 c.name,
@@ -160,7 +160,7 @@ fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, exact: bool
             s => caps.push((c, s)),
         }
     }
-    let conns = hooks::resolve(&CONNECTIONS, |h| hooks::attach_hook(ebpf, btf, h));
+    let conns = hooks::resolve(&CONNECTIONS, avoid, |h| hooks::attach_hook(ebpf, btf, h));
     let have_conns = matches!(conns, hooks::Served::By(_));
     caps.push((&CONNECTIONS, conns));
     let on_conns = |c: &'static Capability, needed: bool, ebpf: &mut Ebpf| {
@@ -172,7 +172,7 @@ fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, exact: bool
                 CONNECTIONS.name
             )])
         } else {
-            hooks::resolve(c, |h| hooks::attach_hook(ebpf, btf, h))
+            hooks::resolve(c, avoid, |h| hooks::attach_hook(ebpf, btf, h))
         };
         (c, s)
     };
@@ -233,17 +233,23 @@ impl Kernel {
     /// Loads the object and attaches a hook for each capability, choosing where connection
     /// state lives by what this kernel accepts: socket storage where every capability that
     /// keeps connection state works with it, else a hash, if that serves more of them.
-    /// `sample_hz` 0 leaves CPU attribution off. The uprobe programs are loaded, not
-    /// attached (the agent attaches them per process).
-    pub fn load(btf: &Btf, sample_hz: u64, exact: bool) -> Result<Self> {
+    /// `sample_hz` 0 leaves CPU attribution off; `avoid` names hooks not to use
+    /// (--avoid-hook). The uprobe programs are loaded, not attached (the agent attaches them
+    /// per process).
+    pub fn load(btf: &Btf, sample_hz: u64, exact: bool, avoid: &[String]) -> Result<Self> {
         let cpus = aya::util::online_cpus()
             .map_err(|(_, e)| e)
             .context("cannot read the online CPUs")?;
-        let mut ebpf = load_object(cpus.len(), sample_hz, Storage::Socket)?;
-        let mut served = attach_capabilities(&mut ebpf, btf, Storage::Socket, exact)?;
-        if served.connections_short() {
+        let first = if avoid.iter().any(|a| a == hooks::SK_STORAGE) {
+            Storage::Hash
+        } else {
+            Storage::Socket
+        };
+        let mut ebpf = load_object(cpus.len(), sample_hz, first)?;
+        let mut served = attach_capabilities(&mut ebpf, btf, first, exact, avoid)?;
+        if first == Storage::Socket && served.connections_short() {
             let mut hash = load_object(cpus.len(), sample_hz, Storage::Hash)?;
-            let hash_served = attach_capabilities(&mut hash, btf, Storage::Hash, exact)?;
+            let hash_served = attach_capabilities(&mut hash, btf, Storage::Hash, exact, avoid)?;
             if hash_served.connection_score() > served.connection_score() {
                 (ebpf, served) = (hash, hash_served);
             }
