@@ -234,7 +234,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
 
     let sample_hz = args.targets.sample_hz();
     let mut kernel = Kernel::load(&btf, sample_hz, args.exact, &args.avoid_hooks)?;
-    let exact = args.exact || !kernel.wire_counts;
+    let exact = args.exact || !kernel.served.wire_counts();
     if !args.exact && exact {
         log::warn!(
             "without a hook on the server's sends (send_capture) the handshakes can only be counted by the handshake probes: they stay \
@@ -264,7 +264,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     let mut agent = Agent {
         targets: Targets::new(&args, exact),
         ports: Ports::new(metrics.clone()),
-        handshakes: Handshakes::new(metrics.clone(), exact, kernel.wire_counts),
+        handshakes: Handshakes::new(metrics.clone(), exact, kernel.served.wire_counts()),
         budget: Budget::new(hit_cost),
         health: Health::default(),
         metrics,

@@ -21,7 +21,7 @@ pub enum Attach {
 }
 
 /// One way to serve a capability: its programs, all attached or none.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hook {
     /// What tlsprof_kernel_hook_info and the log call it.
     pub label: &'static str,
@@ -39,6 +39,9 @@ pub struct Capability {
     pub lost: &'static str,
     /// tlsprof cannot run without it.
     pub required: bool,
+    /// Its programs keep their state in the connection's (conn.bpf.h), so they need the
+    /// connections capability and work only with the connection storage the object has.
+    pub on_connections: bool,
 }
 
 const fn hook(label: &'static str, programs: &'static [(&'static str, Attach)]) -> Hook {
@@ -67,6 +70,7 @@ pub const SCHEDULER: Capability = Capability {
     )],
     lost: "",
     required: true,
+    on_connections: false,
 };
 
 pub const PROCESSES: Capability = Capability {
@@ -80,6 +84,7 @@ pub const PROCESSES: Capability = Capability {
     )],
     lost: "",
     required: true,
+    on_connections: false,
 };
 
 /// Connection lifecycle: accepted, who closed, TIME_WAIT. Wire capture and requests keep
@@ -99,6 +104,7 @@ pub const CONNECTIONS: Capability = Capability {
     lost: "no connection, TIME_WAIT, request or negotiated-parameter figures; handshakes are counted by the \
            handshake probes only",
     required: false,
+    on_connections: true,
 };
 
 pub const RESETS: Capability = Capability {
@@ -121,6 +127,7 @@ pub const RESETS: Capability = Capability {
     ],
     lost: "connections ended by a reset are counted as closed by the client or the server",
     required: false,
+    on_connections: true,
 };
 
 /// The server's sends: what it negotiated, its handshakes and requests counted exactly.
@@ -155,6 +162,7 @@ pub const SEND_CAPTURE: Capability = Capability {
     lost: "handshakes will not be labelled by version, cipher, group, certificate and resumption, servers \
            without handshake probes get no handshake counts, and the handshake probes stay attached (--exact)",
     required: false,
+    on_connections: true,
 };
 
 /// The read side: with --exact, which connections a handshake call read; without the send
@@ -174,6 +182,7 @@ pub const READ_SIDE: Capability = Capability {
     ],
     lost: NO_CONN_IO,
     required: false,
+    on_connections: true,
 };
 
 /// Without the send capture: requests from the server's writes.
@@ -185,6 +194,7 @@ pub const SEND_SIDE: Capability = Capability {
     )],
     lost: NO_CONN_IO,
     required: false,
+    on_connections: true,
 };
 
 const NO_CONN_IO: &str = "requests per connection and connections without a handshake will not be counted";
@@ -200,11 +210,6 @@ pub const ALL: [&Capability; 7] = [
     &SEND_SIDE,
 ];
 
-/// Capabilities whose programs keep state in the connection's storage.
-pub fn uses_connection_storage(c: &Capability) -> bool {
-    ["connections", "resets", "send_capture", "read_side", "send_side"].contains(&c.name)
-}
-
 /// How a capability is served on this kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Served {
@@ -214,13 +219,6 @@ pub enum Served {
     /// Not needed in this mode (another capability covers it).
     NotNeeded,
 }
-
-impl PartialEq for Hook {
-    fn eq(&self, o: &Hook) -> bool {
-        self.label == o.label && self.bounded == o.bounded
-    }
-}
-impl Eq for Hook {}
 
 impl Served {
     pub fn hook_label(&self) -> &'static str {
@@ -344,9 +342,11 @@ fn last_verifier_line(log: &str) -> Option<String> {
 pub fn attach_hook(ebpf: &mut Ebpf, btf: &Btf, h: &Hook) -> Result<()> {
     let mut done: Vec<&str> = Vec::new();
     for &(name, how) in h.programs {
-        if let Err(e) =
-            attach_program(ebpf, btf, name, how).map_err(|e| anyhow::anyhow!("{}", brief(&format!("{e:#}"))))
-        {
+        if let Err(e) = attach_program(ebpf, btf, name, how) {
+            // the verifier's last line says why a program was refused; the whole log is for -v
+            let text = format!("{e:#}");
+            log::debug!("{name}: {text}");
+            let e = anyhow::anyhow!("{}", brief(&text));
             for n in done.into_iter().chain([name]) {
                 if let Some(p) = ebpf.program_mut(n) {
                     let _ = unload(p);
@@ -374,36 +374,30 @@ fn attach_program(ebpf: &mut Ebpf, btf: &Btf, name: &str, how: Attach) -> Result
     let p = ebpf
         .program_mut(name)
         .with_context(|| format!("program {name} missing"))?;
-    // The verifier's last line says why a program was refused; the whole log is for -v.
-    let short = |e: aya::programs::ProgramError| {
-        let text = format!("{e:#}");
-        log::debug!("{name}: {text}");
-        anyhow::anyhow!("{}", brief(&text))
-    };
     match how {
         TpBtf(tp) => {
             let p: &mut BtfTracePoint = p.try_into()?;
-            p.load(tp, btf).map_err(short)?;
+            p.load(tp, btf)?;
             p.attach()?;
         }
         RawTp(tp) => {
             let p: &mut RawTracePoint = p.try_into()?;
-            p.load().map_err(short)?;
+            p.load()?;
             p.attach(tp)?;
         }
         FEntry(f) => {
             let p: &mut FEntry = p.try_into()?;
-            p.load(f, btf).map_err(short)?;
+            p.load(f, btf)?;
             p.attach()?;
         }
         FExit(f) => {
             let p: &mut FExit = p.try_into()?;
-            p.load(f, btf).map_err(short)?;
+            p.load(f, btf)?;
             p.attach()?;
         }
         KProbe(f) => {
             let p: &mut KProbe = p.try_into()?;
-            p.load().map_err(short)?;
+            p.load()?;
             p.attach(f, 0)?;
         }
     }

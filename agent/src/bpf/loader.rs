@@ -37,7 +37,7 @@ pub enum Storage {
 impl Storage {
     pub fn label(self) -> &'static str {
         match self {
-            Storage::Socket => "sk_storage",
+            Storage::Socket => hooks::SK_STORAGE,
             Storage::Hash => "hash_map",
         }
     }
@@ -50,6 +50,12 @@ pub struct Served {
 }
 
 impl Served {
+    /// The server's sends are captured: server handshakes and requests are counted from
+    /// what servers send.
+    pub fn wire_counts(&self) -> bool {
+        matches!(self.of(SEND_CAPTURE.name), Some(hooks::Served::By(_)))
+    }
+
     pub fn of(&self, name: &str) -> Option<&hooks::Served> {
         self.capabilities.iter().find(|(c, _)| c.name == name).map(|(_, s)| s)
     }
@@ -82,7 +88,7 @@ impl Served {
     fn connection_score(&self) -> usize {
         self.capabilities
             .iter()
-            .filter(|(c, s)| hooks::uses_connection_storage(c) && matches!(s, hooks::Served::By(_)))
+            .filter(|(c, s)| c.on_connections && matches!(s, hooks::Served::By(_)))
             .count()
     }
 
@@ -90,7 +96,7 @@ impl Served {
     fn connections_short(&self) -> bool {
         self.capabilities
             .iter()
-            .any(|(c, s)| hooks::uses_connection_storage(c) && matches!(s, hooks::Served::Unserved(_)))
+            .any(|(c, s)| c.on_connections && matches!(s, hooks::Served::Unserved(_)))
     }
 }
 
@@ -107,9 +113,6 @@ pub struct Kernel {
     pub(super) ebpf: Ebpf,
     /// What serves each capability here.
     pub served: Served,
-    /// The server's sends are captured: server handshakes and requests are counted from
-    /// what servers send.
-    pub wire_counts: bool,
     hs_events: RingBuf<MapData>,
     proc_events: RingBuf<MapData>,
     conn_events: RingBuf<MapData>,
@@ -269,13 +272,12 @@ impl Kernel {
             }
         }
         log::debug!("kernel: connection state in {}", served.storage.label());
-        let wire_counts = matches!(served.of(SEND_CAPTURE.name), Some(hooks::Served::By(_)));
         uprobes::load(&mut ebpf)?;
         let mut ctl: Array<MapData, cn::req_ctl> = take(&mut ebpf, "req_ctl")?;
         ctl.set(
             0,
             cn::req_ctl {
-                wire_counts: wire_counts as u32,
+                wire_counts: served.wire_counts() as u32,
                 pad: 0,
             },
             0,
@@ -286,7 +288,6 @@ impl Kernel {
         }
         Ok(Self {
             served,
-            wire_counts,
             hs_events: take(&mut ebpf, "hs_events")?,
             proc_events: take(&mut ebpf, "proc_events")?,
             conn_events: take(&mut ebpf, "conn_events")?,
