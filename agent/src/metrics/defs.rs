@@ -301,6 +301,28 @@ pub const KERNEL_HOOK_INFO: Def<HookLabels> = Def::new(
      missing; not_needed: another capability covers it), chosen at start by loading and attaching",
 );
 
+pub const TABLE_FULL: Def<TableLabels> = Def::new(
+    "table_full",
+    Counter,
+    None,
+    "Entries an agent-side table dropped or evicted because it was at its bound (table: which one; \
+     docs/metrics.md lists them with their bounds)",
+);
+pub const SERIES_FOLDED: Def<MetricLabels> = Def::new(
+    "series_folded",
+    Counter,
+    None,
+    "Updates of a metric that went to its comm/port/library=\"other\" series because the metric had \
+     reached its series cap (--max-series)",
+);
+pub const SCRAPES_REFUSED: Def<RefusalLabels> = Def::new(
+    "scrapes_refused",
+    Counter,
+    None,
+    "Connections to the metrics endpoint closed without a response or refused (reason: evicted, deadline, \
+     too_large, unauthorized, tls)",
+);
+
 /// Every metric, in the order they are registered (and exported).
 pub const ALL: &[&Spec] = &[
     &HANDSHAKES.spec,
@@ -333,6 +355,9 @@ pub const ALL: &[&Spec] = &[
     &PROBE_CPU.spec,
     &PROBE_HIT_COST.spec,
     &KERNEL_HOOK_INFO.spec,
+    &TABLE_FULL.spec,
+    &SERIES_FOLDED.spec,
+    &SCRAPES_REFUSED.spec,
 ];
 
 /// The metric a sample name belongs to (`tlsprof_handshakes_total` -> HANDSHAKES).

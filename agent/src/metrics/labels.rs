@@ -51,6 +51,9 @@ label_set!(LibraryLabels { comm, library, symbols });
 label_set!(ModeLabels { mode, overhead_budget });
 label_set!(FigureLabels { figure });
 label_set!(HookLabels { capability, hook });
+label_set!(TableLabels { table });
+label_set!(MetricLabels { metric });
+label_set!(RefusalLabels { reason });
 
 impl ParamLabels {
     pub fn new(comm: &str, role: &str, n: &crate::wire::Negotiated) -> Self {

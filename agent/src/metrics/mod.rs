@@ -119,6 +119,9 @@ pub struct Metrics {
     pub probe_cpu: Family<CommLabels, Counter<f64>>,
     pub probe_hit_cost: Family<ProbeLabels, FGauge>,
     pub kernel_hooks: Family<HookLabels, Gauge>,
+    pub table_full: Family<TableLabels, Counter>,
+    pub series_folded: Family<MetricLabels, Counter>,
+    pub scrapes_refused: Family<RefusalLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -163,6 +166,9 @@ impl Metrics {
             probe_cpu: register(&mut r, &PROBE_CPU, Family::default()),
             probe_hit_cost: register(&mut r, &PROBE_HIT_COST, Family::default()),
             kernel_hooks: register(&mut r, &KERNEL_HOOK_INFO, Family::default()),
+            table_full: register(&mut r, &TABLE_FULL, Family::default()),
+            series_folded: register(&mut r, &SERIES_FOLDED, Family::default()),
+            scrapes_refused: register(&mut r, &SCRAPES_REFUSED, Family::default()),
             registry: r,
         }
     }
