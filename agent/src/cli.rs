@@ -56,6 +56,16 @@ pub struct RunArgs {
     /// Address of the /metrics endpoint.
     #[arg(long, default_value = "127.0.0.1:9435", value_name = "ADDR")]
     pub listen: SocketAddr,
+    /// TLS and basic authentication of the /metrics endpoint: a Prometheus exporter-toolkit
+    /// web configuration file (tls_server_config, basic_auth_users, http_server_config), as
+    /// node_exporter's --web.config.file reads.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
+    /// Series per metric at most, for the metrics whose labels other local users control
+    /// (comm: any process can rename itself; port; library): past it, new values are
+    /// counted under "other" (tlsprof_series_folded_total says how often).
+    #[arg(long, default_value_t = crate::metrics::capped::DEFAULT_MAX_SERIES, value_name = "N")]
+    pub max_series: usize,
     /// Seconds between scans of /proc for new processes and late-loaded TLS libraries.
     #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
     pub scan_interval: f64,
@@ -115,6 +125,8 @@ impl RunArgs {
         RunArgs {
             targets,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            web_config_file: None,
+            max_series: crate::metrics::capped::DEFAULT_MAX_SERIES,
             scan_interval: 1.0,
             duration: None,
             quiet: true,

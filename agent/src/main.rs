@@ -7,11 +7,11 @@ mod clock;
 mod conns;
 mod cpu;
 mod discovery;
-mod http;
 mod logger;
 mod metrics;
 mod preflight;
 mod views;
+mod web;
 mod wire;
 
 use std::process::ExitCode;

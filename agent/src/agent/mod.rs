@@ -30,9 +30,8 @@ use crate::{
     },
     cli::RunArgs,
     cpu::{flame, Profiler},
-    http,
     metrics::{defs, FigureLabels, HookLabels, Metrics, ModeLabels, ProbeLabels},
-    preflight,
+    preflight, web,
 };
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -223,6 +222,10 @@ fn export_setup(m: &Metrics, args: &RunArgs, exact: bool, k: &Kernel, hit_cost: 
 
 pub fn run(mut args: RunArgs) -> Result<()> {
     hooks::check_avoid(&args.avoid_hooks)?;
+    let web = match &args.web_config_file {
+        Some(path) => web::WebConfig::load(path)?,
+        None => web::WebConfig::none(),
+    };
     preflight::privileges()?;
     let btf = preflight::btf()?;
     let listener = match (&args.flamegraph, &args.metrics_out) {
@@ -245,7 +248,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
         .calibrate()
         .inspect_err(|e| log::debug!("cannot measure the cost of a probe hit here: {e:#}"))
         .ok();
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::with_max_series(args.max_series));
     let profiler = Profiler::new(
         metrics.clone(),
         kernel.take_samples().context("cpu_samples taken")?,
@@ -255,8 +258,10 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     );
     export_setup(&metrics, &args, exact, &kernel, hit_cost);
     if let Some(listener) = listener {
-        http::serve(listener, metrics.clone());
-        log::info!("serving metrics on http://{}/metrics", args.listen);
+        let scheme = if web.tls.is_some() { "https" } else { "http" };
+        let auth = if web.users.is_empty() { "" } else { " (basic auth)" };
+        web::serve(listener, metrics.clone(), web)?;
+        log::info!("serving metrics on {scheme}://{}/metrics{auth}", args.listen);
     }
     install_signal_handlers();
 

@@ -19,6 +19,12 @@ macro_rules! label_set {
         impl LabelNames for $name {
             const NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
         }
+
+        impl super::capped::Fold for $name {
+            fn folded(&self) -> Self {
+                Self { $($field: super::capped::fold_value(stringify!($field), &self.$field)),* }
+            }
+        }
     };
 }
 

@@ -1,5 +1,6 @@
 //! The metrics tlsprof exports (documented in docs/metrics.md): declared in defs.rs, their
 //! label sets in labels.rs, registered and rendered here; text.rs reads an exposition back.
+pub mod capped;
 pub mod defs;
 pub mod labels;
 pub mod text;
@@ -9,7 +10,7 @@ use prometheus_client::{
     registry::{Metric, Registry},
 };
 
-pub use self::labels::*;
+pub use self::{capped::Capped, labels::*};
 use self::{
     defs::{Def, Unit},
     text::openmetrics_to_text,
@@ -89,38 +90,37 @@ fn register<M: Labelled + Metric + Clone>(r: &mut Registry, def: &Def<M::Labels>
 
 pub struct Metrics {
     pub registry: Registry,
-    pub handshakes: Family<HandshakeLabels, Counter>,
-    pub handshakes_unlabelled: Family<ReasonLabels, Counter>,
-    pub handshake_cpu: HistFamily<ParamLabels>,
-    pub handshake_duration: HistFamily<ParamLabels>,
-    pub failed_handshake_cpu: Family<RoleLabels, Counter<f64>>,
-    pub attached_processes: Family<CommLabels, Gauge>,
+    pub handshakes: Capped<HandshakeLabels, Counter>,
+    pub handshakes_unlabelled: Capped<ReasonLabels, Counter>,
+    pub handshake_cpu: Capped<ParamLabels, Histogram, fn() -> Histogram>,
+    pub handshake_duration: Capped<ParamLabels, Histogram, fn() -> Histogram>,
+    pub failed_handshake_cpu: Capped<RoleLabels, Counter<f64>>,
+    pub attached_processes: Capped<CommLabels, Gauge>,
     pub attached_probes: Gauge,
     pub events_lost: Counter,
     pub kernel_errors: Family<KindLabels, Counter>,
     pub attach_failures: Family<ProbeLabels, Counter>,
     pub agent_cpu: Counter<f64>,
     pub agent_memory: Gauge,
-    pub connections_accepted: Family<PortLabels, Counter>,
-    pub connections: Family<ClosedByLabels, Counter>,
-    pub time_wait: Family<PortLabels, Counter>,
-    pub time_wait_sockets: Family<OnlyPortLabels, Gauge>,
-    pub connection_duration: HistFamily<PortLabels>,
-    pub requests_per_connection: HistFamily<PortLabels>,
-    pub process_cpu: Family<CommLabels, Counter<f64>>,
-    pub cpu: Family<CategoryLabels, Counter<f64>>,
-    pub crypto_cpu: Family<PrimitiveLabels, Counter<f64>>,
-    pub tls_library: Family<LibraryLabels, Gauge>,
+    pub connections_accepted: Capped<PortLabels, Counter>,
+    pub connections: Capped<ClosedByLabels, Counter>,
+    pub time_wait: Capped<PortLabels, Counter>,
+    pub time_wait_sockets: Capped<OnlyPortLabels, Gauge>,
+    pub connection_duration: Capped<PortLabels, Histogram, fn() -> Histogram>,
+    pub requests_per_connection: Capped<PortLabels, Histogram, fn() -> Histogram>,
+    pub process_cpu: Capped<CommLabels, Counter<f64>>,
+    pub cpu: Capped<CategoryLabels, Counter<f64>>,
+    pub crypto_cpu: Capped<PrimitiveLabels, Counter<f64>>,
+    pub tls_library: Capped<LibraryLabels, Gauge>,
     pub cpu_samples: Counter,
     pub mode_info: Family<ModeLabels, Gauge>,
     pub sampled_figures: Family<FigureLabels, Gauge>,
-    pub probe_duty_cycle: Family<CommLabels, FGauge>,
-    pub probe_hits: Family<CommLabels, Counter>,
-    pub probe_cpu: Family<CommLabels, Counter<f64>>,
+    pub probe_duty_cycle: Capped<CommLabels, FGauge>,
+    pub probe_hits: Capped<CommLabels, Counter>,
+    pub probe_cpu: Capped<CommLabels, Counter<f64>>,
     pub probe_hit_cost: Family<ProbeLabels, FGauge>,
     pub kernel_hooks: Family<HookLabels, Gauge>,
     pub table_full: Family<TableLabels, Counter>,
-    pub series_folded: Family<MetricLabels, Counter>,
     pub scrapes_refused: Family<RefusalLabels, Counter>,
 }
 
@@ -131,44 +131,144 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Every metric of defs::ALL, registered in that order.
+    /// Every metric of defs::ALL, registered in that order, with the default series cap.
     pub fn new() -> Self {
+        Self::with_max_series(capped::DEFAULT_MAX_SERIES)
+    }
+
+    /// Every metric of defs::ALL, registered in that order; those with labels other users
+    /// control capped at `max_series` series each.
+    pub fn with_max_series(max_series: usize) -> Self {
         use defs::*;
         let mut r = Registry::with_prefix("tlsprof");
+        let folded = Family::<MetricLabels, Counter>::default();
         Self {
-            handshakes: register(&mut r, &HANDSHAKES, Family::default()),
-            handshakes_unlabelled: register(&mut r, &HANDSHAKES_UNLABELLED, Family::default()),
-            handshake_cpu: register(&mut r, &HANDSHAKE_CPU, hist(cpu_histogram)),
-            handshake_duration: register(&mut r, &HANDSHAKE_DURATION, hist(duration_histogram)),
-            failed_handshake_cpu: register(&mut r, &FAILED_HANDSHAKE_CPU, Family::default()),
-            attached_processes: register(&mut r, &ATTACHED_PROCESSES, Family::default()),
+            handshakes: Capped::new(
+                register(&mut r, &HANDSHAKES, Family::default()),
+                HANDSHAKES.name,
+                max_series,
+                &folded,
+            ),
+            handshakes_unlabelled: Capped::new(
+                register(&mut r, &HANDSHAKES_UNLABELLED, Family::default()),
+                HANDSHAKES_UNLABELLED.name,
+                max_series,
+                &folded,
+            ),
+            handshake_cpu: Capped::new(
+                register(&mut r, &HANDSHAKE_CPU, hist(cpu_histogram)),
+                HANDSHAKE_CPU.name,
+                max_series,
+                &folded,
+            ),
+            handshake_duration: Capped::new(
+                register(&mut r, &HANDSHAKE_DURATION, hist(duration_histogram)),
+                HANDSHAKE_DURATION.name,
+                max_series,
+                &folded,
+            ),
+            failed_handshake_cpu: Capped::new(
+                register(&mut r, &FAILED_HANDSHAKE_CPU, Family::default()),
+                FAILED_HANDSHAKE_CPU.name,
+                max_series,
+                &folded,
+            ),
+            attached_processes: Capped::new(
+                register(&mut r, &ATTACHED_PROCESSES, Family::default()),
+                ATTACHED_PROCESSES.name,
+                max_series,
+                &folded,
+            ),
             attached_probes: register(&mut r, &ATTACHED_PROBES, Gauge::default()),
             events_lost: register(&mut r, &EVENTS_LOST, Counter::default()),
             kernel_errors: register(&mut r, &KERNEL_ERRORS, Family::default()),
             attach_failures: register(&mut r, &PROBE_ATTACH_FAILURES, Family::default()),
             agent_cpu: register(&mut r, &AGENT_CPU, Counter::default()),
             agent_memory: register(&mut r, &AGENT_RESIDENT_MEMORY, Gauge::default()),
-            connections_accepted: register(&mut r, &TCP_CONNECTIONS_ACCEPTED, Family::default()),
-            connections: register(&mut r, &TCP_CONNECTIONS, Family::default()),
-            time_wait: register(&mut r, &TCP_TIME_WAIT, Family::default()),
-            time_wait_sockets: register(&mut r, &TCP_TIME_WAIT_SOCKETS, Family::default()),
-            connection_duration: register(&mut r, &TCP_CONNECTION_DURATION, hist(connection_histogram)),
-            requests_per_connection: register(&mut r, &REQUESTS_PER_CONNECTION, hist(requests_histogram)),
-            process_cpu: register(&mut r, &PROCESS_CPU, Family::default()),
-            cpu: register(&mut r, &CPU, Family::default()),
-            crypto_cpu: register(&mut r, &CRYPTO_CPU, Family::default()),
-            tls_library: register(&mut r, &TLS_LIBRARY_INFO, Family::default()),
+            connections_accepted: Capped::new(
+                register(&mut r, &TCP_CONNECTIONS_ACCEPTED, Family::default()),
+                TCP_CONNECTIONS_ACCEPTED.name,
+                max_series,
+                &folded,
+            ),
+            connections: Capped::new(
+                register(&mut r, &TCP_CONNECTIONS, Family::default()),
+                TCP_CONNECTIONS.name,
+                max_series,
+                &folded,
+            ),
+            time_wait: Capped::new(
+                register(&mut r, &TCP_TIME_WAIT, Family::default()),
+                TCP_TIME_WAIT.name,
+                max_series,
+                &folded,
+            ),
+            time_wait_sockets: Capped::new(
+                register(&mut r, &TCP_TIME_WAIT_SOCKETS, Family::default()),
+                TCP_TIME_WAIT_SOCKETS.name,
+                max_series,
+                &folded,
+            ),
+            connection_duration: Capped::new(
+                register(&mut r, &TCP_CONNECTION_DURATION, hist(connection_histogram)),
+                TCP_CONNECTION_DURATION.name,
+                max_series,
+                &folded,
+            ),
+            requests_per_connection: Capped::new(
+                register(&mut r, &REQUESTS_PER_CONNECTION, hist(requests_histogram)),
+                REQUESTS_PER_CONNECTION.name,
+                max_series,
+                &folded,
+            ),
+            process_cpu: Capped::new(
+                register(&mut r, &PROCESS_CPU, Family::default()),
+                PROCESS_CPU.name,
+                max_series,
+                &folded,
+            ),
+            cpu: Capped::new(register(&mut r, &CPU, Family::default()), CPU.name, max_series, &folded),
+            crypto_cpu: Capped::new(
+                register(&mut r, &CRYPTO_CPU, Family::default()),
+                CRYPTO_CPU.name,
+                max_series,
+                &folded,
+            ),
+            tls_library: Capped::new(
+                register(&mut r, &TLS_LIBRARY_INFO, Family::default()),
+                TLS_LIBRARY_INFO.name,
+                max_series,
+                &folded,
+            ),
             cpu_samples: register(&mut r, &CPU_SAMPLES, Counter::default()),
             mode_info: register(&mut r, &MODE_INFO, Family::default()),
             sampled_figures: register(&mut r, &SAMPLED_FIGURE_INFO, Family::default()),
-            probe_duty_cycle: register(&mut r, &PROBE_DUTY_CYCLE, Family::default()),
-            probe_hits: register(&mut r, &PROBE_HITS, Family::default()),
-            probe_cpu: register(&mut r, &PROBE_CPU, Family::default()),
+            probe_duty_cycle: Capped::new(
+                register(&mut r, &PROBE_DUTY_CYCLE, Family::default()),
+                PROBE_DUTY_CYCLE.name,
+                max_series,
+                &folded,
+            ),
+            probe_hits: Capped::new(
+                register(&mut r, &PROBE_HITS, Family::default()),
+                PROBE_HITS.name,
+                max_series,
+                &folded,
+            ),
+            probe_cpu: Capped::new(
+                register(&mut r, &PROBE_CPU, Family::default()),
+                PROBE_CPU.name,
+                max_series,
+                &folded,
+            ),
             probe_hit_cost: register(&mut r, &PROBE_HIT_COST, Family::default()),
             kernel_hooks: register(&mut r, &KERNEL_HOOK_INFO, Family::default()),
             table_full: register(&mut r, &TABLE_FULL, Family::default()),
-            series_folded: register(&mut r, &SERIES_FOLDED, Family::default()),
-            scrapes_refused: register(&mut r, &SCRAPES_REFUSED, Family::default()),
+            // Fed by the capped metrics, which share `folded`.
+            scrapes_refused: {
+                register(&mut r, &SERIES_FOLDED, folded);
+                register(&mut r, &SCRAPES_REFUSED, Family::default())
+            },
             registry: r,
         }
     }

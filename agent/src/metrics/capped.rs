@@ -1,0 +1,162 @@
+//! A cap on the series of a metric whose labels other local users control: any process can
+//! rename itself (comm), listen on thousands of ports (port) or map a library under any
+//! file name (library). Past the cap, a new label set goes to its folded form (those labels
+//! `other`, the rest kept), counted in tlsprof_series_folded_total{metric} and said once in
+//! the log; the series already there keep counting.
+use std::{
+    hash::Hash,
+    ops::Deref,
+    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
+};
+
+use prometheus_client::metrics::{
+    counter::Counter,
+    family::{Family, MetricConstructor},
+};
+
+use super::labels::MetricLabels;
+
+/// The default of --max-series.
+pub const DEFAULT_MAX_SERIES: usize = 500;
+
+/// A label set with labels other users control, which folding sets to `other`.
+pub trait Fold {
+    fn folded(&self) -> Self;
+}
+
+/// The label names whose values other local users control.
+pub const FOLDED_LABELS: &[&str] = &["comm", "port", "library"];
+
+pub fn fold_value(label: &str, value: &str) -> String {
+    if FOLDED_LABELS.contains(&label) {
+        "other".into()
+    } else {
+        value.into()
+    }
+}
+
+pub struct Capped<L, M, C = fn() -> M> {
+    family: Family<L, M, C>,
+    name: &'static str,
+    cap: usize,
+    series: AtomicUsize,
+    warned: AtomicBool,
+    folded: Family<MetricLabels, Counter>,
+}
+
+impl<L, M, C> Capped<L, M, C>
+where
+    L: Fold + Clone + Hash + Eq + std::fmt::Debug,
+    C: MetricConstructor<M>,
+{
+    pub fn new(
+        family: Family<L, M, C>,
+        name: &'static str,
+        cap: usize,
+        folded: &Family<MetricLabels, Counter>,
+    ) -> Self {
+        Self {
+            family,
+            name,
+            cap,
+            series: AtomicUsize::new(0),
+            warned: AtomicBool::new(false),
+            folded: folded.clone(),
+        }
+    }
+
+    /// The series of `labels`, or of their folded form once the metric is at its cap.
+    pub fn get_or_create(&self, labels: &L) -> impl Deref<Target = M> + '_ {
+        if let Some(m) = self.family.get(labels) {
+            return m;
+        }
+        let labels = if self.series.load(Ordering::Relaxed) >= self.cap {
+            let folded = labels.folded();
+            if folded != *labels {
+                self.folded
+                    .get_or_create(&MetricLabels {
+                        metric: self.name.into(),
+                    })
+                    .inc();
+                if !self.warned.swap(true, Ordering::Relaxed) {
+                    log::warn!(
+                        "tlsprof_{}: {} series reached (--max-series); new comm, port and library values are counted \
+                         as \"other\" from now on (first: {labels:?})",
+                        self.name,
+                        self.cap
+                    );
+                }
+            }
+            folded
+        } else {
+            labels.clone()
+        };
+        if let Some(m) = self.family.get(&labels) {
+            return m;
+        }
+        self.series.fetch_add(1, Ordering::Relaxed);
+        self.family.get_or_create(&labels)
+    }
+
+    /// Drops a series (a gauge whose subject is gone).
+    pub fn remove(&self, labels: &L) -> bool {
+        let removed = self.family.remove(labels);
+        if removed {
+            self.series.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    /// Series this metric has (the folded ones included).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.series.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{ClosedByLabels, Metrics};
+
+    #[test]
+    fn folds_past_the_cap_and_counts() {
+        let m = Metrics::with_max_series(10);
+        for port in 0..5000 {
+            for closed_by in ["client", "server"] {
+                m.connections
+                    .get_or_create(&ClosedByLabels {
+                        comm: "nginx".into(),
+                        port: port.to_string(),
+                        closed_by: closed_by.into(),
+                    })
+                    .inc();
+            }
+        }
+        // 10 series of their own, then one folded series per closed_by value.
+        assert_eq!(m.connections.len(), 12);
+        let text = m.render_text();
+        assert!(
+            text.contains("tlsprof_tcp_connections_total{comm=\"other\",port=\"other\",closed_by=\"client\"} 4995\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tlsprof_series_folded_total{metric=\"tcp_connections\"} 9990\n"),
+            "{text}"
+        );
+        // A series that was there before the cap keeps its own count.
+        m.connections
+            .get_or_create(&ClosedByLabels {
+                comm: "nginx".into(),
+                port: "0".into(),
+                closed_by: "client".into(),
+            })
+            .inc();
+        let text = m.render_text();
+        assert!(
+            text.contains("{comm=\"nginx\",port=\"0\",closed_by=\"client\"} 2\n"),
+            "{text}"
+        );
+        assert_eq!(m.connections.len(), 12);
+    }
+}
