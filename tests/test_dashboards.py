@@ -12,14 +12,10 @@ resumption. The alerts comparing with yesterday (offset 1d) have data, and the h
 cost, cost regression and resumption alerts fire.
 """
 import json
-import math
 import re
 import shutil
-import signal
 import subprocess
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -28,8 +24,9 @@ import yaml
 from harness.agent import Agent
 from harness.clients import failing_handshakes, https_connections, keepalive_connections, plain_http_requests, resuming_connections
 from harness.metrics import parse_metrics
-from harness.procs import ROOT, free_port, stop_pid, wait_for
+from harness.procs import ROOT, free_port, wait_for
 from harness.servers import Nginx
+from harness.prometheus import Prometheus
 
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 RULES = ROOT / "deploy" / "prometheus" / "tlsprof-rules.yml"
@@ -147,53 +144,6 @@ def test_every_alert_has_a_runbook_section():
 
 
 # ------------------------------------------------------------------ a real Prometheus
-
-class Prometheus:
-    def __init__(self, workdir: Path, name: str, target: str, rule_file: Path):
-        self.port = free_port()
-        self.data = workdir / f"{name}-data"
-        self.data.mkdir(exist_ok=True)
-        cfg = workdir / f"{name}.yml"
-        cfg.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(rule_file)],
-            "scrape_configs": [{"job_name": "tlsprof", "static_configs": [{"targets": [target]}]}],
-        }))
-        self.log = workdir / f"{name}.log"
-        self.proc = subprocess.Popen(
-            ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={self.data}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
-        wait_for(self._ready, 60, f"prometheus to start ({self.log})")
-
-    def _ready(self):
-        assert self.proc.poll() is None, self.log.read_text()[-2000:]
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def api(self, path: str, **params):
-        url = f"http://127.0.0.1:{self.port}/api/v1/{path}?" + urllib.parse.urlencode(params, doseq=True)
-        try:
-            with urllib.request.urlopen(url, timeout=30) as r:
-                body = json.load(r)
-        except urllib.error.HTTPError as e:
-            raise AssertionError(f"{path} {params}: {e.read().decode()}")
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def query(self, expr: str, at: float | None = None):
-        return self.api("query", query=expr, **({"time": at} if at else {}))["result"]
-
-    def finite_points(self, expr: str, start: float, end: float) -> int:
-        res = self.api("query_range", query=expr, start=start, end=end, step=1)["result"]
-        return sum(1 for s in res for _, v in s["values"] if math.isfinite(float(v)))
-
-    def stop(self):
-        stop_pid(self.proc.pid, signal.SIGTERM, timeout=30)
-
 
 def short_for(workdir: Path) -> Path:
     """The shipped rules with every `for:` shortened to 2 s; nothing else changed."""

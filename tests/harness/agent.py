@@ -2,6 +2,7 @@
 does, and one-shot runs of the binary."""
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import signal
@@ -21,8 +22,12 @@ class Agent:
     """A running `tlsprof run`, scraped over HTTP like Prometheus does. It says which
     processes it has attached to (and watches the ports of) in its --ready-file."""
 
-    def __init__(self, *args: str, port: int | None = None, prefix: tuple = (), scan_interval: float = 0.5):
+    def __init__(self, *args: str, port: int | None = None, prefix: tuple = (), scan_interval: float = 0.5,
+                 ssl_context=None, auth: tuple[str, str] | None = None):
+        """ssl_context and auth: how to scrape an agent run with --web.config.file (https with
+        that context; basic auth with that user and password)."""
         self.port = port or free_port()
+        self.ssl_context, self.auth = ssl_context, auth
         self.log_path = Path(tempfile.mkstemp(prefix="tlsprof-agent-", suffix=".log")[1])
         self.log = open(self.log_path, "w+")
         # a directory any user may write in: the agent may run as an unprivileged user (prefix)
@@ -49,9 +54,24 @@ class Agent:
         self.log.flush()
         return self.log_path.read_text()
 
-    def scrape_text(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}/metrics"
+
+    def scrape_text(self, timeout: float = 5) -> str:
+        req = urllib.request.Request(self.url)
+        if self.auth:
+            token = base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
+            req.add_header("Authorization", f"Basic {token}")
+        with urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context) as r:
             return r.read().decode()
+
+    def rss(self) -> int:
+        """The agent's resident memory in bytes, from /proc."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
 
     def scrape(self):
         return parse_metrics(self.scrape_text())
