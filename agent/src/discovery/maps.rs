@@ -30,9 +30,9 @@ impl MapEntry<'_> {
 }
 
 /// The lines of a maps file that parse (the address, offset and inode in the kernel's
-/// formats).
+/// formats). Lines end at '\n' only: the kernel escapes that one in a path, not '\r'.
 pub fn parse(text: &str) -> impl Iterator<Item = MapEntry<'_>> {
-    text.lines().filter_map(|line| {
+    text.split('\n').filter_map(|line| {
         // address perms offset dev inode path: the path is the 6th field and may hold spaces
         let mut it = line.splitn(6, char::is_whitespace);
         let (range, perms, offset, dev, inode) = (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
@@ -49,9 +49,10 @@ pub fn parse(text: &str) -> impl Iterator<Item = MapEntry<'_>> {
     })
 }
 
-/// The maps file of a process ("self" for the agent).
+/// The maps file of a process ("self" for the agent). File names are bytes: one that is not
+/// UTF-8 (any user can make one and map it) must not hide the process's other mappings.
 pub fn read(pid: &str) -> io::Result<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+    Ok(String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/maps"))?).into_owned())
 }
 
 /// The file paths mapped by a process (as the process sees them), files deleted since left out.
@@ -105,6 +106,30 @@ mod tests {
         assert_eq!(all[7].file(), None, "[vdso] is not a file");
         assert_eq!(all[5].file(), Some("/usr/lib/libssl.so.3 (deleted)"));
         assert!(parse("garbage\n").next().is_none());
+    }
+
+    /// Found by fuzz::maps_lines: `lines()` took a path's trailing '\r' for part of the line
+    /// end, naming another file than the one mapped.
+    #[test]
+    fn path_ending_in_carriage_return() {
+        let text = "7f1c2d600000-7f1c2d601000 r-xp 00000000 fe:01 1319001    /tmp/libssl.so.3\r\n";
+        let m = parse(text).next().unwrap();
+        assert_eq!(m.path, "/tmp/libssl.so.3\r");
+    }
+
+    /// Issue 19 (found writing fuzz::maps_any_text): a path is bytes, and read_to_string
+    /// refused the whole file for one that is not UTF-8, hiding a process's libssl and code.
+    #[test]
+    fn path_not_utf8() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let dir = crate::cpu::symbols::fuzz::Scratch::new("maps-utf8");
+        let path = dir.0.join(std::ffi::OsStr::from_bytes(b"lib\xffname.so"));
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: a private read-only mapping of a file only this test writes.
+        let _map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        let text = read("self").unwrap();
+        assert!(files(&text).iter().any(|p| p.ends_with("lib\u{fffd}name.so")));
     }
 
     #[test]

@@ -156,7 +156,8 @@ impl<'d> Image<'d> {
     fn file_offset(&self, addr: u64) -> Option<u64> {
         self.file.segments().find_map(|seg| {
             let (off, size) = seg.file_range();
-            (addr >= seg.address() && addr < seg.address() + size).then(|| addr - seg.address() + off)
+            let d = addr.checked_sub(seg.address()).filter(|d| *d < size)?;
+            off.checked_add(d)
         })
     }
 
@@ -176,15 +177,16 @@ impl<'d> Image<'d> {
         let addr = *self.syms.get(func)?;
         let code = self.bytes_at(addr, 12)?;
         let (code, at) = if code.starts_with(&[0xf3, 0x0f, 0x1e, 0xfa]) {
-            (&code[4..], addr + 4)
+            (&code[4..], addr.wrapping_add(4))
         } else {
             (code, addr)
         };
         let imm32 = |b: &[u8]| Some(i32::from_le_bytes(b.try_into().ok()?));
         match code {
-            [0x48, 0x8d, 0x05, r0, r1, r2, r3, 0xc3, ..] => {
-                Some((at + 7).wrapping_add_signed(i64::from(imm32(&[*r0, *r1, *r2, *r3])?)))
-            }
+            [0x48, 0x8d, 0x05, r0, r1, r2, r3, 0xc3, ..] => Some(
+                at.wrapping_add(7)
+                    .wrapping_add_signed(i64::from(imm32(&[*r0, *r1, *r2, *r3])?)),
+            ),
             [0xb8, i0, i1, i2, i3, 0xc3, ..] => Some(u64::from(u32::from_le_bytes([*i0, *i1, *i2, *i3]))),
             [0x48, 0xc7, 0xc0, i0, i1, i2, i3, 0xc3, ..] => Some(i64::from(imm32(&[*i0, *i1, *i2, *i3])?) as u64),
             _ => None,
@@ -235,7 +237,8 @@ impl<'d> Image<'d> {
         };
         let (mut accept, mut connect) = (Vec::new(), Vec::new());
         for slot in 0..64u64 {
-            let (b, s, c) = (ptr(both + 8 * slot), ptr(server + 8 * slot), ptr(client + 8 * slot));
+            let at = |table: u64| ptr(table.wrapping_add(8 * slot));
+            let (b, s, c) = (at(both), at(server), at(client));
             match (b, s, c) {
                 (Some(b), Some(s), Some(c)) if b == s && s != c => accept.push(b),
                 (Some(b), Some(s), Some(c)) if b == c && c != s => connect.push(b),
@@ -245,7 +248,7 @@ impl<'d> Image<'d> {
         let is_code = |addr: u64| {
             self.file.sections().any(|s| {
                 use object::ObjectSection;
-                s.kind() == object::SectionKind::Text && addr >= s.address() && addr < s.address() + s.size()
+                s.kind() == object::SectionKind::Text && addr.checked_sub(s.address()).is_some_and(|d| d < s.size())
             })
         };
         match (accept.as_slice(), connect.as_slice()) {
@@ -380,6 +383,21 @@ mod tests {
             assert_eq!(api.source, HookSource::Api);
             assert!(api.do_handshake.is_some() && api.set_accept_state.is_some(), "{api:?}");
         }
+    }
+
+    /// Found by fuzz::openssl_in_elf_files (overflow-checked builds): a segment at the top
+    /// of the address space overflowed `address + size` and `addr - address + offset`.
+    #[test]
+    fn segments_at_the_top_of_the_address_space() {
+        use crate::cpu::symbols::fuzz::elf_with_segment;
+        let data = elf_with_segment(0x40, u64::MAX - 0x0f, 0x10);
+        let image = Image::parse(&data).unwrap();
+        assert_eq!(image.file_offset(u64::MAX), Some(0x4f));
+        assert_eq!(image.bytes_at(u64::MAX - 3, 4), Some(&data[0x4c..0x50]));
+        let data = elf_with_segment(u64::MAX - 3, 0x1000, 0x10);
+        let image = Image::parse(&data).unwrap();
+        assert_eq!(image.file_offset(0x1008), None, "offset + 8 overflows");
+        assert_eq!(image.hooks(HookMode::Auto), None);
     }
 
     #[test]

@@ -31,7 +31,8 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
 }
 
 pub fn stat(pid: u32) -> io::Result<ProcStat> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // comm is bytes: one that is not UTF-8 must not hide the process
+    let text = String::from_utf8_lossy(&fs::read(format!("/proc/{pid}/stat"))?).into_owned();
     parse_stat(&text).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc/PID/stat"))
 }
 
@@ -208,6 +209,27 @@ mod tests {
     fn self_usage_is_plausible() {
         let (cpu, rss) = self_usage().unwrap();
         assert!(cpu >= 0.0 && rss > 1 << 20, "cpu {cpu} rss {rss}");
+    }
+
+    /// Issue 19 (found writing fuzz::stat_lines): comm is bytes (prctl(PR_SET_NAME) sets
+    /// any), and read_to_string refused a stat whose comm is not UTF-8, hiding the process
+    /// and cutting ancestry walks through it.
+    #[test]
+    fn stat_with_comm_not_utf8() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+            unsafe { libc::prctl(libc::PR_SET_NAME, c"tls\xffprof".as_ptr()) };
+            // SAFETY: no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = wait.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let s = stat(tid);
+        drop(done);
+        t.join().unwrap();
+        assert_eq!(s.unwrap().comm, "tls\u{fffd}prof");
     }
 
     #[test]

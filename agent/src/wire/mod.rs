@@ -3,6 +3,8 @@
 //! probes saw on it (tracker.rs).
 #[cfg(test)]
 pub mod fixtures;
+#[cfg(test)]
+mod fuzz;
 pub mod tls;
 pub mod tracker;
 

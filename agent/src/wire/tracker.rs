@@ -12,7 +12,10 @@ use std::{
 };
 
 use super::tls::{self, Negotiated, Parsed};
-use crate::bpf::wire::{WireEvent, WIRE_END_ALERT, WIRE_END_CLOSED, WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_RECORD};
+use crate::{
+    bounds::{self, Dropped},
+    bpf::wire::{WireEvent, WIRE_END_ALERT, WIRE_END_CLOSED, WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_RECORD},
+};
 
 /// A connection: the socket's address and its accept time (conn_state.start_ns).
 pub type ConnId = (u64, u64);
@@ -25,6 +28,21 @@ const KEEP: Duration = Duration::from_secs(30);
 const STALE: Duration = Duration::from_secs(120);
 /// Plaintext kept per connection (the kernel copies at most 16 KiB).
 const MAX_PLAIN: usize = 16 * 1024;
+/// Captures in flight at most: handshakes under way at once (20,000 clients reconnecting
+/// at once after a restart; a client that stalls in its handshake keeps one until it
+/// answers or closes, or STALE), and their plaintext at most (TLS 1.2 flights carry the
+/// certificate chain, 2-5 KiB; TLS 1.3 ones only the ServerHello). At either bound the
+/// oldest sixteenth is dropped (their handshakes are not counted from the wire), counted:
+/// tlsprof_table_full_total{table="wire_captures"}.
+pub const MAX_CAPTURES: usize = 32_768;
+pub const MAX_CAPTURE_BYTES: usize = 64 << 20;
+/// Ended captures kept for late handshake events at most: KEEP at ~8,700 handshakes a
+/// second. When full, those older than KEEP_WHEN_FULL go (a handshake event comes within a
+/// ring-buffer poll of its capture's end), then the oldest, counted:
+/// tlsprof_table_full_total{table="wire_ended"}.
+pub const MAX_ENDED: usize = 1 << 18;
+/// How long an ended capture is kept while their table is full.
+const KEEP_WHEN_FULL: Duration = Duration::from_secs(5);
 
 struct Capture {
     netns: u32,
@@ -66,6 +84,10 @@ pub struct Tracker {
     caps: HashMap<ConnId, Capture>,
     ended: HashMap<ConnId, (Parsed, bool, Instant)>,
     ended_order: VecDeque<(ConnId, Instant)>,
+    /// Plaintext bytes the captures in flight hold.
+    plain_bytes: usize,
+    /// Entries dropped at the bounds, for the owner to export.
+    pub dropped: Dropped,
 }
 
 impl Tracker {
@@ -74,6 +96,8 @@ impl Tracker {
         let id = (e.sk, e.conn_start);
         match e.kind {
             WIRE_EV_DATA | WIRE_EV_RECORD => {
+                let more = if e.kind == WIRE_EV_DATA { e.data.len() } else { 0 };
+                self.make_room(!self.caps.contains_key(&id), more);
                 let c = self.caps.entry(id).or_insert_with(|| Capture {
                     netns: e.netns,
                     port: e.port,
@@ -83,7 +107,9 @@ impl Tracker {
                 });
                 if e.kind == WIRE_EV_DATA {
                     let room = MAX_PLAIN.saturating_sub(c.plain.len());
-                    c.plain.extend_from_slice(&e.data[..e.data.len().min(room)]);
+                    let n = e.data.len().min(room);
+                    c.plain.extend_from_slice(&e.data[..n]);
+                    self.plain_bytes += n;
                 } else if e.data.len() >= 5 {
                     c.sealed.push(u16::from(e.data[3]) << 8 | u16::from(e.data[4]));
                 }
@@ -91,6 +117,7 @@ impl Tracker {
             }
             WIRE_EV_END => {
                 let c = self.caps.remove(&id)?;
+                self.plain_bytes -= c.plain.len();
                 let p = tls::parse(&c.plain, &c.sealed, true);
                 let failed = p.alert || matches!(e.flags, WIRE_END_ALERT | WIRE_END_CLOSED);
                 let h = WireHandshake {
@@ -106,6 +133,7 @@ impl Tracker {
                 // nothing was negotiated (an alert, or closed before a ServerHello): the
                 // labels are other, and that is all there is to know
                 let settled = p.complete || (!p.hello && (h.alert || e.flags == WIRE_END_CLOSED));
+                self.make_room_ended(now);
                 self.ended.insert(id, (p, settled, now));
                 self.ended_order.push_back((id, now));
                 Some(h)
@@ -141,8 +169,35 @@ impl Tracker {
 
     /// Drops what no handshake event will ask for any more.
     pub fn expire(&mut self, now: Instant) {
+        self.expire_ended(|at| now.duration_since(at) >= KEEP);
+        let mut freed = 0;
+        self.caps.retain(|_, c| {
+            let keep = now.duration_since(c.since) < STALE;
+            if !keep {
+                freed += c.plain.len();
+            }
+            keep
+        });
+        self.plain_bytes -= freed;
+    }
+
+    /// Room for a `new` capture and `more` plaintext bytes: at either bound the oldest
+    /// sixteenth of the captures go, counted.
+    fn make_room(&mut self, new: bool, more: usize) {
+        let full = (new && self.caps.len() >= MAX_CAPTURES) || self.plain_bytes + more > MAX_CAPTURE_BYTES;
+        if !full || self.caps.is_empty() {
+            return;
+        }
+        let cap = self.caps.len().min(MAX_CAPTURES);
+        let out = bounds::evict_oldest(&mut self.caps, cap, |c| c.since);
+        self.plain_bytes -= out.iter().map(|(_, c)| c.plain.len()).sum::<usize>();
+        self.dropped.add("wire_captures", out.len() as u64);
+    }
+
+    /// Drops ended captures from the oldest on, while `done` says so of their end time.
+    fn expire_ended(&mut self, done: impl Fn(Instant) -> bool) {
         while let Some(&(id, at)) = self.ended_order.front() {
-            if now.duration_since(at) < KEEP {
+            if !done(at) {
                 break;
             }
             self.ended_order.pop_front();
@@ -150,7 +205,26 @@ impl Tracker {
                 self.ended.remove(&id);
             }
         }
-        self.caps.retain(|_, c| now.duration_since(c.since) < STALE);
+    }
+
+    /// Room for one more ended capture: those older than KEEP_WHEN_FULL go first, then the
+    /// oldest, counted.
+    fn make_room_ended(&mut self, now: Instant) {
+        if self.ended.len() < MAX_ENDED && self.ended_order.len() < 2 * MAX_ENDED {
+            return;
+        }
+        self.expire_ended(|at| now.duration_since(at) >= KEEP_WHEN_FULL);
+        let mut evicted = 0;
+        while self.ended.len() >= MAX_ENDED {
+            let Some((id, at)) = self.ended_order.pop_front() else {
+                break;
+            };
+            if self.ended.get(&id).is_some_and(|(_, _, t)| *t == at) {
+                self.ended.remove(&id);
+                evicted += 1;
+            }
+        }
+        self.dropped.add("wire_ended", evicted);
     }
 
     #[cfg(test)]
@@ -221,6 +295,74 @@ mod tests {
         assert!(h.ok && h.hello);
         // an END without a capture (lost events) says nothing
         assert!(t.on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0).is_none());
+    }
+
+    fn conn_ev(sk: u64, kind: u8, flags: u8, data: &[u8]) -> WireEvent {
+        WireEvent {
+            sk,
+            ..ev(kind, flags, data)
+        }
+    }
+
+    #[test]
+    fn captures_in_flight_are_bounded() {
+        let t0 = Instant::now();
+        let mut t = Tracker::default();
+        for i in 0..=MAX_CAPTURES as u64 {
+            let at = t0 + Duration::from_millis(i);
+            t.on_event(conn_ev(i, WIRE_EV_DATA, 0, &[22, 3, 3]), at);
+            assert!(t.in_flight() <= MAX_CAPTURES);
+        }
+        // the oldest sixteenth made room for the last
+        let evicted = (MAX_CAPTURES / 16) as u64;
+        assert_eq!(t.dropped.get("wire_captures"), evicted);
+        assert_eq!(t.in_flight(), MAX_CAPTURES + 1 - evicted as usize);
+        assert!(!t.caps.contains_key(&(evicted - 1, 42)) && t.caps.contains_key(&(evicted, 42)));
+        // more data of a capture in flight takes no room
+        t.on_event(conn_ev(evicted, WIRE_EV_DATA, 0, &[0]), t0);
+        assert_eq!(t.dropped.get("wire_captures"), evicted);
+        // what ends, expires or is evicted gives its bytes back
+        t.expire(t0 + STALE + Duration::from_secs(60));
+        assert_eq!((t.in_flight(), t.plain_bytes), (0, 0));
+    }
+
+    #[test]
+    fn captured_bytes_are_bounded() {
+        let t0 = Instant::now();
+        let mut t = Tracker::default();
+        let flight = vec![22u8; MAX_PLAIN];
+        let fit = MAX_CAPTURE_BYTES / MAX_PLAIN;
+        for i in 0..=fit as u64 {
+            t.on_event(conn_ev(i, WIRE_EV_DATA, 0, &flight), t0 + Duration::from_millis(i));
+            assert!(t.plain_bytes <= MAX_CAPTURE_BYTES);
+        }
+        let evicted = (fit / 16) as u64;
+        assert_eq!(t.dropped.get("wire_captures"), evicted);
+        assert_eq!(t.plain_bytes, (fit + 1 - evicted as usize) * MAX_PLAIN);
+        let ended = t.on_event(conn_ev(fit as u64, WIRE_EV_END, WIRE_END_CLOSED, &[]), t0);
+        assert!(ended.is_some());
+        assert_eq!(t.plain_bytes, (fit - evicted as usize) * MAX_PLAIN);
+    }
+
+    #[test]
+    fn ended_captures_are_bounded() {
+        let t0 = Instant::now();
+        let mut t = Tracker::default();
+        let alert = [21, 3, 3, 0, 2, 2, 40];
+        let end = |t: &mut Tracker, sk: u64, at: Instant| {
+            t.on_event(conn_ev(sk, WIRE_EV_DATA, 0, &alert), at);
+            t.on_event(conn_ev(sk, WIRE_EV_END, WIRE_END_ALERT, &[]), at).unwrap();
+        };
+        for sk in 0..MAX_ENDED as u64 + 10 {
+            end(&mut t, sk, t0);
+        }
+        // all as young: the oldest went, counted
+        assert_eq!((t.ended.len(), t.dropped.get("wire_ended")), (MAX_ENDED, 10));
+        assert!(matches!(t.lookup((10, 42)), Lookup::Ready(..)));
+        assert_eq!(t.lookup((9, 42)), Lookup::Wait);
+        // full of ends older than KEEP_WHEN_FULL: they go first, uncounted
+        end(&mut t, u64::MAX, t0 + KEEP_WHEN_FULL);
+        assert_eq!((t.ended.len(), t.dropped.get("wire_ended")), (1, 10));
     }
 
     #[test]

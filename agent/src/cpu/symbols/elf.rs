@@ -168,7 +168,7 @@ fn text_symbols<'d>(file: &object::File<'d>, dynamic: bool) -> Vec<(u64, u64, &'
     };
     let mut out: Vec<(u64, u64, &str)> = syms
         .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0 && s.size() > 0)
-        .filter_map(|s| Some((s.address(), s.address() + s.size(), s.name().ok()?)))
+        .filter_map(|s| Some((s.address(), s.address().checked_add(s.size())?, s.name().ok()?)))
         .map(|(a, e, n)| (a, e, n.split('@').next().unwrap_or(n)))
         .collect();
     out.sort_unstable_by_key(|f| (f.0, std::cmp::Reverse(f.1)));
@@ -305,8 +305,8 @@ impl FileSyms {
     pub fn vaddr(&self, off: u64) -> Option<u64> {
         self.segs
             .iter()
-            .find(|(o, _, size)| off >= *o && off < o + size)
-            .map(|(o, v, _)| off - o + v)
+            .find(|&&(o, _, size)| off.checked_sub(o).is_some_and(|d| d < size))
+            .and_then(|&(o, v, _)| v.checked_add(off - o))
     }
 
     pub fn is_tls(&self, vaddr: u64) -> bool {
@@ -354,8 +354,8 @@ impl FileSyms {
         let Some(off) = self
             .segs
             .iter()
-            .find(|(_, v, size)| vaddr >= *v && vaddr < v + size)
-            .map(|(o, v, _)| vaddr - v + o)
+            .find(|&&(_, v, size)| vaddr.checked_sub(v).is_some_and(|d| d < size))
+            .and_then(|&(o, v, _)| o.checked_add(vaddr - v))
         else {
             return false;
         };
@@ -418,6 +418,28 @@ mod tests {
             assert_eq!(follows_call(code, code.len()), want, "{code:02x?}");
         }
         assert!(!follows_call(&[0xFF, 0xE0], 2), "jmp *%rax is not a call");
+    }
+
+    /// Found by fuzz::elf_files (overflow-checked builds): a segment at the top of the
+    /// address space, or at a file offset there, overflowed `offset + size` and
+    /// `vaddr - start + offset` (a panic; in release builds a wrapped, wrong address).
+    #[test]
+    fn segments_at_the_top_of_the_address_space() {
+        use crate::cpu::symbols::fuzz::{elf_with_segment, Scratch};
+        let dir = Scratch::new("elf-top");
+        let path = dir.0.join("top");
+        std::fs::write(&path, elf_with_segment(0, u64::MAX, 0x10)).unwrap();
+        let f = FileSyms::load("/top", &path, &[], false).unwrap();
+        assert_eq!(f.vaddr(0), Some(u64::MAX));
+        assert_eq!(f.vaddr(1), None, "past the address space");
+        std::fs::write(&path, elf_with_segment(u64::MAX - 0x0f, u64::MAX - 0x0f, 0x10)).unwrap();
+        let f = FileSyms::load("/top", &path, &[], false).unwrap();
+        assert_eq!(f.vaddr(u64::MAX), Some(u64::MAX));
+        assert!(!f.follows_call(u64::MAX), "its file offset is past the file");
+        std::fs::write(&path, elf_with_segment(u64::MAX, 0x1000, 0x10)).unwrap();
+        let f = FileSyms::load("/top", &path, &[], false).unwrap();
+        assert_eq!(f.vaddr(u64::MAX), Some(0x1000), "offset + size overflows");
+        assert!(!f.follows_call(0x1005), "offset + (vaddr - start) overflows");
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! label combinations stays bounded whatever a client or server sends.
 
 mod cert;
+#[cfg(test)]
+pub(crate) mod fuzz;
 mod names;
 
 use cert::cert_from_chain;
@@ -81,7 +83,7 @@ impl Parsed {
 }
 
 /// SHA-256("HelloRetryRequest"): the random of a HelloRetryRequest.
-const HRR_RANDOM: [u8; 32] = [
+pub(super) const HRR_RANDOM: [u8; 32] = [
     0xCF, 0x21, 0xAD, 0x74, 0xE5, 0x9A, 0x61, 0x11, 0xBE, 0x1D, 0x8C, 0x02, 0x1E, 0x65, 0xB8, 0x91, 0xC2, 0xA2, 0x11,
     0x16, 0x7A, 0xBB, 0x8C, 0x5E, 0x07, 0x9E, 0x09, 0xE2, 0xC8, 0xA8, 0x33, 0x9C,
 ];
@@ -152,6 +154,9 @@ fn messages(plain: &[u8]) -> (Vec<(u8, Vec<u8>)>, bool, bool) {
     while let (Some(t), Some(len)) = (m.u8(), m.u24()) {
         let body = m.take(len).unwrap_or(m.0);
         let whole = body.len() == len;
+        if !whole && t == HS_SERVER_HELLO {
+            break; // cut short, its extensions (the version among them) are not known yet
+        }
         out.push((t, body.to_vec())); // the last one may be cut short
         if !whole {
             break;
@@ -498,6 +503,22 @@ mod tests {
                 resumed: true
             }
         );
+    }
+
+    /// Found by fuzz::truncations_at_every_length: a TLS 1.3 ServerHello cut inside its
+    /// key_share was taken as one without a key share, and with the encrypted records seen
+    /// the parse said complete with group `none`. Cut inside supported_versions, it read as
+    /// TLS 1.2. A ServerHello counts once it is whole.
+    #[test]
+    fn server_hello_cut_short_is_not_seen_yet() {
+        let sh = hello([1; 32], 0x1301, &[(0x002b, vec![3, 4]), (0x0033, share(29, 32))]);
+        let sealed = [40, 600, 71 + 25, 53];
+        for cut in [sh.len() - 10, sh.len() - 43] {
+            let p = parse(&record(22, &sh)[..5 + cut], &sealed, false);
+            assert!(!p.hello && !p.complete, "cut at {cut}: {p:?}");
+        }
+        let p = parse(&record(22, &sh), &sealed, false);
+        assert_eq!((p.labels().group, p.complete), ("x25519", true));
     }
 
     #[test]
