@@ -32,13 +32,40 @@ static __always_inline void stat_inc(__u32 idx)
 #define RB_LAZY(rb, size) \
 	(bpf_ringbuf_query((rb), BPF_RB_AVAIL_DATA) > (size) / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP)
 
-/* The value at key, created from init first if there is none; NULL when the map is full. */
-static __always_inline void *lookup_or_init(void *map, const void *key, const void *init)
+/* Errors of bpf_map_update_elem that say the map is full (vmlinux.h has no errno names). */
+#define E2BIG 7   /* a hash at max_entries */
+#define ENOMEM 12 /* no memory for the entry (LRU: no free node; no-prealloc: allocation failed) */
+
+/* An insert failed because the map is full: not because the key exists (BPF_NOEXIST racing
+ * another CPU) or any other reason. */
+static __always_inline bool map_full(long err)
+{
+	return err == -E2BIG || err == -ENOMEM;
+}
+
+/* Inserts value at key (flags: BPF_ANY, BPF_NOEXIST), counting `stat` when the map is full.
+ * True when the entry is in. */
+static __always_inline bool map_insert(void *map, const void *key, const void *value, __u64 flags, __u32 stat)
+{
+	long err = bpf_map_update_elem(map, key, value, flags);
+	if (map_full(err))
+		stat_inc(stat);
+	return err == 0;
+}
+
+/* The value at key, created from init first if there is none; NULL when the map is full
+ * (counted in `stat`). */
+static __always_inline void *lookup_or_init(void *map, const void *key, const void *init, __u32 stat)
 {
 	void *v = bpf_map_lookup_elem(map, key);
 	if (v)
 		return v;
-	bpf_map_update_elem(map, key, init, BPF_NOEXIST);
+	/* -EEXIST: another CPU created it meanwhile, which is as good */
+	long err = bpf_map_update_elem(map, key, init, BPF_NOEXIST);
+	if (map_full(err)) {
+		stat_inc(stat);
+		return NULL;
+	}
 	return bpf_map_lookup_elem(map, key);
 }
 

@@ -25,9 +25,14 @@
 
 #include "conn.h"
 
+/*
+ * The watched ports (CONN_PORTS_ENTRIES, conn.h), filled by the agent; entries are
+ * allocated as ports are added, not all at load.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, CONN_PORTS_ENTRIES);
 	__type(key, struct conn_port);
 	__type(value, struct conn_port_stats);
 } conn_ports SEC(".maps");

@@ -11,6 +11,13 @@
 #define CONN_PORT_LISTEN 1 /* a traced process listens here (set by the agent) */
 #define CONN_PORT_TLS 2    /* a connection accepted here carries TLS (set by the kernel) */
 
+/*
+ * Room in conn_ports: every port of one namespace (a process may listen on thousands). The
+ * agent watches no more (agent/src/agent/ports.rs) and counts a port it could not add in
+ * tlsprof_table_full_total{table="watched_ports"}.
+ */
+#define CONN_PORTS_ENTRIES 65536
+
 /* A listening port of a traced process (key of conn_ports, kept by the agent). */
 struct conn_port {
 	__u32 netns;

@@ -19,6 +19,7 @@
 #define TLSPROF_HANDSHAKE_BPF_H
 
 #include "handshake.h"
+#include "proc.h" /* PROC_TRACED_ENTRIES */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -27,7 +28,11 @@ struct {
 	__type(value, struct hs_thread);
 } hs_threads SEC(".maps");
 
-/* LRU: a connection whose SSL_free we never see (attached late) cannot leak. */
+/* LRU: a connection whose SSL_free we never see (attached late, probes detached by the
+ * budget, process gone) cannot leak; when full, the least recently used entry (such a
+ * leftover, well before a live handshake: 65536 is over three times 20,000 connections) is
+ * evicted, which the kernel does not count. An insert that fails all the same is
+ * ssl_map_full. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -46,7 +51,8 @@ struct {
  * The SSL object of a server handshake call that just returned without socket I/O of its
  * own (memory BIO, as in node), per thread: the thread's next write on a connection whose
  * handshake output is being captured carries that call's flight, so it links the two
- * (wire.bpf.h).
+ * (wire.bpf.h). LRU: entries of threads that never wrote again are evicted first; an
+ * insert that fails is hs_last_full.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -58,7 +64,7 @@ struct {
 /* Uprobe hits per traced process: the agent keeps their cost under its overhead budget. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
+	__uint(max_entries, PROC_TRACED_ENTRIES);
 	__type(key, __u32);
 	__type(value, struct hs_hits);
 } hs_hits SEC(".maps");
@@ -71,7 +77,7 @@ struct {
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
+	__uint(max_entries, PROC_TRACED_ENTRIES);
 	__type(key, __u32);
 	__type(value, __u64);
 } hs_detached SEC(".maps");
@@ -91,7 +97,7 @@ static __always_inline bool hs_before_detach(__u32 tgid, __u64 ns)
 static __always_inline void hs_count_hit(__u32 tgid, bool ret)
 {
 	struct hs_hits zero = {};
-	struct hs_hits *h = lookup_or_init(&hs_hits, &tgid, &zero);
+	struct hs_hits *h = lookup_or_init(&hs_hits, &tgid, &zero, STAT_HS_HITS_FULL);
 	if (!h)
 		return;
 	if (ret)
@@ -184,10 +190,9 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 		.depth = 1,
 		.role = role,
 	};
-	if (bpf_map_update_elem(&hs_threads, &tid, &nt, BPF_NOEXIST)) {
-		stat_inc(STAT_HS_THREAD_MAP_FULL);
+	/* a thread inserts only its own tid, which hs_live_thread found absent: no race */
+	if (!map_insert(&hs_threads, &tid, &nt, BPF_NOEXIST, STAT_HS_THREAD_MAP_FULL))
 		return 0;
-	}
 	__sync_fetch_and_add(&hs_active, 1);
 	hs_set_oncpu(tid);
 	return 0;
@@ -242,15 +247,13 @@ int BPF_KRETPROBE(hs_exit, int ret)
 		struct cpu_now *c = this_cpu();
 		if (c)
 			c->after_hs = tid;
-		bpf_map_update_elem(&hs_last, &tid, &key, BPF_ANY);
+		map_insert(&hs_last, &tid, &key, BPF_ANY, STAT_HS_LAST_FULL);
 	}
 
 	struct hs_state fresh = {};
-	struct hs_state *st = lookup_or_init(&hs_conns, &key, &fresh);
-	if (!st) {
-		stat_inc(STAT_HS_SSL_MAP_FULL);
+	struct hs_state *st = lookup_or_init(&hs_conns, &key, &fresh, STAT_HS_SSL_MAP_FULL);
+	if (!st)
 		return 0;
-	}
 	if (st->done)
 		return 0; /* post-handshake call (HAProxy calls SSL_do_handshake again) */
 	if (st->calls && hs_before_detach(key.tgid, st->last_ns)) {
@@ -287,8 +290,7 @@ static __always_inline int hs_set_role(void *ssl, __u8 role)
 	hs_count_hit(key.tgid, false);
 	/* a new connection, or an SSL object reused after SSL_clear: start afresh */
 	struct hs_state st = { .role = role };
-	if (bpf_map_update_elem(&hs_conns, &key, &st, BPF_ANY))
-		stat_inc(STAT_HS_SSL_MAP_FULL);
+	map_insert(&hs_conns, &key, &st, BPF_ANY, STAT_HS_SSL_MAP_FULL);
 	return 0;
 }
 

@@ -11,7 +11,7 @@
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
+	__uint(max_entries, PROC_TRACED_ENTRIES);
 	__type(key, __u32);
 	__type(value, struct proc_traced);
 } traced SEC(".maps");
@@ -30,8 +30,10 @@ static __always_inline struct proc_traced *proc_of(__u32 tgid)
 static __always_inline void proc_notify(__u32 kind, __u32 pid, __u32 parent)
 {
 	struct proc_notice *e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
-	if (!e)
-		return; /* the agent's periodic /proc scan catches up */
+	if (!e) {
+		stat_inc(STAT_PROC_EVENTS_FULL); /* the agent's periodic /proc scan catches up */
+		return;
+	}
 	e->kind = kind;
 	e->pid = pid;
 	e->parent = parent;

@@ -133,7 +133,9 @@ int BPF_PROG(req_recv_fexit, struct socket *sock, struct msghdr *msg, int flags,
 	return sk ? req_received(sk, ret, flags) : 0;
 }
 
-/* sock_recvmsg's arguments, per thread, from its entry to its return (kretprobe). */
+/* sock_recvmsg's arguments, per thread, from its entry to its return (kretprobe). LRU: an
+ * entry whose return was missed (kretprobe maxactive) is evicted first; an insert that fails
+ * is req_recv_calls_full. */
 struct req_recv_call {
 	__u64 sock;
 	__s32 flags;
@@ -152,7 +154,7 @@ int BPF_KPROBE(req_recv_entry, struct socket *sock, struct msghdr *msg, int flag
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct req_recv_call call = { .sock = (__u64)sock, .flags = flags };
-	bpf_map_update_elem(&req_recv_calls, &tid, &call, BPF_ANY);
+	map_insert(&req_recv_calls, &tid, &call, BPF_ANY, STAT_REQ_RECV_CALLS_FULL);
 	return 0;
 }
 

@@ -2,7 +2,9 @@
 /*
  * Every kernel-side failure path has a counter in the `stats` array (common.bpf.h); the
  * agent exports them as tlsprof_kernel_errors_total{kind} (agent/src/bpf/stats.rs mirrors
- * the indices, and the layout test checks them).
+ * the indices and names the kinds, and the layout test checks them). Every map the kernel
+ * side inserts into has one for "full" (docs/metrics.md, "Bounds"); the maps only the agent
+ * fills (traced, conn_ports, hs_detached) are counted by it, in tlsprof_table_full_total.
  */
 #ifndef TLSPROF_STATS_H
 #define TLSPROF_STATS_H
@@ -15,6 +17,10 @@
 #define STAT_CONN_STORAGE_FULL 5    /* a connection could not be tracked (no memory for its state) */
 #define STAT_SAMPLES_LOST 6         /* cpu_samples full: a CPU sample was dropped */
 #define STAT_WIRE_EVENTS_LOST 7     /* wire_events full: handshake bytes were dropped */
-#define STAT_MAX 8
+#define STAT_HS_HITS_FULL 8         /* hs_hits full: a process's probe hits were not counted */
+#define STAT_HS_LAST_FULL 9         /* hs_last: a memory-BIO handshake call could not be linked */
+#define STAT_PROC_EVENTS_FULL 10    /* proc_events full: a fork or exit was not reported */
+#define STAT_REQ_RECV_CALLS_FULL 11 /* req_recv_calls: a read's arguments could not be kept */
+#define STAT_MAX 12
 
 #endif

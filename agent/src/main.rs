@@ -1,6 +1,7 @@
 //! tlsprof: an eBPF-based, server-side TLS performance profiler. README.md's
 //! "Architecture" section maps each step to its folder.
 mod agent;
+mod bounds;
 mod bpf;
 mod cli;
 mod clock;

@@ -17,6 +17,7 @@ use std::{
 
 use super::targets::{UNLABELLED_INCOMPLETE, UNLABELLED_NO_CONNECTION};
 use crate::{
+    bounds,
     bpf::{handshake as hs, wire::WireEvent},
     metrics::{Metrics, ParamLabels, ReasonLabels, RoleLabels},
     wire::{tracker, Lookup, Negotiated, Tracker, WireHandshake},
@@ -45,13 +46,25 @@ pub struct Summary {
     pub duration_ns: u64,
 }
 
+/// Successful handshakes the probes saw waiting for their connection's parameters, at
+/// most: tracker::WAIT (2 s) of them at 30,000 handshakes a second. At the bound the oldest
+/// is counted at once with what is known (`incomplete`), and so is the bound:
+/// tlsprof_table_full_total{table="pending_handshakes"}.
+pub const MAX_PENDING: usize = 65_536;
+/// Rows of the summary printed at exit (process name x role x result), at most: beyond,
+/// a new name's handshakes are summed under `other`, counted:
+/// tlsprof_table_full_total{table="handshake_summary"}.
+pub const MAX_SUMMARY_ROWS: usize = 4096;
+
+type SummaryKey = (String, &'static str, &'static str);
+
 pub struct Handshakes {
     metrics: Arc<Metrics>,
     /// What servers sent during their handshakes, per connection.
     wire: Tracker,
     /// Successful handshakes the probes saw, waiting for their connection's parameters.
     pending: VecDeque<(hs::hs_event, Instant)>,
-    pub summary: BTreeMap<(String, &'static str, &'static str), Summary>,
+    pub summary: BTreeMap<SummaryKey, Summary>,
     /// The probes count handshakes (--exact, or no wire capture).
     exact: bool,
     /// The wire is captured (tcp_sendmsg_locked): handshakes can be labelled.
@@ -77,6 +90,7 @@ impl Handshakes {
                 self.on_wire_handshake(h, procs);
             }
         }
+        self.wire.dropped.export(&self.metrics);
     }
 
     /// A capture ended. For a server without handshake probes this is the handshake: a
@@ -96,7 +110,30 @@ impl Handshakes {
         if h.hello && !h.complete {
             self.count_unlabelled(&comm, UNLABELLED_INCOMPLETE);
         }
-        self.summary.entry((comm, "server", result)).or_default().count += 1;
+        self.row(comm, "server", result).count += 1;
+    }
+
+    /// A row of the summary; past its bound, a new name's go to `other`.
+    fn row(&mut self, comm: String, role: &'static str, result: &'static str) -> &mut Summary {
+        let mut key = (comm, role, result);
+        if self.summary.len() >= MAX_SUMMARY_ROWS && !self.summary.contains_key(&key) {
+            bounds::count(&self.metrics, "handshake_summary", 1);
+            key.0 = "other".into();
+        }
+        self.summary.entry(key).or_default()
+    }
+
+    /// A handshake waits for its connection's parameters; at the bound the oldest waiting is
+    /// counted now with what is known.
+    fn wait(&mut self, e: hs::hs_event, procs: &impl ProcInfo, now: Instant) {
+        if self.pending.len() >= MAX_PENDING {
+            if let Some((old, _)) = self.pending.pop_front() {
+                bounds::count(&self.metrics, "pending_handshakes", 1);
+                let (l, complete) = self.wire.give_up((old.conn_sk, old.conn_start));
+                self.count(&old, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs);
+            }
+        }
+        self.pending.push_back((e, now));
     }
 
     /// A handshake the probes saw: labelled by what its connection's server sent, which may
@@ -117,7 +154,7 @@ impl Handshakes {
             Lookup::Ready(l, complete) => self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs),
             // a failed handshake may have sent nothing: take what is known
             Lookup::Wait if e.result != hs::HS_RESULT_OK => self.count(&e, &self.wire.give_up(id).0, None, procs),
-            Lookup::Wait => self.pending.push_back((e, now)),
+            Lookup::Wait => self.wait(e, procs, now),
         }
     }
 
@@ -140,6 +177,7 @@ impl Handshakes {
     /// Drops captures no handshake event will ask for any more.
     pub fn expire(&mut self, now: Instant) {
         self.wire.expire(now);
+        self.wire.dropped.export(&self.metrics);
     }
 
     /// A handshake the probes timed. With --exact they count it too; otherwise a server's
@@ -170,7 +208,7 @@ impl Handshakes {
             };
             self.metrics.failed_handshake_cpu.get_or_create(&rl).inc_by(cpu);
         }
-        let s = self.summary.entry((comm, role, result)).or_default();
+        let s = self.row(comm, role, result);
         s.count += counts as u64;
         s.measured += 1;
         s.cpu_ns += e.cpu_ns;
@@ -187,10 +225,7 @@ impl Handshakes {
             .handshakes
             .get_or_create(&ParamLabels::new(comm, "server", &Negotiated::UNKNOWN).with_result("failed"))
             .inc_by(n);
-        self.summary
-            .entry((comm.to_string(), "server", "failed"))
-            .or_default()
-            .count += n;
+        self.row(comm.to_string(), "server", "failed").count += n;
     }
 
     fn count_unlabelled(&self, comm: &str, reason: &str) {
@@ -432,6 +467,49 @@ mod tests {
             );
             assert_eq!(unlabelled(&m, "nginx", UNLABELLED_NO_CONNECTION), 1);
         }
+    }
+
+    fn table_full(m: &Metrics, table: &str) -> u64 {
+        m.table_full
+            .get_or_create(&crate::metrics::TableLabels { table: table.into() })
+            .get()
+    }
+
+    #[test]
+    fn waiting_handshakes_are_bounded() {
+        let m = Arc::new(Metrics::new());
+        let mut h = Handshakes::new(m.clone(), true, true);
+        let (p, t0) = (procs(), Instant::now());
+        // handshakes whose connections' bytes never come
+        for conn in 0..MAX_PENDING as u64 + 3 {
+            h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 1000 + conn, 1000), &p, t0);
+            assert!(h.pending.len() <= MAX_PENDING);
+        }
+        // the oldest three were counted at once, with what was known
+        assert_eq!(h.pending.len(), MAX_PENDING);
+        assert_eq!(table_full(&m, "pending_handshakes"), 3);
+        assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 3);
+        assert_eq!(unlabelled(&m, "nginx", UNLABELLED_INCOMPLETE), 3);
+        h.flush(true, &p, t0);
+        assert_eq!(
+            count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN),
+            MAX_PENDING as u64 + 3
+        );
+    }
+
+    #[test]
+    fn the_summary_is_bounded() {
+        let m = Arc::new(Metrics::new());
+        let mut h = Handshakes::new(m.clone(), true, false);
+        for i in 0..MAX_SUMMARY_ROWS + 2 {
+            h.failed_without_tls(&format!("p{i}"), 1);
+        }
+        assert_eq!(h.summary.len(), MAX_SUMMARY_ROWS + 1, "the cap, and `other`");
+        assert_eq!(h.summary[&("other".into(), "server", "failed")].count, 2);
+        assert_eq!(table_full(&m, "handshake_summary"), 2);
+        // a row that exists still counts
+        h.failed_without_tls("p0", 1);
+        assert_eq!(h.summary[&("p0".into(), "server", "failed")].count, 2);
     }
 
     #[test]

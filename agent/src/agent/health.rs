@@ -17,8 +17,10 @@ pub struct Health {
 }
 
 impl Health {
-    /// tlsprof_kernel_errors_total{kind} (and tlsprof_events_lost_total) from bpf/stats.h.
-    pub fn sync_kernel(&mut self, k: &Kernel, m: &Metrics) {
+    /// tlsprof_kernel_errors_total{kind} (and tlsprof_events_lost_total) from bpf/stats.h;
+    /// tlsprof_table_full_total for what the agent could not put in a full kernel map.
+    pub fn sync_kernel(&mut self, k: &mut Kernel, m: &Metrics) {
+        k.full.export(m);
         for (i, &(idx, kind)) in STATS.iter().enumerate() {
             let Some(v) = k.stat(idx) else { continue };
             let delta = v.saturating_sub(self.stats_seen[i]);

@@ -210,6 +210,7 @@ fn export_setup(m: &Metrics, args: &RunArgs, exact: bool, k: &Kernel, hit_cost: 
             m.attach_failures.get_or_create(&ProbeLabels { probe }).inc();
         }
     }
+    crate::bounds::export_zero(m);
     for (capability, hook) in k.served.info() {
         m.kernel_hooks
             .get_or_create(&HookLabels {
@@ -292,7 +293,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     agent.split_cpu();
     agent.refresh_ports();
     agent.ports.churn.finish();
-    agent.health.sync_kernel(&agent.kernel, &agent.metrics);
+    agent.health.sync_kernel(&mut agent.kernel, &agent.metrics);
     if let Some(out) = agent.args.flamegraph.clone() {
         return agent.write_flamegraph(&out);
     }
@@ -340,7 +341,7 @@ fn event_loop(agent: &mut Agent) -> Result<()> {
         }
         if Instant::now() >= next_scan {
             agent.scan();
-            agent.health.sync_kernel(&agent.kernel, &agent.metrics);
+            agent.health.sync_kernel(&mut agent.kernel, &agent.metrics);
             agent.health.sync_self(&agent.metrics);
             agent.handshakes.expire(Instant::now());
             next_scan = Instant::now() + every;

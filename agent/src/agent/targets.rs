@@ -16,7 +16,8 @@ use super::{
     handshakes::ProcInfo,
 };
 use crate::{
-    bpf::{loader::Kernel, uprobes::Link},
+    bounds::{self, Dropped},
+    bpf::{loader::Kernel, proc::PROC_TRACED_ENTRIES, uprobes::Link},
     cli::RunArgs,
     clock::ktime_ns,
     cpu::Profiler,
@@ -50,23 +51,65 @@ struct Watched {
     vsize: u64,
 }
 
-/// ELF analysis of files by identity (device, inode, size, mtime).
-type HookCache = HashMap<(u64, u64, u64, i64), Option<HandshakeHooks>>;
+/// Processes traced at once, at most: half the kernel's `traced` map, the rest being for
+/// processes that exited and are not swept yet. Beyond, a selected process is not attached
+/// (it is looked at again at each scan), counted:
+/// tlsprof_table_full_total{table="traced_processes"} (as is one the kernel map refused).
+pub const MAX_TRACED: usize = PROC_TRACED_ENTRIES as usize / 2;
+/// Selected processes without a TLS stack (yet), watched for their memory map to grow, at
+/// most; beyond, one is examined again at every scan, counted: {table="watched_processes"}.
+pub const MAX_WATCHED: usize = 16_384;
+/// Files whose OpenSSL hooks are known (ELF analysis), at most; beyond, an arbitrary one
+/// is forgotten (read again if needed), counted: {table="hook_cache"}.
+pub const MAX_HOOK_FILES: usize = 1024;
+/// Names of processes that exited lately (cleared every minute), at most; beyond, the late
+/// events of one more are named from /proc or `unknown`, counted: {table="recent_exits"}.
+pub const MAX_RECENT_EXITS: usize = 16_384;
+/// Process names ever attached (their gauges go to 0 rather than away), at most; beyond, a
+/// new name's gauge stays at its last value when its processes are gone, counted:
+/// {table="attached_names"}.
+pub const MAX_NAMES: usize = 4096;
+/// Processes forgotten before their kernel map entries are swept at the next scan, at
+/// most: beyond, they are swept at once (nothing is lost).
+pub const MAX_UNSWEPT: usize = 1024;
+
+/// A file's identity: device, inode, size, mtime.
+type FileId = (u64, u64, u64, i64);
+
+/// ELF analysis of files by identity, at most MAX_HOOK_FILES.
+#[derive(Default)]
+struct HookCache {
+    files: HashMap<FileId, Option<HandshakeHooks>>,
+    /// Entries forgotten at the bound, not exported yet.
+    evicted: u64,
+}
+
+impl HookCache {
+    /// What is known of a file, else what `analyze` says of it, remembered.
+    fn get_or_analyze(
+        &mut self,
+        id: FileId,
+        analyze: impl FnOnce() -> Option<HandshakeHooks>,
+    ) -> Option<HandshakeHooks> {
+        if let Some(h) = self.files.get(&id) {
+            return h.clone();
+        }
+        self.evicted += bounds::make_room(&mut self.files, MAX_HOOK_FILES);
+        self.files.entry(id).or_insert_with(analyze).clone()
+    }
+}
 
 /// The OpenSSL hooks of every candidate file of a process.
 fn tls_files(pid: u32, cache: &mut HookCache, mode: HookMode) -> std::io::Result<Vec<(Candidate, HandshakeHooks)>> {
     let mut out = Vec::new();
     for c in openssl::candidates(pid)? {
-        let hooks = cache
-            .entry(c.identity)
-            .or_insert_with(|| match openssl::handshake_hooks(&c.host_path, mode) {
-                Ok(h) => h,
-                Err(e) => {
-                    log::debug!("{e}");
-                    None
-                }
-            })
-            .clone();
+        let hooks = cache.get_or_analyze(c.identity, || match openssl::handshake_hooks(&c.host_path, mode) {
+            Ok(h) => h,
+            Err(e) => {
+                log::debug!("{e}");
+                None
+            }
+        });
         if let Some(h) = hooks {
             out.push((c, h));
         }
@@ -121,6 +164,8 @@ pub struct Targets {
     ready_written: Option<BTreeMap<u32, String>>,
     /// --strict: the first attach failure, which ends the run.
     pub fatal: Option<String>,
+    /// Entries dropped at the bounds, exported at each scan.
+    dropped: Dropped,
 }
 
 impl Targets {
@@ -134,7 +179,7 @@ impl Targets {
             self_pid: std::process::id(),
             traced: HashMap::new(),
             watched: HashMap::new(),
-            hooks_cache: HashMap::new(),
+            hooks_cache: HookCache::default(),
             stack_memo: StackMemo::default(),
             recent_exits: HashMap::new(),
             ever_attached: BTreeSet::new(),
@@ -143,6 +188,7 @@ impl Targets {
             ready_file: args.ready_file.clone(),
             ready_written: None,
             fatal: None,
+            dropped: Dropped::default(),
         }
     }
 
@@ -187,6 +233,16 @@ impl Targets {
             }
             self.examine(pid, st.clone(), k, prof, m);
         }
+        self.export_dropped(m);
+    }
+
+    /// What the bounds dropped since the last export: tlsprof_table_full_total.
+    fn export_dropped(&mut self, m: &Metrics) {
+        self.dropped
+            .add("hook_cache", std::mem::take(&mut self.hooks_cache.evicted));
+        self.dropped
+            .add("stack_memo", std::mem::take(&mut self.stack_memo.evicted));
+        self.dropped.export(m);
     }
 
     /// A traced process forked: the child is attached at once if it is selected (nginx -s
@@ -209,6 +265,7 @@ impl Targets {
             return false;
         }
         self.examine(pid, st, k, prof, m);
+        self.export_dropped(m);
         true
     }
 
@@ -220,6 +277,12 @@ impl Targets {
 
     /// Attaches to a selected process if it carries a TLS stack, else watches it.
     fn examine(&mut self, pid: u32, st: ProcStat, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) {
+        if !self.room_to_trace(pid, &st.comm) {
+            return;
+        }
+        // Named now, beside the comm just read: attaching takes a while, and a process that
+        // renames itself meanwhile would be named from two different moments.
+        let name = procfs::process_name(pid, &st.comm);
         let files = tls_files(pid, &mut self.hooks_cache, self.hooks).unwrap_or_else(|e| {
             log::debug!("cannot read the memory map of {pid} ({}): {e}", st.comm);
             Vec::new()
@@ -232,15 +295,16 @@ impl Targets {
                     "attached to {pid} ({}): TLS stack {stack}, no handshake probes",
                     st.comm
                 );
-                self.track(pid, st, None, k, prof, m);
-                self.ready.push(msg);
+                if self.track(pid, st, name, None, k, prof, m) {
+                    self.ready.push(msg);
+                }
                 return;
             }
             let watched = Watched {
                 start_time: st.start_time,
                 vsize: st.vsize,
             };
-            self.watched.insert(pid, watched);
+            self.watch(pid, watched);
             return;
         }
         self.watched.remove(&pid);
@@ -262,9 +326,10 @@ impl Targets {
         let links = self.attach_first(pid, &st.comm, &plan, k, m);
         let duty = (!self.exact && !links.is_empty()).then(|| Duty::new(self.overhead_budget, Instant::now(), 0.0));
         let probes = Probes::new(plan, links, duty, ktime_ns());
-        self.track(pid, st, Some(probes), k, prof, m);
-        // logged once everything is in place: operators read it as "ready"
-        self.ready.extend(attached);
+        if self.track(pid, st, name, Some(probes), k, prof, m) {
+            // logged once everything is in place: operators read it as "ready"
+            self.ready.extend(attached);
+        }
     }
 
     /// Attaches a process's handshake probes for the first time: a failure is counted and
@@ -295,14 +360,20 @@ impl Targets {
         &mut self,
         pid: u32,
         st: ProcStat,
+        name: String,
         probes: Option<Probes>,
         k: &mut Kernel,
         prof: &mut Profiler,
         m: &Metrics,
-    ) {
-        k.trace(pid);
-        let name = procfs::process_name(pid, &st.comm);
-        if self.ever_attached.insert(name.clone()) {
+    ) -> bool {
+        if !k.trace(pid) {
+            // the kernel's traced map is full (Kernel counts it): not attached after all
+            if let Some(p) = probes {
+                k.detach_later(pid, p.links);
+            }
+            return false;
+        }
+        if self.first_attach(&name) {
             // Exported at zero from the start, so that rate() sees the first increment.
             for reason in [UNLABELLED_NO_CONNECTION, UNLABELLED_INCOMPLETE] {
                 let _ = m.handshakes_unlabelled.get_or_create(&ReasonLabels {
@@ -324,6 +395,7 @@ impl Targets {
             },
         );
         self.export_gauges(m);
+        true
     }
 
     fn forget(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {
@@ -331,9 +403,53 @@ impl Targets {
             log::debug!("forgetting {pid} ({})", t.name);
             k.detach_later(pid, t.probes.map(|p| p.links).unwrap_or_default());
             prof.remove(pid, k.oncpu_ns(pid));
-            self.recent_exits.insert(pid, t.name);
+            self.remember_exit(pid, t.name);
             self.exited.push(pid);
+            if self.exited.len() >= MAX_UNSWEPT {
+                k.sweep(&std::mem::take(&mut self.exited));
+            }
         }
+    }
+
+    /// Whether one more process may be traced (MAX_TRACED); counted when not.
+    fn room_to_trace(&mut self, pid: u32, comm: &str) -> bool {
+        if self.traced.len() < MAX_TRACED {
+            return true;
+        }
+        log::debug!("not attaching to {pid} ({comm}): {MAX_TRACED} processes traced already");
+        self.dropped.add("traced_processes", 1);
+        false
+    }
+
+    /// A selected process without a TLS stack, watched within MAX_WATCHED.
+    fn watch(&mut self, pid: u32, w: Watched) {
+        if self.watched.len() >= MAX_WATCHED && !self.watched.contains_key(&pid) {
+            self.dropped.add("watched_processes", 1);
+            return;
+        }
+        self.watched.insert(pid, w);
+    }
+
+    /// The name of a process that exited, kept within MAX_RECENT_EXITS.
+    fn remember_exit(&mut self, pid: u32, name: String) {
+        if self.recent_exits.len() >= MAX_RECENT_EXITS && !self.recent_exits.contains_key(&pid) {
+            self.dropped.add("recent_exits", 1);
+            return;
+        }
+        self.recent_exits.insert(pid, name);
+    }
+
+    /// A name attached for the first time: remembered within MAX_NAMES.
+    fn first_attach(&mut self, name: &str) -> bool {
+        if self.ever_attached.contains(name) {
+            return false;
+        }
+        if self.ever_attached.len() >= MAX_NAMES {
+            self.dropped.add("attached_names", 1);
+        } else {
+            self.ever_attached.insert(name.to_string());
+        }
+        true
     }
 
     /// Says which processes are ready: the "attached to" lines, once their listening ports
@@ -437,7 +553,7 @@ fn write_atomically(path: &Path, text: &str) -> Result<()> {
 
 /// `--pid` must name a live process that carries a TLS stack, itself or in a child.
 pub fn check_pids(pids: &[u32]) -> Result<()> {
-    let mut cache = HashMap::new();
+    let mut cache = HookCache::default();
     let mut memo = StackMemo::default();
     let mut has_tls = |pid: u32, cache: &mut HookCache| -> Result<bool> {
         let files = tls_files(pid, cache, HookMode::Auto)?;
@@ -468,4 +584,82 @@ pub fn check_pids(pids: &[u32]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::TargetArgs;
+
+    fn targets() -> Targets {
+        Targets::new(&RunArgs::embedded(TargetArgs::default()), false)
+    }
+
+    fn traced(name: &str) -> Traced {
+        Traced {
+            name: name.into(),
+            comm: name.into(),
+            start_time: 0,
+            probes: None,
+        }
+    }
+
+    #[test]
+    fn tables_of_processes_are_bounded() {
+        let mut t = targets();
+        for pid in 0..MAX_TRACED as u32 {
+            assert!(t.room_to_trace(pid, "nginx"));
+            t.traced.insert(pid, traced("nginx"));
+        }
+        assert!(!t.room_to_trace(1_000_000, "nginx"));
+        for pid in 0..MAX_WATCHED as u32 + 3 {
+            t.watch(
+                pid,
+                Watched {
+                    start_time: 0,
+                    vsize: 0,
+                },
+            );
+        }
+        for pid in 0..MAX_RECENT_EXITS as u32 + 4 {
+            t.remember_exit(pid, "nginx".into());
+        }
+        for i in 0..MAX_NAMES + 5 {
+            assert!(t.first_attach(&format!("name{i}")));
+        }
+        assert!(!t.first_attach("name0"), "remembered");
+        assert_eq!(
+            (t.watched.len(), t.recent_exits.len(), t.ever_attached.len()),
+            (MAX_WATCHED, MAX_RECENT_EXITS, MAX_NAMES)
+        );
+        for (table, n) in [
+            ("traced_processes", 1),
+            ("watched_processes", 3),
+            ("recent_exits", 4),
+            ("attached_names", 5),
+        ] {
+            assert_eq!(t.dropped.get(table), n, "{table}");
+        }
+        let m = Metrics::new();
+        t.export_dropped(&m);
+        assert_eq!(t.dropped.get("recent_exits"), 0, "exported");
+        let exported = m
+            .table_full
+            .get_or_create(&crate::metrics::TableLabels {
+                table: "recent_exits".into(),
+            })
+            .get();
+        assert_eq!(exported, 4);
+    }
+
+    #[test]
+    fn the_hook_cache_is_bounded() {
+        let mut c = HookCache::default();
+        for i in 0..MAX_HOOK_FILES as u64 + 7 {
+            assert!(c.get_or_analyze((1, i, 0, 0), || None).is_none());
+        }
+        assert_eq!((c.files.len(), c.evicted), (MAX_HOOK_FILES, 7));
+        let last = (1, MAX_HOOK_FILES as u64 + 6, 0, 0);
+        assert!(c.get_or_analyze(last, || panic!("analyzed again")).is_none());
+    }
 }

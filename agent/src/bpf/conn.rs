@@ -3,6 +3,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub const CONN_PORT_LISTEN: u32 = 1;
 pub const CONN_PORT_TLS: u32 = 2;
+/// Room in conn_ports: the agent watches no more ports (agent/ports.rs).
+pub const CONN_PORTS_ENTRIES: u32 = 65536;
 pub const CONN_BY_SERVER: u8 = 1;
 pub const CONN_BY_CLIENT: u8 = 2;
 pub const CONN_BY_RESET: u8 = 3;

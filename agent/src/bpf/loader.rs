@@ -23,7 +23,7 @@ use super::{
     uprobes::{self, Detacher},
     wire::WireEvent,
 };
-use crate::clock::ktime_ns;
+use crate::{bounds::Dropped, clock::ktime_ns};
 
 /// Where each connection's state lives (bpf/conn.bpf.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +126,9 @@ pub struct Kernel {
     pub(super) detacher: Detacher,
     /// Handed to the Profiler (take_samples).
     cpu_samples: Option<RingBuf<MapData>>,
+    /// Entries the agent could not put in a full map (traced, conn_ports, hs_detached) or
+    /// queue (the detacher's): exported by agent/health.rs.
+    pub full: Dropped,
 }
 
 fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T>
@@ -300,6 +303,7 @@ impl Kernel {
             traced: take(&mut ebpf, "traced")?,
             cpu_samples: Some(take(&mut ebpf, "cpu_samples")?),
             detacher: Detacher::start()?,
+            full: Dropped::default(),
             ebpf,
         })
     }
@@ -309,9 +313,15 @@ impl Kernel {
         self.cpu_samples.take()
     }
 
-    /// Adds a process to the traced set (forks, exit, CPU accounting, samples).
-    pub fn trace(&mut self, pid: u32) {
-        let _ = self.traced.insert(pid, proc_traced::default(), 0);
+    /// Adds a process to the traced set (forks, exit, CPU accounting, samples). False, and
+    /// counted (traced_processes), when the map has no room.
+    pub fn trace(&mut self, pid: u32) -> bool {
+        let ok = self.traced.insert(pid, proc_traced::default(), 0);
+        if let Err(e) = &ok {
+            log::debug!("cannot add {pid} to the traced set: {e}");
+            self.full.add("traced_processes", 1);
+        }
+        ok.is_ok()
     }
 
     /// Removes a process from the traced set.
@@ -332,7 +342,9 @@ impl Kernel {
     /// A process's handshake probes are gone: calls entered before now never return
     /// through them (bpf/handshake.bpf.h, hs_detached).
     pub fn mark_detached(&mut self, pid: u32) {
-        let _ = self.hs_detached.insert(pid, ktime_ns(), 0);
+        if self.hs_detached.insert(pid, ktime_ns(), 0).is_err() {
+            self.full.add("hs_detached", 1);
+        }
     }
 
     /// A watched port's kernel-side state (flags, accepted count).
@@ -340,15 +352,22 @@ impl Kernel {
         self.conn_ports.get(key, 0).ok()
     }
 
-    /// Starts watching a listening port (a no-op for one already watched).
-    pub fn watch_port(&mut self, key: &conn_port) {
-        if self.port(key).is_none() {
-            let fresh = conn_port_stats {
-                flags: cn::CONN_PORT_LISTEN,
-                ..Default::default()
-            };
-            let _ = self.conn_ports.insert(key, fresh, 0);
+    /// Starts watching a listening port (a no-op for one already watched). False, and
+    /// counted (watched_ports), when the map has no room.
+    pub fn watch_port(&mut self, key: &conn_port) -> bool {
+        if self.port(key).is_some() {
+            return true;
         }
+        let fresh = conn_port_stats {
+            flags: cn::CONN_PORT_LISTEN,
+            ..Default::default()
+        };
+        let ok = self.conn_ports.insert(key, fresh, 0);
+        if let Err(e) = &ok {
+            log::debug!("cannot watch port {} (netns {}): {e}", key.port, key.netns);
+            self.full.add("watched_ports", 1);
+        }
+        ok.is_ok()
     }
 
     pub fn unwatch_port(&mut self, key: &conn_port) {

@@ -1,5 +1,7 @@
 //! Mirror of bpf/proc.h: the traced set, and forks and exits of traced processes.
 
+/// Room in `traced`, hs_hits and hs_detached (the agent traces at most half as many).
+pub const PROC_TRACED_ENTRIES: u32 = 8192;
 pub const PROC_EV_FORK: u32 = 1;
 pub const PROC_EV_EXIT: u32 = 2;
 

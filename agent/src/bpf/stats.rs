@@ -8,9 +8,15 @@ pub const STAT_CONN_EVENTS_LOST: u32 = 4;
 pub const STAT_CONN_STORAGE_FULL: u32 = 5;
 pub const STAT_SAMPLES_LOST: u32 = 6;
 pub const STAT_WIRE_EVENTS_LOST: u32 = 7;
-pub const STAT_MAX: u32 = 8;
+pub const STAT_HS_HITS_FULL: u32 = 8;
+pub const STAT_HS_LAST_FULL: u32 = 9;
+pub const STAT_PROC_EVENTS_FULL: u32 = 10;
+pub const STAT_REQ_RECV_CALLS_FULL: u32 = 11;
+pub const STAT_MAX: u32 = 12;
 
 /// Each counter and the `kind` label it is exported under (tlsprof_kernel_errors_total).
+/// The first eight keep the names dashboards and alerts know; a map added since is
+/// `<map>_full`.
 pub const STATS: [(u32, &str); STAT_MAX as usize] = [
     (STAT_HS_EVENTS_LOST, "events_lost"),
     (STAT_HS_THREAD_MAP_FULL, "thread_map_full"),
@@ -20,4 +26,8 @@ pub const STATS: [(u32, &str); STAT_MAX as usize] = [
     (STAT_CONN_STORAGE_FULL, "conn_storage_full"),
     (STAT_SAMPLES_LOST, "samples_lost"),
     (STAT_WIRE_EVENTS_LOST, "wire_events_lost"),
+    (STAT_HS_HITS_FULL, "hs_hits_full"),
+    (STAT_HS_LAST_FULL, "hs_last_full"),
+    (STAT_PROC_EVENTS_FULL, "proc_events_full"),
+    (STAT_REQ_RECV_CALLS_FULL, "req_recv_calls_full"),
 ];

@@ -4,7 +4,7 @@
 use std::{
     num::NonZeroU32,
     path::Path,
-    sync::mpsc::{self, Receiver, Sender},
+    sync::mpsc::{self, Receiver, SyncSender, TrySendError},
 };
 
 use anyhow::{Context as _, Result};
@@ -54,31 +54,46 @@ pub(super) fn load(ebpf: &mut Ebpf) -> Result<()> {
     Ok(())
 }
 
+/// Processes whose probes wait for the detacher thread, at most. Beyond (a burst of exits
+/// faster than the kernel's grace periods), a process's probes are detached on the event
+/// loop itself, which then waits, and counted: tlsprof_table_full_total{table="detach_queue"}.
+pub const MAX_DETACH_QUEUE: usize = 1024;
+
+/// Detaches probes: each removal waits for a grace period of its own, so in parallel.
+fn detach_all(links: Vec<UProbeLink>) {
+    std::thread::scope(|s| {
+        for link in links {
+            s.spawn(move || drop(link));
+        }
+    });
+}
+
 /// The detacher thread, and its answers: which process's probes are gone.
 pub(super) struct Detacher {
-    work: Sender<(u32, Vec<UProbeLink>)>,
+    work: SyncSender<(u32, Vec<UProbeLink>)>,
     done: Receiver<u32>,
+    /// Processes whose probes were detached here, the queue being full.
+    done_here: Vec<u32>,
 }
 
 impl Detacher {
     pub(super) fn start() -> Result<Self> {
-        let (work, todo) = mpsc::channel::<(u32, Vec<UProbeLink>)>();
+        let (work, todo) = mpsc::sync_channel::<(u32, Vec<UProbeLink>)>(MAX_DETACH_QUEUE);
         let (done_tx, done) = mpsc::channel();
         std::thread::Builder::new()
             .name("detacher".into())
             .spawn(move || {
                 for (pid, links) in todo {
-                    // each removal waits for a grace period of its own: in parallel
-                    std::thread::scope(|s| {
-                        for link in links {
-                            s.spawn(move || drop(link));
-                        }
-                    });
+                    detach_all(links);
                     let _ = done_tx.send(pid);
                 }
             })
             .context("cannot start a thread")?;
-        Ok(Self { work, done })
+        Ok(Self {
+            work,
+            done,
+            done_here: Vec::new(),
+        })
     }
 }
 
@@ -114,12 +129,25 @@ impl Kernel {
                 owned.push(link);
             }
         }
-        // if the thread is gone, the links are dropped (detached) here with the message
-        let _ = self.detacher.work.send((pid, owned));
+        // With the queue full (or the thread gone) the links are dropped, detached, here.
+        match self.detacher.work.try_send((pid, owned)) {
+            Ok(()) => {}
+            Err(TrySendError::Full((_, links))) => {
+                self.full.add("detach_queue", 1);
+                detach_all(links);
+                self.detacher.done_here.push(pid);
+            }
+            Err(TrySendError::Disconnected((_, links))) => {
+                detach_all(links);
+                self.detacher.done_here.push(pid);
+            }
+        }
     }
 
     /// Processes whose probes the detacher thread has removed since the last call.
-    pub fn detached(&self) -> Vec<u32> {
-        self.detacher.done.try_iter().collect()
+    pub fn detached(&mut self) -> Vec<u32> {
+        let mut out = std::mem::take(&mut self.detacher.done_here);
+        out.extend(self.detacher.done.try_iter());
+        out
     }
 }

@@ -10,8 +10,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::sockdiag::{self, DiagSocket, SockDiag};
+use super::sockdiag::{self, SockDiag};
 use crate::{
+    bounds,
     bpf::conn as cn,
     metrics::{ClosedByLabels, Metrics, OnlyPortLabels, PortLabels},
 };
@@ -29,19 +30,24 @@ type Tuple = (u32, IpAddr, u16, IpAddr, u16);
 pub struct Churn {
     metrics: Arc<Metrics>,
     /// One sock_diag socket per network namespace; None where it could not be opened.
+    /// (Bounded by the namespaces of the traced processes.)
     diag: HashMap<u32, Option<SockDiag>>,
     pending: HashMap<Tuple, Pending>,
-    /// Accepted counts already exported, per port (the kernel counts since the port was added).
+    /// Accepted counts already exported, per port (the kernel counts since the port was
+    /// added; bounded by the watched ports).
     accepted_seen: HashMap<cn::conn_port, u64>,
-    /// Ports whose TIME_WAIT gauge was set: a port that goes away is removed.
+    /// Ports whose TIME_WAIT gauge was set: a port that goes away is removed (at most the
+    /// 65,536 port numbers).
     gauged: HashSet<u16>,
     /// A FIN_WAIT2 timewait socket lives this long without the client's FIN (tcp_fin_timeout).
     fin_timeout: Duration,
 }
 
-/// More unsettled connections than this and the oldest are settled as server-closed
-/// without TIME_WAIT (a client that never sends its FIN leaves them for tcp_fin_timeout).
-const MAX_PENDING: usize = 1 << 18;
+/// More unsettled connections than this and the oldest sixteenth are settled as
+/// server-closed without TIME_WAIT (a client that never sends its FIN leaves them for
+/// tcp_fin_timeout: 60 s of closes at 4,000 a second), counted:
+/// tlsprof_table_full_total{table="unsettled_connections"}.
+pub const MAX_PENDING: usize = 1 << 18;
 
 impl Churn {
     pub fn new(metrics: Arc<Metrics>) -> Self {
@@ -95,10 +101,10 @@ impl Churn {
             .get_or_create(&labels)
             .observe(f64::from(e.requests));
         if e.time_wait == cn::CONN_TW_MAYBE && self.diag.get(&e.netns).is_some_and(Option::is_some) {
-            if self.pending.len() >= MAX_PENDING {
+            let key = (e.netns, e.local(), e.port, e.remote(), e.dport);
+            if !self.pending.contains_key(&key) {
                 self.settle_oldest();
             }
-            let key = (e.netns, e.local(), e.port, e.remote(), e.dport);
             self.pending.insert(
                 key,
                 Pending {
@@ -115,13 +121,13 @@ impl Churn {
         self.ended(comm, e.port, cn::closed_by_label(e.closed_by), tw);
     }
 
+    /// At the bound: the oldest unsettled connections are settled as the kernel said at
+    /// close time (server-closed), without TIME_WAIT.
     fn settle_oldest(&mut self) {
-        let mut v: Vec<(Tuple, Instant)> = self.pending.iter().map(|(k, p)| (*k, p.closed)).collect();
-        v.sort_by_key(|(_, t)| *t);
-        for (k, _) in v.into_iter().take(MAX_PENDING / 8) {
-            if let Some(p) = self.pending.remove(&k) {
-                self.ended(&p.comm, p.port, "server", false);
-            }
+        let out = bounds::evict_oldest(&mut self.pending, MAX_PENDING, |p| p.closed);
+        bounds::count(&self.metrics, "unsettled_connections", out.len() as u64);
+        for (_, p) in out {
+            self.ended(&p.comm, p.port, "server", false);
         }
     }
 
@@ -169,11 +175,18 @@ impl Churn {
             .as_ref()
     }
 
-    /// The listening sockets (local port, inode) of a namespace, or None without sock_diag.
-    pub fn listeners(&mut self, netns: u32, ns_path: &Path) -> Option<Vec<(u16, u64)>> {
+    /// The listening sockets (local port, inode) of a namespace among `inodes` (those of
+    /// the traced processes: the others are never kept), or None without sock_diag.
+    pub fn listeners(&mut self, netns: u32, ns_path: &Path, inodes: &HashSet<u64>) -> Option<Vec<(u16, u64)>> {
         let d = self.diag_for(netns, ns_path)?;
-        let socks = d.dump_all(1 << sockdiag::TCP_LISTEN, &[]).ok()?;
-        Some(socks.into_iter().map(|s| (s.sport, u64::from(s.inode))).collect())
+        let mut out = Vec::new();
+        d.for_each_all(1 << sockdiag::TCP_LISTEN, &[], &mut |s| {
+            if inodes.contains(&u64::from(s.inode)) {
+                out.push((s.sport, u64::from(s.inode)));
+            }
+        })
+        .ok()?;
+        Some(out)
     }
 
     /// Reads the TIME_WAIT sockets of the watched ports (and the FIN_WAIT2 ones where
@@ -184,30 +197,40 @@ impl Churn {
         let mut found: HashMap<u32, (HashSet<Tuple>, HashSet<Tuple>)> = HashMap::new();
         for (&netns, (path, ports)) in namespaces {
             let want_fw2 = self.pending.keys().any(|k| k.0 == netns);
-            let Some(d) = self.diag_for(netns, path) else { continue };
+            if self.diag_for(netns, path).is_none() {
+                continue;
+            }
+            let Some(Some(d)) = self.diag.get(&netns) else { continue };
             let mut states = 1 << sockdiag::TCP_TIME_WAIT;
             if want_fw2 {
                 states |= 1 << sockdiag::TCP_FIN_WAIT2;
             }
-            let socks: Vec<DiagSocket> = match d.dump_all(states, ports) {
-                Ok(s) => s,
-                Err(e) => {
-                    log::debug!("sock_diag dump in namespace {netns} failed: {e}");
-                    continue;
+            // Counted as they come; only the unsettled connections' sockets are kept.
+            let (mut tw, mut fw2) = (HashSet::new(), HashSet::new());
+            let mut counts: HashMap<u16, i64> = HashMap::new();
+            let watched: HashSet<u16> = ports.iter().copied().collect();
+            let pending = &self.pending;
+            let dumped = d.for_each_all(states, ports, &mut |s| {
+                if !watched.contains(&s.sport) {
+                    return;
                 }
-            };
-            let (tw, fw2) = found.entry(netns).or_default();
-            for s in socks.iter().filter(|s| ports.contains(&s.sport)) {
                 let t = (netns, s.local, s.sport, s.remote, s.dport);
                 if s.state == sockdiag::TCP_TIME_WAIT {
-                    *per_port.entry(s.sport).or_default() += 1;
-                    tw.insert(t);
-                } else if s.state == sockdiag::TCP_FIN_WAIT2 {
+                    *counts.entry(s.sport).or_default() += 1;
+                    if pending.contains_key(&t) {
+                        tw.insert(t);
+                    }
+                } else if s.state == sockdiag::TCP_FIN_WAIT2 && pending.contains_key(&t) {
                     fw2.insert(t);
                 }
+            });
+            if let Err(e) = dumped {
+                log::debug!("sock_diag dump in namespace {netns} failed: {e}");
+                continue;
             }
+            found.insert(netns, (tw, fw2));
             for p in ports {
-                per_port.entry(*p).or_default();
+                *per_port.entry(*p).or_default() += counts.get(p).copied().unwrap_or(0);
             }
         }
         for (port, n) in &per_port {
@@ -344,6 +367,30 @@ mod tests {
         c.retain_namespaces(&HashSet::new());
         assert!(c.pending.is_empty());
         assert_eq!((value(&m, "server"), tw(&m)), (3, 2));
+    }
+
+    #[test]
+    fn unsettled_connections_are_bounded() {
+        let m = Arc::new(Metrics::new());
+        let mut c = Churn::new(m.clone());
+        c.diag.insert(7, Some(SockDiag::open().unwrap()));
+        // client ports and addresses enough for every one to be another connection
+        for i in 0..=MAX_PENDING as u32 {
+            let mut e = event((i % 60_000) as u16, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER);
+            e.daddr[..4].copy_from_slice(&(i / 60_000).to_be_bytes());
+            c.on_event(&e, "nginx");
+            assert!(c.pending.len() <= MAX_PENDING);
+        }
+        // the oldest sixteenth settled as server-closed without TIME_WAIT, and counted
+        let settled = (MAX_PENDING / 16) as u64;
+        let full = m
+            .table_full
+            .get_or_create(&crate::metrics::TableLabels {
+                table: "unsettled_connections".into(),
+            })
+            .get();
+        assert_eq!((full, value(&m, "server"), tw(&m)), (settled, settled, 0));
+        assert_eq!(c.pending.len(), MAX_PENDING + 1 - settled as usize);
     }
 
     #[test]

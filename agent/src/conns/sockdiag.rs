@@ -98,16 +98,17 @@ impl SockDiag {
         .map(|fd| Self { fd })
     }
 
-    /// The TCP sockets of one address family in any of `states` (a bit mask, 1 << state),
-    /// restricted to local ports `ports` when given.
-    pub fn dump(&self, family: u8, states: u32, ports: &[u16]) -> io::Result<Vec<DiagSocket>> {
+    /// Hands each TCP socket of one address family in any of `states` (a bit mask,
+    /// 1 << state), restricted to local ports `ports` when given, to `each` as it is read: a
+    /// dump may hold every TIME_WAIT socket of a namespace (hundreds of thousands), which
+    /// is never kept whole.
+    pub fn for_each(&self, family: u8, states: u32, ports: &[u16], each: &mut dyn FnMut(DiagSocket)) -> io::Result<()> {
         let req = request(family, states, ports);
         // SAFETY: send reads req.len() bytes of req.
         let sent = unsafe { libc::send(self.fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
         if sent < 0 {
             return Err(io::Error::last_os_error());
         }
-        let mut out = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             // SAFETY: recv writes at most buf.len() bytes into buf.
@@ -115,17 +116,32 @@ impl SockDiag {
             if n < 0 {
                 return Err(io::Error::last_os_error());
             }
-            if parse(&buf[..n as usize], family, &mut out)? {
-                return Ok(out);
+            if parse(&buf[..n as usize], family, each)? {
+                return Ok(());
             }
         }
     }
 
     /// Both address families.
+    pub fn for_each_all(&self, states: u32, ports: &[u16], each: &mut dyn FnMut(DiagSocket)) -> io::Result<()> {
+        self.for_each(libc::AF_INET as u8, states, ports, each)?;
+        self.for_each(libc::AF_INET6 as u8, states, ports, each)
+    }
+
+    /// The sockets `for_each` would hand over, kept (tests).
+    #[cfg(test)]
+    pub fn dump(&self, family: u8, states: u32, ports: &[u16]) -> io::Result<Vec<DiagSocket>> {
+        let mut out = Vec::new();
+        self.for_each(family, states, ports, &mut |s| out.push(s))?;
+        Ok(out)
+    }
+
+    /// Both address families, kept (tests).
+    #[cfg(test)]
     pub fn dump_all(&self, states: u32, ports: &[u16]) -> io::Result<Vec<DiagSocket>> {
-        let mut v = self.dump(libc::AF_INET as u8, states, ports)?;
-        v.extend(self.dump(libc::AF_INET6 as u8, states, ports)?);
-        Ok(v)
+        let mut out = Vec::new();
+        self.for_each_all(states, ports, &mut |s| out.push(s))?;
+        Ok(out)
     }
 }
 
@@ -196,8 +212,8 @@ fn address(family: u8, raw: &[u8]) -> IpAddr {
     }
 }
 
-/// Parses one datagram of a dump into `out`; true once the dump is complete.
-fn parse(mut buf: &[u8], family: u8, out: &mut Vec<DiagSocket>) -> io::Result<bool> {
+/// Parses one datagram of a dump, each socket to `out`; true once the dump is complete.
+fn parse(mut buf: &[u8], family: u8, out: &mut dyn FnMut(DiagSocket)) -> io::Result<bool> {
     while buf.len() >= NLMSG_HDR {
         let len = u32_ne(buf, 0) as usize;
         let kind = u16_ne(buf, 4);
@@ -221,7 +237,7 @@ fn parse(mut buf: &[u8], family: u8, out: &mut Vec<DiagSocket>) -> io::Result<bo
             SOCK_DIAG_BY_FAMILY if body.len() >= MSG_LEN => {
                 let f = if body[0] == 0 { family } else { body[0] };
                 // inet_diag_sockid: sport, dport (big endian), src[16], dst[16]
-                out.push(DiagSocket {
+                out(DiagSocket {
                     state: body[1],
                     sport: u16::from_be_bytes([body[4], body[5]]),
                     dport: u16::from_be_bytes([body[6], body[7]]),

@@ -8,12 +8,21 @@ use super::{
 };
 use crate::bpf::cpu as pc;
 
+/// Distinct stacks collected at most (each a line of up to 113 frames: ~1-4 KiB). Beyond,
+/// a new stack's samples go to the one stack `[other stacks]`, counted by the owner:
+/// tlsprof_table_full_total{table="flame_stacks"}.
+pub const MAX_FLAME_STACKS: usize = 20_000;
+/// Where the samples of stacks beyond MAX_FLAME_STACKS go.
+const OTHER_STACKS: &str = "[other stacks]";
+
 /// Flame graph stacks being collected (`tlsprof flamegraph`).
 #[derive(Default)]
 pub struct Folded {
     pub stacks: HashMap<String, u64>,
-    /// Frame names that are TLS code, to highlight.
+    /// Frame names that are TLS code, to highlight (of the stacks kept).
     pub tls_frames: HashSet<String>,
+    /// Samples of new stacks sent to OTHER_STACKS, not exported yet.
+    pub dropped: u64,
 }
 
 fn frame_name(addr: u64, m: Option<&Mapping>, leaf: bool) -> (String, bool) {
@@ -35,6 +44,7 @@ fn frame_name(addr: u64, m: Option<&Mapping>, leaf: bool) -> (String, bool) {
 /// user frames outermost first, then kernel frames (suffixed `_[k]`).
 pub fn fold(out: &mut Folded, s: &pc::cpu_sample, comm: &str, maps: &[Mapping], ks: Option<&Kallsyms>) {
     let mut parts: Vec<String> = vec![comm.to_string()];
+    let mut tls_frames = Vec::new();
     if s.flags & pc::CPU_SAMPLE_HANDSHAKE != 0 {
         parts.push("[handshake]".into());
     }
@@ -45,7 +55,7 @@ pub fn fold(out: &mut Folded, s: &pc::cpu_sample, comm: &str, maps: &[Mapping], 
     for (i, (addr, m)) in frames.iter().enumerate().rev() {
         let (name, tls) = frame_name(*addr, *m, i == 0);
         if tls {
-            out.tls_frames.insert(name.clone());
+            tls_frames.push(name.clone());
         }
         parts.push(name);
     }
@@ -54,12 +64,45 @@ pub fn fold(out: &mut Folded, s: &pc::cpu_sample, comm: &str, maps: &[Mapping], 
             .and_then(|k| k.name(*addr))
             .map_or_else(|| "[kernel]".to_string(), str::to_string);
         if ks.is_some_and(|k| k.class(*addr) == KClass::Ktls) {
-            out.tls_frames.insert(format!("{name}_[k]"));
+            tls_frames.push(format!("{name}_[k]"));
         }
         parts.push(format!("{name}_[k]"));
     }
     let line = parts.iter().map(|p| p.replace(';', ":")).collect::<Vec<_>>().join(";");
-    *out.stacks.entry(line).or_default() += 1;
+    add_stack(out, line, tls_frames);
+}
+
+/// One sample of a stack (its line) and its TLS frames, within MAX_FLAME_STACKS.
+fn add_stack(out: &mut Folded, line: String, tls_frames: Vec<String>) {
+    if let Some(n) = out.stacks.get_mut(&line) {
+        *n += 1;
+        return;
+    }
+    if out.stacks.len() >= MAX_FLAME_STACKS {
+        out.dropped += 1;
+        *out.stacks.entry(OTHER_STACKS.to_string()).or_default() += 1;
+        return;
+    }
+    out.tls_frames.extend(tls_frames);
+    out.stacks.insert(line, 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacks_are_bounded() {
+        let mut f = Folded::default();
+        for i in 0..MAX_FLAME_STACKS + 10 {
+            add_stack(&mut f, format!("nginx;f{i}"), vec![format!("f{i}")]);
+        }
+        add_stack(&mut f, "nginx;f0".into(), Vec::new());
+        // the cap, and one more line for the rest
+        assert_eq!(f.stacks.len(), MAX_FLAME_STACKS + 1);
+        assert_eq!((f.stacks[OTHER_STACKS], f.dropped, f.stacks["nginx;f0"]), (10, 10, 2));
+        assert_eq!(f.tls_frames.len(), MAX_FLAME_STACKS);
+    }
 }
 
 /// Writes the collected stacks as an SVG flame graph, TLS frames in red, the rest in blue.

@@ -15,6 +15,7 @@ use super::{
     Category,
 };
 use crate::{
+    bounds,
     bpf::{cpu as pc, read_record},
     metrics::{CategoryLabels, CommLabels, LibraryLabels, Metrics, PrimitiveLabels},
 };
@@ -64,6 +65,10 @@ impl ProcState {
 const HIDES_HANDSHAKE: [Category; 3] = [Category::Crypto, Category::KernelNet, Category::Other];
 /// Weight kept from earlier seconds in the learned shares, per second with the probes on.
 const LEARN_DECAY: f64 = 0.8;
+/// (process name, library, symbols) triples remembered as exported in
+/// tlsprof_tls_library_info, at most; beyond, one is exported again at each attach,
+/// counted: tlsprof_table_full_total{table="tls_libraries"}.
+pub const MAX_TLS_LIBRARIES: usize = 4096;
 
 pub struct Profiler {
     metrics: Arc<Metrics>,
@@ -73,7 +78,7 @@ pub struct Profiler {
     procs: HashMap<u32, ProcState>,
     pub folded: Option<Folded>,
     /// Libraries already exported in tlsprof_tls_library_info.
-    libs_exported: HashSet<(String, String, String)>,
+    libs_exported: HashSet<LibKey>,
     /// --sample-hz 0 turns CPU attribution off: no sampling, no per-process accounting.
     enabled: bool,
 }
@@ -128,16 +133,18 @@ impl Profiler {
                 continue;
             }
             let key = (comm.to_string(), f.base.clone(), f.symbols.label().to_string());
-            if self.libs_exported.insert(key.clone()) {
-                self.metrics
-                    .tls_library
-                    .get_or_create(&LibraryLabels {
-                        comm: key.0,
-                        library: key.1,
-                        symbols: key.2,
-                    })
-                    .set(1);
+            match first_export(&mut self.libs_exported, &key) {
+                None => continue,
+                Some(remembered) => bounds::count(&self.metrics, "tls_libraries", u64::from(!remembered)),
             }
+            self.metrics
+                .tls_library
+                .get_or_create(&LibraryLabels {
+                    comm: key.0,
+                    library: key.1,
+                    symbols: key.2,
+                })
+                .set(1);
         }
         self.procs.insert(
             pid,
@@ -161,6 +168,15 @@ impl Profiler {
                 learned_hs: HashMap::new(),
             },
         );
+        self.export_dropped();
+    }
+
+    /// Mappings left without their file at the symbol cache's bound.
+    fn export_dropped(&mut self) {
+        bounds::count(&self.metrics, "symbol_files", std::mem::take(&mut self.files.dropped));
+        if let Some(f) = &mut self.folded {
+            bounds::count(&self.metrics, "flame_stacks", std::mem::take(&mut f.dropped));
+        }
     }
 
     /// The handshake probes of a process were attached (on) or detached.
@@ -203,6 +219,7 @@ impl Profiler {
         for s in batch {
             self.on_sample(&s);
         }
+        self.export_dropped();
     }
 
     fn on_sample(&mut self, s: &pc::cpu_sample) {
@@ -302,6 +319,22 @@ impl Profiler {
     }
 }
 
+/// (process name, library, symbols): a tlsprof_tls_library_info series.
+type LibKey = (String, String, String);
+
+/// None when the series was exported already; else Some(whether it is now remembered as
+/// exported: not past MAX_TLS_LIBRARIES).
+fn first_export(exported: &mut HashSet<LibKey>, key: &LibKey) -> Option<bool> {
+    if exported.contains(key) {
+        return None;
+    }
+    if exported.len() >= MAX_TLS_LIBRARIES {
+        return Some(false);
+    }
+    exported.insert(key.clone());
+    Some(true)
+}
+
 /// A second's samples by category, with the handshake work hidden in the part of the
 /// second the probes were away moved to `handshake`: each category gives up the share of
 /// its samples that were handshake work in recent seconds with the probes attached. Seconds
@@ -336,4 +369,21 @@ fn hidden_handshake(st: &mut ProcState, on_share: f64) -> Vec<(Category, f64)> {
         }
     }
     w.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exported_libraries_are_bounded() {
+        let mut set = HashSet::new();
+        let key = |i: usize| (format!("p{i}"), "libssl.so.3".to_string(), "full".to_string());
+        for i in 0..MAX_TLS_LIBRARIES {
+            assert_eq!(first_export(&mut set, &key(i)), Some(true));
+        }
+        assert_eq!(first_export(&mut set, &key(0)), None);
+        assert_eq!(first_export(&mut set, &key(MAX_TLS_LIBRARIES)), Some(false));
+        assert_eq!(set.len(), MAX_TLS_LIBRARIES);
+    }
 }

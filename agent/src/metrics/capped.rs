@@ -116,7 +116,6 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::metrics::{ClosedByLabels, Metrics};
 
     #[test]

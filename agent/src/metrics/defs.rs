@@ -162,7 +162,8 @@ pub const KERNEL_ERRORS: Def<KindLabels> = Def::new(
     Counter,
     None,
     "Kernel-side failure paths taken (events_lost, thread_map_full, ssl_map_full, unmatched_return, \
-     conn_events_lost, conn_storage_full, samples_lost, wire_events_lost)",
+     conn_events_lost, conn_storage_full, samples_lost, wire_events_lost, hs_hits_full, hs_last_full, \
+     proc_events_full, req_recv_calls_full)",
 );
 pub const PROBE_ATTACH_FAILURES: Def<ProbeLabels> = Def::new(
     "probe_attach_failures",

@@ -5,6 +5,8 @@
 //! /proc/PID/map_files, so containers and replaced files work): elf.rs. Kernel:
 //! /proc/kallsyms: kallsyms.rs.
 mod elf;
+#[cfg(test)]
+pub(crate) mod fuzz;
 mod kallsyms;
 mod prim;
 
@@ -27,11 +29,19 @@ pub struct Mapping {
     pub anon: bool,
 }
 
+/// Files whose symbols are held at once, at most: the executable files the traced
+/// processes map. Beyond (after dropping those no process maps), a new file is not read:
+/// its code is `[unknown]`, counted by the owner:
+/// tlsprof_table_full_total{table="symbol_files"}.
+pub const MAX_SYMBOL_FILES: usize = 1024;
+
 /// Files read so far, by (device, inode) as /proc/PID/maps names them.
 pub struct FileCache {
     files: HashMap<(String, u64), Option<Arc<FileSyms>>>,
     debug_dirs: Vec<PathBuf>,
     keep_names: bool,
+    /// Mappings left without their file at the bound, not exported yet.
+    pub dropped: u64,
 }
 
 impl FileCache {
@@ -40,6 +50,7 @@ impl FileCache {
             files: HashMap::new(),
             debug_dirs,
             keep_names,
+            dropped: 0,
         }
     }
 
@@ -61,6 +72,22 @@ impl FileCache {
                 continue;
             };
             let key = (m.dev.to_string(), m.inode);
+            if !self.files.contains_key(&key) && self.files.len() >= MAX_SYMBOL_FILES {
+                // files no process maps, and those that could not be read (tried again)
+                self.files
+                    .retain(|_, f| f.as_ref().is_some_and(|f| Arc::strong_count(f) > 1));
+                if self.files.len() >= MAX_SYMBOL_FILES {
+                    self.dropped += 1;
+                    out.push(Mapping {
+                        start,
+                        end,
+                        offset,
+                        file: None,
+                        anon: false,
+                    });
+                    continue;
+                }
+            }
             let keep = self.keep_names;
             let dirs = &self.debug_dirs;
             let file = self
@@ -103,5 +130,39 @@ impl Mapping {
     /// The file's virtual address for a process address.
     pub fn vaddr(&self, addr: u64) -> Option<u64> {
         self.file.as_ref()?.vaddr(addr - self.start + self.offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// The files this process maps, none cached before.
+    fn own_files(c: &mut FileCache) -> usize {
+        let maps = c.mappings(std::process::id()).unwrap();
+        maps.iter().filter(|m| m.file.is_some()).count()
+    }
+
+    #[test]
+    fn the_cache_is_bounded() {
+        let mut c = FileCache::new(Vec::new(), false);
+        // full of files that could not be read: they make room
+        for i in 0..MAX_SYMBOL_FILES as u64 {
+            c.files.insert(("fake".into(), i), None);
+        }
+        assert!(own_files(&mut c) > 0);
+        assert_eq!(c.dropped, 0);
+        // full of files processes map: a new one is not read, and counted
+        let exe = Arc::new(FileSyms::load("/proc/self/exe", Path::new("/proc/self/exe"), &[], false).unwrap());
+        let mut c = FileCache::new(Vec::new(), false);
+        let held: Vec<Arc<FileSyms>> = (0..MAX_SYMBOL_FILES).map(|_| exe.clone()).collect();
+        for (i, f) in held.iter().enumerate() {
+            c.files.insert(("fake".into(), i as u64), Some(f.clone()));
+        }
+        assert_eq!(own_files(&mut c), 0);
+        assert!(c.dropped > 0);
+        assert_eq!(c.files.len(), MAX_SYMBOL_FILES);
     }
 }
