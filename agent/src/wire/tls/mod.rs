@@ -330,33 +330,7 @@ mod tests {
         *,
     };
 
-    fn record(t: u8, body: &[u8]) -> Vec<u8> {
-        let mut v = vec![t, 3, 3, (body.len() >> 8) as u8, body.len() as u8];
-        v.extend_from_slice(body);
-        v
-    }
-    fn msg(t: u8, body: &[u8]) -> Vec<u8> {
-        let mut v = vec![t, (body.len() >> 16) as u8, (body.len() >> 8) as u8, body.len() as u8];
-        v.extend_from_slice(body);
-        v
-    }
-    fn hello(random: [u8; 32], cipher: u16, exts: &[(u16, Vec<u8>)]) -> Vec<u8> {
-        let mut b = vec![3, 3];
-        b.extend_from_slice(&random);
-        b.push(32);
-        b.extend_from_slice(&[7; 32]);
-        b.extend_from_slice(&cipher.to_be_bytes());
-        b.push(0);
-        let mut e = Vec::new();
-        for (t, body) in exts {
-            e.extend_from_slice(&t.to_be_bytes());
-            e.extend_from_slice(&(body.len() as u16).to_be_bytes());
-            e.extend_from_slice(body);
-        }
-        b.extend_from_slice(&(e.len() as u16).to_be_bytes());
-        b.extend_from_slice(&e);
-        msg(HS_SERVER_HELLO, &b)
-    }
+    use crate::wire::fixtures::{msg, record, server_hello as hello};
     fn share(group: u16, key: usize) -> Vec<u8> {
         let mut v = group.to_be_bytes().to_vec();
         v.extend_from_slice(&(key as u16).to_be_bytes());
