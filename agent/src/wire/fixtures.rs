@@ -403,3 +403,20 @@ pub fn rustls() -> Vec<Flight> {
 pub fn all() -> Vec<Flight> {
     [built(), rustls()].concat()
 }
+
+/// The connection of `wire_event`: (socket, connection start).
+pub const WIRE_CONN: (u64, u64) = (0xffff_8880_0000_1000, 42);
+
+/// A wire event of the kernel's on connection WIRE_CONN.
+pub fn wire_event(kind: u8, flags: u8, data: &[u8]) -> crate::bpf::wire::WireEvent {
+    crate::bpf::wire::WireEvent {
+        sk: WIRE_CONN.0,
+        conn_start: WIRE_CONN.1,
+        tgid: 7,
+        netns: 1,
+        port: 8443,
+        kind,
+        flags,
+        data: data.to_vec(),
+    }
+}

@@ -11,22 +11,9 @@ use super::{
     tracker::{Tracker, WireHandshake},
     Lookup,
 };
-use crate::bpf::wire::{WireEvent, WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_RECORD};
+use crate::bpf::wire::{WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_RECORD};
 
-const ID: (u64, u64) = (0xffff_8880_0000_1000, 42);
-
-fn ev(kind: u8, flags: u8, data: &[u8]) -> WireEvent {
-    WireEvent {
-        sk: ID.0,
-        conn_start: ID.1,
-        tgid: 7,
-        netns: 1,
-        port: 8443,
-        kind,
-        flags,
-        data: data.to_vec(),
-    }
-}
+use fixtures::{wire_event as ev, WIRE_CONN as ID};
 
 /// Feeds the output cut at `cuts`, each encrypted record's header after the chunk it names
 /// (modulo their number); returns what the tracker says before and at the end.

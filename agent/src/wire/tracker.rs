@@ -237,20 +237,7 @@ impl Tracker {
 mod tests {
     use super::*;
     use crate::bpf::wire::{WIRE_END_CAP, WIRE_END_FINISHED};
-    use crate::wire::fixtures::resumed12;
-
-    fn ev(kind: u8, flags: u8, data: &[u8]) -> WireEvent {
-        WireEvent {
-            sk: 0xffff_8880_0000_1000,
-            conn_start: 42,
-            tgid: 7,
-            netns: 1,
-            port: 8443,
-            kind,
-            flags,
-            data: data.to_vec(),
-        }
-    }
+    use crate::wire::fixtures::{resumed12, wire_event as ev};
 
     #[test]
     fn data_split_over_events_then_end() {
