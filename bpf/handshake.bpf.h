@@ -4,13 +4,16 @@
  * duration and on-CPU time (types: handshake.h; user side: agent/src/bpf/handshake.rs,
  * agent/src/agent/handshakes.rs).
  *
- * The agent attaches the uprobes per process (never system-wide) to the library's
+ * The agent attaches the uprobes per process (never system-wide) to each TLS library's
+ * handshake entry points (agent/src/discovery/handshake/: one file per library says which
+ * functions, which role each call has and how its return value reads). For OpenSSL: the
  * handshake state machine (ossl_statem_accept/ossl_statem_connect, found by symbol or from
- * the SSL_METHOD tables) or, when that cannot be found, to the exported
- * SSL_do_handshake/SSL_accept/SSL_connect. A non-blocking server calls them several times
- * per connection: one handshake is the sum of its calls, reported once, when a call
- * returns 1 (ok) or 0 (failed), or when the SSL object is freed before the handshake
- * finished (failed).
+ * the SSL_METHOD tables) or, when that cannot be found, the exported
+ * SSL_do_handshake/SSL_accept/SSL_connect; for GnuTLS, mbedTLS and wolfSSL their exported
+ * handshake functions. A non-blocking server calls them several times per connection: one
+ * handshake is the sum of its calls, reported once, when a call's return value says it is
+ * done (or failed), or when the connection object is freed before the handshake finished
+ * (failed).
  *
  * On-CPU time: sched_switch (sched.bpf.h) stops and restarts the clock of a thread that is
  * inside a handshake call, so time spent switched out is not counted.
@@ -217,8 +220,12 @@ int BPF_KPROBE(hs_enter_any, void *ssl)
 	return hs_enter(ssl, HS_ROLE_UNKNOWN);
 }
 
-SEC("uretprobe")
-int BPF_KRETPROBE(hs_exit, int ret)
+/* How a handshake call ended, as its library's return value says (hs_exit_*). */
+#define HS_CALL_DONE 0   /* the handshake finished */
+#define HS_CALL_FAILED 1 /* it failed, and the library says so at once */
+#define HS_CALL_AGAIN 2  /* call again (would block), or an error: the free probe tells which */
+
+static __always_inline int hs_return(__u8 outcome)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
@@ -268,20 +275,53 @@ int BPF_KRETPROBE(hs_exit, int ret)
 		st->conn_sk = conn_sk;
 		st->conn_start = conn_start;
 	}
+	/* A library with no role of its own in the call (gnutls_handshake,
+	 * mbedtls_ssl_handshake): a call that read or wrote an accepted connection of a
+	 * watched port (conn.bpf.h) is the server's. */
+	if (st->role == HS_ROLE_UNKNOWN && st->conn_sk)
+		st->role = HS_ROLE_SERVER;
 	st->last_ns = now;
 	st->cpu_ns += cpu;
 	st->calls++;
 
-	if (ret == 1) {
+	if (outcome == HS_CALL_DONE) {
 		st->done = 1;
 		hs_emit(key.tgid, st, HS_RESULT_OK);
-	} else if (ret == 0) {
-		/* "not successful but shut down controlled" */
+	} else if (outcome == HS_CALL_FAILED) {
 		st->done = 1;
 		hs_emit(key.tgid, st, HS_RESULT_FAILED);
 	}
-	/* ret < 0: WANT_READ/WANT_WRITE or an error; SSL_free tells which. */
 	return 0;
+}
+
+/*
+ * One return probe per way a library reads its handshake call's return value
+ * (agent/src/discovery/handshake/ says which library uses which).
+ */
+
+/* OpenSSL's SSL_do_handshake/SSL_accept/ossl_statem_*: 1 done, 0 "not successful but shut
+ * down controlled", < 0 WANT_READ/WANT_WRITE or an error (SSL_free tells which). */
+SEC("uretprobe")
+int BPF_KRETPROBE(hs_exit, int ret)
+{
+	return hs_return(ret == 1 ? HS_CALL_DONE : ret == 0 ? HS_CALL_FAILED : HS_CALL_AGAIN);
+}
+
+/* 0 done, anything else call again or an error the free probe tells apart:
+ * gnutls_handshake (GNUTLS_E_AGAIN, GNUTLS_E_INTERRUPTED, non-fatal alerts),
+ * mbedtls_ssl_handshake (MBEDTLS_ERR_SSL_WANT_READ/WANT_WRITE/ASYNC_IN_PROGRESS…). */
+SEC("uretprobe")
+int BPF_KRETPROBE(hs_exit_zero_ok, int ret)
+{
+	return hs_return(ret == 0 ? HS_CALL_DONE : HS_CALL_AGAIN);
+}
+
+/* 1 (WOLFSSL_SUCCESS) done, WOLFSSL_FATAL_ERROR (-1) both for "would block" and for a
+ * failure: wolfSSL_accept/wolfSSL_connect/wolfSSL_negotiate/wolfSSL_SSL_do_handshake. */
+SEC("uretprobe")
+int BPF_KRETPROBE(hs_exit_one_ok, int ret)
+{
+	return hs_return(ret == 1 ? HS_CALL_DONE : HS_CALL_AGAIN);
 }
 
 static __always_inline int hs_set_role(void *ssl, __u8 role)
@@ -306,6 +346,16 @@ int BPF_KPROBE(ssl_set_connect_state, void *ssl)
 	return hs_set_role(ssl, HS_ROLE_CLIENT);
 }
 
+/* A connection object made ready for a new connection without a role of its own
+ * (mbedtls_ssl_session_reset, wolfSSL_clear): its next handshake starts afresh. */
+SEC("uprobe")
+int BPF_KPROBE(ssl_reset, void *ssl)
+{
+	return hs_set_role(ssl, HS_ROLE_UNKNOWN);
+}
+
+/* The connection object is freed (SSL_free, gnutls_deinit, mbedtls_ssl_free, wolfSSL_free):
+ * a handshake still unfinished there has failed. */
 SEC("uprobe")
 int BPF_KPROBE(ssl_free, void *ssl)
 {

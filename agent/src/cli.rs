@@ -2,7 +2,7 @@
 //! command that attaches shares (`top` and `report` add theirs in views/).
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use crate::{agent::duty, discovery::openssl::HookMode};
+use crate::{agent::duty, discovery::handshake::HookMode};
 
 /// Which processes to attach to, and how to sample them: the same flags for every command.
 #[derive(clap::Args, Debug, Clone, Default)]

@@ -22,7 +22,7 @@ use crate::{
     clock::ktime_ns,
     cpu::Profiler,
     discovery::{
-        openssl::{self, Candidate, HandshakeHooks, HookMode},
+        handshake::{self, Candidate, HandshakeHooks, HookMode},
         procfs::{self, ProcStat},
         select::Selector,
         stacks::{self, StackMemo},
@@ -79,7 +79,7 @@ type FileId = (u64, u64, u64, i64);
 /// ELF analysis of files by identity, at most MAX_HOOK_FILES.
 #[derive(Default)]
 struct HookCache {
-    files: HashMap<FileId, Option<HandshakeHooks>>,
+    files: HashMap<FileId, Vec<HandshakeHooks>>,
     /// Entries forgotten at the bound, not exported yet.
     evicted: u64,
 }
@@ -89,8 +89,8 @@ impl HookCache {
     fn get_or_analyze(
         &mut self,
         id: FileId,
-        analyze: impl FnOnce() -> Option<HandshakeHooks>,
-    ) -> Option<HandshakeHooks> {
+        analyze: impl FnOnce() -> Vec<HandshakeHooks>,
+    ) -> Vec<HandshakeHooks> {
         if let Some(h) = self.files.get(&id) {
             return h.clone();
         }
@@ -99,45 +99,19 @@ impl HookCache {
     }
 }
 
-/// The OpenSSL hooks of every candidate file of a process.
+/// The handshake hooks of every candidate file of a process: (file, one library's hooks).
 fn tls_files(pid: u32, cache: &mut HookCache, mode: HookMode) -> std::io::Result<Vec<(Candidate, HandshakeHooks)>> {
     let mut out = Vec::new();
-    for c in openssl::candidates(pid)? {
-        let hooks = cache.get_or_analyze(c.identity, || match openssl::handshake_hooks(&c.host_path, mode) {
-            Ok(h) => h,
-            Err(e) => {
+    for c in handshake::candidates(pid)? {
+        let hooks = cache.get_or_analyze(c.identity, || {
+            handshake::handshake_hooks(&c.host_path, mode).unwrap_or_else(|e| {
                 log::debug!("{e}");
-                None
-            }
+                Vec::new()
+            })
         });
-        if let Some(h) = hooks {
-            out.push((c, h));
-        }
+        out.extend(hooks.into_iter().map(|h| (c.clone(), h)));
     }
     Ok(out)
-}
-
-/// The probes to attach for one file's hooks: (program, file offset).
-fn plan_for(h: &HandshakeHooks) -> Vec<(&'static str, u64)> {
-    let mut plan = Vec::new();
-    for (prog, off) in [
-        ("hs_enter_server", h.accept),
-        ("hs_enter_client", h.connect),
-        ("hs_enter_any", h.do_handshake),
-    ] {
-        if let Some(off) = off {
-            plan.push((prog, off));
-            plan.push(("hs_exit", off));
-        }
-    }
-    if let Some(off) = h.set_accept_state {
-        plan.push(("ssl_set_accept_state", off));
-    }
-    if let Some(off) = h.set_connect_state {
-        plan.push(("ssl_set_connect_state", off));
-    }
-    plan.push(("ssl_free", h.free));
-    plan
 }
 
 pub struct Targets {
@@ -312,15 +286,13 @@ impl Targets {
         let mut attached = Vec::new();
         for (file, h) in &files {
             plan.extend(
-                plan_for(h)
+                h.plan()
                     .into_iter()
                     .map(|(prog, off)| (prog, off, file.host_path.clone())),
             );
             attached.push(format!(
-                "attached to {pid} ({}): {} via {}",
-                st.comm,
-                file.path,
-                h.source.as_str()
+                "attached to {pid} ({}): {} via {} ({})",
+                st.comm, file.path, h.source, h.library
             ));
         }
         let links = self.attach_first(pid, &st.comm, &plan, k, m);
@@ -656,10 +628,10 @@ mod tests {
     fn the_hook_cache_is_bounded() {
         let mut c = HookCache::default();
         for i in 0..MAX_HOOK_FILES as u64 + 7 {
-            assert!(c.get_or_analyze((1, i, 0, 0), || None).is_none());
+            assert!(c.get_or_analyze((1, i, 0, 0), Vec::new).is_empty());
         }
         assert_eq!((c.files.len(), c.evicted), (MAX_HOOK_FILES, 7));
         let last = (1, MAX_HOOK_FILES as u64 + 6, 0, 0);
-        assert!(c.get_or_analyze(last, || panic!("analyzed again")).is_none());
+        assert!(c.get_or_analyze(last, || panic!("analyzed again")).is_empty());
     }
 }

@@ -25,15 +25,21 @@ pub const UPROBES: &[&str] = &[
     "hs_enter_client",
     "hs_enter_any",
     "hs_exit",
+    "hs_exit_zero_ok",
+    "hs_exit_one_ok",
     "ssl_set_accept_state",
     "ssl_set_connect_state",
+    "ssl_reset",
     "ssl_free",
 ];
 /// Attached to the agent itself at start, to measure what one probe hit costs here.
 const CALIBRATION: &[&str] = &["calib_entry", "calib_return"];
 
-/// The return probe: detached first (see detach_later).
-const RETURN_PROBE: &str = "hs_exit";
+/// The return probes (one per way a library's return value reads): detached first (see
+/// detach_later).
+fn is_return_probe(program: &str) -> bool {
+    program.starts_with("hs_exit")
+}
 
 /// One attached program: which, and its link.
 pub struct Link {
@@ -122,7 +128,7 @@ impl Kernel {
     pub fn detach_later(&mut self, pid: u32, mut links: Vec<Link>) {
         // Return probes first: a call that enters while the rest go leaves a stale entry
         // (cleaned by hs_detached), not a return without its entry.
-        links.sort_by_key(|l| l.program != RETURN_PROBE);
+        links.sort_by_key(|l| !is_return_probe(l.program));
         let mut owned = Vec::with_capacity(links.len());
         for l in links {
             if let Ok(link) = self.uprobe(l.program).take_link(l.id) {

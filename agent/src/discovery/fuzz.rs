@@ -1,5 +1,5 @@
 //! Property tests of discovery's parsers on what other local users control (issue 19): the
-//! ELF files OpenSSL's entry points are looked for in (mutations of real ones, shared with
+//! ELF files the TLS libraries' entry points are looked for in (mutations of real ones, shared with
 //! cpu/symbols/fuzz.rs), the lines of /proc/PID/maps (file names hold any byte but the
 //! newline, which the kernel escapes), and /proc/PID/stat (comm holds any byte).
 use std::fs;
@@ -8,7 +8,7 @@ use proptest::{collection::vec, prelude::*};
 
 use super::{
     maps,
-    openssl::{handshake_hooks, is_libssl, HookMode},
+    handshake::{handshake_hooks, library_of_file, HookMode},
     procfs::parse_stat,
 };
 use crate::{
@@ -57,7 +57,7 @@ proptest! {
     #![proptest_config(config())]
 
     #[test]
-    fn openssl_in_elf_files(input in elf_input(), api: bool) {
+    fn tls_libraries_in_elf_files(input in elf_input(), api: bool) {
         let scratch = Scratch::new("openssl");
         let (bytes, _) = input.bytes();
         let path = scratch.0.join("libssl.so.3");
@@ -86,7 +86,7 @@ proptest! {
         }
         for f in maps::files(&text) {
             prop_assert!(f.starts_with('/') && !f.ends_with(" (deleted)"), "{:?}", f);
-            let _ = is_libssl(&f);
+            let _ = library_of_file(&f);
         }
     }
 

@@ -1,10 +1,10 @@
 //! Finding what to trace, through /proc: processes (procfs.rs) and their memory maps
 //! (maps.rs), which of them the command line selects (select.rs), the TLS stack each
-//! carries (stacks.rs), and where OpenSSL's handshake is in their files (openssl.rs).
+//! carries (stacks.rs), and where each TLS library's handshake is in their files (handshake/).
 #[cfg(test)]
 mod fuzz;
+pub mod handshake;
 pub mod maps;
-pub mod openssl;
 pub mod procfs;
 pub mod select;
 pub mod stacks;
