@@ -8,7 +8,8 @@ PKGS=(
   clang llvm libbpf-dev bpftool          # kernel side: compiler, libbpf headers, vmlinux.h tool
   libc6-dev gcc binutils libssl-dev      # layout printer (host C); a static OpenSSL server for the tests
   nginx apache2 apache2-utils haproxy    # servers under test, ab
-  lighttpd lighttpd-mod-gnutls           # a server on GnuTLS (no OpenSSL, no handshake probes)
+  lighttpd lighttpd-mod-gnutls           # one server on five TLS stacks: GnuTLS, mbedTLS, wolfSSL,
+  lighttpd-mod-mbedtls lighttpd-mod-wolfssl lighttpd-mod-nss  # NSS (no entry point to probe)
   curl openssl nghttp2-client            # clients
   prometheus                             # promtool (metrics format check)
   nodejs                                 # node https server under test

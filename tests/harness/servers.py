@@ -195,17 +195,19 @@ frontend tls
 
 
 class Lighttpd:
-    """lighttpd with mod_gnutls (GnuTLS, not OpenSSL: no handshake probes), serving a file,
-    closing each connection after `keepalive` requests."""
+    """lighttpd on one of its TLS modules (mod_gnutls, mod_mbedtls, mod_wolfssl, mod_nss,
+    mod_openssl), serving a file, closing each connection after `keepalive` requests;
+    `curves`: the key-exchange groups it accepts, in its order of preference (OpenSSL names)."""
 
-    def __init__(self, workdir: Path, cert: str = "ecdsa_p256", keepalive: int = 100):
-        self.dir, self.port, key, crt = server_setup(workdir, "lighttpd", cert)
+    def __init__(self, workdir: Path, cert: str = "ecdsa_p256", keepalive: int = 100, module: str = "gnutls",
+                 curves: str | None = None):
+        self.dir, self.port, key, crt = server_setup(workdir, f"lighttpd-{module}", cert)
         d = self.dir
         (d / "www").mkdir()
         (d / "www" / "index.html").write_text("hello from lighttpd\n")
         conf = d / "lighttpd.conf"
         conf.write_text(f"""
-server.modules = ("mod_gnutls")
+server.modules = ("mod_{module}")
 server.document-root = "{d}/www"
 server.bind = "127.0.0.1"
 server.port = {self.port}
@@ -215,7 +217,7 @@ server.max-keep-alive-requests = {keepalive}
 ssl.engine = "enable"
 ssl.pemfile = "{crt}"
 ssl.privkey = "{key}"
-""")
+""" + (f'ssl.openssl.ssl-conf-cmd = ("Curves" => "{curves}")\n' if curves else ""))
         subprocess.run(["lighttpd", "-f", str(conf)], check=True, capture_output=True)
         wait_port(self.port)
         self.pid = int(wait_for(lambda: (d / "lighttpd.pid").exists() and (d / "lighttpd.pid").read_text().strip(),

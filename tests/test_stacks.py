@@ -1,0 +1,87 @@
+"""Handshake cost on TLS stacks other than OpenSSL: lighttpd on GnuTLS, mbedTLS and wolfSSL
+(Debian's lighttpd-mod-*), each library's handshake entry points probed
+(agent/src/discovery/handshake/). The client is curl, forcing the key-exchange group; its
+own connection count is the truth."""
+import pytest
+
+from harness.agent import Agent
+from harness.clients import curl_connections, keepalive_connections
+from harness.metrics import value
+from harness.procs import have
+from harness.servers import Lighttpd
+
+N = 30
+# (certificate, the groups curl offers, the group label): the Domino/nginx articles' costly
+# configuration against the cheap one. P-256 is offered after X25519 because mbedTLS (TLS
+# 1.2 only) takes an ECDSA P-256 certificate only from a client that supports that curve.
+CONFIGS = {"costly": ("rsa2048", "secp384r1", "secp384r1"), "cheap": ("ecdsa_p256", "X25519:P-256", "x25519")}
+# mbedTLS picks the group in its own order (secp256r1 before x25519): told to prefer x25519.
+SERVER_CURVES = {("mbedtls", "cheap"): "x25519:secp256r1"}
+MODULES = ["gnutls", "mbedtls", "wolfssl"]
+
+
+def module_installed(module: str) -> bool:
+    from pathlib import Path
+    return have("lighttpd") and Path(f"/usr/lib/lighttpd/mod_{module}.so").exists()
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_handshake_cpu_per_configuration(workdir, module):
+    """Two lighttpd servers on one stack, RSA-2048 + secp384r1 and ECDSA P-256 + X25519:
+    every handshake the client made is counted once with its labels, the CPU and duration
+    histograms hold exactly as many, and the RSA/P-384 handshake costs more CPU."""
+    if not module_installed(module):
+        pytest.skip(f"lighttpd-mod-{module} not installed")
+    servers = {k: Lighttpd(workdir, cert=cert, module=module, curves=SERVER_CURVES.get((module, k)))
+               for k, (cert, _, _) in CONFIGS.items()}
+    try:
+        pids = [s.pid for s in servers.values()]
+        with Agent(*[a for p in pids for a in ("--pid", str(p))], "--exact", "--sample-hz", "0") as agent:
+            agent.wait_attached(pids)
+            assert f"via symbols ({module})" in agent.output(), agent.output()
+            mean = {}
+            for k, srv in servers.items():
+                cert, curves, group = CONFIGS[k]
+                client = curl_connections(srv.port, N, curves)
+                assert client == {"connects": N, "failed": 0}, client
+                want = dict(comm="lighttpd", role="server", cert=cert, group=group)
+                agent.wait_value("tlsprof_handshakes_total", N, result="ok", **want)
+                m = agent.scrape()
+                assert value(m, "tlsprof_handshakes_total", comm="lighttpd", cert=cert) == N
+                assert value(m, "tlsprof_handshake_cpu_seconds_count", **want) == N
+                assert value(m, "tlsprof_handshake_duration_seconds_count", **want) == N
+                cpu = value(m, "tlsprof_handshake_cpu_seconds_sum", **want)
+                wall = value(m, "tlsprof_handshake_duration_seconds_sum", **want)
+                assert 0 < cpu <= wall * 1.01, (cpu, wall)
+                mean[k] = cpu / N
+            m = agent.scrape()
+            assert value(m, "tlsprof_handshakes_total", result="failed") == 0
+            assert value(m, "tlsprof_handshakes_total", role="unknown") == 0
+        print(f"{module}: RSA-2048 + secp384r1 {mean['costly'] * 1e6:.0f} us/handshake, "
+              f"ECDSA P-256 + X25519 {mean['cheap'] * 1e6:.0f} us")
+        assert mean["costly"] > mean["cheap"], mean
+    finally:
+        for s in servers.values():
+            s.stop()
+
+
+def test_keepalive_finding_on_gnutls_has_a_cpu_saving(tmp_path):
+    """The Domino article's case: lighttpd + GnuTLS closing each connection after 6 requests,
+    a keep-alive client. The report's keep-alive finding says what the handshakes it would
+    remove cost, from the probed GnuTLS handshakes."""
+    if not module_installed("gnutls"):
+        pytest.skip("lighttpd-mod-gnutls not installed")
+    from test_report import Report, per_window
+    srv = Lighttpd(tmp_path, keepalive=6, module="gnutls")
+    try:
+        r = Report(srv.pid, lambda: keepalive_connections(srv.port, 40, 6, end="eof"))
+    finally:
+        srv.stop()
+    assert r.client == {"requests": 240, "connections": 40, "failed": 0}
+    f = r.one("keepalive")
+    assert f["numbers"]["request_limit"] == 6, r.text
+    assert round(per_window(f, "connections_per_second", r.seconds)) == 40
+    assert f["saving_cpu_cores"] > 0, r.text
+    assert "not estimated" not in r.text and "not measured" not in r.text, r.text
+    configs = r.proc("lighttpd")["configs"]
+    assert configs and all(c["cpu_seconds"] > 0 for c in configs), configs
