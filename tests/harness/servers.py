@@ -196,7 +196,8 @@ frontend tls
 
 class Lighttpd:
     """lighttpd on one of its TLS modules (mod_gnutls, mod_mbedtls, mod_wolfssl, mod_nss,
-    mod_openssl), serving a file, closing each connection after `keepalive` requests;
+    mod_openssl), serving a file, closing each connection after `keepalive` requests (its
+    server.max-keep-alive-requests counts the requests after the first);
     `curves`: the key-exchange groups it accepts, in its order of preference (OpenSSL names)."""
 
     def __init__(self, workdir: Path, cert: str = "ecdsa_p256", keepalive: int = 100, module: str = "gnutls",
@@ -213,7 +214,7 @@ server.bind = "127.0.0.1"
 server.port = {self.port}
 server.pid-file = "{d}/lighttpd.pid"
 server.errorlog = "{d}/error.log"
-server.max-keep-alive-requests = {keepalive}
+server.max-keep-alive-requests = {keepalive - 1}
 ssl.engine = "enable"
 ssl.pemfile = "{crt}"
 ssl.privkey = "{key}"
