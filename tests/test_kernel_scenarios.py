@@ -161,9 +161,9 @@ def test_time_wait_equals_ss(workdir):
 
 @pytest.mark.skipif(not have("lighttpd"), reason="lighttpd not installed")
 def test_lighttpd_gnutls(workdir):
-    """lighttpd with mod_gnutls: no OpenSSL, no handshake probes; every handshake counted
-    from what the server sends, labelled as the client negotiated, and requests per
-    connection exact (it closes after 2 requests)."""
+    """lighttpd with mod_gnutls (no OpenSSL): every handshake counted from what the server
+    sends, labelled as the client negotiated, and requests per connection exact (it closes
+    after 2 requests)."""
     srv = Lighttpd(workdir, keepalive=2)
     try:
         with Agent("--pid", str(srv.pid), "--sample-hz", "0") as agent:
@@ -179,6 +179,35 @@ def test_lighttpd_gnutls(workdir):
             assert (c["requests"] - 10, c["conns"]) == (6, 13), c
     finally:
         srv.stop()
+
+
+@pytest.mark.skipif(not have("lighttpd"), reason="lighttpd not installed")
+def test_other_stacks_timed(workdir):
+    """lighttpd on GnuTLS, mbedTLS and wolfSSL with --exact: each library's handshake probes
+    (one return program per way its return value reads) time every handshake the client
+    made, as the server's."""
+    modules = [m for m in ("gnutls", "mbedtls", "wolfssl") if Path(f"/usr/lib/lighttpd/mod_{m}.so").exists()]
+    if not modules:
+        pytest.skip("no lighttpd TLS module installed")
+    servers = [Lighttpd(workdir, module=m) for m in modules]
+    try:
+        pids = [s.pid for s in servers]
+        with Agent(*[a for p in pids for a in ("--pid", str(p))], "--exact", "--sample-hz", "0") as agent:
+            agent.wait_attached(pids)
+            for m in modules:
+                assert f"via symbols ({m})" in agent.output(), agent.output()
+            for s in servers:
+                c = https_connections(s.port, 4, version="1.2", concurrency=1)
+                assert c["ok"] == 4, c
+            n = 4 * len(servers)
+            agent.wait_value("tlsprof_handshake_cpu_seconds_count", n, comm="lighttpd", role="server")
+            m = agent.scrape()
+            assert handshakes(m, "lighttpd", result="ok") == n
+            assert value(m, "tlsprof_handshake_duration_seconds_count", comm="lighttpd", role="server") == n
+            assert value(m, "tlsprof_handshake_cpu_seconds_sum", comm="lighttpd") > 0
+    finally:
+        for s in servers:
+            s.stop()
 
 
 @pytest.mark.skipif(not have("haproxy"), reason="haproxy not installed")
