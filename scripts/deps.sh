@@ -9,7 +9,7 @@ PKGS=(
   libc6-dev gcc binutils libssl-dev      # layout printer (host C); a static OpenSSL server for the tests
   nginx apache2 apache2-utils haproxy    # servers under test, ab
   lighttpd lighttpd-mod-gnutls           # one server on five TLS stacks: GnuTLS, mbedTLS, wolfSSL,
-  lighttpd-mod-mbedtls lighttpd-mod-wolfssl lighttpd-mod-nss  # NSS (no entry point to probe)
+  lighttpd-mod-mbedtls lighttpd-mod-wolfssl lighttpd-mod-nss lighttpd-mod-openssl  # NSS (no entry point), OpenSSL
   curl openssl nghttp2-client            # clients
   prometheus                             # promtool (metrics format check)
   nodejs                                 # node https server under test
