@@ -86,11 +86,7 @@ struct HookCache {
 
 impl HookCache {
     /// What is known of a file, else what `analyze` says of it, remembered.
-    fn get_or_analyze(
-        &mut self,
-        id: FileId,
-        analyze: impl FnOnce() -> Vec<HandshakeHooks>,
-    ) -> Vec<HandshakeHooks> {
+    fn get_or_analyze(&mut self, id: FileId, analyze: impl FnOnce() -> Vec<HandshakeHooks>) -> Vec<HandshakeHooks> {
         if let Some(h) = self.files.get(&id) {
             return h.clone();
         }

@@ -7,8 +7,8 @@ use std::fs;
 use proptest::{collection::vec, prelude::*};
 
 use super::{
-    maps,
     handshake::{handshake_hooks, library_of_file, HookMode},
+    maps,
     procfs::parse_stat,
 };
 use crate::{

@@ -28,7 +28,9 @@ mod tests {
     /// Debian's libgnutls exports them with symbol versions (gnutls_handshake@@GNUTLS_3_4).
     #[test]
     fn debian_libgnutls() {
-        let Some(found) = installed("/usr/lib/x86_64-linux-gnu/libgnutls.so.30") else { return };
+        let Some(found) = installed("/usr/lib/x86_64-linux-gnu/libgnutls.so.30") else {
+            return;
+        };
         let [h] = found.as_slice() else { panic!("{found:?}") };
         let programs: Vec<_> = h.plan().into_iter().map(|(p, _)| p).collect();
         assert_eq!((h.library, h.source), ("gnutls", "symbols"));

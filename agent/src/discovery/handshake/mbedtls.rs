@@ -35,7 +35,9 @@ mod tests {
 
     #[test]
     fn debian_libmbedtls() {
-        let Some(found) = installed("/usr/lib/x86_64-linux-gnu/libmbedtls.so.14") else { return };
+        let Some(found) = installed("/usr/lib/x86_64-linux-gnu/libmbedtls.so.14") else {
+            return;
+        };
         let [h] = found.as_slice() else { panic!("{found:?}") };
         let programs: Vec<_> = h.plan().into_iter().map(|(p, _)| p).collect();
         assert_eq!(h.library, "mbedtls");

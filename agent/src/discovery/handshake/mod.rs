@@ -27,7 +27,12 @@ pub mod wolfssl;
 pub use openssl::HookMode;
 
 /// Every library tlsprof times handshakes in.
-pub const LIBRARIES: &[&Library] = &[&openssl::LIBRARY, &gnutls::LIBRARY, &mbedtls::LIBRARY, &wolfssl::LIBRARY];
+pub const LIBRARIES: &[&Library] = &[
+    &openssl::LIBRARY,
+    &gnutls::LIBRARY,
+    &mbedtls::LIBRARY,
+    &wolfssl::LIBRARY,
+];
 
 /// A TLS library: where it lives and how to find its handshake in a file.
 pub struct Library {
@@ -123,12 +128,7 @@ impl HandshakeHooks {
 
 /// Hooks of a library found by its exported symbols alone: every `calls` symbol present is
 /// hooked (at least one must be), and `free` must be there.
-pub fn by_symbols(
-    image: &Image,
-    library: &'static str,
-    calls: &[(&str, Probe)],
-    free: &str,
-) -> Option<HandshakeHooks> {
+pub fn by_symbols(image: &Image, library: &'static str, calls: &[(&str, Probe)], free: &str) -> Option<HandshakeHooks> {
     let mut probes: Vec<(Probe, u64)> = calls
         .iter()
         .filter_map(|(sym, probe)| Some((*probe, image.sym_offset(sym)?)))
@@ -148,7 +148,8 @@ pub fn by_symbols(
 /// not libssl3.so).
 pub fn file_is(path: &str, lib: &str) -> bool {
     let base = super::basename(path);
-    base.strip_prefix(lib).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    base.strip_prefix(lib)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
 /// The library a shared-object file is, if tlsprof hooks it.
@@ -313,10 +314,19 @@ mod tests {
                 assert!(p[0].starts_with("hs_enter_") && p[1].starts_with("hs_exit"), "{p:?}");
                 assert!(p.iter().all(|n| crate::bpf::uprobes::UPROBES.contains(n)), "{p:?}");
             }
-            assert!(Probe::SetRole(r).programs().iter().all(|n| crate::bpf::uprobes::UPROBES.contains(n)));
+            assert!(Probe::SetRole(r)
+                .programs()
+                .iter()
+                .all(|n| crate::bpf::uprobes::UPROBES.contains(n)));
         }
-        assert_eq!(Probe::Call(Role::Client, Outcome::ZeroDone).programs(), ["hs_enter_client", "hs_exit_zero_ok"]);
-        assert_eq!(Probe::Call(Role::Server, Outcome::OneDone).programs(), ["hs_enter_server", "hs_exit_one_ok"]);
+        assert_eq!(
+            Probe::Call(Role::Client, Outcome::ZeroDone).programs(),
+            ["hs_enter_client", "hs_exit_zero_ok"]
+        );
+        assert_eq!(
+            Probe::Call(Role::Server, Outcome::OneDone).programs(),
+            ["hs_enter_server", "hs_exit_one_ok"]
+        );
         assert_eq!(Probe::Free.programs(), ["ssl_free"]);
         assert_eq!(Probe::Reset.programs(), ["ssl_reset"]);
     }

@@ -128,7 +128,6 @@ impl Ssl<'_, '_> {
             _ => None,
         }
     }
-
 }
 
 /// The server and client handshake functions: the state machine where it is found (by
@@ -145,7 +144,10 @@ fn hooks(image: &Image, mode: HookMode) -> Option<HandshakeHooks> {
         ],
     };
     if mode == HookMode::Auto {
-        if let (Some(a), Some(c)) = (image.sym_offset("ossl_statem_accept"), image.sym_offset("ossl_statem_connect")) {
+        if let (Some(a), Some(c)) = (
+            image.sym_offset("ossl_statem_accept"),
+            image.sym_offset("ossl_statem_connect"),
+        ) {
             return Some(statem(STATEM_SYMBOLS, a, c));
         }
         if let Some((a, c)) = Ssl(image).statem_from_method_tables() {
@@ -210,7 +212,9 @@ mod tests {
         // the API fallback hooks SSL_do_handshake and the role setters
         let api = handshake_hooks(Path::new(LIBSSL), HookMode::Api).unwrap();
         assert_eq!(api[0].source, API);
-        assert!(api[0].plan().contains(&("ssl_set_accept_state", image_offset(LIBSSL, "SSL_set_accept_state"))));
+        assert!(api[0]
+            .plan()
+            .contains(&("ssl_set_accept_state", image_offset(LIBSSL, "SSL_set_accept_state"))));
     }
 
     /// Executables that carry OpenSSL with symbols: Debian's node (3.0), and where
@@ -246,12 +250,20 @@ mod tests {
                 image.sym_offset("ossl_statem_accept").unwrap(),
                 image.sym_offset("ossl_statem_connect").unwrap(),
             );
-            assert_eq!(Ssl(&image).statem_from_method_tables(), Some(by_sym), "{}", node.display());
+            assert_eq!(
+                Ssl(&image).statem_from_method_tables(),
+                Some(by_sym),
+                "{}",
+                node.display()
+            );
             assert_eq!(hooks(&image, HookMode::Auto).unwrap().source, STATEM_SYMBOLS);
             let api = hooks(&image, HookMode::Api).unwrap();
             assert_eq!(api.source, API);
             let programs: Vec<_> = api.plan().into_iter().map(|(p, _)| p).collect();
-            assert!(programs.contains(&"hs_enter_any") && programs.contains(&"ssl_set_accept_state"), "{api:?}");
+            assert!(
+                programs.contains(&"hs_enter_any") && programs.contains(&"ssl_set_accept_state"),
+                "{api:?}"
+            );
         }
     }
 

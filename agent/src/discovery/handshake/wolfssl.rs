@@ -44,15 +44,25 @@ mod tests {
 
     #[test]
     fn debian_libwolfssl() {
-        let Some(found) = installed("/usr/lib/x86_64-linux-gnu/libwolfssl.so.35") else { return };
+        let Some(found) = installed("/usr/lib/x86_64-linux-gnu/libwolfssl.so.35") else {
+            return;
+        };
         let [h] = found.as_slice() else { panic!("{found:?}") };
         let programs: Vec<_> = h.plan().into_iter().map(|(p, _)| p).collect();
         assert_eq!(h.library, "wolfssl");
         assert_eq!(
             programs,
             [
-                "hs_enter_server", "hs_exit_one_ok", "hs_enter_server", "hs_exit_one_ok", "hs_enter_client",
-                "hs_exit_one_ok", "hs_enter_client", "hs_exit_one_ok", "ssl_reset", "ssl_free"
+                "hs_enter_server",
+                "hs_exit_one_ok",
+                "hs_enter_server",
+                "hs_exit_one_ok",
+                "hs_enter_client",
+                "hs_exit_one_ok",
+                "hs_enter_client",
+                "hs_exit_one_ok",
+                "ssl_reset",
+                "ssl_free"
             ]
         );
     }
