@@ -189,8 +189,9 @@ def test_other_stacks_timed(workdir):
     modules = [m for m in ("gnutls", "mbedtls", "wolfssl") if Path(f"/usr/lib/lighttpd/mod_{m}.so").exists()]
     if not modules:
         pytest.skip("no lighttpd TLS module installed")
-    servers = [Lighttpd(workdir, module=m) for m in modules]
+    servers = []
     try:
+        servers.extend(Lighttpd(workdir, module=m) for m in modules)
         pids = [s.pid for s in servers]
         with Agent(*[a for p in pids for a in ("--pid", str(p))], "--exact", "--sample-hz", "0") as agent:
             agent.wait_attached(pids)

@@ -32,9 +32,10 @@ def test_handshake_cpu_per_configuration(workdir, module):
     histograms hold exactly as many, and the RSA/P-384 handshake costs more CPU."""
     if not module_installed(module):
         pytest.skip(f"lighttpd-mod-{module} not installed")
-    servers = {k: Lighttpd(workdir, cert=cert, module=module, curves=SERVER_CURVES.get((module, k)))
-               for k, (cert, _, _) in CONFIGS.items()}
+    servers = {}
     try:
+        for k, (cert, _, _) in CONFIGS.items():
+            servers[k] = Lighttpd(workdir, cert=cert, module=module, curves=SERVER_CURVES.get((module, k)))
         pids = [s.pid for s in servers.values()]
         with Agent(*[a for p in pids for a in ("--pid", str(p))], "--exact", "--sample-hz", "0") as agent:
             agent.wait_attached(pids)
