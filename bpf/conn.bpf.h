@@ -275,6 +275,8 @@ static __always_inline void conn_mark_tls(struct conn_state *c)
 static __always_inline void conn_handshake_io(struct conn_state *c, const struct sock *sk, __u32 tid)
 {
 	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	if (t && t->est)
+		return; /* the kernel estimate's window (estimate.bpf.h), not a TLS library call */
 	if (t) {
 		t->io = 1;
 		if (!t->conn_sk) {

@@ -167,6 +167,7 @@ static __always_inline void hs_emit(__u32 tgid, const struct hs_state *st, __u8 
 	e->result = result;
 	e->conn_sk = st->conn_sk;
 	e->conn_start = st->conn_start;
+	e->end_ns = st->last_ns;
 	bpf_ringbuf_submit(e, RB_LAZY(&hs_events, HS_RINGBUF_BYTES));
 }
 

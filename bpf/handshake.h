@@ -30,9 +30,11 @@ struct hs_event {
 	__u32 calls;       /* handshake function calls that made up this handshake */
 	__u8 role;         /* HS_ROLE_* */
 	__u8 result;       /* HS_RESULT_* */
-	__u8 pad[6];
+	__u8 estimate;     /* a part of the kernel-only estimate (estimate.bpf.h), not a probed call */
+	__u8 pad[5];
 	__u64 conn_sk;     /* the connection it ran on (wire_event.sk, conn_start), 0 if unknown */
 	__u64 conn_start;
+	__u64 end_ns;      /* the last call returned (bpf_ktime_get_ns) */
 };
 
 /* Per-thread state while a thread is inside a handshake call (key: thread id). */
@@ -45,7 +47,8 @@ struct hs_thread {
 	__u32 depth;     /* nesting: SSL_accept -> SSL_do_handshake -> ossl_statem_accept */
 	__u8 role;
 	__u8 io;         /* the call read or wrote a watched connection's socket itself */
-	__u8 pad[6];
+	__u8 est;        /* not a library call: the kernel estimate's window (estimate.bpf.h) */
+	__u8 pad[5];
 	__u64 conn_sk;   /* that connection (conn_state.start_ns identifies it with sk) */
 	__u64 conn_start;
 };

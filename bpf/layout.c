@@ -29,6 +29,8 @@ int main(void)
 	F(hs_event, result);
 	F(hs_event, conn_sk);
 	F(hs_event, conn_start);
+	F(hs_event, estimate);
+	F(hs_event, end_ns);
 	S(hs_hits);
 	F(hs_hits, entries);
 	F(hs_hits, returns);
@@ -116,6 +118,7 @@ int main(void)
 	S(proc_traced);
 	F(proc_traced, oncpu_ns);
 	F(proc_traced, exited);
+	F(proc_traced, estimate);
 	S(wire_event);
 	F(wire_event, sk);
 	F(wire_event, conn_start);

@@ -22,7 +22,8 @@ struct proc_traced {
 	__u64 oncpu_ns; /* exact on-CPU time (sched.bpf.h), summed at every switch-out and at
 			 * each sample while it runs; 0 when CPU attribution is off */
 	__u32 exited;   /* the process exited (the agent removes the entry after its last read) */
-	__u32 pad;
+	__u32 estimate; /* no handshake probes: its handshakes' CPU is estimated from the kernel
+			 * alone (estimate.bpf.h) */
 };
 
 struct proc_notice {

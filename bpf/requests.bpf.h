@@ -16,7 +16,9 @@
 
 #include "wire.h"
 
+#ifndef MSG_PEEK
 #define MSG_PEEK 2
+#endif
 
 /* Switches the agent sets at run time (req_ctl, conn.h). */
 struct {
@@ -102,22 +104,24 @@ static __always_inline int req_received(struct sock *sk, int ret, int flags)
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
 		if (in_handshake_here(tid))
 			conn_handshake_io(c, sk, tid);
-		return 0;
+		/* the capture sees the handshake end: the kernel estimate can be summed */
+		est_on_read(sk, c, ret, flags);
+	} else {
+		bool data = ret > 0 && !(flags & MSG_PEEK);
+		/* the client answered the server's encrypted flight: TLS 1.3's handshake is over */
+		if (data && c->wire == WIRE_SEALED)
+			wire_finish(sk, c, WIRE_END_FINISHED);
+		if (app_io(c, sk, false) && data)
+			c->dir = CONN_DIR_IN;
 	}
-	bool data = ret > 0 && !(flags & MSG_PEEK);
-	/* the client answered the server's encrypted flight: TLS 1.3's handshake is over */
-	if (data && c->wire == WIRE_SEALED)
-		wire_finish(sk, c, WIRE_END_FINISHED);
-	if (app_io(c, sk, false) && data)
-		c->dir = CONN_DIR_IN;
 	return 0;
 }
 
 /*
- * The read side, attached only with --exact (a handshake call that reads a connection
- * marks it as TLS, so that it is not also counted as a connection without a handshake) or
- * where the server's sends cannot be seen (requests and TLS 1.3's end are then seen from
- * the reads): the sock_recv_length tracepoint (6.3+), else the return of sock_recvmsg,
+ * The read side: the kernel estimate's windows open at reads (estimate.bpf.h); with --exact
+ * a handshake call that reads a connection marks it as TLS, so that it is not also counted
+ * as a connection without a handshake; where the server's sends cannot be seen, requests
+ * and TLS 1.3's end are seen from the reads: the sock_recv_length tracepoint (6.3+), else the return of sock_recvmsg,
  * through fexit, else through a kretprobe (hash mode) with its arguments kept at entry.
  */
 SEC("tp_btf/sock_recv_length")

@@ -343,15 +343,11 @@ static __always_inline void wire_unsupported(const struct sock *sk, struct conn_
 	handshake_over(c, copied);
 }
 
-/*
- * A server send (tcp_sendmsg_locked): the capture of its handshake output, and the
- * request count (requests.bpf.h). `bounded`: walk without bpf_loop.
- */
-static __always_inline int wire_on_send(const struct sock *sk, const struct msghdr *msg, const bool bounded)
+/* The capture of a server send's handshake output, and the request count
+ * (requests.bpf.h). `bounded`: walk without bpf_loop. */
+static __always_inline int wire_capture_send(const struct sock *sk, struct conn_state *c, const struct msghdr *msg,
+					     const bool bounded)
 {
-	struct conn_state *c = conn_of(sk);
-	if (!c)
-		return 0;
 	__u32 copied = data_read(sk);
 	if (c->wire == WIRE_DONE) {
 		count_request(c, copied);
@@ -451,6 +447,19 @@ static __always_inline int wire_on_send(const struct sock *sk, const struct msgh
 	if (c->wire == WIRE_DONE)
 		handshake_over(c, copied);
 	return 0;
+}
+
+/*
+ * A server send (tcp_sendmsg_locked): the capture of its handshake output, the request
+ * count (requests.bpf.h), and the kernel estimate's windows around it (estimate.bpf.h).
+ */
+static __always_inline int wire_on_send(const struct sock *sk, const struct msghdr *msg, const bool bounded)
+{
+	struct conn_state *c = conn_of(sk);
+	if (!c)
+		return 0;
+	est_before_send(sk);
+	return wire_capture_send(sk, c, msg, bounded);
 }
 
 /*

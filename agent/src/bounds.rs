@@ -23,6 +23,7 @@ pub const TABLES: &[&str] = &[
     "handshake_summary",
     "wire_captures",
     "wire_ended",
+    "estimate_parts",
     // ports and connections (agent/ports.rs, conns/churn.rs)
     "port_names",
     "unhandshaken_ports",

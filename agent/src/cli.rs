@@ -94,6 +94,12 @@ pub struct RunArgs {
     /// from SSL_read, as node's).
     #[arg(long, value_enum, default_value = "auto")]
     pub hooks: HookMode,
+    /// Attach no handshake probes: every traced server's handshake CPU is the kernel's
+    /// estimate (its thread's on-CPU time between reading the client's handshake messages and
+    /// sending its answer), as for stacks tlsprof cannot probe; handshakes are still counted
+    /// and labelled from what the server sends. To compare the estimate with the probes.
+    #[arg(long, conflicts_with = "exact")]
+    pub no_handshake_probes: bool,
     /// Write the processes attached so far to this file ("PID COMM" per line), replaced
     /// whole each time the set changes, once their listening ports are watched too: it
     /// appears after the first scan. For scripts and readiness probes to wait on.
@@ -134,6 +140,7 @@ impl RunArgs {
             exact: false,
             overhead_budget: 0.005,
             hooks: HookMode::Auto,
+            no_handshake_probes: false,
             ready_file: None,
             avoid_hooks: Vec::new(),
             verbose: false,

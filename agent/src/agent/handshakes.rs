@@ -15,7 +15,10 @@ use std::{
     time::Instant,
 };
 
-use super::targets::{UNLABELLED_INCOMPLETE, UNLABELLED_NO_CONNECTION};
+use super::{
+    estimate::Estimates,
+    targets::{UNLABELLED_INCOMPLETE, UNLABELLED_NO_CONNECTION},
+};
 use crate::{
     bounds,
     bpf::{handshake as hs, wire::WireEvent},
@@ -64,6 +67,8 @@ pub struct Handshakes {
     wire: Tracker,
     /// Successful handshakes the probes saw, waiting for their connection's parameters.
     pending: VecDeque<(hs::hs_event, Instant)>,
+    /// The kernel estimate's parts, per connection, until its capture ends.
+    estimates: Estimates,
     pub summary: BTreeMap<SummaryKey, Summary>,
     /// The probes count handshakes (--exact, or no wire capture).
     exact: bool,
@@ -77,6 +82,7 @@ impl Handshakes {
             metrics,
             wire: Tracker::default(),
             pending: VecDeque::new(),
+            estimates: Estimates::default(),
             summary: BTreeMap::new(),
             exact,
             wire_counts,
@@ -87,6 +93,7 @@ impl Handshakes {
     pub fn on_wire(&mut self, events: Vec<WireEvent>, procs: &impl ProcInfo, now: Instant) {
         for e in events {
             if let Some(h) = self.wire.on_event(e, now) {
+                self.estimates.capture_ended(h.conn, h.ok, now);
                 self.on_wire_handshake(h, procs);
             }
         }
@@ -139,6 +146,9 @@ impl Handshakes {
     /// A handshake the probes saw: labelled by what its connection's server sent, which may
     /// still be on its way.
     pub fn on_probe(&mut self, e: hs::hs_event, procs: &impl ProcInfo, now: Instant) {
+        if e.estimate != 0 {
+            return self.estimates.add(&e, now); // measured once its capture ends (flush)
+        }
         if !self.exact
             && e.role != hs::HS_ROLE_CLIENT
             && e.conn_start != 0
@@ -161,6 +171,10 @@ impl Handshakes {
     /// Counts the waiting handshakes whose parameters arrived, and those that waited too
     /// long (or all, at exit) with what is known.
     pub fn flush(&mut self, all: bool, procs: &impl ProcInfo, now: Instant) {
+        for e in self.estimates.finished(all, now) {
+            let (l, complete) = self.wire.give_up((e.conn_sk, e.conn_start));
+            self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs);
+        }
         for (e, since) in std::mem::take(&mut self.pending) {
             let id = (e.conn_sk, e.conn_start);
             match self.wire.lookup(id) {
@@ -177,6 +191,10 @@ impl Handshakes {
     /// Drops captures no handshake event will ask for any more.
     pub fn expire(&mut self, now: Instant) {
         self.wire.expire(now);
+        self.estimates.expire(now);
+        self.wire
+            .dropped
+            .add("estimate_parts", std::mem::take(&mut self.estimates.evicted));
         self.wire.dropped.export(&self.metrics);
     }
 
@@ -188,7 +206,8 @@ impl Handshakes {
         let result = hs::result_label(e.result);
         let cpu = e.cpu_ns as f64 / 1e9;
         let p = ParamLabels::new(&comm, role, n);
-        let counts = self.exact || e.role == hs::HS_ROLE_CLIENT;
+        // the estimate never counts: the wire counts the handshakes of processes without probes
+        let counts = (self.exact && e.estimate == 0) || e.role == hs::HS_ROLE_CLIENT;
         if counts {
             self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
             if let Some(reason) = unlabelled {
@@ -327,9 +346,11 @@ mod tests {
             calls: 2,
             role,
             result,
-            pad: [0; 6],
+            estimate: 0,
+            pad: [0; 5],
             conn_sk: if conn == 0 { 0 } else { SK },
             conn_start: conn,
+            end_ns: 0,
         }
     }
 

@@ -27,7 +27,7 @@ use crate::{
         select::Selector,
         stacks::{self, StackMemo},
     },
-    metrics::{CommLabels, Metrics, ProbeLabels, ReasonLabels},
+    metrics::{CommLabels, MethodLabels, Metrics, ProbeLabels, ReasonLabels},
 };
 
 /// Why a handshake's negotiated labels are `other` (tlsprof_handshakes_unlabelled_total).
@@ -41,8 +41,10 @@ pub struct Traced {
     /// /proc/PID/comm when attached: a change means a new program (exec).
     pub comm: String,
     start_time: u64,
-    /// Its handshake probes, where OpenSSL was found (None: CPU and connections only).
+    /// Its handshake probes, where a TLS library was found (None: CPU and connections only).
     pub probes: Option<Probes>,
+    /// No probes attached at first: the kernel estimates its handshakes' CPU.
+    estimated: bool,
 }
 
 /// A selected process with no TLS stack (yet): looked at again when its memory map grows.
@@ -110,9 +112,20 @@ fn tls_files(pid: u32, cache: &mut HookCache, mode: HookMode) -> std::io::Result
     Ok(out)
 }
 
+/// tlsprof_handshake_cpu_method_info's `method`.
+fn method(estimated: bool) -> &'static str {
+    if estimated {
+        "kernel_estimate"
+    } else {
+        "probes"
+    }
+}
+
 pub struct Targets {
     selector: Selector,
     hooks: HookMode,
+    /// --no-handshake-probes: the kernel estimates every process's handshake CPU.
+    no_probes: bool,
     exact: bool,
     overhead_budget: f64,
     strict: bool,
@@ -143,6 +156,7 @@ impl Targets {
         Self {
             selector: Selector::new(&args.targets),
             hooks: args.hooks,
+            no_probes: args.no_handshake_probes,
             exact,
             overhead_budget: args.overhead_budget,
             strict: args.strict,
@@ -253,16 +267,22 @@ impl Targets {
         // Named now, beside the comm just read: attaching takes a while, and a process that
         // renames itself meanwhile would be named from two different moments.
         let name = procfs::process_name(pid, &st.comm);
-        let files = tls_files(pid, &mut self.hooks_cache, self.hooks).unwrap_or_else(|e| {
-            log::debug!("cannot read the memory map of {pid} ({}): {e}", st.comm);
+        let files = if self.no_probes {
             Vec::new()
-        });
+        } else {
+            tls_files(pid, &mut self.hooks_cache, self.hooks).unwrap_or_else(|e| {
+                log::debug!("cannot read the memory map of {pid} ({}): {e}", st.comm);
+                Vec::new()
+            })
+        };
         if files.is_empty() {
-            // Another TLS stack (GnuTLS, Go, …): no handshake probes, but CPU and connections.
+            // A TLS stack without an entry point to probe (NSS, Go, a server's own), or
+            // --no-handshake-probes: CPU and connections, handshake CPU from the kernel.
             if let Some(stack) = stacks::process_tls_stack(pid, &mut self.stack_memo) {
                 self.watched.remove(&pid);
                 let msg = format!(
-                    "attached to {pid} ({}): TLS stack {stack}, no handshake probes",
+                    "attached to {pid} ({}): TLS stack {stack}, no handshake probes: handshake CPU estimated \
+                     from the kernel",
                     st.comm
                 );
                 if self.track(pid, st, name, None, k, prof, m) {
@@ -334,7 +354,8 @@ impl Targets {
         prof: &mut Profiler,
         m: &Metrics,
     ) -> bool {
-        if !k.trace(pid) {
+        let probed = probes.as_ref().is_some_and(|p| !p.links.is_empty());
+        if !k.trace(pid, !probed) {
             // the kernel's traced map is full (Kernel counts it): not attached after all
             if let Some(p) = probes {
                 k.detach_later(pid, p.links);
@@ -350,7 +371,6 @@ impl Targets {
                 });
             }
         }
-        let probed = probes.as_ref().is_some_and(|p| !p.links.is_empty());
         prof.add(pid, &name, probed);
         prof.set_probes(pid, probed);
         self.traced.insert(
@@ -360,6 +380,7 @@ impl Targets {
                 comm: st.comm,
                 start_time: st.start_time,
                 probes,
+                estimated: !probed,
             },
         );
         self.export_gauges(m);
@@ -445,12 +466,15 @@ impl Targets {
         }
     }
 
-    /// tlsprof_attached_processes and tlsprof_attached_probes.
+    /// tlsprof_attached_processes, tlsprof_handshake_cpu_method_info and
+    /// tlsprof_attached_probes.
     pub fn export_gauges(&self, m: &Metrics) {
         let mut per_comm: BTreeMap<&str, i64> = BTreeMap::new();
+        let mut per_method: BTreeMap<(&str, &str), i64> = BTreeMap::new();
         let mut probes = 0;
         for t in self.traced.values() {
             *per_comm.entry(&t.name).or_default() += 1;
+            *per_method.entry((&t.name, method(t.estimated))).or_default() += 1;
             probes += t.probes.as_ref().map_or(0, |p| p.links.len()) as i64;
         }
         // Names no longer traced go to zero rather than vanish, so rates and alerts stay sane.
@@ -460,6 +484,27 @@ impl Targets {
                     .get_or_create(&CommLabels { comm: comm.clone() })
                     .set(0);
             }
+            for estimated in [false, true] {
+                let key = (comm.as_str(), method(estimated));
+                if !per_method.contains_key(&key) {
+                    let labels = MethodLabels {
+                        comm: comm.clone(),
+                        method: key.1.into(),
+                    };
+                    // only where it was ever set: a name gets one series per method it had
+                    if m.handshake_cpu_method.exists(&labels) {
+                        m.handshake_cpu_method.get_or_create(&labels).set(0);
+                    }
+                }
+            }
+        }
+        for ((comm, method), n) in per_method {
+            m.handshake_cpu_method
+                .get_or_create(&MethodLabels {
+                    comm: comm.into(),
+                    method: method.into(),
+                })
+                .set(n);
         }
         for (comm, n) in per_comm {
             m.attached_processes
@@ -569,6 +614,7 @@ mod tests {
             comm: name.into(),
             start_time: 0,
             probes: None,
+            estimated: true,
         }
     }
 

@@ -3,7 +3,6 @@
 pub const HS_ROLE_SERVER: u8 = 1;
 pub const HS_ROLE_CLIENT: u8 = 2;
 pub const HS_RESULT_OK: u8 = 0;
-#[cfg(test)]
 pub const HS_RESULT_FAILED: u8 = 1;
 
 #[repr(C)]
@@ -15,9 +14,11 @@ pub struct hs_event {
     pub calls: u32,
     pub role: u8,
     pub result: u8,
-    pub pad: [u8; 6],
+    pub estimate: u8,
+    pub pad: [u8; 5],
     pub conn_sk: u64,
     pub conn_start: u64,
+    pub end_ns: u64,
 }
 
 /// Value of hs_hits: uprobe hits of one process.
@@ -46,7 +47,8 @@ pub struct hs_thread {
     pub depth: u32,
     pub role: u8,
     pub io: u8,
-    pub pad: [u8; 6],
+    pub est: u8,
+    pub pad: [u8; 5],
     pub conn_sk: u64,
     pub conn_start: u64,
 }
@@ -108,17 +110,21 @@ mod tests {
         raw.extend_from_slice(&250_000u64.to_le_bytes());
         raw.extend_from_slice(&4242u32.to_le_bytes());
         raw.extend_from_slice(&3u32.to_le_bytes());
-        raw.extend_from_slice(&[HS_ROLE_SERVER, HS_RESULT_FAILED, 0, 0, 0, 0, 0, 0]);
+        raw.extend_from_slice(&[HS_ROLE_SERVER, HS_RESULT_FAILED, 1, 0, 0, 0, 0, 0]);
         raw.extend_from_slice(&0xffff_8880_1234_5678u64.to_le_bytes());
         raw.extend_from_slice(&99u64.to_le_bytes());
+        raw.extend_from_slice(&123_456u64.to_le_bytes());
         let e: hs_event = read_record(&raw).unwrap();
-        assert_eq!((e.conn_sk, e.conn_start), (0xffff_8880_1234_5678, 99));
+        assert_eq!(
+            (e.conn_sk, e.conn_start, e.end_ns, e.estimate),
+            (0xffff_8880_1234_5678, 99, 123_456, 1)
+        );
         assert_eq!(
             (e.duration_ns, e.cpu_ns, e.tgid, e.calls),
             (1_500_000, 250_000, 4242, 3)
         );
         assert_eq!((role_label(e.role), result_label(e.result)), ("server", "failed"));
-        assert!(read_record::<hs_event>(&raw[..47]).is_none());
+        assert!(read_record::<hs_event>(&raw[..55]).is_none());
     }
 
     #[test]

@@ -165,8 +165,9 @@ pub const SEND_CAPTURE: Capability = Capability {
     on_connections: true,
 };
 
-/// The read side: with --exact, which connections a handshake call read; without the send
-/// capture, requests and the end of TLS 1.3 handshakes.
+/// The read side: when a server read the client's handshake messages (the kernel estimate
+/// of handshake CPU); with --exact, which connections a handshake call read; without the
+/// send capture, requests and the end of TLS 1.3 handshakes.
 pub const READ_SIDE: Capability = Capability {
     name: "read_side",
     hooks: &[

@@ -154,7 +154,7 @@ fn load_object(cpus: usize, sample_hz: u64, storage: Storage) -> Result<Ebpf> {
 
 /// Attaches a hook for every capability this run needs, with connection state kept as
 /// `storage`. The required ones failing is an error.
-fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, exact: bool, avoid: &[String]) -> Result<Served> {
+fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, avoid: &[String]) -> Result<Served> {
     let mut caps = Vec::new();
     for c in [&SCHEDULER, &PROCESSES] {
         match hooks::resolve(c, avoid, |h| hooks::attach_hook(ebpf, btf, h)) {
@@ -186,7 +186,9 @@ fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, exact: bool
     let send = on_conns(&SEND_CAPTURE, true, ebpf);
     let wire = matches!(send.1, hooks::Served::By(_));
     caps.push(send);
-    caps.push(on_conns(&READ_SIDE, exact || !wire, ebpf));
+    // The read side in every mode: the kernel estimate of handshake CPU opens its windows
+    // at reads (bpf/estimate.bpf.h); with --exact it links handshake calls to connections.
+    caps.push(on_conns(&READ_SIDE, true, ebpf));
     caps.push(on_conns(&SEND_SIDE, !wire, ebpf));
     Ok(Served {
         storage,
@@ -242,7 +244,7 @@ impl Kernel {
     /// `sample_hz` 0 leaves CPU attribution off; `avoid` names hooks not to use
     /// (--avoid-hook). The uprobe programs are loaded, not attached (the agent attaches them
     /// per process).
-    pub fn load(btf: &Btf, sample_hz: u64, exact: bool, avoid: &[String]) -> Result<Self> {
+    pub fn load(btf: &Btf, sample_hz: u64, avoid: &[String]) -> Result<Self> {
         let cpus = aya::util::online_cpus()
             .map_err(|(_, e)| e)
             .context("cannot read the online CPUs")?;
@@ -252,10 +254,10 @@ impl Kernel {
             Storage::Socket
         };
         let mut ebpf = load_object(cpus.len(), sample_hz, first)?;
-        let mut served = attach_capabilities(&mut ebpf, btf, first, exact, avoid)?;
+        let mut served = attach_capabilities(&mut ebpf, btf, first, avoid)?;
         if first == Storage::Socket && served.connections_short() {
             let mut hash = load_object(cpus.len(), sample_hz, Storage::Hash)?;
-            let hash_served = attach_capabilities(&mut hash, btf, Storage::Hash, exact, avoid)?;
+            let hash_served = attach_capabilities(&mut hash, btf, Storage::Hash, avoid)?;
             if hash_served.connection_score() > served.connection_score() {
                 (ebpf, served) = (hash, hash_served);
             }
@@ -315,8 +317,13 @@ impl Kernel {
 
     /// Adds a process to the traced set (forks, exit, CPU accounting, samples). False, and
     /// counted (traced_processes), when the map has no room.
-    pub fn trace(&mut self, pid: u32) -> bool {
-        let ok = self.traced.insert(pid, proc_traced::default(), 0);
+    /// `estimate`: it has no handshake probes, the kernel estimates its handshakes' CPU.
+    pub fn trace(&mut self, pid: u32, estimate: bool) -> bool {
+        let value = proc_traced {
+            estimate: estimate.into(),
+            ..Default::default()
+        };
+        let ok = self.traced.insert(pid, value, 0);
         if let Err(e) = &ok {
             log::debug!("cannot add {pid} to the traced set: {e}");
             self.full.add("traced_processes", 1);

@@ -73,8 +73,10 @@ mod layout_tests {
                 calls,
                 role,
                 result,
+                estimate,
                 conn_sk,
-                conn_start
+                conn_start,
+                end_ns
             }
         );
         rust_layout!(rust, hs_hits { entries, returns });
@@ -169,7 +171,14 @@ mod layout_tests {
                 ustack
             }
         );
-        rust_layout!(rust, proc_traced { oncpu_ns, exited });
+        rust_layout!(
+            rust,
+            proc_traced {
+                oncpu_ns,
+                exited,
+                estimate
+            }
+        );
         rust_layout!(
             rust,
             wire_event {

@@ -11,7 +11,8 @@ pub const PROC_EV_EXIT: u32 = 2;
 pub struct proc_traced {
     pub oncpu_ns: u64,
     pub exited: u32,
-    pub pad: u32,
+    /// No handshake probes: the kernel estimates its handshakes' CPU (bpf/estimate.bpf.h).
+    pub estimate: u32,
 }
 
 // SAFETY: plain integers, any bit pattern is valid; the map stores exactly this layout.

@@ -98,6 +98,11 @@ where
         self.family.get_or_create(&labels)
     }
 
+    /// Whether the series of `labels` exists (as given, not folded).
+    pub fn exists(&self, labels: &L) -> bool {
+        self.family.get(labels).is_some()
+    }
+
     /// Drops a series (a gauge whose subject is gone).
     pub fn remove(&self, labels: &L) -> bool {
         let removed = self.family.remove(labels);

@@ -149,6 +149,15 @@ pub const ATTACHED_PROCESSES: Def<CommLabels> = Def::new(
     None,
     "Processes tlsprof has attached its probes to",
 );
+pub const HANDSHAKE_CPU_METHOD: Def<MethodLabels> = Def::new(
+    "handshake_cpu_method_info",
+    Gauge,
+    None,
+    "How the handshake CPU and duration histograms of the processes of this name are measured, and how many \
+     are attached so measured now: method probes (the TLS library's handshake calls, on CPU) or kernel_estimate \
+     (the server thread's on-CPU time from reading the client's handshake messages to answering them, where no \
+     entry point is probed: docs/metrics.md)",
+);
 pub const ATTACHED_PROBES: Def<NoLabels> =
     Def::new("attached_probes", Gauge, None, "Uprobes and uretprobes attached now");
 pub const EVENTS_LOST: Def<NoLabels> = Def::new(
@@ -332,6 +341,7 @@ pub const ALL: &[&Spec] = &[
     &HANDSHAKE_DURATION.spec,
     &FAILED_HANDSHAKE_CPU.spec,
     &ATTACHED_PROCESSES.spec,
+    &HANDSHAKE_CPU_METHOD.spec,
     &ATTACHED_PROBES.spec,
     &EVENTS_LOST.spec,
     &KERNEL_ERRORS.spec,

@@ -96,6 +96,7 @@ pub struct Metrics {
     pub handshake_duration: Capped<ParamLabels, Histogram, fn() -> Histogram>,
     pub failed_handshake_cpu: Capped<RoleLabels, Counter<f64>>,
     pub attached_processes: Capped<CommLabels, Gauge>,
+    pub handshake_cpu_method: Capped<MethodLabels, Gauge>,
     pub attached_probes: Gauge,
     pub events_lost: Counter,
     pub kernel_errors: Family<KindLabels, Counter>,
@@ -176,6 +177,12 @@ impl Metrics {
             attached_processes: Capped::new(
                 register(&mut r, &ATTACHED_PROCESSES, Family::default()),
                 ATTACHED_PROCESSES.name,
+                max_series,
+                &folded,
+            ),
+            handshake_cpu_method: Capped::new(
+                register(&mut r, &HANDSHAKE_CPU_METHOD, Family::default()),
+                HANDSHAKE_CPU_METHOD.name,
                 max_series,
                 &folded,
             ),

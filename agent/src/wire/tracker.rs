@@ -55,6 +55,8 @@ struct Capture {
 /// A handshake seen on the wire only (the capture ended).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireHandshake {
+    /// The connection (sk, conn_start).
+    pub conn: ConnId,
     pub tgid: u32,
     pub netns: u32,
     pub port: u16,
@@ -121,6 +123,7 @@ impl Tracker {
                 let p = tls::parse(&c.plain, &c.sealed, true);
                 let failed = p.alert || matches!(e.flags, WIRE_END_ALERT | WIRE_END_CLOSED);
                 let h = WireHandshake {
+                    conn: id,
                     tgid: e.tgid,
                     netns: c.netns,
                     port: c.port,

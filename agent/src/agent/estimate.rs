@@ -1,0 +1,168 @@
+//! The user half of the kernel-only estimate of handshake CPU (bpf/estimate.bpf.h): the
+//! kernel sends one part per window (a server thread's on-CPU time from reading the client's
+//! handshake messages to sending its answer); the parts of a connection are summed until its
+//! handshake capture ends, then measured as one handshake, labelled from the wire like a
+//! probed one (handshakes.rs).
+use std::{
+    collections::{HashMap, VecDeque},
+    time::{Duration, Instant},
+};
+
+use crate::{
+    bounds,
+    bpf::handshake::{self as hs, hs_event},
+    wire::tracker::ConnId,
+};
+
+/// Connections with parts and no end yet, at most: beyond, the oldest sixteenth go, counted:
+/// tlsprof_table_full_total{table="estimate_parts"}.
+pub const MAX_OPEN: usize = 65_536;
+/// Parts older than this with no end of their capture are dropped (the capture was given up,
+/// or the connection is not a handshake).
+const STALE_SECS: u64 = 60;
+/// How long after its capture's end a handshake's last part may still come.
+pub const SETTLE: Duration = Duration::from_millis(200);
+
+struct Sum {
+    tgid: u32,
+    first_ns: u64,
+    last_ns: u64,
+    cpu_ns: u64,
+    parts: u32,
+    since: Instant,
+}
+
+#[derive(Default)]
+pub struct Estimates {
+    open: HashMap<ConnId, Sum>,
+    /// Captures that ended: (connection, the handshake succeeded, when), oldest first. The
+    /// last window of a handshake closes when the server reads the first request (or turns
+    /// to another connection), just after the capture's end (TLS 1.3 session tickets come
+    /// after it): a handshake is measured SETTLE after its capture ended.
+    ended: VecDeque<(ConnId, bool, Instant)>,
+    /// Entries dropped at the bound, not exported yet.
+    pub evicted: u64,
+}
+
+impl Estimates {
+    /// One part from the kernel (hs_event with `estimate` set).
+    pub fn add(&mut self, e: &hs_event, now: Instant) {
+        let id = (e.conn_sk, e.conn_start);
+        if !self.open.contains_key(&id) && self.open.len() >= MAX_OPEN {
+            let out = bounds::evict_oldest(&mut self.open, MAX_OPEN, |s| s.since);
+            self.evicted += out.len() as u64;
+        }
+        let first = e.end_ns.saturating_sub(e.duration_ns);
+        let s = self.open.entry(id).or_insert(Sum {
+            tgid: e.tgid,
+            first_ns: first,
+            last_ns: e.end_ns,
+            cpu_ns: 0,
+            parts: 0,
+            since: now,
+        });
+        s.first_ns = s.first_ns.min(first);
+        s.last_ns = s.last_ns.max(e.end_ns);
+        s.cpu_ns += e.cpu_ns;
+        s.parts += 1;
+    }
+
+    /// A connection's handshake capture ended.
+    pub fn capture_ended(&mut self, id: ConnId, ok: bool, now: Instant) {
+        if self.ended.len() < MAX_OPEN {
+            self.ended.push_back((id, ok, now));
+        }
+    }
+
+    /// The handshakes whose capture ended SETTLE ago or more (`all`: every one, at exit),
+    /// each the sum of its parts, as a probed handshake would be reported.
+    pub fn finished(&mut self, all: bool, now: Instant) -> Vec<hs_event> {
+        let mut out = Vec::new();
+        while let Some(&(id, ok, at)) = self.ended.front() {
+            if !all && now.duration_since(at) < SETTLE {
+                break;
+            }
+            self.ended.pop_front();
+            let Some(s) = self.open.remove(&id) else { continue };
+            out.push(hs_event {
+                duration_ns: s.last_ns.saturating_sub(s.first_ns),
+                cpu_ns: s.cpu_ns,
+                tgid: s.tgid,
+                calls: s.parts,
+                role: hs::HS_ROLE_SERVER,
+                result: if ok { hs::HS_RESULT_OK } else { hs::HS_RESULT_FAILED },
+                estimate: 1,
+                pad: [0; 5],
+                conn_sk: id.0,
+                conn_start: id.1,
+                end_ns: s.last_ns,
+            });
+        }
+        out
+    }
+
+    /// Drops the parts whose capture never ended.
+    pub fn expire(&mut self, now: Instant) {
+        self.open
+            .retain(|_, s| now.duration_since(s.since).as_secs() < STALE_SECS);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(conn: u64, end_ns: u64, duration_ns: u64, cpu_ns: u64) -> hs_event {
+        hs_event {
+            duration_ns,
+            cpu_ns,
+            tgid: 7,
+            calls: 1,
+            role: hs::HS_ROLE_SERVER,
+            result: hs::HS_RESULT_OK,
+            estimate: 1,
+            pad: [0; 5],
+            conn_sk: conn,
+            conn_start: 1,
+            end_ns,
+        }
+    }
+
+    /// TLS 1.2: the ClientHello's part and the ClientKeyExchange's, summed; the duration runs
+    /// from the first read to the last answer.
+    #[test]
+    fn parts_of_a_connection_are_summed_at_its_end() {
+        let t0 = Instant::now();
+        let mut e = Estimates::default();
+        e.add(&part(100, 1_000_000, 400_000, 300_000), t0);
+        e.add(&part(200, 1_100_000, 100_000, 90_000), t0);
+        e.add(&part(100, 3_000_000, 200_000, 150_000), t0);
+        assert!(e.finished(false, t0).is_empty(), "no capture ended yet");
+        e.capture_ended((100, 1), true, t0);
+        e.capture_ended((999, 1), true, t0); // a probed connection: no parts
+        assert!(e.finished(false, t0).is_empty(), "its last part may still come");
+        let done = e.finished(false, t0 + SETTLE);
+        assert_eq!(done.len(), 1);
+        let h = done[0];
+        assert_eq!(
+            (h.cpu_ns, h.duration_ns, h.calls, h.result),
+            (450_000, 2_400_000, 2, hs::HS_RESULT_OK)
+        );
+        assert_eq!((h.conn_sk, h.conn_start, h.estimate, h.tgid), (100, 1, 1, 7));
+        e.capture_ended((200, 1), false, t0);
+        assert_eq!(e.finished(true, t0)[0].result, hs::HS_RESULT_FAILED);
+        assert!(e.open.is_empty());
+    }
+
+    #[test]
+    fn parts_without_an_end_expire_and_are_bounded() {
+        let t0 = Instant::now();
+        let mut e = Estimates::default();
+        for conn in 0..MAX_OPEN as u64 + 10 {
+            e.add(&part(conn, 1_000, 10, 10), t0);
+        }
+        assert!(e.open.len() <= MAX_OPEN && e.evicted > 0);
+        e.expire(t0 + std::time::Duration::from_secs(STALE_SECS));
+        assert!(e.open.is_empty());
+    }
+}

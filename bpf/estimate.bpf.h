@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The kernel-only estimate of a handshake's CPU, for servers whose TLS stack has no entry
+ * point tlsprof probes (HCL Domino's, GSKit, NSS, Go, a stripped static binary) or whose
+ * probes are switched off (--no-handshake-probes). User side: agent/src/agent/handshakes.rs
+ * (sums the parts, labels them from the wire).
+ *
+ * A window opens when a server thread's read of a watched connection returns data while the
+ * server has sent nothing of its handshake yet (the ClientHello), or only plaintext handshake
+ * records (TLS 1.2's ClientKeyExchange and Finished, a ClientHello after a
+ * HelloRetryRequest), or its TLS 1.3 encrypted flight (then only while the bytes read are
+ * the client's Finished); it stays open across the server's sends on that connection (a
+ * flight in several writes, TLS 1.3 session tickets after the capture's end) and closes when
+ * the thread reads or sends on another watched connection, or reads past the client's
+ * handshake messages on this one (the first request): the thread's on-CPU time in between, clocked
+ * by sched_switch as a handshake call's is (hs_threads, with `est` set), is one part; the
+ * parts of a connection are summed when its capture ends (wire.bpf.h).
+ *
+ * Assumptions (docs/metrics.md): the thread that reads a connection's handshake message
+ * answers it before it serves another connection (event loops such as nginx's, a thread per
+ * connection); not in it: the kernel's part of the reads and of the sends (on loopback the
+ * send also delivers), and work a server does before a read returns.
+ */
+#ifndef TLSPROF_ESTIMATE_BPF_H
+#define TLSPROF_ESTIMATE_BPF_H
+
+#include "handshake.h"
+#include "wire.h"
+
+#ifndef MSG_PEEK
+#define MSG_PEEK 2
+#endif
+
+/* Closes the thread's window: its on-CPU time since the read is one part of its connection's
+ * handshake, sent to the agent (hs_events, estimate set). */
+static __always_inline void est_close(__u32 tid, struct hs_thread *t)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct hs_state part = {
+		.first_ns = t->enter_ns,
+		.last_ns = now,
+		.cpu_ns = t->cpu_ns + (t->oncpu_ns ? now - t->oncpu_ns : 0),
+		.calls = 1,
+		.role = HS_ROLE_SERVER,
+		.conn_sk = t->conn_sk,
+		.conn_start = t->conn_start,
+	};
+	__u32 tgid = t->tgid;
+	hs_thread_done(tid);
+	struct hs_event *e = bpf_ringbuf_reserve(&hs_events, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(STAT_HS_EVENTS_LOST);
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->duration_ns = part.last_ns - part.first_ns;
+	e->cpu_ns = part.cpu_ns;
+	e->tgid = tgid;
+	e->calls = 1;
+	e->role = HS_ROLE_SERVER;
+	e->result = HS_RESULT_OK;
+	e->estimate = 1;
+	e->conn_sk = part.conn_sk;
+	e->conn_start = part.conn_start;
+	e->end_ns = part.last_ns;
+	bpf_ringbuf_submit(e, RB_LAZY(&hs_events, HS_RINGBUF_BYTES));
+}
+
+/* The thread's open window, NULL if none (one load while no window or call is open). */
+static __always_inline struct hs_thread *est_window(__u32 tid)
+{
+	if (!hs_active)
+		return NULL;
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	return t && t->est ? t : NULL;
+}
+
+/* A thread sends on watched connection `sk`: a window it had open for another connection
+ * closes (a server may send its flight in several writes: the window stays open across
+ * them, until the handshake's capture is over or the thread turns to another connection). */
+static __always_inline void est_before_send(const struct sock *sk)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct hs_thread *t = est_window(tid);
+	if (t && t->ssl != (__u64)sk)
+		est_close(tid, t);
+}
+
+
+
+/* A read of watched connection `sk` returned `ret` bytes (recvmsg `flags`). */
+static __always_inline void est_on_read(struct sock *sk, struct conn_state *c, int ret, int flags)
+{
+	if (ret <= 0 || (flags & MSG_PEEK))
+		return;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, tgid = id >> 32;
+	struct proc_traced *p = proc_of(tgid);
+	if (!p || !p->estimate)
+		return;
+	/* TLS 1.3, after the server's encrypted flight: the client's answer is a
+	 * change_cipher_spec and a Finished record as long as the server's; bytes read past it
+	 * are a request, which is not the handshake's; so is everything once the capture is over */
+	bool handshake = c->wire != WIRE_DONE;
+	if (c->wire == WIRE_SEALED) {
+		__u32 answer = BPF_CORE_READ((struct tcp_sock *)sk, copied_seq) - c->rx_flight;
+		handshake = c->fin_len && answer <= 6 + 5 + c->fin_len;
+	}
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	if (t) {
+		if (!t->est)
+			return; /* inside a probed call */
+		if (t->ssl == (__u64)sk) {
+			/* this connection's window is open: more of the same message (the record
+			 * body after its header), or the first request after it */
+			if (!handshake)
+				est_close(tid, t);
+			return;
+		}
+		est_close(tid, t);
+	}
+	if (!handshake)
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	struct hs_thread nt = {
+		.ssl = (__u64)sk,
+		.enter_ns = now,
+		.oncpu_ns = now,
+		.tgid = tgid,
+		.depth = 1,
+		.role = HS_ROLE_SERVER,
+		.est = 1,
+		.conn_sk = (__u64)sk,
+		.conn_start = c->start_ns,
+	};
+	if (!map_insert(&hs_threads, &tid, &nt, BPF_NOEXIST, STAT_HS_THREAD_MAP_FULL))
+		return;
+	__sync_fetch_and_add(&hs_active, 1);
+	hs_set_oncpu(tid);
+}
+
+#endif
