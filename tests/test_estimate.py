@@ -1,0 +1,67 @@
+"""The kernel-only estimate of handshake CPU (bpf/estimate.bpf.h), which servers whose TLS
+stack has no entry point to probe get, against the probes' figure on the same servers and
+configurations (--no-handshake-probes switches the probes off): an event-loop server (nginx,
+one worker) and a thread-per-connection one (Apache httpd, its worker threads), RSA-2048 +
+secp384r1 and ECDSA P-256 + X25519, TLS 1.3. The two methods take turns, three rounds, so that
+the machine's drift falls on both."""
+import pytest
+
+from harness.agent import Agent
+from harness.clients import https_connections
+from harness.metrics import value
+from harness.procs import have
+from harness.servers import Apache, Nginx
+
+N = 30
+ROUNDS = 3
+CONFIGS = {"costly": ("rsa2048", "secp384r1"), "cheap": ("ecdsa_p256", "X25519")}
+METHODS = {"kernel_estimate": ["--no-handshake-probes"], "probes": ["--exact"]}
+
+
+def start(kind: str, workdir, cert: str, curve: str):
+    if kind == "nginx":
+        srv = Nginx(workdir, cert=cert, extra_server=f"ssl_ecdh_curve {curve};")
+        return srv, [srv.pid, *srv.workers()]
+    srv = Apache(workdir, cert=cert, extra=f"SSLOpenSSLConfCmd Curves {curve}")
+    return srv, [srv.pid, *srv.children()]
+
+
+@pytest.mark.parametrize("kind", ["nginx", "apache"])
+def test_estimate_agrees_with_the_probes(workdir, kind):
+    if not have({"nginx": "nginx", "apache": "apache2"}[kind]):
+        pytest.skip(f"{kind} not installed")
+    servers = {}
+    try:
+        for k, (cert, curve) in CONFIGS.items():
+            servers[k] = start(kind, workdir, cert, curve)
+        pids = [p for _, ps in servers.values() for p in ps]
+        sums = {(method, k): 0.0 for method in METHODS for k in CONFIGS}
+        for _ in range(ROUNDS):
+            for method, flags in METHODS.items():
+                with Agent(*[a for p in pids for a in ("--pid", str(p))], *flags, "--sample-hz", "0") as agent:
+                    agent.wait_attached(pids)
+                    for k, (srv, _) in servers.items():
+                        cert, _ = CONFIGS[k]
+                        c = https_connections(srv.port, N, version="1.3", concurrency=1)
+                        assert c["ok"] == N, c
+                        agent.wait_value("tlsprof_handshake_cpu_seconds_count", N, cert=cert, role="server")
+                        m = agent.scrape()
+                        # every handshake measured once, counted once, as the client made it
+                        assert value(m, "tlsprof_handshake_cpu_seconds_count", cert=cert) == N
+                        assert value(m, "tlsprof_handshake_duration_seconds_count", cert=cert) == N
+                        assert value(m, "tlsprof_handshakes_total", cert=cert, result="ok") == N
+                        sums[(method, k)] += value(m, "tlsprof_handshake_cpu_seconds_sum", cert=cert)
+                    m = agent.scrape()
+                    assert value(m, "tlsprof_handshake_cpu_method_info", method=method) == len(pids), m
+                    other = next(x for x in METHODS if x != method)
+                    assert value(m, "tlsprof_handshake_cpu_method_info", method=other) == 0
+    finally:
+        for srv, _ in servers.values():
+            srv.stop()
+    mean = {key: s / (N * ROUNDS) for key, s in sums.items()}
+    for k in CONFIGS:
+        ratio = mean[("kernel_estimate", k)] / mean[("probes", k)]
+        print(f"{kind} {k}: kernel estimate {mean[('kernel_estimate', k)] * 1e6:.0f} us/handshake, "
+              f"probes {mean[('probes', k)] * 1e6:.0f} us: {ratio:.2f}")
+        assert 0.75 <= ratio <= 1.25, (k, ratio, mean)
+    assert mean[("kernel_estimate", "costly")] > mean[("kernel_estimate", "cheap")], mean
