@@ -40,7 +40,7 @@ pub fn privileges() -> Result<()> {
     if !has(CAP_SYS_ADMIN) {
         log::warn!(
             "without CAP_SYS_ADMIN the kernel refuses uprobes: no handshake probes (handshakes are counted from \
-             what servers send, without CPU or duration histograms)"
+             what servers send, their CPU is the kernel's estimate)"
         );
     }
     if !has(CAP_SYS_PTRACE) {
