@@ -93,3 +93,36 @@ def test_keepalive_finding_on_gnutls_has_a_cpu_saving(tmp_path):
     assert "Each new connection costs a handshake (not measured)" not in r.text, r.text
     configs = r.proc("lighttpd")["configs"]
     assert configs and all(c["cpu_seconds"] > 0 for c in configs), configs
+
+
+def test_go_server_handshake_cpu(workdir, gotls_bin):
+    """Go's crypto/tls (no entry point probed yet: the kernel estimate; a goroutine per
+    connection): the same two configurations, every handshake measured, in order."""
+    from harness.servers import GoTLS
+    servers = {}
+    try:
+        for k, (cert, _, _) in CONFIGS.items():
+            servers[k] = GoTLS(workdir, gotls_bin, cert=cert)
+        pids = [s.pid for s in servers.values()]
+        with Agent(*[a for p in pids for a in ("--pid", str(p))], "--exact", "--sample-hz", "0") as agent:
+            agent.wait_attached(pids)
+            assert "TLS stack go, no handshake probes: handshake CPU estimated from the kernel" in agent.output()
+            mean = {}
+            for k, srv in servers.items():
+                cert, curves, group = CONFIGS[k]
+                client = curl_connections(srv.port, N, curves)
+                assert client == {"connects": N, "failed": 0}, client
+                want = dict(comm="gotls", role="server", cert=cert, group=group)
+                agent.wait_value("tlsprof_handshake_cpu_seconds_count", N, **want)
+                m = agent.scrape()
+                assert value(m, "tlsprof_handshakes_total", comm="gotls", cert=cert, result="ok") == N
+                assert value(m, "tlsprof_handshake_cpu_seconds_count", **want) == N
+                mean[k] = value(m, "tlsprof_handshake_cpu_seconds_sum", **want) / N
+            assert value(agent.scrape(), "tlsprof_handshake_cpu_method_info", comm="gotls",
+                         method="kernel_estimate") == 2
+        print(f"go: RSA-2048 + secp384r1 {mean['costly'] * 1e6:.0f} us/handshake, "
+              f"ECDSA P-256 + X25519 {mean['cheap'] * 1e6:.0f} us")
+        assert mean["costly"] > mean["cheap"], mean
+    finally:
+        for s in servers.values():
+            s.stop()
