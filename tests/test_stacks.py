@@ -95,6 +95,7 @@ def test_keepalive_finding_has_a_cpu_saving(tmp_path, module):
     assert "Each new connection costs a handshake (not measured)" not in r.text, r.text
     configs = r.proc("lighttpd")["configs"]
     assert configs and all(c["cpu_seconds"] > 0 for c in configs), configs
+    assert ("CPU per handshake: the kernel's estimate" in r.text) == (module == "nss"), r.text
 
 
 def test_go_server_handshake_cpu(workdir, gotls_bin):

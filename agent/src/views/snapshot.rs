@@ -206,6 +206,9 @@ pub struct Proc {
     pub ports: BTreeMap<String, Port>,
     /// TLS libraries the process maps: (library, symbols).
     pub libraries: BTreeSet<(String, String)>,
+    /// How its handshakes' CPU is measured now (tlsprof_handshake_cpu_method_info):
+    /// `probes`, `kernel_estimate`.
+    pub cpu_methods: BTreeSet<String>,
 }
 
 impl Proc {
@@ -301,6 +304,10 @@ impl Window {
             let series = |suffix: &str| s.name == d.series(suffix);
             if is(&defs::ATTACHED_PROCESSES) {
                 p.attached = s.value;
+            } else if is(&defs::HANDSHAKE_CPU_METHOD) {
+                if s.value > 0.0 {
+                    p.cpu_methods.insert(s.label("method").into());
+                }
             } else if is(&defs::TLS_LIBRARY_INFO) {
                 p.libraries
                     .insert((s.label("library").into(), s.label("symbols").into()));

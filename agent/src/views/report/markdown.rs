@@ -82,6 +82,19 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
             p.share("other") * 100.0
         );
         if !p.configs.is_empty() {
+            if p.cpu_methods.contains("kernel_estimate") {
+                let _ = writeln!(
+                    o,
+                    "CPU per handshake{}: the kernel's estimate (no handshake entry point probed: the server \
+                     thread's on-CPU time from reading the client's handshake messages to answering them; \
+                     docs/metrics.md).\n",
+                    if p.cpu_methods.contains("probes") {
+                        " of some of these processes"
+                    } else {
+                        ""
+                    }
+                );
+            }
             let _ = writeln!(
                 o,
                 "| Version | Group | Certificate | Cipher | Resumed | Handshakes/s | CPU per handshake |"
