@@ -75,6 +75,23 @@ impl<N, A> Labelled for Gauge<N, A> {
     type Labels = NoLabels;
 }
 
+/// Registers a family whose label values other local users control (process names, ports,
+/// library files) under its declaration, capped at `max` series (capped.rs).
+fn capped<L, M, C>(
+    r: &mut Registry,
+    def: &Def<L>,
+    family: Family<L, M, C>,
+    max: usize,
+    folded: &Family<MetricLabels, Counter>,
+) -> Capped<L, M, C>
+where
+    L: LabelNames + capped::Fold + Clone + std::hash::Hash + Eq + std::fmt::Debug,
+    Family<L, M, C>: Metric + Clone,
+    C: prometheus_client::metrics::family::MetricConstructor<M>,
+{
+    Capped::new(register(r, def, family), def.name, max, folded)
+}
+
 /// Registers a metric under its declaration; returns it, for the field that keeps it.
 fn register<M: Labelled + Metric + Clone>(r: &mut Registry, def: &Def<M::Labels>, m: M) -> M {
     let unit = def.unit.map(|u| match u {
@@ -144,130 +161,59 @@ impl Metrics {
         let mut r = Registry::with_prefix("tlsprof");
         let folded = Family::<MetricLabels, Counter>::default();
         Self {
-            handshakes: Capped::new(
-                register(&mut r, &HANDSHAKES, Family::default()),
-                HANDSHAKES.name,
+            handshakes: capped(&mut r, &HANDSHAKES, Family::default(), max_series, &folded),
+            handshakes_unlabelled: capped(&mut r, &HANDSHAKES_UNLABELLED, Family::default(), max_series, &folded),
+            handshake_cpu: capped(&mut r, &HANDSHAKE_CPU, hist(cpu_histogram), max_series, &folded),
+            handshake_duration: capped(
+                &mut r,
+                &HANDSHAKE_DURATION,
+                hist(duration_histogram),
                 max_series,
                 &folded,
             ),
-            handshakes_unlabelled: Capped::new(
-                register(&mut r, &HANDSHAKES_UNLABELLED, Family::default()),
-                HANDSHAKES_UNLABELLED.name,
-                max_series,
-                &folded,
-            ),
-            handshake_cpu: Capped::new(
-                register(&mut r, &HANDSHAKE_CPU, hist(cpu_histogram)),
-                HANDSHAKE_CPU.name,
-                max_series,
-                &folded,
-            ),
-            handshake_duration: Capped::new(
-                register(&mut r, &HANDSHAKE_DURATION, hist(duration_histogram)),
-                HANDSHAKE_DURATION.name,
-                max_series,
-                &folded,
-            ),
-            failed_handshake_cpu: Capped::new(
-                register(&mut r, &FAILED_HANDSHAKE_CPU, Family::default()),
-                FAILED_HANDSHAKE_CPU.name,
-                max_series,
-                &folded,
-            ),
-            attached_processes: Capped::new(
-                register(&mut r, &ATTACHED_PROCESSES, Family::default()),
-                ATTACHED_PROCESSES.name,
-                max_series,
-                &folded,
-            ),
-            handshake_cpu_method: Capped::new(
-                register(&mut r, &HANDSHAKE_CPU_METHOD, Family::default()),
-                HANDSHAKE_CPU_METHOD.name,
-                max_series,
-                &folded,
-            ),
+            failed_handshake_cpu: capped(&mut r, &FAILED_HANDSHAKE_CPU, Family::default(), max_series, &folded),
+            attached_processes: capped(&mut r, &ATTACHED_PROCESSES, Family::default(), max_series, &folded),
+            handshake_cpu_method: capped(&mut r, &HANDSHAKE_CPU_METHOD, Family::default(), max_series, &folded),
             attached_probes: register(&mut r, &ATTACHED_PROBES, Gauge::default()),
             events_lost: register(&mut r, &EVENTS_LOST, Counter::default()),
             kernel_errors: register(&mut r, &KERNEL_ERRORS, Family::default()),
             attach_failures: register(&mut r, &PROBE_ATTACH_FAILURES, Family::default()),
             agent_cpu: register(&mut r, &AGENT_CPU, Counter::default()),
             agent_memory: register(&mut r, &AGENT_RESIDENT_MEMORY, Gauge::default()),
-            connections_accepted: Capped::new(
-                register(&mut r, &TCP_CONNECTIONS_ACCEPTED, Family::default()),
-                TCP_CONNECTIONS_ACCEPTED.name,
+            connections_accepted: capped(
+                &mut r,
+                &TCP_CONNECTIONS_ACCEPTED,
+                Family::default(),
                 max_series,
                 &folded,
             ),
-            connections: Capped::new(
-                register(&mut r, &TCP_CONNECTIONS, Family::default()),
-                TCP_CONNECTIONS.name,
+            connections: capped(&mut r, &TCP_CONNECTIONS, Family::default(), max_series, &folded),
+            time_wait: capped(&mut r, &TCP_TIME_WAIT, Family::default(), max_series, &folded),
+            time_wait_sockets: capped(&mut r, &TCP_TIME_WAIT_SOCKETS, Family::default(), max_series, &folded),
+            connection_duration: capped(
+                &mut r,
+                &TCP_CONNECTION_DURATION,
+                hist(connection_histogram),
                 max_series,
                 &folded,
             ),
-            time_wait: Capped::new(
-                register(&mut r, &TCP_TIME_WAIT, Family::default()),
-                TCP_TIME_WAIT.name,
+            requests_per_connection: capped(
+                &mut r,
+                &REQUESTS_PER_CONNECTION,
+                hist(requests_histogram),
                 max_series,
                 &folded,
             ),
-            time_wait_sockets: Capped::new(
-                register(&mut r, &TCP_TIME_WAIT_SOCKETS, Family::default()),
-                TCP_TIME_WAIT_SOCKETS.name,
-                max_series,
-                &folded,
-            ),
-            connection_duration: Capped::new(
-                register(&mut r, &TCP_CONNECTION_DURATION, hist(connection_histogram)),
-                TCP_CONNECTION_DURATION.name,
-                max_series,
-                &folded,
-            ),
-            requests_per_connection: Capped::new(
-                register(&mut r, &REQUESTS_PER_CONNECTION, hist(requests_histogram)),
-                REQUESTS_PER_CONNECTION.name,
-                max_series,
-                &folded,
-            ),
-            process_cpu: Capped::new(
-                register(&mut r, &PROCESS_CPU, Family::default()),
-                PROCESS_CPU.name,
-                max_series,
-                &folded,
-            ),
-            cpu: Capped::new(register(&mut r, &CPU, Family::default()), CPU.name, max_series, &folded),
-            crypto_cpu: Capped::new(
-                register(&mut r, &CRYPTO_CPU, Family::default()),
-                CRYPTO_CPU.name,
-                max_series,
-                &folded,
-            ),
-            tls_library: Capped::new(
-                register(&mut r, &TLS_LIBRARY_INFO, Family::default()),
-                TLS_LIBRARY_INFO.name,
-                max_series,
-                &folded,
-            ),
+            process_cpu: capped(&mut r, &PROCESS_CPU, Family::default(), max_series, &folded),
+            cpu: capped(&mut r, &CPU, Family::default(), max_series, &folded),
+            crypto_cpu: capped(&mut r, &CRYPTO_CPU, Family::default(), max_series, &folded),
+            tls_library: capped(&mut r, &TLS_LIBRARY_INFO, Family::default(), max_series, &folded),
             cpu_samples: register(&mut r, &CPU_SAMPLES, Counter::default()),
             mode_info: register(&mut r, &MODE_INFO, Family::default()),
             sampled_figures: register(&mut r, &SAMPLED_FIGURE_INFO, Family::default()),
-            probe_duty_cycle: Capped::new(
-                register(&mut r, &PROBE_DUTY_CYCLE, Family::default()),
-                PROBE_DUTY_CYCLE.name,
-                max_series,
-                &folded,
-            ),
-            probe_hits: Capped::new(
-                register(&mut r, &PROBE_HITS, Family::default()),
-                PROBE_HITS.name,
-                max_series,
-                &folded,
-            ),
-            probe_cpu: Capped::new(
-                register(&mut r, &PROBE_CPU, Family::default()),
-                PROBE_CPU.name,
-                max_series,
-                &folded,
-            ),
+            probe_duty_cycle: capped(&mut r, &PROBE_DUTY_CYCLE, Family::default(), max_series, &folded),
+            probe_hits: capped(&mut r, &PROBE_HITS, Family::default(), max_series, &folded),
+            probe_cpu: capped(&mut r, &PROBE_CPU, Family::default(), max_series, &folded),
             probe_hit_cost: register(&mut r, &PROBE_HIT_COST, Family::default()),
             kernel_hooks: register(&mut r, &KERNEL_HOOK_INFO, Family::default()),
             table_full: register(&mut r, &TABLE_FULL, Family::default()),
