@@ -52,7 +52,8 @@ struct conn_port_stats {
 struct req_ctl {
 	__u32 wire_counts; /* wire_send is attached: requests and the end of TLS 1.3 handshakes
 			    * are seen from the server's sends, not from its reads */
-	__u32 pad;
+	__u32 read_links;  /* --exact: a handshake call's reads mark its connection as TLS and
+			    * link the call to it (the default mode leaves that to the sends) */
 };
 
 /* Socket-local state of a connection accepted on a watched port (BPF_MAP_TYPE_SK_STORAGE). */

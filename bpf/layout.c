@@ -59,6 +59,7 @@ int main(void)
 	F(hs_state, conn_start);
 	S(req_ctl);
 	F(req_ctl, wire_counts);
+	F(req_ctl, read_links);
 	S(conn_port);
 	F(conn_port, netns);
 	F(conn_port, port);

@@ -38,6 +38,13 @@ static __always_inline bool req_wire_counts(void)
 	return ctl && ctl->wire_counts;
 }
 
+static __always_inline bool req_read_links(void)
+{
+	__u32 zero = 0;
+	struct req_ctl *ctl = bpf_map_lookup_elem(&req_ctl, &zero);
+	return ctl && ctl->read_links;
+}
+
 /*
  * A server send: one more request if the server has read new bytes of the client's stream
  * since the last one counted. rx_tail holds back the client's handshake bytes that come
@@ -102,7 +109,7 @@ static __always_inline int req_received(struct sock *sk, int ret, int flags)
 		return 0;
 	if (req_wire_counts()) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
-		if (in_handshake_here(tid))
+		if (in_handshake_here(tid) && req_read_links())
 			conn_handshake_io(c, sk, tid);
 		/* the capture sees the handshake end: the kernel estimate can be summed */
 		est_on_read(sk, c, ret, flags);

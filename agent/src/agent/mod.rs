@@ -238,7 +238,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     preflight::raise_fd_limit();
 
     let sample_hz = args.targets.sample_hz();
-    let mut kernel = Kernel::load(&btf, sample_hz, &args.avoid_hooks)?;
+    let mut kernel = Kernel::load(&btf, sample_hz, args.exact, &args.avoid_hooks)?;
     let exact = args.exact || !kernel.served.wire_counts();
     if !args.exact && exact {
         log::warn!(

@@ -244,7 +244,7 @@ impl Kernel {
     /// `sample_hz` 0 leaves CPU attribution off; `avoid` names hooks not to use
     /// (--avoid-hook). The uprobe programs are loaded, not attached (the agent attaches them
     /// per process).
-    pub fn load(btf: &Btf, sample_hz: u64, avoid: &[String]) -> Result<Self> {
+    pub fn load(btf: &Btf, sample_hz: u64, exact: bool, avoid: &[String]) -> Result<Self> {
         let cpus = aya::util::online_cpus()
             .map_err(|(_, e)| e)
             .context("cannot read the online CPUs")?;
@@ -283,7 +283,7 @@ impl Kernel {
             0,
             cn::req_ctl {
                 wire_counts: served.wire_counts() as u32,
-                pad: 0,
+                read_links: exact as u32,
             },
             0,
         )
