@@ -211,6 +211,27 @@ def test_other_stacks_timed(workdir):
             s.stop()
 
 
+def test_kernel_estimate(workdir):
+    """nginx with --no-handshake-probes: every handshake's CPU is the kernel estimate's
+    (windows opened by the read side, closed by the send capture), one per handshake the
+    client made, labelled as it negotiated."""
+    ng = Nginx(workdir, workers=1)
+    try:
+        with Agent("--pid", str(ng.pid), "--no-handshake-probes", "--sample-hz", "0") as agent:
+            agent.wait_attached([ng.pid, *ng.workers()])
+            c = https_connections(ng.port, 6, version="1.3", concurrency=2)
+            assert c["ok"] == 6, c
+            agent.wait_value("tlsprof_handshake_cpu_seconds_count", 6, comm="nginx", **TLS13)
+            m = agent.scrape()
+            assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="nginx") == 6
+            assert value(m, "tlsprof_handshake_cpu_seconds_sum", comm="nginx") > 0
+            assert handshakes(m, "nginx", result="ok", **TLS13) == 6
+            assert value(m, "tlsprof_handshake_cpu_method_info", comm="nginx", method="kernel_estimate") == 2
+            assert value(m, "tlsprof_attached_probes") == 0
+    finally:
+        ng.stop()
+
+
 @pytest.mark.skipif(not have("haproxy"), reason="haproxy not installed")
 def test_haproxy(workdir):
     """HAProxy terminating TLS itself: every handshake counted once."""
