@@ -80,7 +80,13 @@ mod layout_tests {
             }
         );
         rust_layout!(rust, hs_hits { entries, returns });
-        rust_layout!(rust, req_ctl { wire_counts, read_links });
+        rust_layout!(
+            rust,
+            req_ctl {
+                wire_counts,
+                read_links
+            }
+        );
         rust_layout!(rust, conn_port { netns, port });
         rust_layout!(rust, conn_port_stats { flags, accepted });
         rust_layout!(
