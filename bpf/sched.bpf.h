@@ -62,6 +62,11 @@ int BPF_PROG(cpu_sched_switch, bool preempt, struct task_struct *prev, struct ta
 		t->cpu_ns += now - t->oncpu_ns;
 		t->oncpu_ns = 0;
 	}
+	/* a kernel-estimate window whose thread goes to sleep (it waits for the client, or for
+	 * work): its burst for the connection is over, sent now rather than whenever the thread
+	 * runs again (estimate.bpf.h) */
+	if (t && t->est && !preempt)
+		est_close(tid, t);
 	tid = BPF_CORE_READ(next, pid);
 	t = hs_live_thread(tid);
 	if (t) {

@@ -16,9 +16,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "common.bpf.h"    /* failure counters, ring-buffer and map helpers, per-CPU state */
 #include "handshake.bpf.h" /* handshake uprobes: count and time each handshake */
 #include "proc.bpf.h"      /* the traced set; forks and exits */
+#include "estimate.bpf.h"  /* handshake CPU from the kernel alone, where no probe times it */
 #include "sched.bpf.h"     /* on-CPU time per traced process; the handshake clock */
 #include "conn.bpf.h"      /* connection lifecycle, who closed, TIME_WAIT */
-#include "estimate.bpf.h"  /* handshake CPU from the kernel alone, where no probe times it */
 #include "requests.bpf.h"  /* requests per connection */
 #include "wire.bpf.h"      /* the server's handshake output: what was negotiated */
 #include "sampler.bpf.h"   /* CPU samples of traced processes */
