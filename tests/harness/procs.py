@@ -34,15 +34,16 @@ def wait_for(pred, timeout: float, what: str, interval: float = 0.1):
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
-def wait_port(port: int, timeout: float = 10.0):
-    def up():
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return True
-        except OSError:
-            return False
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
-    wait_for(up, timeout, f"port {port} to accept connections")
+
+def wait_port(port: int, timeout: float = 10.0):
+    wait_for(lambda: port_open(port), timeout, f"port {port} to accept connections")
 
 
 def stop_pid(pid: int, sig=signal.SIGTERM, timeout: float = 10.0):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 from .certs import make_cert, server_setup
-from .procs import ROOT, free_port, proc_children, stop_pid, wait_for, wait_port
+from .procs import ROOT, free_port, port_open, proc_children, stop_pid, wait_for, wait_port
 
 
 class Nginx:
@@ -73,12 +74,24 @@ NODES = {
 class SpawnedServer:
     """A test server started as `argv(port)`, listening on a fresh loopback port."""
 
-    def _spawn(self, argv):
+    def _spawn(self, argv, timeout: float = 30.0):
+        """Starts the server; a server that exits or does not listen within `timeout` (a large
+        executable's first start on a cold page cache is slow) is stopped and its stderr shown,
+        so that no later test (`--comm node`) finds it still running."""
         self.port = free_port()
+        self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([str(a) for a in argv(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=self.stderr)
         self.pid = self.proc.pid
-        wait_port(self.port)
+        try:
+            wait_for(lambda: self.proc.poll() is not None or port_open(self.port), timeout,
+                     f"port {self.port} to accept connections")
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{argv(self.port)[0]} exited with {self.proc.returncode}")
+        except AssertionError as e:
+            self.stop()
+            self.stderr.seek(0)
+            raise AssertionError(f"{e}; its stderr: {self.stderr.read()[-2000:].decode(errors='replace')}") from None
 
     def stop(self):
         stop_pid(self.pid)
