@@ -48,23 +48,7 @@ static __always_inline void est_close(__u32 tid, struct hs_thread *t)
 	};
 	__u32 tgid = t->tgid;
 	hs_thread_done(tid);
-	struct hs_event *e = bpf_ringbuf_reserve(&hs_events, sizeof(*e), 0);
-	if (!e) {
-		stat_inc(STAT_HS_EVENTS_LOST);
-		return;
-	}
-	__builtin_memset(e, 0, sizeof(*e));
-	e->duration_ns = part.last_ns - part.first_ns;
-	e->cpu_ns = part.cpu_ns;
-	e->tgid = tgid;
-	e->calls = 1;
-	e->role = HS_ROLE_SERVER;
-	e->result = HS_RESULT_OK;
-	e->estimate = 1;
-	e->conn_sk = part.conn_sk;
-	e->conn_start = part.conn_start;
-	e->end_ns = part.last_ns;
-	bpf_ringbuf_submit(e, RB_LAZY(&hs_events, HS_RINGBUF_BYTES));
+	hs_emit(tgid, &part, HS_RESULT_OK, 1);
 }
 
 /* The thread's open window, NULL if none (one load while no window or call is open). */

@@ -151,7 +151,8 @@ static __always_inline void hs_thread_exited(__u32 tid)
 		hs_thread_done(tid);
 }
 
-static __always_inline void hs_emit(__u32 tgid, const struct hs_state *st, __u8 result)
+/* One handshake (or, `estimate` set, one part of the kernel estimate's) to the agent. */
+static __always_inline void hs_emit(__u32 tgid, const struct hs_state *st, __u8 result, __u8 estimate)
 {
 	struct hs_event *e = bpf_ringbuf_reserve(&hs_events, sizeof(*e), 0);
 	if (!e) {
@@ -165,10 +166,31 @@ static __always_inline void hs_emit(__u32 tgid, const struct hs_state *st, __u8 
 	e->calls = st->calls;
 	e->role = st->role;
 	e->result = result;
+	e->estimate = estimate;
 	e->conn_sk = st->conn_sk;
 	e->conn_start = st->conn_start;
 	e->end_ns = st->last_ns;
 	bpf_ringbuf_submit(e, RB_LAZY(&hs_events, HS_RINGBUF_BYTES));
+}
+
+/* The thread enters a handshake call on `ssl` (no call of its own is open: the caller checked). */
+static __always_inline void hs_open(__u32 tid, __u32 tgid, __u64 ssl, __u8 role, __u8 go)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct hs_thread nt = {
+		.ssl = ssl,
+		.enter_ns = now,
+		.oncpu_ns = now,
+		.tgid = tgid,
+		.depth = 1,
+		.role = role,
+		.go = go,
+	};
+	/* a thread inserts only its own tid, which hs_live_thread found absent: no race */
+	if (!map_insert(&hs_threads, &tid, &nt, BPF_NOEXIST, STAT_HS_THREAD_MAP_FULL))
+		return;
+	__sync_fetch_and_add(&hs_active, 1);
+	hs_set_oncpu(tid);
 }
 
 static __always_inline int hs_enter(void *ssl, __u8 role)
@@ -185,20 +207,7 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 			t->role = role;
 		return 0;
 	}
-	__u64 now = bpf_ktime_get_ns();
-	struct hs_thread nt = {
-		.ssl = (__u64)ssl,
-		.enter_ns = now,
-		.oncpu_ns = now,
-		.tgid = id >> 32,
-		.depth = 1,
-		.role = role,
-	};
-	/* a thread inserts only its own tid, which hs_live_thread found absent: no race */
-	if (!map_insert(&hs_threads, &tid, &nt, BPF_NOEXIST, STAT_HS_THREAD_MAP_FULL))
-		return 0;
-	__sync_fetch_and_add(&hs_active, 1);
-	hs_set_oncpu(tid);
+	hs_open(tid, id >> 32, (__u64)ssl, role, 0);
 	return 0;
 }
 
@@ -226,22 +235,12 @@ int BPF_KPROBE(hs_enter_any, void *ssl)
 #define HS_CALL_FAILED 1 /* it failed, and the library says so at once */
 #define HS_CALL_AGAIN 2  /* call again (would block), or an error: the free probe tells which */
 
-static __always_inline int hs_return(__u8 outcome)
+/* The thread's outermost handshake call `t` ends with `outcome`: its on-CPU time is added to
+ * its connection's handshake, which is reported when done or failed. `membio`: a server
+ * call without socket I/O of its own may have left its flight for the thread's next write
+ * (a library call; not a Go goroutine's part, whose next write may be another's). */
+static __always_inline void hs_call_end(__u32 tid, struct hs_thread *t, __u8 outcome, bool membio)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-	hs_count_hit(id >> 32, true);
-	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
-
-	if (!t) {
-		stat_inc(STAT_HS_UNMATCHED_RETURN);
-		return 0;
-	}
-	if (t->depth > 1) {
-		t->depth--;
-		return 0;
-	}
-
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cpu = t->cpu_ns + (t->oncpu_ns ? now - t->oncpu_ns : 0);
 	struct hs_key key = { .ssl = t->ssl, .tgid = t->tgid };
@@ -250,7 +249,7 @@ static __always_inline int hs_return(__u8 outcome)
 	__u8 io = t->io;
 	__u64 conn_sk = t->conn_sk, conn_start = t->conn_start;
 	hs_thread_done(tid);
-	if (!io && role == HS_ROLE_SERVER) {
+	if (membio && !io && role == HS_ROLE_SERVER) {
 		/* a server handshake on a memory BIO: see cpu_now.after_hs and hs_last */
 		struct cpu_now *c = this_cpu();
 		if (c)
@@ -261,9 +260,9 @@ static __always_inline int hs_return(__u8 outcome)
 	struct hs_state fresh = {};
 	struct hs_state *st = lookup_or_init(&hs_conns, &key, &fresh, STAT_HS_SSL_MAP_FULL);
 	if (!st)
-		return 0;
+		return;
 	if (st->done)
-		return 0; /* post-handshake call (HAProxy calls SSL_do_handshake again) */
+		return; /* post-handshake call (HAProxy calls SSL_do_handshake again) */
 	if (st->calls && hs_before_detach(key.tgid, st->last_ns)) {
 		/* the probes were away during part of this handshake: measure only what follows */
 		__builtin_memset(st, 0, sizeof(*st));
@@ -287,11 +286,29 @@ static __always_inline int hs_return(__u8 outcome)
 
 	if (outcome == HS_CALL_DONE) {
 		st->done = 1;
-		hs_emit(key.tgid, st, HS_RESULT_OK);
+		hs_emit(key.tgid, st, HS_RESULT_OK, 0);
 	} else if (outcome == HS_CALL_FAILED) {
 		st->done = 1;
-		hs_emit(key.tgid, st, HS_RESULT_FAILED);
+		hs_emit(key.tgid, st, HS_RESULT_FAILED, 0);
 	}
+}
+
+static __always_inline int hs_return(__u8 outcome)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	hs_count_hit(id >> 32, true);
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+
+	if (!t) {
+		stat_inc(STAT_HS_UNMATCHED_RETURN);
+		return 0;
+	}
+	if (t->depth > 1) {
+		t->depth--;
+		return 0;
+	}
+	hs_call_end(tid, t, outcome, true);
 	return 0;
 }
 
@@ -367,7 +384,7 @@ int BPF_KPROBE(ssl_free, void *ssl)
 	if (!st)
 		return 0;
 	if (!st->done && st->calls > 0)
-		hs_emit(key.tgid, st, HS_RESULT_FAILED);
+		hs_emit(key.tgid, st, HS_RESULT_FAILED, 0);
 	bpf_map_delete_elem(&hs_conns, &key);
 	return 0;
 }

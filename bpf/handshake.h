@@ -48,7 +48,8 @@ struct hs_thread {
 	__u8 role;
 	__u8 io;         /* the call read or wrote a watched connection's socket itself */
 	__u8 est;        /* not a library call: the kernel estimate's window (estimate.bpf.h) */
-	__u8 pad[5];
+	__u8 go;         /* a Go goroutine's part of its handshake (gotls.bpf.h) */
+	__u8 pad[4];
 	__u64 conn_sk;   /* that connection (conn_state.start_ns identifies it with sk) */
 	__u64 conn_start;
 };

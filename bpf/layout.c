@@ -43,6 +43,8 @@ int main(void)
 	F(hs_thread, depth);
 	F(hs_thread, role);
 	F(hs_thread, io);
+	F(hs_thread, est);
+	F(hs_thread, go);
 	F(hs_thread, conn_sk);
 	F(hs_thread, conn_start);
 	S(hs_key);
@@ -144,6 +146,7 @@ int main(void)
 	C(STAT_HS_LAST_FULL);
 	C(STAT_PROC_EVENTS_FULL);
 	C(STAT_REQ_RECV_CALLS_FULL);
+	C(STAT_GO_MAP_FULL);
 	C(STAT_MAX);
 	C(HS_ROLE_SERVER);
 	C(HS_ROLE_CLIENT);

@@ -107,6 +107,7 @@ static __always_inline int req_received(struct sock *sk, int ret, int flags)
 	struct conn_state *c = conn_of(sk);
 	if (!c)
 		return 0;
+	go_on_read(sk, c, ret); /* a Go handshake's goroutine parks or resumes (gotls.bpf.h) */
 	if (req_wire_counts()) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
 		if (in_handshake_here(tid) && req_read_links())

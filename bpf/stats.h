@@ -21,6 +21,7 @@
 #define STAT_HS_LAST_FULL 9         /* hs_last: a memory-BIO handshake call could not be linked */
 #define STAT_PROC_EVENTS_FULL 10    /* proc_events full: a fork or exit was not reported */
 #define STAT_REQ_RECV_CALLS_FULL 11 /* req_recv_calls: a read's arguments could not be kept */
-#define STAT_MAX 12
+#define STAT_GO_MAP_FULL 12         /* go_goroutines/go_socks: a Go handshake could not be followed */
+#define STAT_MAX 13
 
 #endif

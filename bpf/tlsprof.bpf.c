@@ -17,6 +17,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "handshake.bpf.h" /* handshake uprobes: count and time each handshake */
 #include "proc.bpf.h"      /* the traced set; forks and exits */
 #include "estimate.bpf.h"  /* handshake CPU from the kernel alone, where no probe times it */
+#include "gotls.bpf.h"     /* Go crypto/tls: a handshake followed across its goroutine's threads */
 #include "sched.bpf.h"     /* on-CPU time per traced process; the handshake clock */
 #include "conn.bpf.h"      /* connection lifecycle, who closed, TIME_WAIT */
 #include "requests.bpf.h"  /* requests per connection */

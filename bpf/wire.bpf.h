@@ -459,6 +459,7 @@ static __always_inline int wire_on_send(const struct sock *sk, const struct msgh
 	if (!c)
 		return 0;
 	est_before_send(sk);
+	go_before_send(sk, c);
 	return wire_capture_send(sk, c, msg, bounded);
 }
 

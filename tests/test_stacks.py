@@ -98,18 +98,22 @@ def test_keepalive_finding_has_a_cpu_saving(tmp_path, module):
     assert ("CPU per handshake: the kernel's estimate" in r.text) == (module == "nss"), r.text
 
 
-def test_go_server_handshake_cpu(workdir, gotls_bin):
-    """Go's crypto/tls (no entry point probed yet: the kernel estimate; a goroutine per
-    connection): the same two configurations, every handshake measured, in order."""
+@pytest.mark.parametrize("method", ["probes", "kernel_estimate"])
+def test_go_server_handshake_cpu(workdir, gotls_bin, method):
+    """Go's crypto/tls, a goroutine per connection (goroutines move between threads): the
+    same two configurations, every handshake measured, in order, by the probes on
+    serverHandshake (entry and each return instruction) and by the kernel estimate."""
     from harness.servers import GoTLS
     servers = {}
     try:
         for k, (cert, _, _) in CONFIGS.items():
             servers[k] = GoTLS(workdir, gotls_bin, cert=cert)
         pids = [s.pid for s in servers.values()]
-        with Agent(*[a for p in pids for a in ("--pid", str(p))], "--exact", "--sample-hz", "0") as agent:
+        flags = ["--no-handshake-probes"] if method == "kernel_estimate" else ["--exact"]
+        with Agent(*[a for p in pids for a in ("--pid", str(p))], "--sample-hz", "0", *flags) as agent:
             agent.wait_attached(pids)
-            assert "TLS stack go, no handshake probes: handshake CPU estimated from the kernel" in agent.output()
+            if method == "probes":
+                assert f"{gotls_bin} via symbols (crypto/tls)" in agent.output(), agent.output()
             mean = {}
             for k, srv in servers.items():
                 cert, curves, group = CONFIGS[k]
@@ -121,11 +125,42 @@ def test_go_server_handshake_cpu(workdir, gotls_bin):
                 assert value(m, "tlsprof_handshakes_total", comm="gotls", cert=cert, result="ok") == N
                 assert value(m, "tlsprof_handshake_cpu_seconds_count", **want) == N
                 mean[k] = value(m, "tlsprof_handshake_cpu_seconds_sum", **want) / N
-            assert value(agent.scrape(), "tlsprof_handshake_cpu_method_info", comm="gotls",
-                         method="kernel_estimate") == 2
-        print(f"go: RSA-2048 + secp384r1 {mean['costly'] * 1e6:.0f} us/handshake, "
+            assert value(agent.scrape(), "tlsprof_handshake_cpu_method_info", comm="gotls", method=method) == 2
+        print(f"go ({method}): RSA-2048 + secp384r1 {mean['costly'] * 1e6:.0f} us/handshake, "
               f"ECDSA P-256 + X25519 {mean['cheap'] * 1e6:.0f} us")
         assert mean["costly"] > mean["cheap"], mean
     finally:
         for s in servers.values():
             s.stop()
+
+
+def test_go_server_concurrent_handshakes_share_of_its_cpu(workdir, gotls_bin):
+    """Go under concurrent load (8 clients at once: goroutines park in their handshakes and resume on
+    other threads while others run): every handshake timed once, and their CPU, summed, is
+    neither more than the server's own CPU (/proc schedstat: other goroutines' time counted
+    in a handshake would exceed it) nor a small part of it (stretches lost)."""
+    from harness.clients import failing_handshakes, https_connections
+    from harness.procs import cpu_ns
+    from harness.servers import GoTLS
+    srv = GoTLS(workdir, gotls_bin, cert="rsa2048")
+    try:
+        with Agent("--pid", str(srv.pid), "--exact", "--sample-hz", "0") as agent:
+            agent.wait_attached([srv.pid])
+            before = cpu_ns(srv.pid)
+            client = https_connections(srv.port, 300, concurrency=8)
+            assert client["ok"] == 300 and client["failed"] == 0, client
+            n = client["ok"]
+            agent.wait_value("tlsprof_handshake_cpu_seconds_count", n, comm="gotls")
+            used = (cpu_ns(srv.pid) - before) / 1e9
+            m = agent.scrape()
+            assert value(m, "tlsprof_handshakes_total", comm="gotls", result="ok") == n
+            assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="gotls") == n
+            timed = value(m, "tlsprof_handshake_cpu_seconds_sum", comm="gotls")
+            assert value(m, "tlsprof_kernel_errors_total", kind="unmatched_return") == 0
+            # a handshake the server refuses (Go has no DHE suite): serverHandshake's error
+            assert failing_handshakes(srv.port, 3, "DHE-RSA-AES128-GCM-SHA256") == 3
+            agent.wait_value("tlsprof_handshakes_total", 3, comm="gotls", result="failed")
+        print(f"go, 8 clients at once: handshakes {timed:.3f} s of the server's {used:.3f} s CPU ({timed / used:.0%})")
+        assert 0.5 * used < timed <= 1.02 * used, (timed, used)
+    finally:
+        srv.stop()

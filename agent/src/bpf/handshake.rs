@@ -48,7 +48,8 @@ pub struct hs_thread {
     pub role: u8,
     pub io: u8,
     pub est: u8,
-    pub pad: [u8; 5],
+    pub go: u8,
+    pub pad: [u8; 4],
     pub conn_sk: u64,
     pub conn_start: u64,
 }

@@ -12,7 +12,8 @@ pub const STAT_HS_HITS_FULL: u32 = 8;
 pub const STAT_HS_LAST_FULL: u32 = 9;
 pub const STAT_PROC_EVENTS_FULL: u32 = 10;
 pub const STAT_REQ_RECV_CALLS_FULL: u32 = 11;
-pub const STAT_MAX: u32 = 12;
+pub const STAT_GO_MAP_FULL: u32 = 12;
+pub const STAT_MAX: u32 = 13;
 
 /// Each counter and the `kind` label it is exported under (tlsprof_kernel_errors_total).
 /// The first eight keep the names dashboards and alerts know; a map added since is
@@ -30,4 +31,5 @@ pub const STATS: [(u32, &str); STAT_MAX as usize] = [
     (STAT_HS_LAST_FULL, "hs_last_full"),
     (STAT_PROC_EVENTS_FULL, "proc_events_full"),
     (STAT_REQ_RECV_CALLS_FULL, "req_recv_calls_full"),
+    (STAT_GO_MAP_FULL, "go_map_full"),
 ];

@@ -31,14 +31,17 @@ pub const UPROBES: &[&str] = &[
     "ssl_set_connect_state",
     "ssl_reset",
     "ssl_free",
+    "hs_go_enter_server",
+    "hs_go_enter_client",
+    "hs_go_return",
 ];
 /// Attached to the agent itself at start, to measure what one probe hit costs here.
 const CALIBRATION: &[&str] = &["calib_entry", "calib_return"];
 
-/// The return probes (one per way a library's return value reads): detached first (see
-/// detach_later).
+/// The return probes (one per way a library's return value reads, and Go's return
+/// instructions): detached first (see detach_later).
 fn is_return_probe(program: &str) -> bool {
-    program.starts_with("hs_exit")
+    program.starts_with("hs_exit") || program == "hs_go_return"
 }
 
 /// One attached program: which, and its link.

@@ -1,5 +1,5 @@
 //! Where each TLS library's handshake is hooked: one file per library (openssl.rs,
-//! gnutls.rs, mbedtls.rs, wolfssl.rs) says which files it ships in, which of its functions
+//! gnutls.rs, mbedtls.rs, wolfssl.rs, gotls.rs for Go's crypto/tls) says which files it ships in, which of its functions
 //! drive a handshake, the role each call has, how a call's return value reads (done / call
 //! again / failed) and which function frees a connection. The attach code (targets.rs)
 //! consumes only what is here: adding a library is one file, its test, and a line in
@@ -20,6 +20,7 @@ use object::{Object, ObjectSegment, ObjectSymbol};
 use thiserror::Error;
 
 pub mod gnutls;
+pub mod gotls;
 pub mod mbedtls;
 pub mod openssl;
 pub mod wolfssl;
@@ -32,6 +33,7 @@ pub const LIBRARIES: &[&Library] = &[
     &gnutls::LIBRARY,
     &mbedtls::LIBRARY,
     &wolfssl::LIBRARY,
+    &gotls::LIBRARY,
 ];
 
 /// A TLS library: where it lives and how to find its handshake in a file.
@@ -80,6 +82,10 @@ pub enum Probe {
     Reset,
     /// Frees a connection object: a handshake unfinished there failed.
     Free,
+    /// Go: the entry of a function that runs a whole handshake on its goroutine.
+    GoCall(Role),
+    /// Go: one of that function's return instructions (Go code takes no return probes).
+    GoReturn,
 }
 
 impl Probe {
@@ -102,6 +108,9 @@ impl Probe {
             Probe::SetRole(Role::Client) => vec!["ssl_set_connect_state"],
             Probe::SetRole(Role::Unknown) | Probe::Reset => vec!["ssl_reset"],
             Probe::Free => vec!["ssl_free"],
+            Probe::GoCall(Role::Client) => vec!["hs_go_enter_client"],
+            Probe::GoCall(_) => vec!["hs_go_enter_server"],
+            Probe::GoReturn => vec!["hs_go_return"],
         }
     }
 }
@@ -215,7 +224,8 @@ pub enum ElfError {
 pub struct Image<'d> {
     pub(super) file: object::File<'d>,
     data: &'d [u8],
-    syms: HashMap<&'static str, u64>,
+    /// Wanted symbol -> (virtual address, size).
+    syms: HashMap<&'static str, (u64, u64)>,
 }
 
 impl<'d> Image<'d> {
@@ -234,7 +244,7 @@ impl<'d> Image<'d> {
             let Ok(name) = sym.name() else { continue };
             let name = name.split('@').next().unwrap_or(name);
             if let Some((w, ())) = wanted.get_key_value(name) {
-                syms.entry(*w).or_insert(sym.address());
+                syms.entry(*w).or_insert((sym.address(), sym.size()));
             }
         }
         Ok(Self { file, data, syms })
@@ -256,7 +266,17 @@ impl<'d> Image<'d> {
 
     /// A wanted symbol's virtual address.
     pub fn sym_addr(&self, name: &str) -> Option<u64> {
-        self.syms.get(name).copied()
+        self.syms.get(name).map(|(addr, _)| *addr)
+    }
+
+    /// A wanted function's code: its virtual address and bytes (as long as its symbol says).
+    pub fn sym_code(&self, name: &str) -> Option<(u64, &'d [u8])> {
+        let (addr, size) = *self.syms.get(name)?;
+        Some((addr, self.bytes_at(addr, usize::try_from(size).ok()?)?))
+    }
+
+    pub fn architecture(&self) -> object::Architecture {
+        self.file.architecture()
     }
 
     /// A wanted symbol's file offset.

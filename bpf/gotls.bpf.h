@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Go's crypto/tls: a handshake is one call of `(*Conn).serverHandshake` (or
+ * clientHandshake) on the connection's goroutine, which blocks inside it — Go's reads park
+ * the goroutine, and it may resume on another thread while the thread it left runs other
+ * goroutines. So the handshake's on-CPU time is the sum of its goroutine's stretches on
+ * threads (user side: agent/src/discovery/handshake/gotls.rs says where the probes go):
+ *
+ * - a stretch opens at the call's entry (uprobe; Go code takes no return probes) and when a
+ *   read of the handshake's connection returns data on a thread with none open (the
+ *   goroutine resumed there after its read had parked it);
+ * - it closes, as a call that will be called again, when a read of that connection returns
+ *   EAGAIN (Go's poller parks the goroutine), or when the thread reads or sends on another
+ *   connection (another goroutine runs there); while the thread is switched out its clock
+ *   stops (sched.bpf.h), as for a library call;
+ * - the handshake ends at any of the function's return instructions (one uprobe each), on
+ *   whatever thread the goroutine is then, found by the goroutine (Go's g register): a nil
+ *   error (the first word of the `error` interface result) is done, anything else failed.
+ *
+ * The stretches are handshake calls of the usual kind (hs_threads with `go` set, summed per
+ * crypto/tls Conn in hs_conns), so labels, histograms and the budget treat Go like C.
+ * Not counted: the goroutine's time between resuming and its read returning (the Go
+ * scheduler's, a few µs), and work after a park that did not read (GC assists, a
+ * preemption moving the goroutine) until its next read of the connection.
+ */
+#ifndef TLSPROF_GOTLS_BPF_H
+#define TLSPROF_GOTLS_BPF_H
+
+#include "handshake.h"
+
+#ifndef EAGAIN
+#define EAGAIN 11
+#endif
+
+/* Go's register ABI (ABIInternal, Go 1.17+): the goroutine in R14 (x86-64) or R28 (arm64),
+ * the receiver and the first result in the first integer register. */
+#if defined(__TARGET_ARCH_x86)
+#define GO_G(ctx) ((__u64)(ctx)->r14)
+#elif defined(__TARGET_ARCH_arm64)
+#define GO_G(ctx) ((__u64)((struct user_pt_regs *)(ctx))->regs[28])
+#else
+#define GO_G(ctx) ((__u64)0)
+#endif
+#define GO_ARG0(ctx) ((__u64)PT_REGS_PARM1(ctx))
+#define GO_RET0(ctx) ((__u64)PT_REGS_RC(ctx))
+
+struct go_g_key {
+	__u64 g;
+	__u32 tgid;
+	__u32 pad;
+};
+
+/* The goroutines inside a handshake (key: goroutine, process) -> its crypto/tls Conn.
+ * LRU: a handshake whose return the probes never see (detached by the budget mid-call)
+ * cannot leak; an insert that fails all the same is go_map_full. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct go_g_key);
+	__type(value, __u64);
+} go_goroutines SEC(".maps");
+
+/* The connection (socket) of each Go handshake in progress -> its crypto/tls Conn and
+ * process: a read of it that returns data resumes the handshake's goroutine. LRU, as above. */
+struct go_sock {
+	__u64 conn;
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct go_sock);
+} go_socks SEC(".maps");
+
+/* Go handshakes entered (never decremented below what returned): while 0, which it is on a
+ * host without Go probes, the socket hooks stop at this one load. */
+__u64 go_open = 0;
+
+/* The goroutine's stretch on this thread is over; its handshake goes on elsewhere. */
+static __always_inline void go_park(__u32 tid, struct hs_thread *t)
+{
+	hs_call_end(tid, t, HS_CALL_AGAIN, false);
+}
+
+/* A Go handshake stretch links its connection at its first socket I/O. */
+static __always_inline void go_link(struct hs_thread *t, const struct sock *sk, __u64 conn_start)
+{
+	struct go_sock s = { .conn = t->ssl, .tgid = t->tgid };
+	t->conn_sk = (__u64)sk;
+	t->conn_start = conn_start;
+	t->io = 1;
+	map_insert(&go_socks, &t->conn_sk, &s, BPF_ANY, STAT_GO_MAP_FULL);
+}
+
+/* The thread's open Go stretch, NULL if none (one load while no handshake is in flight). */
+static __always_inline struct hs_thread *go_stretch(__u32 tid)
+{
+	if (!hs_active)
+		return NULL;
+	struct hs_thread *t = hs_live_thread(tid);
+	return t && t->go ? t : NULL;
+}
+
+/* A read of watched connection `sk` returned `ret` (conn_state `c`). */
+static __always_inline void go_on_read(const struct sock *sk, const struct conn_state *c, int ret)
+{
+	if (!go_open)
+		return;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct hs_thread *t = go_stretch(tid);
+	if (t) {
+		if (!t->conn_sk)
+			go_link(t, sk, c->start_ns);
+		if (t->conn_sk != (__u64)sk)
+			go_park(tid, t); /* another goroutine reads here now */
+		else if (ret == -EAGAIN)
+			go_park(tid, t); /* this one parks until its connection is readable */
+		else
+			return;
+	}
+	if (ret <= 0)
+		return;
+	__u64 key = (__u64)sk;
+	struct go_sock *s = bpf_map_lookup_elem(&go_socks, &key);
+	if (!s || s->tgid != id >> 32)
+		return;
+	__u64 conn = s->conn;
+	t = hs_live_thread(tid);
+	if (t) {
+		if (!t->est)
+			return; /* inside a library call (cgo) */
+		est_close(tid, t);
+	}
+	hs_open(tid, id >> 32, conn, HS_ROLE_UNKNOWN, 1);
+	t = hs_live_thread(tid);
+	if (t) {
+		t->conn_sk = key;
+		t->conn_start = c->start_ns;
+		t->io = 1;
+	}
+}
+
+/* A send on watched connection `sk`: a Go stretch of another connection on this thread is
+ * over (another goroutine runs here); the first I/O of a stretch links its connection. */
+static __always_inline void go_before_send(const struct sock *sk, const struct conn_state *c)
+{
+	if (!go_open)
+		return;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct hs_thread *t = go_stretch(tid);
+	if (!t)
+		return;
+	if (!t->conn_sk)
+		go_link(t, sk, c->start_ns);
+	else if (t->conn_sk != (__u64)sk)
+		go_park(tid, t);
+}
+
+static __always_inline int go_enter(struct pt_regs *ctx, __u8 role)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, tgid = id >> 32;
+	__u64 conn = GO_ARG0(ctx);
+	struct go_g_key gk = { .g = GO_G(ctx), .tgid = tgid };
+	hs_count_hit(tgid, false);
+	struct hs_thread *t = hs_live_thread(tid);
+	if (t) {
+		if (t->ssl == conn)
+			return 0; /* the function ran again after growing its stack (morestack) */
+		if (t->est)
+			est_close(tid, t);
+		else if (t->go)
+			go_park(tid, t); /* the goroutine that was here has left */
+		else
+			return 0;
+	}
+	if (!map_insert(&go_goroutines, &gk, &conn, BPF_ANY, STAT_GO_MAP_FULL))
+		return 0;
+	__sync_fetch_and_add(&go_open, 1);
+	/* a crypto/tls Conn handshakes once: whatever its address held before is gone */
+	struct hs_key key = { .ssl = conn, .tgid = tgid };
+	struct hs_state st = { .role = role };
+	map_insert(&hs_conns, &key, &st, BPF_ANY, STAT_HS_SSL_MAP_FULL);
+	hs_open(tid, tgid, conn, role, 1);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(hs_go_enter_server)
+{
+	return go_enter(ctx, HS_ROLE_SERVER);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(hs_go_enter_client)
+{
+	return go_enter(ctx, HS_ROLE_CLIENT);
+}
+
+/* A return instruction of the handshake function, on the goroutine's current thread. */
+SEC("uprobe")
+int BPF_KPROBE(hs_go_return)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, tgid = id >> 32;
+	struct go_g_key gk = { .g = GO_G(ctx), .tgid = tgid };
+	__u8 outcome = GO_RET0(ctx) == 0 ? HS_CALL_DONE : HS_CALL_FAILED;
+	hs_count_hit(tgid, true);
+	__u64 *found = bpf_map_lookup_elem(&go_goroutines, &gk);
+	if (!found) {
+		stat_inc(STAT_HS_UNMATCHED_RETURN);
+		return 0;
+	}
+	__u64 conn = *found;
+	bpf_map_delete_elem(&go_goroutines, &gk);
+	__sync_fetch_and_add(&go_open, -1);
+	struct hs_thread *t = hs_live_thread(tid);
+	if (t && t->ssl != conn) {
+		/* another stretch is open here: the goroutine resumed without a read */
+		if (t->est)
+			est_close(tid, t);
+		else if (t->go)
+			go_park(tid, t);
+		else
+			return 0;
+		t = NULL;
+	}
+	if (!t) {
+		hs_open(tid, tgid, conn, HS_ROLE_UNKNOWN, 1);
+		t = hs_live_thread(tid);
+		if (!t)
+			return 0;
+	}
+	__u64 sk = t->conn_sk;
+	if (!sk) {
+		struct hs_key key = { .ssl = conn, .tgid = tgid };
+		struct hs_state *st = bpf_map_lookup_elem(&hs_conns, &key);
+		sk = st ? st->conn_sk : 0;
+	}
+	hs_call_end(tid, t, outcome, false);
+	if (sk)
+		bpf_map_delete_elem(&go_socks, &sk);
+	return 0;
+}
+
+#endif
