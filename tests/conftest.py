@@ -56,18 +56,12 @@ def haproxy(workdir):
 
 @pytest.fixture(scope="session")
 def gotls_bin(tmp_path_factory):
-    import shutil
-    import subprocess
-    from harness.procs import ROOT
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
-    if not go:
+    """The Go crypto/tls test server: built here, or the one TLSPROF_GOTLS names (the kernel
+    matrix builds it on the host: compiling under software emulation takes minutes)."""
+    from harness.servers import build_gotls
+    if given := os.environ.get("TLSPROF_GOTLS"):
+        return Path(given)
+    built = build_gotls(tmp_path_factory.mktemp("gotls"))
+    if built is None:
         pytest.skip("go is not installed")
-    d = tmp_path_factory.mktemp("gotls")
-    (d / "main.go").write_text((ROOT / "tests/servers/gotls/main.go").read_text())
-    (d / "go.mod").write_text("module gotls\n\ngo 1.21\n")
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
-    env.setdefault("HOME", "/root")
-    r = subprocess.run([go, "build", "-o", str(d / "gotls"), "."], cwd=d, capture_output=True, text=True, env=env,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr
-    return d / "gotls"
+    return built

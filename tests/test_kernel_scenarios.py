@@ -299,3 +299,29 @@ def test_second_choice_hooks(workdir):
                 assert (c["requests"], c["conns"]) == (25, 15), c
     finally:
         ng.stop()
+
+
+def test_go_server_timed(workdir, gotls_bin):
+    """Go's crypto/tls with --exact: the probes on serverHandshake (entry, each return
+    instruction) and the read side that follows its goroutine time every handshake the client
+    made, labelled as it negotiated; a refused one is failed."""
+    from harness.clients import failing_handshakes
+    from harness.servers import GoTLS
+    srv = GoTLS(workdir, gotls_bin)
+    try:
+        with Agent("--pid", str(srv.pid), "--exact", "--sample-hz", "0") as agent:
+            agent.wait_attached([srv.pid])
+            assert "via symbols (crypto/tls)" in agent.output(), agent.output()
+            c = https_connections(srv.port, 6, version="1.3", concurrency=2)
+            assert c["ok"] == 6, c
+            want = dict(comm="gotls", role="server", version="TLSv1.3", cert="ecdsa_p256")
+            agent.wait_value("tlsprof_handshake_cpu_seconds_count", 6, **want)
+            assert failing_handshakes(srv.port, 2, "DHE-RSA-AES128-GCM-SHA256") == 2
+            agent.wait_value("tlsprof_handshakes_total", 2, comm="gotls", result="failed")
+            m = agent.scrape()
+            assert handshakes(m, "gotls", result="ok", version="TLSv1.3", cert="ecdsa_p256") == 6
+            assert value(m, "tlsprof_handshake_duration_seconds_count", **want) == 6
+            assert value(m, "tlsprof_handshake_cpu_seconds_sum", **want) > 0
+            assert value(m, "tlsprof_handshake_cpu_method_info", comm="gotls", method="probes") == 1
+    finally:
+        srv.stop()

@@ -6,6 +6,8 @@ kernel table must say what each guest reported of its hooks."""
 import ast
 import os
 import re
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -25,13 +27,24 @@ def scenarios() -> list[str]:
 
 
 _runs: dict[str, GuestRun | Exception] = {}
+_guest_env: dict[str, str] | None = None
+
+
+def guest_env() -> dict[str, str]:
+    """What the guests' scenarios are given: the Go test server, built here once."""
+    global _guest_env
+    if _guest_env is None:
+        from harness.servers import build_gotls
+        built = build_gotls(Path(tempfile.mkdtemp(prefix="tlsprof-gotls-")))
+        _guest_env = {"TLSPROF_GOTLS": str(built)} if built else {}
+    return _guest_env
 
 
 def guest(suite: str) -> GuestRun:
     """The suite's kernel booted once, its scenarios run, for every test that asks."""
     if suite not in _runs:
         try:
-            _runs[suite] = run_scenarios(suite, SCENARIO_FILE)
+            _runs[suite] = run_scenarios(suite, SCENARIO_FILE, env=guest_env())
         except (FileNotFoundError, AssertionError) as e:
             _runs[suite] = e
     r = _runs[suite]

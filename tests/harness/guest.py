@@ -5,6 +5,7 @@ run under software emulation (TCG) unless KVM is seen to work."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -87,8 +88,9 @@ def kvm_works(img: Path) -> bool:
     return _KVM
 
 
-def run_scenarios(suite: str, tests: str, timeout: float = 900) -> GuestRun:
-    """Boots a suite's kernel and runs `pytest -m kernel_scenario TESTS` inside."""
+def run_scenarios(suite: str, tests: str, timeout: float = 900, env: dict[str, str] | None = None) -> GuestRun:
+    """Boots a suite's kernel and runs `pytest -m kernel_scenario TESTS` inside, with `env`
+    added to its environment."""
     if not VNG.exists():
         raise FileNotFoundError(f"{VNG} is missing: scripts/deps.sh installs virtme-ng")
     img, release = kernel(suite)
@@ -98,7 +100,7 @@ def run_scenarios(suite: str, tests: str, timeout: float = 900) -> GuestRun:
         script.write_text(f"""#!/bin/bash
 export TLSPROF_SLOW={GUEST_SLOW} TLSPROF_BIN={TLSPROF} TLSPROF_HOOKS_OUT={rw}/hooks.json
 export PATH={os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}
-cd {ROOT}
+{"".join(f"export {k}={shlex.quote(v)}\n" for k, v in (env or {}).items())}cd {ROOT}
 uname -r > {rw}/release
 {sys.executable} -m pytest -p no:cacheprovider -m kernel_scenario {tests} --junitxml={rw}/junit.xml \\
   -o junit_family=xunit1 > {rw}/pytest.log 2>&1
