@@ -267,16 +267,20 @@ def test_node_handshake_primitives(workdir):
 
 # ------------------------------------------------------------------ a TLS stack without probes
 
-def test_go_crypto_tls_server_split(workdir, gotls_bin):
-    """Go's crypto/tls has no SSL_* symbols to probe: tlsprof still attaches (the TLS stack
-    is found by its symbols), accounts the process exactly, and splits its CPU into TLS
-    library code, kernel networking and the rest — never into handshake, which it cannot see."""
+@pytest.mark.parametrize("probes", [True, False], ids=["probes", "no_probes"])
+def test_go_crypto_tls_server_split(workdir, gotls_bin, probes):
+    """Go's crypto/tls: tlsprof finds the stack by its symbols, accounts the process exactly,
+    and splits its CPU into handshake (its goroutines' stretches inside serverHandshake),
+    record crypto, kernel networking and the rest; with the probes off, TLS code is one
+    `tls_library` share and the handshake cannot be told apart."""
     srv = GoTLS(workdir, gotls_bin, body=256 * 1024)
     port = srv.port
     try:
-        with Agent("--pid", str(srv.pid), "--sample-hz", HZ) as agent:
+        flags = [] if probes else ["--no-handshake-probes"]
+        with Agent("--pid", str(srv.pid), "--sample-hz", HZ, *flags) as agent:
             agent.wait_attached([srv.pid])
-            assert "TLS stack go, no handshake probes" in agent.output()
+            assert ("via symbols (crypto/tls)" in agent.output()) == probes, agent.output()
+            assert ("TLS stack go, no handshake probes" in agent.output()) == (not probes), agent.output()
 
             def load():
                 r = keepalive_connections(port, 2, 1000, end="close")
@@ -286,8 +290,13 @@ def test_go_crypto_tls_server_split(workdir, gotls_bin):
             w = Window(agent, [srv.pid], "gotls", load)
             assert w.load_result == (2000, 200)
             w.check_totals()
-            assert w.cats["handshake"] == 0 and w.cats["crypto"] == 0, w
-            assert w.share("tls_library") > 0.15, w
+            if probes:
+                assert w.share("handshake") > 0.02 and w.share("crypto") > 0.08, w
+                assert w.share("handshake") + w.share("crypto") > 0.15, w
+                assert w.cats["tls_library"] == 0, w
+            else:
+                assert w.cats["handshake"] == 0 and w.cats["crypto"] == 0, w
+                assert w.share("tls_library") > 0.15, w
             assert w.share("kernel_net") > 0.05, w
             assert value(w.metrics, "tlsprof_tls_library_info", comm="gotls", library="gotls", symbols="full") == 1
             assert w.prims.get("aes_gcm", 0) > 0, w

@@ -97,10 +97,11 @@ def run_scenarios(suite: str, tests: str, timeout: float = 900, env: dict[str, s
     rw = Path(tempfile.mkdtemp(prefix=f"tlsprof-guest-{suite}-"))
     try:
         script = rw / "run.sh"
+        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in (env or {}).items())
         script.write_text(f"""#!/bin/bash
 export TLSPROF_SLOW={GUEST_SLOW} TLSPROF_BIN={TLSPROF} TLSPROF_HOOKS_OUT={rw}/hooks.json
 export PATH={os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}
-{"".join(f"export {k}={shlex.quote(v)}\n" for k, v in (env or {}).items())}cd {ROOT}
+{exports}cd {ROOT}
 uname -r > {rw}/release
 {sys.executable} -m pytest -p no:cacheprovider -m kernel_scenario {tests} --junitxml={rw}/junit.xml \\
   -o junit_family=xunit1 > {rw}/pytest.log 2>&1
