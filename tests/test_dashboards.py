@@ -342,3 +342,43 @@ def test_dashboards_and_alerts_against_prometheus(tmp_path):
         if agent.proc.poll() is None:
             agent.stop()
         nginx.stop()
+
+
+@pytest.mark.skipif(not shutil.which("prometheus"), reason="prometheus not installed")
+@pytest.mark.skipif(not Path("/usr/lib/lighttpd/mod_nss.so").exists(), reason="lighttpd-mod-nss not installed")
+def test_handshake_cost_alert_for_a_server_without_probes(tmp_path):
+    """lighttpd on NSS (no entry point to probe: the kernel estimate) with an RSA-4096
+    certificate: the shipped handshake-cost alert fires for it from the estimate, as it does
+    for a probed server, and the recording rules carry its figure."""
+    from harness.servers import Lighttpd
+    rule_file = short_for(tmp_path)
+    agent_port = free_port()
+    instance = f"127.0.0.1:{agent_port}"
+    srv = Lighttpd(tmp_path, module="nss", cert="rsa4096")
+    agent = Agent("--pid", str(srv.pid), port=agent_port, scan_interval=0.5)
+    prom = None
+    try:
+        agent.wait_attached([srv.pid])
+        prom = Prometheus(tmp_path, "nss", instance, rule_file)
+        wait_for(lambda: prom.query(f'up{{instance="{instance}"}} == 1'), 20, "the first scrape")
+        full = 0
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and full < 600:
+            full += https_connections(srv.port, 4, concurrency=2)["ok"]
+            time.sleep(0.1)
+        assert full > 30, full
+        m = agent.scrape_text()
+        assert 'tlsprof_handshake_cpu_method_info{comm="lighttpd",method="kernel_estimate"} 1' in m, m
+        wait_for(lambda: firing(prom, "TLSHandshakeCPUHigh", instance), 30,
+                 f"TLSHandshakeCPUHigh to fire: {prom.query('ALERTS')}")
+        alert = firing(prom, "TLSHandshakeCPUHigh", instance)[0]["metric"]
+        assert alert["comm"] == "lighttpd", alert
+        mean = float(prom.query(f'tlsprof:handshake_cpu_seconds:mean5m{{instance="{instance}", comm="lighttpd"}}')
+                     [0]["value"][1])
+        print(f"lighttpd + NSS, RSA-4096: {full} handshakes, the estimate {mean * 1e3:.2f} ms each")
+        assert mean > 0.003
+    finally:
+        if prom:
+            prom.stop()
+        agent.stop()
+        srv.stop()

@@ -100,6 +100,8 @@ mod layout_tests {
                 depth,
                 role,
                 io,
+                est,
+                go,
                 conn_sk,
                 conn_start
             }
