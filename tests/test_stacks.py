@@ -3,6 +3,8 @@
 (agent/src/discovery/handshake/), and on NSS, which has none to probe: the kernel estimate
 (bpf/estimate.bpf.h). The client is curl, forcing the key-exchange group; its
 own connection count is the truth."""
+import subprocess
+
 import pytest
 
 from harness.agent import Agent
@@ -162,5 +164,33 @@ def test_go_server_concurrent_handshakes_share_of_its_cpu(workdir, gotls_bin):
             agent.wait_value("tlsprof_handshakes_total", 3, comm="gotls", result="failed")
         print(f"go, 8 clients at once: handshakes {timed:.3f} s of the server's {used:.3f} s CPU ({timed / used:.0%})")
         assert 0.5 * used < timed <= 1.02 * used, (timed, used)
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("build", [["-ldflags=-s -w"], ["-buildmode=pie", "-ldflags=-s -w"]], ids=["stripped", "stripped_pie"])
+def test_stripped_go_server_found_by_its_function_table(tmp_path, build):
+    """A Go server built as container images ship them (no symbol table, maybe PIE): its
+    handshake functions are found in the Go runtime's own function table (.gopclntab), every
+    handshake is timed, and the CPU split names its TLS code from the same table."""
+    from harness.clients import https_connections
+    from harness.servers import GoTLS, build_gotls
+    binary = build_gotls(tmp_path, *build)
+    if binary is None:
+        pytest.skip("go is not installed")
+    syms = subprocess.run(["readelf", "-S", str(binary)], capture_output=True, text=True).stdout
+    assert ".symtab" not in syms and ".gopclntab" in syms, syms
+    srv = GoTLS(tmp_path, binary)
+    try:
+        with Agent("--pid", str(srv.pid), "--exact", "--sample-hz", "97") as agent:
+            agent.wait_attached([srv.pid])
+            assert f"{binary} via go-pclntab (crypto/tls)" in agent.output(), agent.output()
+            c = https_connections(srv.port, 20, version="1.3", concurrency=2)
+            assert c["ok"] == 20, c
+            agent.wait_value("tlsprof_handshake_cpu_seconds_count", 20, comm="gotls", role="server")
+            m = agent.scrape()
+            assert value(m, "tlsprof_handshakes_total", comm="gotls", result="ok", version="TLSv1.3") == 20
+            assert value(m, "tlsprof_handshake_cpu_seconds_sum", comm="gotls") > 0
+            assert value(m, "tlsprof_tls_library_info", comm="gotls", library="gotls", symbols="go_pclntab") == 1
     finally:
         srv.stop()

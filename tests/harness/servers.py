@@ -106,8 +106,9 @@ class NodeServer(SpawnedServer):
         self._spawn(lambda port: [node, ROOT / "tests/servers/https_server.js", port, crt, key, *mode])
 
 
-def build_gotls(d: Path) -> Path | None:
-    """Builds tests/servers/gotls into directory d; None without a Go toolchain."""
+def build_gotls(d: Path, *flags: str) -> Path | None:
+    """Builds tests/servers/gotls into directory d (`go build` flags, such as a stripped
+    build's `-ldflags=-s -w`); None without a Go toolchain."""
     import shutil
     go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
     if not go:
@@ -116,7 +117,7 @@ def build_gotls(d: Path) -> Path | None:
     (d / "go.mod").write_text("module gotls\n\ngo 1.21\n")
     env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
     env.setdefault("HOME", "/root")
-    r = subprocess.run([go, "build", "-o", str(d / "gotls"), "."], cwd=d, capture_output=True, text=True, env=env,
+    r = subprocess.run([go, "build", *flags, "-o", str(d / "gotls"), "."], cwd=d, capture_output=True, text=True, env=env,
                        timeout=600)
     assert r.returncode == 0, r.stderr
     return d / "gotls"

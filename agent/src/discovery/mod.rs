@@ -3,6 +3,7 @@
 //! carries (stacks.rs), and where each TLS library's handshake is in their files (handshake/).
 #[cfg(test)]
 mod fuzz;
+pub mod gopclntab;
 pub mod handshake;
 pub mod maps;
 pub mod procfs;

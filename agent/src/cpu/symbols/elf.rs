@@ -24,6 +24,8 @@ pub enum SymbolSource {
     Full,
     /// .symtab of a separate debug file (found by build id).
     DebugFile,
+    /// A stripped Go executable's own function table (.gopclntab).
+    GoPclntab,
     /// Only the exported .dynsym (internal functions have no names).
     Exported,
     None,
@@ -34,6 +36,7 @@ impl SymbolSource {
         match self {
             SymbolSource::Full => "full",
             SymbolSource::DebugFile => "debug_file",
+            SymbolSource::GoPclntab => "go_pclntab",
             SymbolSource::Exported => "exported_only",
             SymbolSource::None => "none",
         }
@@ -225,6 +228,12 @@ impl FileSyms {
             if let Some(dbg) = &debug_parsed {
                 syms = text_symbols(dbg, false);
                 symbols = SymbolSource::DebugFile;
+            }
+            if syms.is_empty() {
+                if let Some(go) = crate::discovery::gopclntab::functions(&file) {
+                    syms = go;
+                    symbols = SymbolSource::GoPclntab;
+                }
             }
             if syms.is_empty() {
                 syms = text_symbols(&file, true);

@@ -1,8 +1,8 @@
 //! Go's crypto/tls, compiled into a Go executable (no shared library, no C symbols):
 //! `crypto/tls.(*Conn).serverHandshake` and `clientHandshake` each run a whole handshake on
 //! the connection's goroutine and return its error (nil: done; anything else: failed).
-//! Found by their symbols (.symtab: a Go binary built with `-ldflags=-s` has none, and gets
-//! the kernel estimate). Go code takes no return probes (uretprobes rewrite the return
+//! Found by their symbols (.symtab), or in a stripped binary (`-ldflags="-s -w"`) in the Go
+//! runtime's own function table (`discovery/gopclntab.rs`). Go code takes no return probes (uretprobes rewrite the return
 //! address on a stack Go may move), so each of the function's return instructions gets a
 //! probe of its own, found by decoding its code. The probes read Go's register ABI (1.17+
 //! on x86-64, 1.18+ on arm64; checked in the function's prologue, which loads the goroutine's
@@ -43,7 +43,7 @@ fn find(image: &Image, _: HookMode) -> Option<HandshakeHooks> {
     }
     (!probes.is_empty()).then_some(HandshakeHooks {
         library: LIBRARY.name,
-        source: "symbols",
+        source: if image.from_go_pclntab { "go-pclntab" } else { "symbols" },
         probes,
     })
 }

@@ -226,6 +226,8 @@ pub struct Image<'d> {
     data: &'d [u8],
     /// Wanted symbol -> (virtual address, size).
     syms: HashMap<&'static str, (u64, u64)>,
+    /// They were read from a stripped Go executable's function table, not a symbol table.
+    pub from_go_pclntab: bool,
 }
 
 impl<'d> Image<'d> {
@@ -247,7 +249,22 @@ impl<'d> Image<'d> {
                 syms.entry(*w).or_insert((sym.address(), sym.size()));
             }
         }
-        Ok(Self { file, data, syms })
+        // A stripped Go executable still has its runtime's function table.
+        let from_go_pclntab = syms.is_empty();
+        if from_go_pclntab {
+            for (start, end, name) in super::gopclntab::functions(&file).unwrap_or_default() {
+                if let Some((w, ())) = wanted.get_key_value(name) {
+                    syms.entry(*w).or_insert((start, end - start));
+                }
+            }
+        }
+        let from_go_pclntab = from_go_pclntab && !syms.is_empty();
+        Ok(Self {
+            file,
+            data,
+            syms,
+            from_go_pclntab,
+        })
     }
 
     /// Virtual address -> file offset, through the loadable segments.
