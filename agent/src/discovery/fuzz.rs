@@ -1,12 +1,14 @@
 //! Property tests of discovery's parsers on what other local users control (issue 19): the
 //! ELF files the TLS libraries' entry points are looked for in (mutations of real ones, shared with
 //! cpu/symbols/fuzz.rs), the lines of /proc/PID/maps (file names hold any byte but the
-//! newline, which the kernel escapes), and /proc/PID/stat (comm holds any byte).
+//! newline, which the kernel escapes), /proc/PID/stat (comm holds any byte), and a Go
+//! executable's function table (a stripped Go binary's `.gopclntab`).
 use std::fs;
 
 use proptest::{collection::vec, prelude::*};
 
 use super::{
+    gopclntab,
     handshake::{handshake_hooks, library_of_file, HookMode},
     maps,
     procfs::parse_stat,
@@ -109,5 +111,35 @@ proptest! {
         let s = parse_stat(&text);
         prop_assert_eq!(s.map(|s| (s.comm, s.ppid, s.start_time, s.vsize)), Some((comm, ppid, start, vsize)));
         let _ = parse_stat(&junk);
+    }
+
+    /// A Go function table with any header (magic of each version, any pointer size, any
+    /// counts and offsets) over any bytes: no panic, no more functions than the table holds
+    /// pairs for, each one a non-empty range.
+    #[test]
+    fn go_function_tables(
+        magic in prop_oneof![Just(0xffff_fffau32), Just(0xffff_fff0), Just(0xffff_fff1), any::<u32>()],
+        ptr in prop_oneof![Just(8u8), Just(4u8), any::<u8>()],
+        words in vec(prop_oneof![0u64..64, 0u64..4096, any::<u64>()], 8),
+        tail in vec(any::<u8>(), 0..2048),
+        text: u64,
+    ) {
+        let mut t = Vec::new();
+        t.extend(magic.to_le_bytes());
+        t.extend([0, 0, 1, ptr]);
+        for w in &words {
+            if ptr == 4 { t.extend((*w as u32).to_le_bytes()) } else { t.extend(w.to_le_bytes()) }
+        }
+        t.extend(&tail);
+        let (_, peak) = run_case({
+            let n = t.len();
+            move || format!("table of {n} bytes")
+        }, || {
+            if let Some(f) = gopclntab::parse(&t, text) {
+                assert!(f.len() <= t.len() / 8);
+                assert!(f.iter().all(|(start, end, _)| start < end));
+            }
+        });
+        prop_assert!(peak <= 16 * t.len() + (1 << 16), "{} bytes of heap for a table of {}", peak, t.len());
     }
 }
