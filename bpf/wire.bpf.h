@@ -43,7 +43,7 @@ struct {
 } wire_scratch SEC(".maps");
 
 #define WIRE_STEPS 24 /* record headers and bodies walked per chunk of output */
-#define WIRE_SEGS 4   /* iovec segments looked at per send */
+#define WIRE_SEGS 8   /* iovec segments looked at per send (GnuTLS: one per record of its flight; after a HelloRetryRequest the ServerHello too) */
 #define WIRE_MAX_RECORD (16384 + 2048)
 
 static __always_inline struct wire_event *wire_ev(const struct sock *sk, const struct conn_state *c, __u8 kind)

@@ -1,7 +1,9 @@
 """The kernel-only estimate of handshake CPU (bpf/estimate.bpf.h), which servers whose TLS
 stack has no entry point to probe get, against the probes' figure on the same servers and
-configurations (--no-handshake-probes switches the probes off): an event-loop server (nginx,
-one worker) and a thread-per-connection one (Apache httpd, its worker threads), RSA-2048 +
+configurations (--no-handshake-probes switches the probes off): event-loop servers (nginx,
+one worker, on OpenSSL; lighttpd on GnuTLS, whose server asks for the client's key share
+again when it wants secp384r1: a second ClientHello) and a thread-per-connection one (Apache
+httpd, its worker threads), RSA-2048 +
 secp384r1 and ECDSA P-256 + X25519, TLS 1.3. The two methods take turns, three rounds, so that
 the machine's drift falls on both."""
 import pytest
@@ -10,7 +12,7 @@ from harness.agent import Agent
 from harness.clients import https_connections
 from harness.metrics import value
 from harness.procs import have
-from harness.servers import Apache, Nginx
+from harness.servers import Apache, Lighttpd, Nginx
 
 N = 30
 ROUNDS = 3
@@ -19,6 +21,9 @@ METHODS = {"kernel_estimate": ["--no-handshake-probes"], "probes": ["--exact"]}
 
 
 def start(kind: str, workdir, cert: str, curve: str):
+    if kind == "lighttpd-gnutls":
+        srv = Lighttpd(workdir, module="gnutls", cert=cert, curves=curve)
+        return srv, [srv.pid]
     if kind == "nginx":
         srv = Nginx(workdir, cert=cert, extra_server=f"ssl_ecdh_curve {curve};")
         return srv, [srv.pid, *srv.workers()]
@@ -26,9 +31,9 @@ def start(kind: str, workdir, cert: str, curve: str):
     return srv, [srv.pid, *srv.children()]
 
 
-@pytest.mark.parametrize("kind", ["nginx", "apache"])
+@pytest.mark.parametrize("kind", ["nginx", "apache", "lighttpd-gnutls"])
 def test_estimate_agrees_with_the_probes(workdir, kind):
-    if not have({"nginx": "nginx", "apache": "apache2"}[kind]):
+    if not have({"nginx": "nginx", "apache": "apache2", "lighttpd-gnutls": "lighttpd"}[kind]):
         pytest.skip(f"{kind} not installed")
     servers = {}
     try:

@@ -194,3 +194,24 @@ def test_stripped_go_server_found_by_its_function_table(tmp_path, build):
             assert value(m, "tlsprof_tls_library_info", comm="gotls", library="gotls", symbols="go_pclntab") == 1
     finally:
         srv.stop()
+
+
+def test_gnutls_after_a_hello_retry_request_is_labelled(workdir):
+    """GnuTLS answering a ClientHello whose key share it does not take with a
+    HelloRetryRequest, then sending its change_cipher_spec alone and its ServerHello and
+    encrypted flight as five buffers of one sendmsg: every handshake carries the group it
+    asked for and the certificate it signed with."""
+    srv = Lighttpd(workdir, module="gnutls", cert="rsa2048", curves="secp384r1")
+    try:
+        with Agent("--pid", str(srv.pid), "--exact", "--sample-hz", "0") as agent:
+            agent.wait_attached([srv.pid])
+            client = curl_connections(srv.port, 8, "X25519:P-256:P-384", version="1.3")
+            assert client == {"connects": 8, "failed": 0}, client
+            agent.wait_value("tlsprof_handshake_cpu_seconds_count", 8, comm="lighttpd")
+            m = agent.scrape()
+            assert value(m, "tlsprof_handshakes_total", comm="lighttpd", result="ok", version="TLSv1.3",
+                         cert="rsa2048", resumed="false") == 8
+            assert value(m, "tlsprof_handshakes_total", comm="lighttpd", group="x25519") == 0  # it retried
+            assert value(m, "tlsprof_handshakes_unlabelled_total", comm="lighttpd") == 0
+    finally:
+        srv.stop()
