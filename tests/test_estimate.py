@@ -1,8 +1,8 @@
 """The kernel-only estimate of handshake CPU (bpf/estimate.bpf.h), which servers whose TLS
 stack has no entry point to probe get, against the probes' figure on the same servers and
 configurations (--no-handshake-probes switches the probes off): event-loop servers (nginx,
-one worker, on OpenSSL; lighttpd on GnuTLS, whose server asks for the client's key share
-again when it wants secp384r1: a second ClientHello) and a thread-per-connection one (Apache
+one worker, on OpenSSL; lighttpd on GnuTLS, which answers its costly configuration's
+ClientHello with a HelloRetryRequest: a second ClientHello, for P-256) and a thread-per-connection one (Apache
 httpd, its worker threads), RSA-2048 +
 secp384r1 and ECDSA P-256 + X25519, TLS 1.3. The two methods take turns, three rounds, so that
 the machine's drift falls on both."""
