@@ -12,6 +12,8 @@ import time
 import zlib
 from pathlib import Path
 
+import pytest
+
 from harness.agent import TLSPROF
 from harness.clients import https_connections, keepalive_connections, resuming_connections
 from harness.procs import stop_pid
@@ -388,3 +390,30 @@ def test_interrupt_reports_what_was_observed(tmp_path):
     data = json.loads(out.read_text())
     assert c["ok"] == 30 and data["processes"][0]["full"] == 30, data
     assert data["host"] is None and data["window_seconds"] < 60
+
+
+@pytest.mark.parametrize("module,version", [("gnutls", "1.3"), ("nss", "1.2")])
+def test_group_and_certificate_on_other_stacks(tmp_path, module, version):
+    """The group and certificate findings, with their savings, for servers on GnuTLS (its own
+    probes) and on NSS (no probe: the kernel estimate; TLS 1.2, where the certificate is
+    seen in the clear — NSS's TLS 1.3 flight in one record hides its key): curl forces
+    P-384 against an RSA-3072 certificate, and the counts are curl's."""
+    from harness.clients import curl_connections
+    from harness.servers import Lighttpd
+    if not Path(f"/usr/lib/lighttpd/mod_{module}.so").exists():
+        pytest.skip(f"lighttpd-mod-{module} not installed")
+    srv = Lighttpd(tmp_path, module=module, cert="rsa3072")
+    try:
+        r = Report(srv.pid, lambda: curl_connections(srv.port, 60, "secp384r1", version=version))
+    finally:
+        srv.stop()
+    assert r.client == {"connects": 60, "failed": 0}, r.client
+    g = r.one("group")
+    c = r.one("certificate")
+    assert "secp384r1" in g["title"] and "rsa3072" in c["title"], r.text
+    assert round(per_window(g, "handshakes_per_second", r.seconds)) == 60
+    assert round(per_window(c, "full_per_second", r.seconds)) == 60
+    assert g["saving_cpu_cores"] > 0 and c["saving_cpu_cores"] > 0, r.text
+    configs = r.proc("lighttpd")["configs"]
+    assert sum(x["count"] for x in configs) == 60 and all(x["cpu_seconds"] > 0 for x in configs), configs
+    assert ("CPU per handshake: the kernel's estimate" in r.text) == (module == "nss"), r.text
