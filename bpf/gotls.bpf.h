@@ -64,6 +64,7 @@ struct {
  * process: a read of it that returns data resumes the handshake's goroutine. LRU, as above. */
 struct go_sock {
 	__u64 conn;
+	__u64 conn_start; /* conn_state.start_ns: a socket reused for a new connection is not it */
 	__u32 tgid;
 	__u32 pad;
 };
@@ -88,7 +89,7 @@ static __always_inline void go_park(__u32 tid, struct hs_thread *t)
 /* A Go handshake stretch links its connection at its first socket I/O. */
 static __always_inline void go_link(struct hs_thread *t, const struct sock *sk, __u64 conn_start)
 {
-	struct go_sock s = { .conn = t->ssl, .tgid = t->tgid };
+	struct go_sock s = { .conn = t->ssl, .conn_start = conn_start, .tgid = t->tgid };
 	t->conn_sk = (__u64)sk;
 	t->conn_start = conn_start;
 	t->io = 1;
@@ -126,8 +127,13 @@ static __always_inline void go_on_read(const struct sock *sk, const struct conn_
 		return;
 	__u64 key = (__u64)sk;
 	struct go_sock *s = bpf_map_lookup_elem(&go_socks, &key);
-	if (!s || s->tgid != id >> 32)
+	if (!s)
 		return;
+	if (s->tgid != id >> 32 || s->conn_start != c->start_ns) {
+		/* left by a handshake whose return the probes missed (detached mid-call) */
+		bpf_map_delete_elem(&go_socks, &key);
+		return;
+	}
 	__u64 conn = s->conn;
 	t = hs_live_thread(tid);
 	if (t) {
