@@ -87,24 +87,6 @@ fn add_stack(out: &mut Folded, line: String, tls_frames: Vec<String>) {
     out.stacks.insert(line, 1);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stacks_are_bounded() {
-        let mut f = Folded::default();
-        for i in 0..MAX_FLAME_STACKS + 10 {
-            add_stack(&mut f, format!("nginx;f{i}"), vec![format!("f{i}")]);
-        }
-        add_stack(&mut f, "nginx;f0".into(), Vec::new());
-        // the cap, and one more line for the rest
-        assert_eq!(f.stacks.len(), MAX_FLAME_STACKS + 1);
-        assert_eq!((f.stacks[OTHER_STACKS], f.dropped, f.stacks["nginx;f0"]), (10, 10, 2));
-        assert_eq!(f.tls_frames.len(), MAX_FLAME_STACKS);
-    }
-}
-
 /// Writes the collected stacks as an SVG flame graph, TLS frames in red, the rest in blue.
 pub fn render(folded: &Folded, title: &str, out: impl std::io::Write) -> std::io::Result<()> {
     use inferno::flamegraph::{
@@ -127,4 +109,22 @@ pub fn render(folded: &Folded, title: &str, out: impl std::io::Write) -> std::io
     let mut lines: Vec<String> = folded.stacks.iter().map(|(k, v)| format!("{k} {v}")).collect();
     lines.sort();
     inferno::flamegraph::from_lines(&mut opt, lines.iter().map(String::as_str), out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacks_are_bounded() {
+        let mut f = Folded::default();
+        for i in 0..MAX_FLAME_STACKS + 10 {
+            add_stack(&mut f, format!("nginx;f{i}"), vec![format!("f{i}")]);
+        }
+        add_stack(&mut f, "nginx;f0".into(), Vec::new());
+        // the cap, and one more line for the rest
+        assert_eq!(f.stacks.len(), MAX_FLAME_STACKS + 1);
+        assert_eq!((f.stacks[OTHER_STACKS], f.dropped, f.stacks["nginx;f0"]), (10, 10, 2));
+        assert_eq!(f.tls_frames.len(), MAX_FLAME_STACKS);
+    }
 }

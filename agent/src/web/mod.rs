@@ -10,6 +10,7 @@
 //!   the oldest, so connections that trickle or idle are dropped before a healthy scrape
 //!   (which sends its request at once and is answered in milliseconds) waits behind them;
 //! - one request per connection (Connection: close): nothing idles between scrapes.
+//!
 //! Each closed-unserved connection is counted in tlsprof_scrapes_refused_total{reason}.
 mod auth;
 mod client_cert;
