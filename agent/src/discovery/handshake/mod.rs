@@ -336,6 +336,17 @@ pub fn installed(path: &str) -> Option<Vec<HandshakeHooks>> {
     Some(handshake_hooks(Path::new(path), HookMode::Auto).unwrap())
 }
 
+/// Test helper: the one library an installed file holds, as (library, source, the kernel
+/// programs of its plan in order); None when the file is not installed.
+#[cfg(test)]
+pub fn installed_plan(path: &str) -> Option<(&'static str, &'static str, Vec<&'static str>)> {
+    let found = installed(path)?;
+    let [h] = found.as_slice() else {
+        panic!("{path}: {found:?}")
+    };
+    Some((h.library, h.source, h.plan().into_iter().map(|(p, _)| p).collect()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,16 +40,14 @@ fn find(image: &Image, _: HookMode) -> Option<HandshakeHooks> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::installed;
+    use super::super::installed_plan;
 
     #[test]
     fn debian_libwolfssl() {
-        let Some(found) = installed("/usr/lib/x86_64-linux-gnu/libwolfssl.so.35") else {
+        let Some((library, source, programs)) = installed_plan("/usr/lib/x86_64-linux-gnu/libwolfssl.so.35") else {
             return;
         };
-        let [h] = found.as_slice() else { panic!("{found:?}") };
-        let programs: Vec<_> = h.plan().into_iter().map(|(p, _)| p).collect();
-        assert_eq!(h.library, "wolfssl");
+        assert_eq!((library, source), ("wolfssl", "symbols"));
         assert_eq!(
             programs,
             [
