@@ -250,15 +250,15 @@ impl<'d> Image<'d> {
             }
         }
         // A stripped Go executable still has its runtime's function table.
-        let from_go_pclntab = syms.is_empty();
-        if from_go_pclntab {
+        let mut from_go_pclntab = false;
+        if syms.is_empty() {
             for (start, end, name) in super::gopclntab::functions(&file).unwrap_or_default() {
                 if let Some((w, ())) = wanted.get_key_value(name) {
                     syms.entry(*w).or_insert((start, end - start));
                 }
             }
+            from_go_pclntab = !syms.is_empty();
         }
-        let from_go_pclntab = from_go_pclntab && !syms.is_empty();
         Ok(Self {
             file,
             data,
