@@ -272,7 +272,7 @@ def overview() -> dict:
                                 "probes in traced processes"),
                          target(f'sum by (comm) ({rate("tlsprof_probe_cpu_seconds_total", S)})',
                                 "handshake probes of {{comm}} (hits x measured cost)")]), 8, 8)
-    L.add(timeseries("Handshake probes: duty cycle", "Share of each 10 s cycle the handshake probes were "
+    L.add(timeseries("Handshake probes: duty cycle", "Share of each 2 s cycle the handshake probes were "
                      "attached under the overhead budget (1 with --exact, or under light load): the sampling "
                      "ratio of handshake CPU and duration, and of client-role handshake counts.", "percentunit",
                      [target(f"max by (comm) (tlsprof_probe_duty_cycle{{{S}}})", "{{comm}}")]), 8, 8)

@@ -84,9 +84,9 @@ pub struct RunArgs {
     /// server handshakes are counted from what the server sends.
     #[arg(long)]
     pub exact: bool,
-    /// Share of one CPU that the handshake probes may cost each traced process, averaged
-    /// over 10 s cycles (e.g. 0.5%, 2%): they stay attached while under it and are detached
-    /// for the rest of the cycle when not. Ignored with --exact.
+    /// Share of one CPU that the handshake probes may cost each traced process, in every
+    /// 2 s cycle (e.g. 0.5%, 2%): they stay attached while under it and are detached for the
+    /// rest of the cycle when not. Ignored with --exact.
     #[arg(long, default_value = "0.5%", value_name = "PERCENT", value_parser = duty::parse_budget)]
     pub overhead_budget: f64,
     /// Which OpenSSL functions to hook: the handshake state machine (auto) or only the

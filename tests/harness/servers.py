@@ -40,7 +40,7 @@ http {{
     {extra_server}
     location / {{ return 200 "hello from nginx\\n"; }}
   }}
-  {f'server {{ listen 127.0.0.1:{plain_port}; location / {{ return 200 "plain"; }} }}' if plain_port else ''}
+  {f'server {{ listen 127.0.0.1:{plain_port}; location / {{ return 200 "plain"; }} location = /stub_status {{ stub_status; }} }}' if plain_port else ''}
 }}
 """)
         subprocess.run(["nginx", "-c", str(self.conf)], check=True, capture_output=True)

@@ -88,7 +88,7 @@ impl Budget {
             };
             k.mark_detached(pid);
             if let (Some(d), Some(sent)) = (p.duty.as_mut(), p.detach_sent.take()) {
-                d.detached_after(sent.elapsed());
+                d.detached();
                 log::debug!(
                     "budget: probes of {pid} detached in {:.0} ms",
                     sent.elapsed().as_secs_f64() * 1e3

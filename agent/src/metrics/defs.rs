@@ -280,7 +280,7 @@ pub const PROBE_DUTY_CYCLE: Def<CommLabels> = Def::new(
     "probe_duty_cycle",
     Gauge,
     None,
-    "Share of the last 10 s cycle the handshake probes were attached to the processes of this name (mean \
+    "Share of the last 2 s cycle the handshake probes were attached to the processes of this name (mean \
      over them): the sampling ratio of the sampled figures",
 );
 pub const PROBE_HITS: Def<CommLabels> = Def::new(
