@@ -17,7 +17,10 @@ from harness.clients import ab, https_connections, https_request, tls_client_con
 from harness.procs import have, wait_for
 from harness.servers import Nginx
 
-BUDGET = 0.005  # 0.5% of one CPU, the default
+# 0.1% of one CPU: a fifth of the default, so that ab's load is well over it here (the
+# probes sit on instructions the kernel emulates: ~1 us a hit with its program, ~6 us of
+# probes per new connection, ~6 ms/s at 1,000 connections/s)
+BUDGET = 0.001
 
 
 def paced_connections(port: int, rate: float, seconds: float) -> int:
@@ -55,6 +58,7 @@ def figures(agent, port: int) -> dict:
         "ended": v("tlsprof_requests_per_connection_count", port=str(port)),
         "requests": v("tlsprof_requests_per_connection_sum", port=str(port)),
         "hit_cost": v("tlsprof_probe_hit_cost_seconds", probe="uprobe"),
+        "hit_cost_emulated": v("tlsprof_probe_hit_cost_seconds", probe="uprobe_emulated"),
         "errors": {l["kind"]: val for n, l, val in s if n == "tlsprof_kernel_errors_total" and val},
         "mode": {l["mode"] for n, l, val in s if n == "tlsprof_mode_info"},
         "sampled": {l["figure"] for n, l, val in s if n == "tlsprof_sampled_figure_info"},
@@ -85,12 +89,13 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
     nginx = Nginx(workdir, workers=1)
     (worker,) = nginx.workers()
     try:
-        with Agent("--pid", str(nginx.pid), scan_interval=1.0) as agent:
+        with Agent("--pid", str(nginx.pid), "--overhead-budget", f"{BUDGET:.1%}", scan_interval=1.0) as agent:
             agent.wait_attached([worker])
             f0 = figures(agent, nginx.port)
             assert f0["mode"] == {"default"}, f0
             assert "tlsprof_handshake_cpu_seconds" in f0["sampled"], f0
             assert 1e-7 < f0["hit_cost"] < 1e-3, f"one uprobe hit measured at {f0['hit_cost']} s"
+            assert 1e-8 < f0["hit_cost_emulated"] <= f0["hit_cost"] * 1.5, f0
 
             # Light: 15 connections a second for a full cycle and more.
             light = paced_connections(nginx.port, 15, 12)
@@ -121,7 +126,7 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
             # the duty cycle is the budget over that (the agent measures it in its windows).
             assert seen["duty"] < 0.6, f"heavy load, duty {seen['duty']}: {d2}"
             assert d2["probe_cpu"] / span <= BUDGET * 1.5, \
-                f"the probes cost {d2['probe_cpu'] / span:.2%} of a CPU, budget {BUDGET:.0%}: {d2}"
+                f"the probes cost {d2['probe_cpu'] / span:.2%} of a CPU, budget {BUDGET:.1%}: {d2}"
             assert 0 < d2["measured"] < 0.6 * d2["ok"], f"handshakes timed in windows only: {d2}"
             # Every connection is one handshake; ab's aborted in-flight connections at the end
             # of -t (at most its concurrency) may have finished theirs without a request.
@@ -169,7 +174,7 @@ def test_exact_times_every_handshake(workdir):
             assert f1["duty"] == 1.0, f1
             # about five hits per connection: two handshake calls (entry and return), SSL_free
             assert 4 * d["ok"] <= d["hits"] <= 7 * d["ok"], d
-            # what the default budget would not have allowed
+            # what the budget of the test above would not have allowed
             assert d["probe_cpu"] / 12 > BUDGET, f"--exact probes cost {d['probe_cpu'] / 12:.2%} of a CPU: {d}"
     finally:
         nginx.stop()

@@ -10,7 +10,7 @@ use super::{
     targets::Targets,
 };
 use crate::{
-    bpf::{loader::Kernel, uprobes::Link},
+    bpf::{calib::HitCost, loader::Kernel, uprobes::Link},
     clock::ktime_ns,
     cpu::Profiler,
     metrics::{CommLabels, Metrics},
@@ -33,6 +33,9 @@ pub struct Probes {
     probe_cpu: f64,
     /// When they were handed to the detacher thread.
     detach_sent: Option<Instant>,
+    /// Some entry probe is single-stepped by the kernel: an entry hit costs the stepped
+    /// calibration, else the emulated one.
+    pub stepped: bool,
 }
 
 impl Probes {
@@ -45,6 +48,7 @@ impl Probes {
             hits_seen: (0, 0),
             probe_cpu: 0.0,
             detach_sent: None,
+            stepped: true,
         }
     }
 }
@@ -67,12 +71,12 @@ pub fn attach_plan(
 }
 
 pub struct Budget {
-    /// CPU seconds of one uprobe hit and one uretprobe hit here (None: not measured).
-    hit_cost: Option<(f64, f64)>,
+    /// CPU seconds of each kind of probe hit here (None: not measured).
+    hit_cost: Option<HitCost>,
 }
 
 impl Budget {
-    pub fn new(hit_cost: Option<(f64, f64)>) -> Self {
+    pub fn new(hit_cost: Option<HitCost>) -> Self {
         Self { hit_cost }
     }
 
@@ -96,7 +100,11 @@ impl Budget {
             }
         }
         let now = Instant::now();
-        let (ce, cr) = self.hit_cost.unwrap_or((0.0, 0.0));
+        let c = self.hit_cost.unwrap_or(HitCost {
+            stepped: 0.0,
+            emulated: 0.0,
+            ret: 0.0,
+        });
         let mut next: Option<Instant> = None;
         let mut changed = false;
         for (&pid, traced) in t.traced.iter_mut() {
@@ -109,7 +117,8 @@ impl Budget {
                 hits.returns.saturating_sub(p.hits_seen.1),
             );
             p.hits_seen = (hits.entries.max(p.hits_seen.0), hits.returns.max(p.hits_seen.1));
-            let cpu = de as f64 * ce + dr as f64 * cr;
+            let ce = if p.stepped { c.stepped } else { c.emulated };
+            let cpu = de as f64 * ce + dr as f64 * c.ret;
             p.probe_cpu += cpu;
             if de + dr > 0 {
                 let c = CommLabels {

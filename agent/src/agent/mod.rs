@@ -24,6 +24,7 @@ use anyhow::{bail, Context as _, Result};
 use self::{budget::Budget, handshakes::Handshakes, health::Health, ports::Ports, targets::Targets};
 use crate::{
     bpf::{
+        calib::HitCost,
         hooks,
         loader::{Events, Kernel},
         proc::{PROC_EV_EXIT, PROC_EV_FORK},
@@ -175,7 +176,7 @@ impl Agent {
 /// hit, the hook serving each kernel capability, and every probe at zero (a capability's
 /// first program at one where nothing serves it), so that dashboards and alerts see the
 /// series and rate() sees the first failure.
-fn export_setup(m: &Metrics, args: &RunArgs, exact: bool, k: &Kernel, hit_cost: Option<(f64, f64)>) {
+fn export_setup(m: &Metrics, args: &RunArgs, exact: bool, k: &Kernel, hit_cost: Option<HitCost>) {
     m.mode_info
         .get_or_create(&ModeLabels {
             mode: if exact { "exact" } else { "default" }.into(),
@@ -191,8 +192,12 @@ fn export_setup(m: &Metrics, args: &RunArgs, exact: bool, k: &Kernel, hit_cost: 
             m.sampled_figures.get_or_create(&FigureLabels { figure }).set(1);
         }
     }
-    if let Some((e, r)) = hit_cost {
-        for (probe, v) in [("uprobe", e), ("uretprobe", r)] {
+    if let Some(c) = hit_cost {
+        for (probe, v) in [
+            ("uprobe", c.stepped),
+            ("uprobe_emulated", c.emulated),
+            ("uretprobe", c.ret),
+        ] {
             m.probe_hit_cost
                 .get_or_create(&ProbeLabels { probe: probe.into() })
                 .set(v);

@@ -1,6 +1,8 @@
 //! What one probe hit costs on this host, measured at start (the overhead budget turns
 //! hits into CPU with it): the agent attaches calib.bpf.h's no-op programs to functions of
-//! its own and times calls with and without them.
+//! its own and times calls with and without them. Two kinds of entry hit: on an instruction
+//! the kernel single-steps (a second exception), and on a branch it emulates (where the
+//! handshake probes are placed when they can be: discovery/handshake/entry.rs).
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result};
@@ -23,6 +25,27 @@ macro_rules! calibration_target {
 calibration_target!(tlsprof_calib_plain, 3);
 calibration_target!(tlsprof_calib_entry, 5);
 calibration_target!(tlsprof_calib_both, 7);
+
+/// A calibration target whose first instruction is a jump the kernel emulates (x86-64).
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub extern "C" fn tlsprof_calib_branch(x: u64) -> u64 {
+    core::arch::naked_asm!("jmp 2f", "2:", "lea rax, [rdi + rdi * 8 + 1]", "ret")
+}
+#[cfg(not(target_arch = "x86_64"))]
+calibration_target!(tlsprof_calib_branch, 9);
+
+/// CPU seconds of one hit of each kind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HitCost {
+    /// An entry probe whose instruction the kernel single-steps.
+    pub stepped: f64,
+    /// An entry probe on an instruction the kernel emulates.
+    pub emulated: f64,
+    /// A return probe.
+    pub ret: f64,
+}
 
 pub type Target = extern "C" fn(u64) -> u64;
 
@@ -47,44 +70,51 @@ pub fn target_location(f: Target) -> Option<(PathBuf, u64)> {
     Some((m.file()?.into(), addr - m.start + m.offset))
 }
 
-/// The cost of one hit from timings of `n` calls without probes, with an entry probe, and
-/// with entry and return probes (the smallest of several rounds of each: noise only adds).
-pub fn hit_costs(n: u64, none: Duration, entry: Duration, both: Duration) -> (f64, f64) {
+/// The cost of one hit from timings of `n` calls without probes, with an entry probe, with
+/// entry and return probes, and with an entry probe on an emulated branch (the smallest of
+/// several rounds of each: noise only adds).
+pub fn hit_costs(n: u64, none: Duration, entry: Duration, both: Duration, branch: Duration) -> HitCost {
     let per = |d: Duration| d.as_secs_f64() / n as f64;
-    let e = (per(entry) - per(none)).max(0.0);
-    let r = (per(both) - per(entry)).max(0.0);
-    (e, r)
+    HitCost {
+        stepped: (per(entry) - per(none)).max(0.0),
+        emulated: (per(branch) - per(none)).max(0.0),
+        ret: (per(both) - per(entry)).max(0.0),
+    }
 }
 
 impl Kernel {
-    /// What one uprobe hit and one uretprobe hit cost on this host, in CPU seconds: the
-    /// agent calls three functions of its own, one without a probe, one with an entry probe,
-    /// one with an entry and a return probe, in rounds (the fastest round of each counts:
-    /// noise only adds), then detaches them on the detacher thread.
-    pub fn calibrate(&mut self) -> Result<(f64, f64)> {
+    /// What a uprobe hit (of each kind) and a uretprobe hit cost on this host, in CPU
+    /// seconds: the agent calls four functions of its own, one without a probe, one with an
+    /// entry probe, one with an entry and a return probe, one with an entry probe on a jump,
+    /// in rounds (the fastest round of each counts: noise only adds), then detaches them on
+    /// the detacher thread.
+    pub fn calibrate(&mut self) -> Result<HitCost> {
         const N: u64 = 2000;
         let pid = std::process::id();
         let (exe, entry_off) =
             target_location(tlsprof_calib_entry).context("the agent's own code is not mapped from a file")?;
         let (_, both_off) = target_location(tlsprof_calib_both).context("the agent's own code")?;
+        let (_, branch_off) = target_location(tlsprof_calib_branch).context("the agent's own code")?;
         let mut links = Vec::new();
         let attached = (|| -> Result<()> {
             links.push(self.attach_uprobe("calib_entry", entry_off, &exe, pid)?);
             links.push(self.attach_uprobe("calib_entry", both_off, &exe, pid)?);
             links.push(self.attach_uprobe("calib_return", both_off, &exe, pid)?);
+            links.push(self.attach_uprobe("calib_entry", branch_off, &exe, pid)?);
             Ok(())
         })();
-        let mut best = [Duration::MAX; 3];
+        let mut best = [Duration::MAX; 4];
         if attached.is_ok() {
             for _ in 0..4 {
                 best[0] = best[0].min(time_calls(tlsprof_calib_plain, N));
                 best[1] = best[1].min(time_calls(tlsprof_calib_entry, N));
                 best[2] = best[2].min(time_calls(tlsprof_calib_both, N));
+                best[3] = best[3].min(time_calls(tlsprof_calib_branch, N));
             }
         }
         self.detach_later(0, links);
         attached?;
-        Ok(hit_costs(N, best[0], best[1], best[2]))
+        Ok(hit_costs(N, best[0], best[1], best[2], best[3]))
     }
 }
 
@@ -98,9 +128,18 @@ mod tests {
 
     #[test]
     fn hit_cost_arithmetic() {
-        let (e, r) = hit_costs(1000, ms(1), ms(11), ms(12));
-        assert!((e - 10e-6).abs() < 1e-12 && (r - 1e-6).abs() < 1e-12, "{e} {r}");
-        assert_eq!(hit_costs(1000, ms(5), ms(4), ms(4)), (0.0, 0.0));
+        let c = hit_costs(1000, ms(1), ms(11), ms(12), ms(4));
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(
+            close(c.stepped, 10e-6) && close(c.ret, 1e-6) && close(c.emulated, 3e-6),
+            "{c:?}"
+        );
+        let zero = HitCost {
+            stepped: 0.0,
+            emulated: 0.0,
+            ret: 0.0,
+        };
+        assert_eq!(hit_costs(1000, ms(5), ms(4), ms(4), ms(4)), zero);
     }
 
     #[test]
@@ -109,5 +148,14 @@ mod tests {
         let (_, b) = target_location(tlsprof_calib_both).unwrap();
         assert!(path.exists() && a > 0 && a != b, "{path:?} {a:#x} {b:#x}");
         assert!(time_calls(tlsprof_calib_plain, 1000) < Duration::from_secs(1));
+        // the jump target computes what its kind does
+        assert_eq!(tlsprof_calib_branch(2), 19);
+        #[cfg(target_arch = "x86_64")]
+        {
+            // its first instruction is a jump the kernel emulates (a short jmp, eb)
+            let (path, off) = target_location(tlsprof_calib_branch).unwrap();
+            let code = std::fs::read(path).unwrap();
+            assert_eq!(code[off as usize], 0xeb, "{:x?}", &code[off as usize..off as usize + 4]);
+        }
     }
 }

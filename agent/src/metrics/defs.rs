@@ -300,7 +300,8 @@ pub const PROBE_HIT_COST: Def<ProbeLabels> = Def::new(
     "probe_hit_cost",
     Gauge,
     Some(Seconds),
-    "CPU time of one probe hit on this host, measured at start (probe: uprobe, uretprobe)",
+    "CPU time of one probe hit on this host, measured at start (probe: uprobe, on an instruction the kernel \
+     single-steps; uprobe_emulated, on a jump it emulates; uretprobe)",
 );
 
 pub const KERNEL_HOOK_INFO: Def<HookLabels> = Def::new(

@@ -45,6 +45,7 @@ fn find(image: &Image, _: HookMode) -> Option<HandshakeHooks> {
         library: LIBRARY.name,
         source: if image.from_go_pclntab { "go-pclntab" } else { "symbols" },
         probes,
+        stepped: true,
     })
 }
 

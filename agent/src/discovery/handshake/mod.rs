@@ -19,6 +19,7 @@ use std::{
 use object::{Object, ObjectSegment, ObjectSymbol};
 use thiserror::Error;
 
+mod entry;
 pub mod gnutls;
 pub mod gotls;
 pub mod mbedtls;
@@ -123,6 +124,9 @@ pub struct HandshakeHooks {
     /// How they were found ("symbols", "statem-method-table", …): the `attached to` line.
     pub source: &'static str,
     pub probes: Vec<(Probe, u64)>,
+    /// Some entry probe is single-stepped by the kernel (not on an instruction it
+    /// emulates: entry.rs): its hits cost more (the calibration measures both kinds).
+    pub stepped: bool,
 }
 
 impl HandshakeHooks {
@@ -150,6 +154,7 @@ pub fn by_symbols(image: &Image, library: &'static str, calls: &[(&str, Probe)],
         library,
         source: "symbols",
         probes,
+        stepped: true,
     })
 }
 
@@ -301,9 +306,30 @@ impl<'d> Image<'d> {
         self.file_offset(self.sym_addr(name)?)
     }
 
-    /// Every library's hooks in this file.
+    /// Every library's hooks in this file, each entry probe of a C library moved onto the
+    /// first instruction the kernel emulates where that sees the same call (entry.rs).
     pub fn hooks(&self, mode: HookMode) -> Vec<HandshakeHooks> {
-        LIBRARIES.iter().filter_map(|l| (l.find)(self, mode)).collect()
+        let mut all: Vec<HandshakeHooks> = LIBRARIES.iter().filter_map(|l| (l.find)(self, mode)).collect();
+        if self.architecture() == object::Architecture::X86_64 {
+            for h in &mut all {
+                h.stepped = h.probes.iter_mut().fold(false, |stepped, (probe, off)| {
+                    if matches!(probe, Probe::GoCall(_) | Probe::GoReturn) {
+                        return true; // Go's ABI and stack: left where they are
+                    }
+                    let code = usize::try_from(*off)
+                        .ok()
+                        .and_then(|o| self.data.get(o..o.saturating_add(32).min(self.data.len())));
+                    match code.and_then(entry::emulated_entry) {
+                        Some(skip) => {
+                            *off += skip;
+                            stepped
+                        }
+                        None => true,
+                    }
+                });
+            }
+        }
+        all
     }
 }
 

@@ -142,6 +142,7 @@ fn hooks(image: &Image, mode: HookMode) -> Option<HandshakeHooks> {
             (Probe::Call(Role::Client, OneDoneZeroFailed), connect),
             (Probe::Free, free),
         ],
+        stepped: true,
     };
     if mode == HookMode::Auto {
         if let (Some(a), Some(c)) = (
@@ -169,6 +170,7 @@ fn hooks(image: &Image, mode: HookMode) -> Option<HandshakeHooks> {
         library: "openssl",
         source: API,
         probes,
+        stepped: true,
     })
 }
 
