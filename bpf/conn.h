@@ -54,6 +54,10 @@ struct req_ctl {
 			    * are seen from the server's sends, not from its reads */
 	__u32 read_links;  /* --exact: a handshake call's reads mark its connection as TLS and
 			    * link the call to it (the default mode leaves that to the sends) */
+	__u32 reads;	   /* something needs the read side (requests.bpf.h): read_links, no
+			    * wire_counts, a traced process whose handshakes the kernel estimates,
+			    * or one with Go probes; else every read returns at once */
+	__u32 pad;
 };
 
 /* Socket-local state of a connection accepted on a watched port (BPF_MAP_TYPE_SK_STORAGE). */

@@ -62,6 +62,7 @@ int main(void)
 	S(req_ctl);
 	F(req_ctl, wire_counts);
 	F(req_ctl, read_links);
+	F(req_ctl, reads);
 	S(conn_port);
 	F(conn_port, netns);
 	F(conn_port, port);

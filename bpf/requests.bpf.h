@@ -9,7 +9,8 @@
  * exchange. Elsewhere, from sock_recv_length/sock_send_length: reads and writes made
  * inside a handshake call, or the first write after a handshake call that did no socket
  * I/O itself (memory BIO), are the handshake's, not requests. Per socket read/write: one
- * socket-storage lookup, which finds nothing on sockets that are not watched.
+ * socket-storage lookup, which finds nothing on sockets that are not watched; while
+ * nothing needs the reads (req_ctl.reads, set by the agent), a read stops before it.
  */
 #ifndef TLSPROF_REQUESTS_BPF_H
 #define TLSPROF_REQUESTS_BPF_H
@@ -36,6 +37,15 @@ static __always_inline bool req_wire_counts(void)
 	__u32 zero = 0;
 	struct req_ctl *ctl = bpf_map_lookup_elem(&req_ctl, &zero);
 	return ctl && ctl->wire_counts;
+}
+
+/* Whether anything needs the read side now (req_ctl.reads): checked first on every read of
+ * the machine, before the socket's storage. */
+static __always_inline bool req_reads(void)
+{
+	__u32 zero = 0;
+	struct req_ctl *ctl = bpf_map_lookup_elem(&req_ctl, &zero);
+	return ctl && ctl->reads;
 }
 
 static __always_inline bool req_read_links(void)
@@ -104,6 +114,8 @@ static __always_inline struct conn_state *app_io(struct conn_state *c, struct so
 /* A read of a watched connection returned: `ret` bytes, with recvmsg's `flags`. */
 static __always_inline int req_received(struct sock *sk, int ret, int flags)
 {
+	if (!req_reads())
+		return 0;
 	struct conn_state *c = conn_of(sk);
 	if (!c)
 		return 0;
@@ -164,6 +176,8 @@ struct {
 SEC("kprobe/sock_recvmsg")
 int BPF_KPROBE(req_recv_entry, struct socket *sock, struct msghdr *msg, int flags)
 {
+	if (!req_reads())
+		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct req_recv_call call = { .sock = (__u64)sock, .flags = flags };
 	map_insert(&req_recv_calls, &tid, &call, BPF_ANY, STAT_REQ_RECV_CALLS_FULL);

@@ -20,6 +20,8 @@ pub const AF_INET: u16 = libc::AF_INET as u16;
 pub struct req_ctl {
     pub wire_counts: u32,
     pub read_links: u32,
+    pub reads: u32,
+    pub pad: u32,
 }
 
 /// A listening port of a traced process (key of conn_ports).

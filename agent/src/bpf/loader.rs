@@ -123,6 +123,13 @@ pub struct Kernel {
     stats: Array<MapData, u64>,
     conn_ports: BpfHashMap<MapData, conn_port, conn_port_stats>,
     traced: BpfHashMap<MapData, u32, proc_traced>,
+    /// The switches of the connection programs (requests.bpf.h), as last written.
+    req_ctl: Array<MapData, cn::req_ctl>,
+    ctl: cn::req_ctl,
+    /// Traced processes that need the read side (the kernel estimates their handshakes, or
+    /// they have Go probes): while there are none (and neither --exact nor a kernel without
+    /// the send capture needs it), every socket read of the machine returns at once.
+    readers: std::collections::BTreeSet<u32>,
     pub(super) detacher: Detacher,
     /// Handed to the Profiler (take_samples).
     cpu_samples: Option<RingBuf<MapData>>,
@@ -278,16 +285,15 @@ impl Kernel {
         }
         log::debug!("kernel: connection state in {}", served.storage.label());
         uprobes::load(&mut ebpf)?;
-        let mut ctl: Array<MapData, cn::req_ctl> = take(&mut ebpf, "req_ctl")?;
-        ctl.set(
-            0,
-            cn::req_ctl {
-                wire_counts: served.wire_counts() as u32,
-                read_links: exact as u32,
-            },
-            0,
-        )
-        .context("BPF map req_ctl")?;
+        let mut req_ctl: Array<MapData, cn::req_ctl> = take(&mut ebpf, "req_ctl")?;
+        let wire_counts = served.wire_counts();
+        let ctl = cn::req_ctl {
+            wire_counts: wire_counts as u32,
+            read_links: exact as u32,
+            reads: (exact || !wire_counts) as u32,
+            pad: 0,
+        };
+        req_ctl.set(0, ctl, 0).context("BPF map req_ctl")?;
         if sample_hz > 0 {
             attach_sampler(&mut ebpf, &cpus, sample_hz)?;
         }
@@ -303,6 +309,9 @@ impl Kernel {
             stats: take(&mut ebpf, "stats")?,
             conn_ports: take(&mut ebpf, "conn_ports")?,
             traced: take(&mut ebpf, "traced")?,
+            req_ctl,
+            ctl,
+            readers: Default::default(),
             cpu_samples: Some(take(&mut ebpf, "cpu_samples")?),
             detacher: Detacher::start()?,
             full: Dropped::default(),
@@ -328,12 +337,41 @@ impl Kernel {
             log::debug!("cannot add {pid} to the traced set: {e}");
             self.full.add("traced_processes", 1);
         }
+        if ok.is_ok() && estimate {
+            self.needs_reads(pid);
+        }
         ok.is_ok()
     }
 
     /// Removes a process from the traced set.
     pub fn untrace(&mut self, pid: u32) {
         let _ = self.traced.remove(&pid);
+        if self.readers.remove(&pid) {
+            self.sync_reads();
+        }
+    }
+
+    /// A traced process needs the read side (the kernel estimate, Go probes).
+    pub fn needs_reads(&mut self, pid: u32) {
+        if self.readers.insert(pid) {
+            self.sync_reads();
+        }
+    }
+
+    /// Switches the read side on while anything needs it, off when nothing does.
+    fn sync_reads(&mut self) {
+        let reads = (self.ctl.read_links != 0 || self.ctl.wire_counts == 0 || !self.readers.is_empty()) as u32;
+        if reads == self.ctl.reads {
+            return;
+        }
+        let ctl = cn::req_ctl { reads, ..self.ctl };
+        match self.req_ctl.set(0, ctl, 0) {
+            Ok(()) => {
+                self.ctl = ctl;
+                log::debug!("kernel: read side {}", if reads != 0 { "on" } else { "off" });
+            }
+            Err(e) => log::warn!("cannot switch the read side: {e}"),
+        }
     }
 
     /// A traced process's on-CPU time so far, as the kernel summed it.

@@ -84,7 +84,8 @@ mod layout_tests {
             rust,
             req_ctl {
                 wire_counts,
-                read_links
+                read_links,
+                reads
             }
         );
         rust_layout!(rust, conn_port { netns, port });

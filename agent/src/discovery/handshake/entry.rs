@@ -43,11 +43,10 @@ pub fn emulated_entry(code: &[u8]) -> Option<u64> {
 /// jmp, jcc or call without prefixes (arch/x86/kernel/uprobes.c, branch_setup_xol_ops).
 fn emulated(ins: &Instruction, code: &[u8]) -> bool {
     let at = ins.ip() as usize;
-    let opcode = match code.get(at..at + ins.len()) {
-        Some([0xeb | 0xe9 | 0xe8 | 0x70..=0x7f, ..]) => true,
-        Some([0x0f, 0x80..=0x8f, ..]) => true,
-        _ => false,
-    };
+    let opcode = matches!(
+        code.get(at..at + ins.len()),
+        Some([0xeb | 0xe9 | 0xe8 | 0x70..=0x7f, ..] | [0x0f, 0x80..=0x8f, ..])
+    );
     opcode && ins.op0_kind() == OpKind::NearBranch64
 }
 
