@@ -39,7 +39,13 @@ pub struct Probes {
 }
 
 impl Probes {
-    pub fn new(plan: Vec<(&'static str, u64, PathBuf)>, links: Vec<Link>, duty: Option<Duty>, now_ns: u64) -> Self {
+    pub fn new(
+        plan: Vec<(&'static str, u64, PathBuf)>,
+        links: Vec<Link>,
+        duty: Option<Duty>,
+        stepped: bool,
+        now_ns: u64,
+    ) -> Self {
         Self {
             plan,
             links,
@@ -48,7 +54,7 @@ impl Probes {
             hits_seen: (0, 0),
             probe_cpu: 0.0,
             detach_sent: None,
-            stepped: true,
+            stepped,
         }
     }
 }
@@ -100,11 +106,7 @@ impl Budget {
             }
         }
         let now = Instant::now();
-        let c = self.hit_cost.unwrap_or(HitCost {
-            stepped: 0.0,
-            emulated: 0.0,
-            ret: 0.0,
-        });
+        let c = self.hit_cost.unwrap_or_default();
         let mut next: Option<Instant> = None;
         let mut changed = false;
         for (&pid, traced) in t.traced.iter_mut() {

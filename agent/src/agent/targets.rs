@@ -314,8 +314,8 @@ impl Targets {
         let links = self.attach_first(pid, &st.comm, &plan, k, m);
         let duty = (!self.exact && !links.is_empty()).then(|| Duty::new(self.overhead_budget, Instant::now(), 0.0));
         let go = plan.iter().any(|(prog, _, _)| prog.starts_with("hs_go_"));
-        let mut probes = Probes::new(plan, links, duty, ktime_ns());
-        probes.stepped = files.iter().any(|(_, h)| h.stepped);
+        let stepped = files.iter().any(|(_, h)| h.stepped);
+        let probes = Probes::new(plan, links, duty, stepped, ktime_ns());
         if self.track(pid, st, name, Some(probes), k, prof, m) {
             // logged once everything is in place: operators read it as "ready"
             self.ready.extend(attached);

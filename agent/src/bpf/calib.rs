@@ -37,7 +37,7 @@ pub extern "C" fn tlsprof_calib_branch(x: u64) -> u64 {
 calibration_target!(tlsprof_calib_branch, 9);
 
 /// CPU seconds of one hit of each kind.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct HitCost {
     /// An entry probe whose instruction the kernel single-steps.
     pub stepped: f64,
@@ -134,12 +134,7 @@ mod tests {
             close(c.stepped, 10e-6) && close(c.ret, 1e-6) && close(c.emulated, 3e-6),
             "{c:?}"
         );
-        let zero = HitCost {
-            stepped: 0.0,
-            emulated: 0.0,
-            ret: 0.0,
-        };
-        assert_eq!(hit_costs(1000, ms(5), ms(4), ms(4), ms(4)), zero);
+        assert_eq!(hit_costs(1000, ms(5), ms(4), ms(4), ms(4)), HitCost::default());
     }
 
     #[test]

@@ -312,21 +312,18 @@ impl<'d> Image<'d> {
         let mut all: Vec<HandshakeHooks> = LIBRARIES.iter().filter_map(|l| (l.find)(self, mode)).collect();
         if self.architecture() == object::Architecture::X86_64 {
             for h in &mut all {
-                h.stepped = h.probes.iter_mut().fold(false, |stepped, (probe, off)| {
-                    if matches!(probe, Probe::GoCall(_) | Probe::GoReturn) {
-                        return true; // Go's ABI and stack: left where they are
-                    }
+                h.stepped = false;
+                for (probe, off) in &mut h.probes {
+                    // Go's ABI and stack: its probes are left where they are
+                    let go = matches!(probe, Probe::GoCall(_) | Probe::GoReturn);
                     let code = usize::try_from(*off)
                         .ok()
                         .and_then(|o| self.data.get(o..o.saturating_add(32).min(self.data.len())));
-                    match code.and_then(entry::emulated_entry) {
-                        Some(skip) => {
-                            *off += skip;
-                            stepped
-                        }
-                        None => true,
+                    match code.filter(|_| !go).and_then(entry::emulated_entry) {
+                        Some(skip) => *off += skip,
+                        None => h.stepped = true,
                     }
-                });
+                }
             }
         }
         all
