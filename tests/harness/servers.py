@@ -3,6 +3,7 @@ Apache httpd, HAProxy, node, and the Go crypto/tls test server. Each is stopped 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import tempfile
@@ -15,17 +16,20 @@ from .procs import ROOT, free_port, port_open, proc_children, stop_pid, wait_for
 class Nginx:
     def __init__(self, workdir: Path, workers: int = 1, cert: str = "ecdsa_p256", extra_server: str = "",
                  port: int | None = None, extra_main: str = "", plain_port: int | None = None,
-                 resumption: bool = False):
+                 resumption: bool = False, connections: int = 1024):
+        """connections: each worker's worker_connections (its open files raised to twice it,
+        within the hard limit this process can give)."""
         self.dir, self.port, key, crt = server_setup(workdir, "nginx", cert, port)
         self.conf = self.dir / "nginx.conf"
         d = self.dir
         self.conf.write_text(f"""
 worker_processes {workers};
+worker_rlimit_nofile {min(max(2 * connections, 1024), resource.getrlimit(resource.RLIMIT_NOFILE)[1])};
 {extra_main}
 daemon on;
 pid {d}/nginx.pid;
 error_log {d}/error.log;
-events {{ worker_connections 1024; }}
+events {{ worker_connections {connections}; }}
 http {{
   access_log off;
   client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};

@@ -32,7 +32,7 @@ use crate::{
     },
     cli::RunArgs,
     cpu::{flame, Profiler},
-    metrics::{defs, FigureLabels, HookLabels, Metrics, ModeLabels, ProbeLabels},
+    metrics::{defs, FigureLabels, HookLabels, Metrics, ModeLabels, ProbeLabels, ScanLabels},
     preflight, web,
 };
 
@@ -84,10 +84,19 @@ struct Agent {
 
 impl Agent {
     /// Looks for processes to attach to and forgets those gone; then their ports.
+    /// Each part's time goes to tlsprof_scan_duration_seconds{scan}.
     fn scan(&mut self) {
+        let t = Instant::now();
         self.targets.scan(&mut self.kernel, &mut self.profiler, &self.metrics);
+        let ports = Instant::now();
         self.refresh_ports();
         self.targets.export_gauges(&self.metrics);
+        for (scan, took) in [("processes", ports - t), ("ports", ports.elapsed())] {
+            self.metrics
+                .scan_duration
+                .get_or_create(&ScanLabels { scan: scan.into() })
+                .observe(took.as_secs_f64());
+        }
     }
 
     fn refresh_ports(&mut self) {
@@ -292,6 +301,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     }
     let result = event_loop(&mut agent);
     agent.targets.unready();
+    agent.targets.detach_everything(&mut agent.kernel);
     result?;
 
     agent.drain();

@@ -6,6 +6,7 @@ use std::{
     collections::{BTreeMap, HashMap, HashSet},
     path::PathBuf,
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use crate::{
@@ -39,7 +40,33 @@ pub struct Ports {
     unhandshaken: BTreeMap<conn_port, u64>,
     /// Names of ports no longer listened on, for connections that close afterwards.
     port_names: HashMap<conn_port, String>,
+    /// Each traced process's listening sockets (listening_of); bounded by the traced set.
+    owned: HashMap<u32, Owned>,
     pub churn: Churn,
+}
+
+/// How long a process's listening sockets are taken from its files' last reading while its
+/// namespace's listening sockets stay the same (a socket handed over between processes
+/// without a change there, e.g. by SCM_RIGHTS, shows within this).
+const REREAD_FILES: Duration = Duration::from_secs(60);
+
+/// A traced process's listening sockets, as its open files showed them.
+struct Owned {
+    netns: u32,
+    /// fingerprint() of its namespace's listening sockets then.
+    print: u64,
+    inodes: HashSet<u64>,
+    read: Instant,
+}
+
+/// A namespace's listening sockets, in one number: a socket opened or closed changes it.
+fn fingerprint(table: &[(u16, u64)]) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut sorted: Vec<&(u16, u64)> = table.iter().collect();
+    sorted.sort_unstable();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    sorted.hash(&mut h);
+    h.finish()
 }
 
 /// Connections to count as failed handshakes: (process name, how many).
@@ -52,6 +79,7 @@ impl Ports {
             ports: BTreeMap::new(),
             unhandshaken: BTreeMap::new(),
             port_names: HashMap::new(),
+            owned: HashMap::new(),
             churn: Churn::new(metrics),
         }
     }
@@ -70,41 +98,45 @@ impl Ports {
         self.churn.sync_accepted(&self.ports, &counts);
 
         let mut now: BTreeMap<conn_port, String> = BTreeMap::new();
-        // Each traced process's namespace and sockets; each namespace: a way into it (the
-        // first process's), and the sockets of all its traced processes.
+        // Each traced process's namespace; each namespace: a way into it (the first
+        // process's), and its listening sockets, read once (nginx's master and workers
+        // share them).
         let mut procs = Vec::new();
-        let mut ns_socks: HashMap<u32, (PathBuf, u32, HashSet<u64>)> = HashMap::new();
+        let mut ns_paths: HashMap<u32, PathBuf> = HashMap::new();
+        let mut listeners: HashMap<u32, Vec<(u16, u64)>> = HashMap::new();
         for (pid, name) in traced {
-            let (Ok(netns), Ok(inodes)) = (procfs::netns(pid), procfs::socket_inodes(pid)) else {
+            let Ok(netns) = procfs::netns(pid) else { continue };
+            if let std::collections::hash_map::Entry::Vacant(e) = listeners.entry(netns) {
+                let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
+                let table = self
+                    .churn
+                    .listeners(netns, &path)
+                    .unwrap_or_else(|| procfs::proc_listeners(pid));
+                e.insert(table);
+                ns_paths.insert(netns, path);
+            }
+            procs.push((pid, name, netns));
+        }
+        let t = Instant::now();
+        let live: HashSet<u32> = procs.iter().map(|p| p.0).collect();
+        self.owned.retain(|pid, _| live.contains(pid));
+        for (pid, name, netns) in procs {
+            let table = &listeners[&netns];
+            let Some(mine) = self.listening_of(pid, netns, table, t) else {
                 continue;
             };
-            let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
-            let ns = ns_socks.entry(netns).or_insert_with(|| (path, pid, HashSet::new()));
-            ns.2.extend(inodes.iter().copied());
-            procs.push((name, netns, inodes));
-        }
-        // Each namespace's listening sockets of those processes, read once (nginx's master
-        // and workers share them).
-        let mut listeners: HashMap<u32, Vec<(u16, u64)>> = HashMap::new();
-        for (&netns, (path, pid, inodes)) in &ns_socks {
-            let table = self.churn.listeners(netns, path, inodes).unwrap_or_else(|| {
-                let all = procfs::proc_listeners(*pid);
-                all.into_iter().filter(|(_, ino)| inodes.contains(ino)).collect()
-            });
-            listeners.insert(netns, table);
-        }
-        for (name, netns, inodes) in procs {
-            for (port, _) in listeners[&netns].iter().filter(|(_, ino)| inodes.contains(ino)) {
+            for (port, _) in table.iter().filter(|(_, ino)| mine.contains(ino)) {
                 now.entry(conn_port::new(netns, *port))
                     .or_insert_with(|| name.to_string());
             }
         }
         let left_out = cap_ports(&mut now, &self.ports);
         bounds::count(&self.metrics, "watched_ports", left_out);
-        let ns_paths = ns_socks.into_iter().map(|(ns, (path, _, _))| (ns, path));
         // Each namespace: a way into it, and its watched ports.
-        let mut namespaces: HashMap<u32, (PathBuf, Vec<u16>)> =
-            ns_paths.map(|(ns, path)| (ns, (path, Vec::new()))).collect();
+        let mut namespaces: HashMap<u32, (PathBuf, Vec<u16>)> = ns_paths
+            .into_iter()
+            .map(|(ns, path)| (ns, (path, Vec::new())))
+            .collect();
         let gone: Vec<(conn_port, String)> = self
             .ports
             .iter()
@@ -139,6 +171,32 @@ impl Ports {
             }
         }
         failed
+    }
+
+    /// The listening sockets (inodes) among a process's open files. Read from /proc/PID/fd
+    /// only when the process is new here, its namespace's listening sockets changed since,
+    /// or REREAD_FILES has passed: a server holding 10,000 connections has 10,000 files to
+    /// read, which every scan would pay (~120 ms for two such nginx workers here).
+    fn listening_of(&mut self, pid: u32, netns: u32, table: &[(u16, u64)], now: Instant) -> Option<&HashSet<u64>> {
+        let print = fingerprint(table);
+        let fresh = self
+            .owned
+            .get(&pid)
+            .is_some_and(|o| o.netns == netns && o.print == print && now.duration_since(o.read) < REREAD_FILES);
+        if !fresh {
+            let files = procfs::socket_inodes(pid).ok()?;
+            let inodes = table.iter().map(|(_, i)| *i).filter(|i| files.contains(i)).collect();
+            self.owned.insert(
+                pid,
+                Owned {
+                    netns,
+                    print,
+                    inodes,
+                    read: now,
+                },
+            );
+        }
+        self.owned.get(&pid).map(|o| &o.inodes)
     }
 
     /// A connection accepted on a watched port ended. Returns it as a failed handshake

@@ -392,6 +392,16 @@ impl Targets {
         true
     }
 
+    /// Shutting down: every process's probes detached at once (Kernel::detach_now).
+    pub fn detach_everything(&mut self, k: &mut Kernel) {
+        let sets = self
+            .traced
+            .iter_mut()
+            .filter_map(|(pid, t)| Some((*pid, std::mem::take(&mut t.probes.as_mut()?.links))))
+            .collect();
+        k.detach_now(sets);
+    }
+
     fn forget(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {
         if let Some(t) = self.traced.remove(&pid) {
             log::debug!("forgetting {pid} ({})", t.name);

@@ -175,15 +175,13 @@ impl Churn {
             .as_ref()
     }
 
-    /// The listening sockets (local port, inode) of a namespace among `inodes` (those of
-    /// the traced processes: the others are never kept), or None without sock_diag.
-    pub fn listeners(&mut self, netns: u32, ns_path: &Path, inodes: &HashSet<u64>) -> Option<Vec<(u16, u64)>> {
+    /// The listening sockets (local port, inode) of a namespace, or None without sock_diag
+    /// (kept for one scan: a namespace's listeners are bounded by its ports and addresses).
+    pub fn listeners(&mut self, netns: u32, ns_path: &Path) -> Option<Vec<(u16, u64)>> {
         let d = self.diag_for(netns, ns_path)?;
         let mut out = Vec::new();
         d.for_each_all(1 << sockdiag::TCP_LISTEN, &[], &mut |s| {
-            if inodes.contains(&u64::from(s.inode)) {
-                out.push((s.sport, u64::from(s.inode)));
-            }
+            out.push((s.sport, u64::from(s.inode)))
         })
         .ok()?;
         Some(out)

@@ -186,6 +186,14 @@ pub const AGENT_CPU: Def<NoLabels> = Def::new(
     Some(Seconds),
     "CPU time (user and system) used by the tlsprof agent itself",
 );
+pub const SCAN_DURATION: Def<ScanLabels> = Def::new(
+    "scan_duration",
+    Histogram,
+    Some(Seconds),
+    "Wall-clock time of the agent's periodic scans (every --scan-interval), by scan: processes (/proc for \
+     new and exited processes and late-loaded TLS libraries, attaching to new ones) or ports (each traced \
+     network namespace's listening and TIME_WAIT sockets by sock_diag)",
+);
 pub const AGENT_RESIDENT_MEMORY: Def<NoLabels> = Def::new(
     "agent_resident_memory",
     Gauge,
@@ -368,6 +376,7 @@ pub const ALL: &[&Spec] = &[
     &PROBE_HIT_COST.spec,
     &KERNEL_HOOK_INFO.spec,
     &TABLE_FULL.spec,
+    &SCAN_DURATION.spec,
     &SERIES_FOLDED.spec,
     &SCRAPES_REFUSED.spec,
 ];

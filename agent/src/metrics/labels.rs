@@ -59,6 +59,7 @@ label_set!(ModeLabels { mode, overhead_budget });
 label_set!(FigureLabels { figure });
 label_set!(HookLabels { capability, hook });
 label_set!(TableLabels { table });
+label_set!(ScanLabels { scan });
 label_set!(MetricLabels { metric });
 label_set!(RefusalLabels { reason });
 

@@ -54,6 +54,13 @@ fn hist<L: Clone + std::hash::Hash + Eq>(buckets: fn() -> Histogram) -> HistFami
     HistFamily::new_with_constructor(buckets)
 }
 
+/// A scan of /proc or sock_diag: 100 µs .. 10 s.
+const SCAN_BUCKETS: &[f64] = &[1e-4, 1e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+
+fn scan_histogram() -> Histogram {
+    Histogram::new(SCAN_BUCKETS.iter().copied())
+}
+
 fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS.iter().copied())
 }
@@ -139,6 +146,7 @@ pub struct Metrics {
     pub probe_hit_cost: Family<ProbeLabels, FGauge>,
     pub kernel_hooks: Family<HookLabels, Gauge>,
     pub table_full: Family<TableLabels, Counter>,
+    pub scan_duration: HistFamily<ScanLabels>,
     pub scrapes_refused: Family<RefusalLabels, Counter>,
 }
 
@@ -217,6 +225,7 @@ impl Metrics {
             probe_hit_cost: register(&mut r, &PROBE_HIT_COST, Family::default()),
             kernel_hooks: register(&mut r, &KERNEL_HOOK_INFO, Family::default()),
             table_full: register(&mut r, &TABLE_FULL, Family::default()),
+            scan_duration: register(&mut r, &SCAN_DURATION, hist(scan_histogram)),
             // Fed by the capped metrics, which share `folded`.
             scrapes_refused: {
                 register(&mut r, &SERIES_FOLDED, folded);
