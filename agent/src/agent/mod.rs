@@ -307,6 +307,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     agent.drain();
     agent.handshakes.flush(true, &agent.targets, Instant::now());
     agent.split_cpu();
+    agent.ports.churn.dump_now();
     agent.refresh_ports();
     agent.ports.churn.finish();
     agent.health.sync_kernel(&mut agent.kernel, &agent.metrics);

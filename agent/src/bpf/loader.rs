@@ -442,7 +442,8 @@ impl Kernel {
                 events: libc::POLLIN,
                 revents: 0,
             });
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // rounded up: a wait cut short of its deadline would find nothing due yet, and spin
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
         // SAFETY: fds is a valid array of pollfd for the length given.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     }

@@ -41,7 +41,30 @@ pub struct Churn {
     gauged: HashSet<u16>,
     /// A FIN_WAIT2 timewait socket lives this long without the client's FIN (tcp_fin_timeout).
     fin_timeout: Duration,
+    /// Per namespace, the address families each listening port listens in (V4, V6).
+    families: HashMap<u32, HashMap<u16, u8>>,
+    /// When the TIME_WAIT sockets may be read again (DUMP_SHARE), and the gap until then.
+    next_dump: Instant,
+    gap: Duration,
 }
+
+/// The TIME_WAIT reading's share of one CPU at most: the kernel walks every TCP socket of
+/// the namespace for it (20,000 open connections: ~10 ms here), so after a reading that
+/// took d the next waits d / DUMP_SHARE, or the scan interval if longer, and at most
+/// MAX_DUMP_GAP (a TIME_WAIT socket lives 60 s: each is still seen).
+const DUMP_SHARE: f64 = 0.005;
+
+const V4: u8 = 1;
+const V6: u8 = 2;
+
+fn family_bit(a: &std::net::IpAddr) -> u8 {
+    if a.is_ipv4() {
+        V4
+    } else {
+        V6
+    }
+}
+const MAX_DUMP_GAP: Duration = Duration::from_secs(20);
 
 /// More unsettled connections than this and the oldest sixteenth are settled as
 /// server-closed without TIME_WAIT (a client that never sends its FIN leaves them for
@@ -62,7 +85,15 @@ impl Churn {
             accepted_seen: HashMap::new(),
             gauged: HashSet::new(),
             fin_timeout: Duration::from_secs(fin_timeout),
+            families: HashMap::new(),
+            next_dump: Instant::now(),
+            gap: Duration::ZERO,
         }
+    }
+
+    /// The next refresh reads the TIME_WAIT sockets whatever the last one cost (at exit).
+    pub fn dump_now(&mut self) {
+        self.next_dump = Instant::now();
     }
 
     fn ended(&self, comm: &str, port: u16, closed_by: &str, time_wait: bool) {
@@ -179,11 +210,13 @@ impl Churn {
     /// (kept for one scan: a namespace's listeners are bounded by its ports and addresses).
     pub fn listeners(&mut self, netns: u32, ns_path: &Path) -> Option<Vec<(u16, u64)>> {
         let d = self.diag_for(netns, ns_path)?;
-        let mut out = Vec::new();
+        let (mut out, mut families) = (Vec::new(), HashMap::new());
         d.for_each_all(1 << sockdiag::TCP_LISTEN, &[], &mut |s| {
-            out.push((s.sport, u64::from(s.inode)))
+            out.push((s.sport, u64::from(s.inode)));
+            *families.entry(s.sport).or_default() |= family_bit(&s.local);
         })
         .ok()?;
+        self.families.insert(netns, families);
         Some(out)
     }
 
@@ -191,6 +224,16 @@ impl Churn {
     /// connections are unsettled), sets the gauge and settles what can be settled.
     /// `namespaces`: each watched namespace, a /proc/PID/ns/net path into it, and its ports.
     pub fn refresh(&mut self, namespaces: &HashMap<u32, (PathBuf, Vec<u16>)>) {
+        let started = Instant::now();
+        if started < self.next_dump {
+            return;
+        }
+        self.read_time_wait(namespaces);
+        self.gap = started.elapsed().div_f64(DUMP_SHARE).min(MAX_DUMP_GAP);
+        self.next_dump = started + self.gap;
+    }
+
+    fn read_time_wait(&mut self, namespaces: &HashMap<u32, (PathBuf, Vec<u16>)>) {
         let mut per_port: BTreeMap<u16, i64> = BTreeMap::new();
         let mut found: HashMap<u32, (HashSet<Tuple>, HashSet<Tuple>)> = HashMap::new();
         for (&netns, (path, ports)) in namespaces {
@@ -208,7 +251,14 @@ impl Churn {
             let mut counts: HashMap<u16, i64> = HashMap::new();
             let watched: HashSet<u16> = ports.iter().copied().collect();
             let pending = &self.pending;
-            let dumped = d.for_each_all(states, ports, &mut |s| {
+            // only the address families the watched ports listen in: each dump walks every
+            // TCP socket of the namespace, its open connections included
+            let fams = self.families.get(&netns);
+            let mask = ports
+                .iter()
+                .map(|p| fams.and_then(|f| f.get(p)).copied().unwrap_or(V4 | V6))
+                .fold(0, |a, b| a | b);
+            let mut each = |s: sockdiag::DiagSocket| {
                 if !watched.contains(&s.sport) {
                     return;
                 }
@@ -221,7 +271,11 @@ impl Churn {
                 } else if s.state == sockdiag::TCP_FIN_WAIT2 && pending.contains_key(&t) {
                     fw2.insert(t);
                 }
-            });
+            };
+            let dumped = [(V4, libc::AF_INET), (V6, libc::AF_INET6)]
+                .into_iter()
+                .filter(|(bit, _)| mask & bit != 0)
+                .try_for_each(|(_, family)| d.for_each(family as u8, states, ports, &mut each));
             if let Err(e) = dumped {
                 log::debug!("sock_diag dump in namespace {netns} failed: {e}");
                 continue;
@@ -257,7 +311,9 @@ impl Churn {
             } else if !fw2.contains(key) {
                 // Gone without TIME_WAIT: killed by the client's reset, unless it lived out
                 // tcp_fin_timeout waiting for a FIN that never came.
-                let timed_out = p.closed.elapsed() + Duration::from_secs(2) >= self.fin_timeout;
+                // (within the time between two readings)
+                let slack = self.gap.max(Duration::from_secs(2));
+                let timed_out = p.closed.elapsed() + slack >= self.fin_timeout;
                 done.push((*key, if timed_out { "server" } else { "reset" }, false));
             }
         }
@@ -280,6 +336,7 @@ impl Churn {
     /// whether they reached TIME_WAIT can no longer be seen).
     pub fn retain_namespaces(&mut self, live: &HashSet<u32>) {
         self.diag.retain(|ns, _| live.contains(ns));
+        self.families.retain(|ns, _| live.contains(ns));
         let orphaned: Vec<Tuple> = self.pending.keys().filter(|k| !live.contains(&k.0)).copied().collect();
         for key in orphaned {
             if let Some(p) = self.pending.remove(&key) {
