@@ -241,3 +241,52 @@ def test_connections_of_other_processes_are_not_counted(workdir):
     finally:
         other.close()
         nginx.stop()
+
+
+# A server (mapping libssl) listening on 127.0.0.1 and on ::1, that sends one byte on each
+# connection and closes it first: each connection leaves a TIME_WAIT socket on the server,
+# in the address family of its listener.
+BOTH_FAMILIES = r"""
+import selectors, socket, ssl, sys
+sel = selectors.DefaultSelector()
+ports = []
+for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+    s = socket.socket(family); s.bind((host, 0)); s.listen(64); s.setblocking(False)
+    sel.register(s, selectors.EVENT_READ); ports.append(s.getsockname()[1])
+print(*ports, flush=True)
+while True:
+    for key, _ in sel.select():
+        try:
+            c, _ = key.fileobj.accept()
+        except BlockingIOError:
+            continue
+        c.setblocking(True); c.sendall(b"x"); c.close()
+"""
+
+
+def test_time_wait_in_both_address_families():
+    """TIME_WAIT sockets are read only in the address families the watched ports listen in:
+    a process with an IPv4 and an IPv6 listener has both counted, as ss counts them."""
+    import socket
+    proc = subprocess.Popen([sys.executable, "-c", BOTH_FAMILIES], stdout=subprocess.PIPE, text=True)
+    try:
+        v4, v6 = (int(p) for p in proc.stdout.readline().split())
+        with Agent("--pid", str(proc.pid)) as agent:
+            agent.wait_attached([proc.pid])
+            wait_watched(agent, v4)
+            wait_watched(agent, v6)
+            for family, host, port, n in ((socket.AF_INET, "127.0.0.1", v4, 12), (socket.AF_INET6, "::1", v6, 9)):
+                for _ in range(n):
+                    with socket.socket(family) as s:
+                        s.connect((host, port))
+                        assert s.recv(1) == b"x"
+                        assert s.recv(1) == b""  # the server's FIN: it closed first
+            for port, n in ((v4, 12), (v6, 9)):
+                c = settled(agent, port, n)
+                kernel = ss_time_wait(port)
+                assert kernel == n, f"ss: {kernel} TIME_WAIT sockets on {port}, expected {n}"
+                wait_for(lambda: churn(agent, port)["time_wait_sockets"] == n, 10,
+                         f"the TIME_WAIT gauge of {port} to read {n} (now {churn(agent, port)})")
+                assert (c["accepted"], c["server"], c["time_wait"]) == (n, n, n), c
+    finally:
+        stop_pid(proc.pid)
