@@ -50,7 +50,8 @@ struct {
 	__type(value, struct conn_state);
 } conn_store SEC(".maps");
 
-/* Connections tracked at once in hash mode; beyond, new ones are not (conn_storage_full). */
+/* Connections tracked at once in hash mode; beyond, new ones are not (conn_storage_full).
+ * The agent sets the size at load from the host's memory (agent/src/bpf/sizes.rs). */
 #define CONN_HASH_ENTRIES (256 * 1024)
 
 struct {
@@ -180,8 +181,27 @@ static __always_inline void conn_closed(const struct sock *sk, struct conn_state
 	bpf_ringbuf_submit(e, RB_LAZY(&conn_events, CONN_RINGBUF_BYTES));
 }
 
+/*
+ * How many times a TCP socket of the machine started or stopped listening: the agent reads
+ * the listening sockets again (sock_diag) only when this moved, instead of at every scan
+ * (on a host with much memory each such dump walks hash tables of 100,000s of buckets).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} listen_changes SEC(".maps");
+
 static __always_inline int conn_state_changed(const struct sock *sk, int oldstate, int newstate)
 {
+	if (newstate == TCP_LISTEN || oldstate == TCP_LISTEN) {
+		__u32 zero = 0;
+		__u64 *n = bpf_map_lookup_elem(&listen_changes, &zero);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+		return 0;
+	}
 	if (oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED) {
 		conn_accepted(sk);
 		return 0;

@@ -33,9 +33,9 @@ struct {
 
 /* LRU: a connection whose SSL_free we never see (attached late, probes detached by the
  * budget, process gone) cannot leak; when full, the least recently used entry (such a
- * leftover, well before a live handshake: 65536 is over three times 20,000 connections) is
- * evicted, which the kernel does not count. An insert that fails all the same is
- * ssl_map_full. */
+ * leftover, well before a live handshake) is evicted, which the kernel does not count. An
+ * insert that fails all the same is ssl_map_full. The size is the agent's at load, from the
+ * host's memory (agent/src/bpf/sizes.rs: 16,384 to 262,144); 65536 is the object's own. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);

@@ -76,3 +76,22 @@ def test_many_servers_and_open_connections_counted_exactly():
     # the scans were timed: both kinds, at every scan interval
     assert "scan processes over the whole run" in report and "scan ports over the whole run" in report, report
     assert "traced processes: 23" in report, report
+
+
+def test_kernel_maps_sized_for_this_host():
+    """The per-connection maps and the event rings are sized at start from the host's memory
+    and CPUs, as docs/metrics.md ("Bounds") says: the loaded maps have those sizes."""
+    import json
+    import os
+    mem = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal:"))
+    conns = min(1 << (max(16384, min(mem // (128 * 1024), 262144)) - 1).bit_length(), 262144)
+    cpus = os.cpu_count()
+    scale = min(16, 1 << (max(1, cpus // 4) - 1).bit_length())
+    want = {"hs_conns": conns, "conn_hash_store": conns, "hs_events": 256 * 1024 * scale,
+            "conn_events": 512 * 1024 * scale, "wire_events": 2 * 1024 * 1024 * scale}
+    with Agent("--comm", "tlsprof-none") as agent:
+        maps = json.loads(subprocess.run(["bpftool", "-j", "map", "show"], capture_output=True, text=True,
+                                         check=True).stdout)
+        got = {m["name"]: m["max_entries"] for m in maps if m.get("name") in want}
+        assert got == want, (got, want)
+        assert f"kernel maps for {cpus} CPUs: {conns} connections" in agent.output()

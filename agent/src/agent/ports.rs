@@ -42,6 +42,11 @@ pub struct Ports {
     port_names: HashMap<conn_port, String>,
     /// Each traced process's listening sockets (listening_of); bounded by the traced set.
     owned: HashMap<u32, Owned>,
+    /// Each traced namespace's listening sockets (port, inode) and when they were read:
+    /// read again when a socket of the machine started or stopped listening since
+    /// (Kernel::listen_changes, as last seen), or after REREAD_FILES.
+    listening: HashMap<u32, (Vec<(u16, u64)>, Instant)>,
+    listen_seen: Option<u64>,
     pub churn: Churn,
 }
 
@@ -80,6 +85,8 @@ impl Ports {
             unhandshaken: BTreeMap::new(),
             port_names: HashMap::new(),
             owned: HashMap::new(),
+            listening: HashMap::new(),
+            listen_seen: None,
             churn: Churn::new(metrics),
         }
     }
@@ -101,6 +108,11 @@ impl Ports {
         // Each traced process's namespace; each namespace: a way into it (the first
         // process's), and its listening sockets, read once (nginx's master and workers
         // share them).
+        // Read before the listening sockets: a socket that starts listening meanwhile moves
+        // it past what the next scan compares.
+        let changes = k.listen_changes();
+        let unchanged = changes.is_some() && changes == self.listen_seen;
+        let t = Instant::now();
         let mut procs = Vec::new();
         let mut ns_paths: HashMap<u32, PathBuf> = HashMap::new();
         let mut listeners: HashMap<u32, Vec<(u16, u64)>> = HashMap::new();
@@ -108,16 +120,24 @@ impl Ports {
             let Ok(netns) = procfs::netns(pid) else { continue };
             if let std::collections::hash_map::Entry::Vacant(e) = listeners.entry(netns) {
                 let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
-                let table = self
-                    .churn
-                    .listeners(netns, &path)
-                    .unwrap_or_else(|| procfs::proc_listeners(pid));
+                let table = match self.listening.get(&netns) {
+                    Some((table, read)) if unchanged && t.duration_since(*read) < REREAD_FILES => table.clone(),
+                    _ => {
+                        let table = self
+                            .churn
+                            .listeners(netns, &path)
+                            .unwrap_or_else(|| procfs::proc_listeners(pid));
+                        self.listening.insert(netns, (table.clone(), t));
+                        table
+                    }
+                };
                 e.insert(table);
                 ns_paths.insert(netns, path);
             }
             procs.push((pid, name, netns));
         }
-        let t = Instant::now();
+        self.listen_seen = changes;
+        self.listening.retain(|ns, _| listeners.contains_key(ns));
         let live: HashSet<u32> = procs.iter().map(|p| p.0).collect();
         self.owned.retain(|pid, _| live.contains(pid));
         for (pid, name, netns) in procs {

@@ -19,6 +19,7 @@ use super::{
     hooks::{self, Capability, CONNECTIONS, PROCESSES, READ_SIDE, RESETS, SCHEDULER, SEND_CAPTURE, SEND_SIDE},
     proc::{proc_notice, proc_traced},
     read_record,
+    sizes::{MapSizes, RINGS},
     stats::STAT_MAX,
     uprobes::{self, Detacher},
     wire::WireEvent,
@@ -119,6 +120,8 @@ pub struct Kernel {
     wire_events: RingBuf<MapData>,
     hs_conns: BpfHashMap<MapData, hs_key, hs_state>,
     hs_hits: BpfHashMap<MapData, u32, hs_hits>,
+    /// Sockets that started or stopped listening so far (bpf/conn.bpf.h).
+    listen_changes: Array<MapData, u64>,
     hs_detached: BpfHashMap<MapData, u32, u64>,
     stats: Array<MapData, u64>,
     conn_ports: BpfHashMap<MapData, conn_port, conn_port_stats>,
@@ -151,7 +154,20 @@ where
 fn load_object(cpus: usize, sample_hz: u64, storage: Storage) -> Result<Ebpf> {
     let cpu_accounting = u32::from(sample_hz > 0);
     let conn_hash = u32::from(storage == Storage::Hash);
-    EbpfLoader::new()
+    let sizes = MapSizes::here(cpus);
+    let mut loader = EbpfLoader::new();
+    loader
+        .map_max_entries("hs_conns", sizes.connections)
+        .map_max_entries("conn_hash_store", sizes.connections);
+    for (ring, bytes) in RINGS {
+        loader.map_max_entries(ring, bytes * sizes.ring_scale);
+    }
+    log::debug!(
+        "kernel maps for {cpus} CPUs: {} connections (hs_conns, conn_hash_store), event rings x{}",
+        sizes.connections,
+        sizes.ring_scale
+    );
+    loader
         .map_max_entries("cpu_samples", sample_ring_bytes(cpus, sample_hz))
         .override_global("cpu_accounting", &cpu_accounting, true)
         .override_global("conn_hash", &conn_hash, true)
@@ -305,6 +321,7 @@ impl Kernel {
             wire_events: take(&mut ebpf, "wire_events")?,
             hs_conns: take(&mut ebpf, "hs_conns")?,
             hs_hits: take(&mut ebpf, "hs_hits")?,
+            listen_changes: take(&mut ebpf, "listen_changes")?,
             hs_detached: take(&mut ebpf, "hs_detached")?,
             stats: take(&mut ebpf, "stats")?,
             conn_ports: take(&mut ebpf, "conn_ports")?,
@@ -377,6 +394,19 @@ impl Kernel {
     /// A traced process's on-CPU time so far, as the kernel summed it.
     pub fn oncpu_ns(&self, pid: u32) -> Option<u64> {
         self.traced.get(&pid, 0).ok().map(|t| t.oncpu_ns)
+    }
+
+    /// How many times a TCP socket started or stopped listening so far, machine-wide: None
+    /// where no hook follows socket states (the listening sockets must then be read at
+    /// every scan).
+    pub fn listen_changes(&self) -> Option<u64> {
+        if matches!(
+            self.served.of(CONNECTIONS.name),
+            Some(hooks::Served::Unserved(_)) | None
+        ) {
+            return None;
+        }
+        self.listen_changes.get(&0, 0).ok()
     }
 
     /// The uprobe hits of a process so far.

@@ -8,6 +8,7 @@ pub mod handshake;
 pub mod hooks;
 pub mod loader;
 pub mod proc;
+pub mod sizes;
 pub mod stats;
 pub mod uprobes;
 pub mod wire;
