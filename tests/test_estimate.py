@@ -14,7 +14,7 @@ from harness.metrics import value
 from harness.procs import have
 from harness.servers import Apache, Lighttpd, Nginx
 
-N = 30
+N = 60
 ROUNDS = 3
 CONFIGS = {"costly": ("rsa2048", "secp384r1"), "cheap": ("ecdsa_p256", "X25519")}
 METHODS = {"kernel_estimate": ["--no-handshake-probes"], "probes": ["--exact"]}

@@ -44,11 +44,11 @@ pub struct Probes {
     due: Instant,
 }
 
-/// How often the hits of a process whose probes are attached are read at least: a load
-/// that rises is seen within this (a busy one's reads come sooner, when its allowance
-/// runs out at the measured rate). Each process is read when it is due, not at every
-/// wake of the loop: with 100 traced servers, every wake (each process's own deadlines,
-/// each batch of events) read all 100, thousands of map lookups a second.
+/// How often the hits of a process whose probes are attached and hit are read at least
+/// (they are read at every wake of the loop, and when its allowance runs out at the
+/// measured rate). The others are read when due, not at every wake: with 100 traced
+/// servers, every wake (each process's own deadlines, each batch of events) read all 100,
+/// thousands of map lookups a second.
 const READ_ATTACHED: Duration = Duration::from_millis(200);
 /// The same while the probes are attached but not hit (an idle server): a burst there is
 /// seen within this, and the overspend paid back over the next cycles.
@@ -131,6 +131,7 @@ impl Budget {
                 continue;
             };
             k.mark_detached(pid);
+            p.due = Instant::now(); // a new window may open now that the removal is done
             if let (Some(d), Some(sent)) = (p.duty.as_mut(), p.detach_sent.take()) {
                 d.detached();
                 log::debug!(
@@ -147,10 +148,11 @@ impl Budget {
             let Some(p) = traced.probes.as_mut() else {
                 continue; // no handshake probes: no hits to read
             };
-            // a process whose probes are being hit is read when due, not before: its
-            // detach is timed by it
+            // A process whose probes are being hit is read at every wake, as the events it
+            // causes come: its detach is timed by these reads (its rate can rise between
+            // two). The others when due, with their neighbours.
             let busy = p.duty.as_ref().is_some_and(Duty::hit);
-            if now + if busy { Duration::ZERO } else { COALESCE } < p.due {
+            if !busy && now + COALESCE < p.due {
                 next = Some(next.map_or(p.due, |n: Instant| n.min(p.due)));
                 continue;
             }
@@ -183,7 +185,7 @@ impl Budget {
             // Never due at once again: a process read early (COALESCE) would find the same
             // deadline (its cycle's end) and be read at every wake until it passed.
             p.due = due.max(now + if d.hit() { MIN_GAP } else { COALESCE });
-            next = Some(next.map_or(due, |n: Instant| n.min(due)));
+            next = Some(next.map_or(p.due, |n: Instant| n.min(p.due)));
             match action {
                 Action::Detach => {
                     let links = std::mem::take(&mut p.links);

@@ -105,14 +105,14 @@ impl Ports {
         self.churn.sync_accepted(&self.ports, &counts);
 
         let mut now: BTreeMap<conn_port, String> = BTreeMap::new();
-        // Each traced process's namespace; each namespace: a way into it (the first
-        // process's), and its listening sockets, read once (nginx's master and workers
-        // share them).
         // Read before the listening sockets: a socket that starts listening meanwhile moves
         // it past what the next scan compares.
         let changes = k.listen_changes();
         let unchanged = changes.is_some() && changes == self.listen_seen;
         let t = Instant::now();
+        // Each traced process's namespace; each namespace: a way into it (the first
+        // process's), and its listening sockets, read once (nginx's master and workers
+        // share them), or kept from the last scan while nothing started or stopped listening.
         let mut procs = Vec::new();
         let mut ns_paths: HashMap<u32, PathBuf> = HashMap::new();
         let mut listeners: HashMap<u32, Vec<(u16, u64)>> = HashMap::new();

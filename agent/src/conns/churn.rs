@@ -48,12 +48,15 @@ pub struct Churn {
     gap: Duration,
 }
 
-/// The TIME_WAIT reading's share of one CPU at most: the kernel walks every TCP socket of
-/// the namespace for it (20,000 open connections: ~10 ms here), so after a reading that
-/// took d the next waits d / DUMP_SHARE, or the scan interval if longer, and at most
-/// MAX_DUMP_GAP (a TIME_WAIT socket lives 60 s: each is still seen).
+/// The TIME_WAIT reading's share of one CPU at most: the kernel walks its TCP hash table
+/// for it (every bucket and socket of the namespace: ~6 ms per address family on a 24 GiB
+/// host, more with more sockets), so after a reading that took d the next waits
+/// d / DUMP_SHARE, or the scan interval if longer, and at most MAX_DUMP_GAP (a TIME_WAIT
+/// socket lives 60 s: each is still seen).
 const DUMP_SHARE: f64 = 0.005;
+const MAX_DUMP_GAP: Duration = Duration::from_secs(20);
 
+/// Address families, as bits.
 const V4: u8 = 1;
 const V6: u8 = 2;
 
@@ -64,7 +67,6 @@ fn family_bit(a: &std::net::IpAddr) -> u8 {
         V6
     }
 }
-const MAX_DUMP_GAP: Duration = Duration::from_secs(20);
 
 /// More unsettled connections than this and the oldest sixteenth are settled as
 /// server-closed without TIME_WAIT (a client that never sends its FIN leaves them for
