@@ -3,11 +3,7 @@
 //! the kernel counts and the cost of one hit measured at start (bpf/calib.rs); what they
 //! cost is exported (tlsprof_probe_hits_total, tlsprof_probe_cpu_seconds_total,
 //! tlsprof_probe_duty_cycle).
-use std::{
-    collections::BTreeMap,
-    path::PathBuf,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, path::PathBuf, time::Instant};
 
 use super::{
     duty::{Action, Duty},
@@ -40,21 +36,7 @@ pub struct Probes {
     /// Some entry probe is single-stepped by the kernel: an entry hit costs the stepped
     /// calibration, else the emulated one.
     pub stepped: bool,
-    /// When its hits are read and its duty cycle stepped next (Budget::tick).
-    due: Instant,
 }
-
-/// How often the hits of a process whose probes are attached and hit are read at least
-/// (they are read at every wake of the loop, and when its allowance runs out at the
-/// measured rate). The others are read when due, not at every wake: with 100 traced
-/// servers, every wake (each process's own deadlines, each batch of events) read all 100,
-/// thousands of map lookups a second.
-const READ_ATTACHED: Duration = Duration::from_millis(200);
-/// The same while the probes are attached but not hit (an idle server): a burst there is
-/// seen within this, and the overspend paid back over the next cycles.
-const READ_IDLE: Duration = Duration::from_millis(500);
-/// With --exact (no duty cycle): the hits are read for their metrics only.
-const READ_EXACT: Duration = Duration::from_secs(1);
 
 impl Probes {
     pub fn new(
@@ -73,7 +55,6 @@ impl Probes {
             probe_cpu: 0.0,
             detach_sent: None,
             stepped,
-            due: Instant::now(),
         }
     }
 }
@@ -98,26 +79,11 @@ pub fn attach_plan(
 pub struct Budget {
     /// CPU seconds of each kind of probe hit here (None: not measured).
     hit_cost: Option<HitCost>,
-    /// When tlsprof_probe_duty_cycle was last set (EXPORT_DUTY).
-    exported: Option<Instant>,
 }
-
-/// Processes due within this of one being due are read with it: one wake of the loop
-/// serves them all (100 idle servers: ~20 wakes a second, not 200).
-const COALESCE: Duration = Duration::from_millis(50);
-/// A busy process is read again this soon at the earliest (its allowance spent while it
-/// stays attached under light load: no later deadline to wait for).
-const MIN_GAP: Duration = Duration::from_millis(5);
-/// tlsprof_probe_duty_cycle is set at most this often (and at each attach or detach): it
-/// is a sum over every traced process.
-const EXPORT_DUTY: Duration = Duration::from_secs(1);
 
 impl Budget {
     pub fn new(hit_cost: Option<HitCost>) -> Self {
-        Self {
-            hit_cost,
-            exported: None,
-        }
+        Self { hit_cost }
     }
 
     /// Reads each probed process's hits, exports them and their cost, and attaches or
@@ -131,7 +97,6 @@ impl Budget {
                 continue;
             };
             k.mark_detached(pid);
-            p.due = Instant::now(); // a new window may open now that the removal is done
             if let (Some(d), Some(sent)) = (p.duty.as_mut(), p.detach_sent.take()) {
                 d.detached();
                 log::debug!(
@@ -148,14 +113,6 @@ impl Budget {
             let Some(p) = traced.probes.as_mut() else {
                 continue; // no handshake probes: no hits to read
             };
-            // A process whose probes are being hit is read at every wake, as the events it
-            // causes come: its detach is timed by these reads (its rate can rise between
-            // two). The others when due, with their neighbours.
-            let busy = p.duty.as_ref().is_some_and(Duty::hit);
-            if !busy && now + COALESCE < p.due {
-                next = Some(next.map_or(p.due, |n: Instant| n.min(p.due)));
-                continue;
-            }
             let hits = k.hits(pid);
             let (de, dr) = (
                 hits.entries.saturating_sub(p.hits_seen.0),
@@ -173,19 +130,10 @@ impl Budget {
                 m.probe_cpu.get_or_create(&c).inc_by(cpu);
             }
             let total = p.probe_cpu;
-            let Some(d) = p.duty.as_mut() else {
-                p.due = now + READ_EXACT;
-                continue;
-            };
+            let Some(d) = p.duty.as_mut() else { continue };
             let action = d.step(now, total);
-            let mut due = d.next_step(total);
-            if d.attached() {
-                due = due.min(now + if d.hit() { READ_ATTACHED } else { READ_IDLE });
-            }
-            // Never due at once again: a process read early (COALESCE) would find the same
-            // deadline (its cycle's end) and be read at every wake until it passed.
-            p.due = due.max(now + if d.hit() { MIN_GAP } else { COALESCE });
-            next = Some(next.map_or(p.due, |n: Instant| n.min(p.due)));
+            let due = d.next_step(total);
+            next = Some(next.map_or(due, |n: Instant| n.min(due)));
             match action {
                 Action::Detach => {
                     let links = std::mem::take(&mut p.links);
@@ -216,10 +164,7 @@ impl Budget {
         if changed {
             t.export_gauges(m);
         }
-        if changed || self.exported.is_none_or(|e| now.duration_since(e) >= EXPORT_DUTY) {
-            export_duty(t, m);
-            self.exported = Some(now);
-        }
+        export_duty(t, m);
         next
     }
 }

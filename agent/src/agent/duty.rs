@@ -107,11 +107,6 @@ impl Duty {
         self.rate
     }
 
-    /// Attached, and its probes were hit at the last measure.
-    pub fn hit(&self) -> bool {
-        self.attached() && self.rate.is_some_and(|r| r > 0.0)
-    }
-
     /// The kernel has removed the probes of the last detach.
     pub fn detached(&mut self) {
         self.removed = self.detaching.take();
