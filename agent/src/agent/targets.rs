@@ -394,12 +394,13 @@ impl Targets {
 
     /// Shutting down: every process's probes detached at once (Kernel::detach_now).
     pub fn detach_everything(&mut self, k: &mut Kernel) {
-        let sets = self
+        let links = self
             .traced
-            .iter_mut()
-            .filter_map(|(pid, t)| Some((*pid, std::mem::take(&mut t.probes.as_mut()?.links))))
+            .values_mut()
+            .filter_map(|t| Some(std::mem::take(&mut t.probes.as_mut()?.links)))
+            .flatten()
             .collect();
-        k.detach_now(sets);
+        k.detach_now(links);
     }
 
     fn forget(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {

@@ -191,13 +191,12 @@ impl Kernel {
     /// returning (shutting down). It takes as long as the kernel closing the agent's files
     /// at its exit would (~0.1 s per probe: README, "At scale"), but return probes go
     /// first, the agent is still alive and logging meanwhile, and `-v` says how long.
-    pub fn detach_now(&mut self, sets: Vec<(u32, Vec<Link>)>) {
+    pub fn detach_now(&mut self, mut links: Vec<Link>) {
+        links.sort_by_key(|l| !is_return_probe(l.program));
         let mut owned = Vec::new();
-        for (_, links) in sets {
-            for l in links {
-                if let Ok(link) = self.uprobe(l.program).take_link(l.id) {
-                    owned.push(link);
-                }
+        for l in links {
+            if let Ok(link) = self.uprobe(l.program).take_link(l.id) {
+                owned.push(link);
             }
         }
         let (n, t) = (owned.len(), std::time::Instant::now());
