@@ -108,11 +108,11 @@ class Attached:
     """`tlsprof run` with these arguments, entered once it has attached to the worker; its
     own CPU (from /proc) is measured from then until `done`."""
 
-    def __init__(self, args: str, worker: int):
-        self.args, self.worker = args, worker
+    def __init__(self, args: str, worker: int, prefix: tuple = ()):
+        self.args, self.worker, self.prefix = args, worker, prefix
 
     def __enter__(self):
-        self.agent = Agent(*self.args.split(), scan_interval=2.0)
+        self.agent = Agent(*self.args.split(), scan_interval=2.0, prefix=self.prefix)
         self.agent.__enter__()
         self.agent.wait_attached([self.worker])
         self.cpu0, self.t0 = self.own_cpu(), time.monotonic()
@@ -258,11 +258,17 @@ def main():
                     help="do not measure the per-call uprobe alternative (bpftrace) beside tlsprof")
     ap.add_argument("--workloads", default="handshake", help="which of %s (default: %%(default)s)" % ",".join(WORKLOADS))
     ap.add_argument("--modes", default="default,exact",
-                    help="tlsprof modes to measure: default (overhead budget), exact (--exact), no-probes "
-                         "(--no-handshake-probes: the kernel side alone) (default: %(default)s)")
+                    help="tlsprof modes to measure: default (overhead budget), exact (--exact), min-budget "
+                         "(--overhead-budget 0.001%%: the default's kernel side, the probes on for a few ms a "
+                         "cycle), no-probes (--no-handshake-probes: every handshake estimated from the kernel, "
+                         "the read side on) (default: %(default)s)")
+    ap.add_argument("--agent-cpu", default=None,
+                    help="pin the agent to these CPUs (taskset -c): separates its own work from the kernel side's")
     args = ap.parse_args()
+    agent_prefix = ("taskset", "-c", args.agent_cpu) if args.agent_cpu else ()
     modes = [m for m in args.modes.split(",") if m]
     extra = {"default": "", "exact": " --exact", "no-probes": " --no-handshake-probes",
+             "min-budget": " --overhead-budget 0.001%",
              "no-probes-no-sampling": " --no-handshake-probes --sample-hz 0"}
     mode_args = {m: args.agent_args + extra[m] for m in modes}
 
@@ -282,6 +288,12 @@ def main():
         raise SystemExit("bench: bpftrace is not installed (scripts/deps.sh installs it); or use --no-alternative")
     arms = [f"tlsprof-{m}" for m in modes] + ([] if args.no_alternative else ["alternative"])
     results = {}
+    # The kernel's BPF statistics cost two clock reads per program run: off for the timed
+    # runs, whatever an earlier (interrupted) measurement left behind.
+    stats_before = STATS.read_text().strip() if STATS.exists() else "0"
+    if stats_before != "0":
+        print(f"bench: kernel.bpf_stats_enabled was {stats_before}: off for the timed runs", file=sys.stderr)
+        STATS.write_text("0")
     try:
         for name in args.workloads.split(","):
             flags = WORKLOADS[name]
@@ -292,11 +304,11 @@ def main():
             def arm_of(arm):
                 if arm == "without":
                     if args.baseline_args is not None:
-                        return Attached(args.baseline_args, worker)
+                        return Attached(args.baseline_args, worker, agent_prefix)
                     return contextlib.nullcontext()
                 if arm == "alternative":
                     return Alternative(worker)
-                return Attached(mode_args[arm.removeprefix("tlsprof-")], worker)
+                return Attached(mode_args[arm.removeprefix("tlsprof-")], worker, agent_prefix)
 
             def run(arm, i):
                 b, said = timeline(nginx, worker, flags, args, arm_of(arm))
@@ -326,6 +338,8 @@ def main():
             )
     finally:
         nginx.stop()
+        if stats_before != "0":
+            STATS.write_text(stats_before)
 
     print(f"\ntlsprof overhead: nginx 1 worker, ECDSA P-256, TLS 1.3; {args.pairs} rotating A-B-A sets; each run "
           f"{args.seconds:g} s from attach (read every {args.bin:g} s) after {args.lead:g} s of load; "

@@ -73,6 +73,19 @@ pub fn listen(addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))
 }
 
+/// The kernel's BPF run statistics (`kernel.bpf_stats_enabled`, left on by a profiling
+/// session, `bpftool prog profile`, or a benchmark that was interrupted) add two clock reads
+/// to every BPF program run of the machine: tlsprof's ~50 runs per new connection included.
+pub fn bpf_stats() {
+    let on = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|s| s.trim() != "0");
+    if on {
+        log::info!(
+            "kernel.bpf_stats_enabled is on: every BPF program run costs two clock reads more \
+             (tlsprof's overhead figures are for 0: sysctl -w kernel.bpf_stats_enabled=0)"
+        );
+    }
+}
+
 /// Every attached probe holds a file descriptor (one perf event per function and process):
 /// tracing hundreds of processes needs more than the usual soft limit of 1024.
 pub fn raise_fd_limit() {

@@ -88,6 +88,7 @@ impl Agent {
     fn scan(&mut self) {
         let t = Instant::now();
         self.targets.scan(&mut self.kernel, &mut self.profiler, &self.metrics);
+        self.kernel.settle_read_side();
         let ports = Instant::now();
         self.refresh_ports();
         self.targets.export_gauges(&self.metrics);
@@ -250,6 +251,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     };
     targets::check_pids(&args.targets.pids)?;
     preflight::raise_fd_limit();
+    preflight::bpf_stats();
 
     let sample_hz = args.targets.sample_hz();
     let mut kernel = Kernel::load(&btf, sample_hz, args.exact, &args.avoid_hooks)?;

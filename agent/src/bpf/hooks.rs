@@ -3,7 +3,10 @@
 //! said in one warning line, with what is lost, and in tlsprof_kernel_hook_info.
 use anyhow::{Context as _, Result};
 use aya::{
-    programs::{BtfTracePoint, FEntry, FExit, KProbe, Program, RawTracePoint},
+    programs::{
+        fentry::FEntryLinkId, fexit::FExitLinkId, kprobe::KProbeLinkId, raw_trace_point::RawTracePointLinkId,
+        tp_btf::BtfTracePointLinkId, BtfTracePoint, FEntry, FExit, KProbe, Program, RawTracePoint,
+    },
     Btf, Ebpf,
 };
 
@@ -340,24 +343,83 @@ fn last_verifier_line(log: &str) -> Option<String> {
 }
 
 /// Loads and attaches every program of a hook; on any failure, unloads those it loaded.
-pub fn attach_hook(ebpf: &mut Ebpf, btf: &Btf, h: &Hook) -> Result<()> {
-    let mut done: Vec<&str> = Vec::new();
+/// An attached program's link, to detach it (and attach the loaded program again later).
+#[derive(Debug)]
+pub enum LinkRef {
+    TpBtf(BtfTracePointLinkId),
+    RawTp(RawTracePointLinkId),
+    FEntry(FEntryLinkId),
+    FExit(FExitLinkId),
+    KProbe(KProbeLinkId),
+}
+
+/// Loads and attaches every program of `h`: their links, or none of them attached.
+pub fn attach_hook(ebpf: &mut Ebpf, btf: &Btf, h: &Hook) -> Result<Vec<(&'static str, LinkRef)>> {
+    let mut done: Vec<(&'static str, LinkRef)> = Vec::new();
     for &(name, how) in h.programs {
-        if let Err(e) = attach_program(ebpf, btf, name, how) {
-            // the verifier's last line says why a program was refused; the whole log is for -v
-            let text = format!("{e:#}");
-            log::debug!("{name}: {text}");
-            let e = anyhow::anyhow!("{}", brief(&text));
-            for n in done.into_iter().chain([name]) {
-                if let Some(p) = ebpf.program_mut(n) {
-                    let _ = unload(p);
+        match attach_program(ebpf, btf, name, how) {
+            Ok(link) => done.push((name, link)),
+            Err(e) => {
+                // the verifier's last line says why a program was refused; the whole log is for -v
+                let text = format!("{e:#}");
+                log::debug!("{name}: {text}");
+                let e = anyhow::anyhow!("{}", brief(&text));
+                for n in done.into_iter().map(|(n, _)| n).chain([name]) {
+                    if let Some(p) = ebpf.program_mut(n) {
+                        let _ = unload(p);
+                    }
                 }
+                return Err(e);
             }
-            return Err(e);
         }
-        done.push(name);
     }
-    Ok(())
+    Ok(done)
+}
+
+/// Attaches again the programs of a hook that were attached once (attach_hook) and whose
+/// links were taken since (detach_links): they are loaded still.
+pub fn reattach_hook(ebpf: &mut Ebpf, h: &Hook) -> Result<Vec<(&'static str, LinkRef)>> {
+    let mut done = Vec::new();
+    for &(name, how) in h.programs {
+        let p = ebpf
+            .program_mut(name)
+            .with_context(|| format!("program {name} missing"))?;
+        let link = match how {
+            TpBtf(_) => <&mut BtfTracePoint>::try_from(p)?.attach().map(LinkRef::TpBtf),
+            RawTp(tp) => <&mut RawTracePoint>::try_from(p)?.attach(tp).map(LinkRef::RawTp),
+            FEntry(_) => <&mut FEntry>::try_from(p)?.attach().map(LinkRef::FEntry),
+            FExit(_) => <&mut FExit>::try_from(p)?.attach().map(LinkRef::FExit),
+            KProbe(f) => <&mut KProbe>::try_from(p)?.attach(f, 0).map(LinkRef::KProbe),
+        };
+        match link {
+            Ok(l) => done.push((name, l)),
+            Err(e) => {
+                // none or all: the ones attached go again
+                drop(detach_links(ebpf, done));
+                return Err(e).with_context(|| format!("attaching {name} again"));
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Takes the links out of their programs: the kernel detaches each when it is dropped
+/// (which may wait for a grace period: drop them off the event loop).
+pub fn detach_links(ebpf: &mut Ebpf, links: Vec<(&'static str, LinkRef)>) -> Vec<Box<dyn Send>> {
+    let mut owned: Vec<Box<dyn Send>> = Vec::new();
+    for (name, link) in links {
+        let Some(p) = ebpf.program_mut(name) else { continue };
+        let taken: Option<Box<dyn Send>> = match (p, link) {
+            (Program::BtfTracePoint(p), LinkRef::TpBtf(id)) => p.take_link(id).ok().map(|l| Box::new(l) as _),
+            (Program::RawTracePoint(p), LinkRef::RawTp(id)) => p.take_link(id).ok().map(|l| Box::new(l) as _),
+            (Program::FEntry(p), LinkRef::FEntry(id)) => p.take_link(id).ok().map(|l| Box::new(l) as _),
+            (Program::FExit(p), LinkRef::FExit(id)) => p.take_link(id).ok().map(|l| Box::new(l) as _),
+            (Program::KProbe(p), LinkRef::KProbe(id)) => p.take_link(id).ok().map(|l| Box::new(l) as _),
+            _ => None,
+        };
+        owned.extend(taken);
+    }
+    owned
 }
 
 fn unload(p: &mut Program) -> Result<(), aya::programs::ProgramError> {
@@ -371,38 +433,37 @@ fn unload(p: &mut Program) -> Result<(), aya::programs::ProgramError> {
     }
 }
 
-fn attach_program(ebpf: &mut Ebpf, btf: &Btf, name: &str, how: Attach) -> Result<()> {
+fn attach_program(ebpf: &mut Ebpf, btf: &Btf, name: &str, how: Attach) -> Result<LinkRef> {
     let p = ebpf
         .program_mut(name)
         .with_context(|| format!("program {name} missing"))?;
-    match how {
+    Ok(match how {
         TpBtf(tp) => {
             let p: &mut BtfTracePoint = p.try_into()?;
             p.load(tp, btf)?;
-            p.attach()?;
+            LinkRef::TpBtf(p.attach()?)
         }
         RawTp(tp) => {
             let p: &mut RawTracePoint = p.try_into()?;
             p.load()?;
-            p.attach(tp)?;
+            LinkRef::RawTp(p.attach(tp)?)
         }
         FEntry(f) => {
             let p: &mut FEntry = p.try_into()?;
             p.load(f, btf)?;
-            p.attach()?;
+            LinkRef::FEntry(p.attach()?)
         }
         FExit(f) => {
             let p: &mut FExit = p.try_into()?;
             p.load(f, btf)?;
-            p.attach()?;
+            LinkRef::FExit(p.attach()?)
         }
         KProbe(f) => {
             let p: &mut KProbe = p.try_into()?;
             p.load()?;
-            p.attach(f, 0)?;
+            LinkRef::KProbe(p.attach(f, 0)?)
         }
-    }
-    Ok(())
+    })
 }
 
 #[cfg(test)]

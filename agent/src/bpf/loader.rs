@@ -1,6 +1,9 @@
 //! Loads the kernel side (bpf/tlsprof.bpf.c) and attaches its tracepoints; holds its maps
 //! and ring buffers and is the agent's only way to them. Uprobes: uprobes.rs.
-use std::{os::fd::AsRawFd as _, time::Duration};
+use std::{
+    os::fd::AsRawFd as _,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, Result};
 use aya::{
@@ -19,6 +22,7 @@ use super::{
     hooks::{self, Capability, CONNECTIONS, PROCESSES, READ_SIDE, RESETS, SCHEDULER, SEND_CAPTURE, SEND_SIDE},
     proc::{proc_notice, proc_traced},
     read_record,
+    readside::{self, ReadSide},
     sizes::{MapSizes, RINGS},
     stats::STAT_MAX,
     uprobes::{self, Detacher},
@@ -48,6 +52,8 @@ impl Storage {
 pub struct Served {
     pub storage: Storage,
     pub capabilities: Vec<(&'static Capability, hooks::Served)>,
+    /// The read side's links, as attached at start (the Kernel takes them: ReadSide).
+    read_links: Vec<(&'static str, hooks::LinkRef)>,
 }
 
 impl Served {
@@ -129,6 +135,8 @@ pub struct Kernel {
     /// The switches of the connection programs (requests.bpf.h), as last written.
     req_ctl: Array<MapData, cn::req_ctl>,
     ctl: cn::req_ctl,
+    /// The read side's programs, attached while something needs them.
+    read_side: ReadSide,
     /// Traced processes that need the read side (the kernel estimates their handshakes, or
     /// they have Go probes): while there are none (and neither --exact nor a kernel without
     /// the send capture needs it), every socket read of the machine returns at once.
@@ -180,7 +188,7 @@ fn load_object(cpus: usize, sample_hz: u64, storage: Storage) -> Result<Ebpf> {
 fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, avoid: &[String]) -> Result<Served> {
     let mut caps = Vec::new();
     for c in [&SCHEDULER, &PROCESSES] {
-        match hooks::resolve(c, avoid, |h| hooks::attach_hook(ebpf, btf, h)) {
+        match hooks::resolve(c, avoid, |h| hooks::attach_hook(ebpf, btf, h).map(drop)) {
             hooks::Served::Unserved(why) => anyhow::bail!(
                 "this kernel refused the BTF tracepoints tlsprof needs ({}): {} (tp_btf, Linux 5.5+, with BTF)",
                 c.name,
@@ -189,10 +197,11 @@ fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, avoid: &[St
             s => caps.push((c, s)),
         }
     }
-    let conns = hooks::resolve(&CONNECTIONS, avoid, |h| hooks::attach_hook(ebpf, btf, h));
+    let conns = hooks::resolve(&CONNECTIONS, avoid, |h| hooks::attach_hook(ebpf, btf, h).map(drop));
     let have_conns = matches!(conns, hooks::Served::By(_));
     caps.push((&CONNECTIONS, conns));
-    let on_conns = |c: &'static Capability, needed: bool, ebpf: &mut Ebpf| {
+    let mut read_links = Vec::new();
+    let mut on_conns = |c: &'static Capability, needed: bool, ebpf: &mut Ebpf| {
         let s = if !needed {
             hooks::Served::NotNeeded
         } else if !have_conns {
@@ -201,7 +210,13 @@ fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, avoid: &[St
                 CONNECTIONS.name
             )])
         } else {
-            hooks::resolve(c, avoid, |h| hooks::attach_hook(ebpf, btf, h))
+            hooks::resolve(c, avoid, |h| {
+                let links = hooks::attach_hook(ebpf, btf, h)?;
+                if c.name == READ_SIDE.name {
+                    read_links = links;
+                }
+                Ok(())
+            })
         };
         (c, s)
     };
@@ -216,6 +231,7 @@ fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, avoid: &[St
     Ok(Served {
         storage,
         capabilities: caps,
+        read_links,
     })
 }
 
@@ -310,6 +326,16 @@ impl Kernel {
             pad: 0,
         };
         req_ctl.set(0, ctl, 0).context("BPF map req_ctl")?;
+        let read_hook = match served.of(READ_SIDE.name) {
+            Some(hooks::Served::By(h)) => Some(*h),
+            _ => None,
+        };
+        let mut read_side = ReadSide::new(read_hook, std::mem::take(&mut served.read_links));
+        if ctl.reads == 0 {
+            let now = Instant::now();
+            read_side.unneeded(now);
+            read_side.settle(&mut ebpf, now, Duration::ZERO);
+        }
         if sample_hz > 0 {
             attach_sampler(&mut ebpf, &cpus, sample_hz)?;
         }
@@ -328,6 +354,7 @@ impl Kernel {
             traced: take(&mut ebpf, "traced")?,
             req_ctl,
             ctl,
+            read_side,
             readers: Default::default(),
             cpu_samples: Some(take(&mut ebpf, "cpu_samples")?),
             detacher: Detacher::start()?,
@@ -381,6 +408,11 @@ impl Kernel {
         if reads == self.ctl.reads {
             return;
         }
+        if reads != 0 {
+            self.read_side.need(&mut self.ebpf);
+        } else {
+            self.read_side.unneeded(Instant::now());
+        }
         let ctl = cn::req_ctl { reads, ..self.ctl };
         match self.req_ctl.set(0, ctl, 0) {
             Ok(()) => {
@@ -389,6 +421,11 @@ impl Kernel {
             }
             Err(e) => log::warn!("cannot switch the read side: {e}"),
         }
+    }
+
+    /// Detaches the read side once nothing has needed it for a while (readside.rs).
+    pub fn settle_read_side(&mut self) {
+        self.read_side.settle(&mut self.ebpf, Instant::now(), readside::LINGER);
     }
 
     /// A traced process's on-CPU time so far, as the kernel summed it.

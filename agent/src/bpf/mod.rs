@@ -8,6 +8,7 @@ pub mod handshake;
 pub mod hooks;
 pub mod loader;
 pub mod proc;
+mod readside;
 pub mod sizes;
 pub mod stats;
 pub mod uprobes;

@@ -1,0 +1,81 @@
+//! The read side (`req_recv` on `sock_recv_length`, or its fallbacks: bpf/requests.bpf.h)
+//! is attached only while something needs it: a process whose handshake CPU the kernel
+//! estimates, a Go process's probes, `--exact`, or a kernel whose sends cannot be captured.
+//! Attached, it runs at every socket read of the machine (~27 per new TLS connection, ~4 per
+//! keep-alive request, both ends of loopback traffic counted); the `req_ctl.reads` switch
+//! made each such run return after one array lookup, detaching it makes them not happen.
+//! It is found and attached at start like every capability (agent/src/bpf/hooks.rs), then
+//! detached at once when nothing needs it, attached again (no new load: the programs stay
+//! verified) when something does, and detached again once nothing has needed it for
+//! `LINGER`.
+use std::time::{Duration, Instant};
+
+use aya::Ebpf;
+
+use super::hooks::{self, Hook, LinkRef};
+
+/// How long the read side stays attached after the last process that needed it left: the
+/// short-lived children of a forking server do not attach and detach it each time.
+pub const LINGER: Duration = Duration::from_secs(10);
+
+pub(super) struct ReadSide {
+    /// The hook that serves it on this kernel (None: nothing does).
+    hook: Option<Hook>,
+    links: Vec<(&'static str, LinkRef)>,
+    unneeded_since: Option<Instant>,
+}
+
+impl ReadSide {
+    pub(super) fn new(hook: Option<Hook>, links: Vec<(&'static str, LinkRef)>) -> Self {
+        Self {
+            hook,
+            links,
+            unneeded_since: None,
+        }
+    }
+
+    /// Whether its programs are attached now.
+    pub(super) fn attached(&self) -> bool {
+        !self.links.is_empty()
+    }
+
+    /// Something needs the reads: attached again if it was detached.
+    pub(super) fn need(&mut self, ebpf: &mut Ebpf) {
+        self.unneeded_since = None;
+        let Some(hook) = self.hook else { return };
+        if self.attached() {
+            return;
+        }
+        match hooks::reattach_hook(ebpf, &hook) {
+            Ok(links) => {
+                self.links = links;
+                log::debug!("kernel: read side attached ({})", hook.label);
+            }
+            Err(e) => log::warn!("cannot attach the read side again ({}): {e:#}", hook.label),
+        }
+    }
+
+    /// Nothing needs the reads from now on (detached by `settle`).
+    pub(super) fn unneeded(&mut self, now: Instant) {
+        self.unneeded_since.get_or_insert(now);
+    }
+
+    /// Detaches it once nothing has needed it for `linger`. Removing a link may wait for a
+    /// kernel grace period (fexit, kretprobe): that happens on a thread of its own.
+    pub(super) fn settle(&mut self, ebpf: &mut Ebpf, now: Instant, linger: Duration) {
+        let due = self
+            .unneeded_since
+            .is_some_and(|t| now.saturating_duration_since(t) >= linger);
+        if !due || !self.attached() {
+            return;
+        }
+        let owned = hooks::detach_links(ebpf, std::mem::take(&mut self.links));
+        log::debug!("kernel: read side detached");
+        if let Err(e) = std::thread::Builder::new()
+            .name("read-side-off".into())
+            .spawn(move || drop(owned))
+        {
+            log::debug!("no thread to detach the read side on ({e}): detached here");
+        }
+    }
+}

@@ -1,0 +1,80 @@
+"""The read side (agent/src/bpf/readside.rs, bpf/requests.bpf.h) is attached only while
+something needs it: in the default mode on nginx (probed OpenSSL, sends captured) no program
+of tlsprof's runs at socket reads; a server whose handshakes the kernel estimates (lighttpd
+on NSS, nothing to probe) attaches it when it appears, its handshakes are estimated with it,
+and it is detached again once that server is gone. The kernel's own list of BPF links
+(bpftool) is the truth; the counts stay exact whether it is attached or not."""
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.agent import Agent
+from harness.clients import curl_connections
+from harness.metrics import value
+from harness.procs import have, wait_for
+from harness.servers import Lighttpd, Nginx
+
+N = 20
+# readside.rs LINGER, and a scan (the test's agent scans every 0.5 s) on top
+LINGER_S = 10
+# the read side's programs, whichever hook serves it (agent/src/bpf/hooks.rs READ_SIDE)
+READ_PROGRAMS = {"req_recv", "req_recv_fexit", "req_recv_entry", "req_recv_return"}
+
+
+def read_side_links() -> int:
+    """Links of the kernel whose program is one of the read side's."""
+    progs = json.loads(subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True,
+                                      check=True).stdout)
+    ids = {p["id"] for p in progs if p.get("name") in READ_PROGRAMS}
+    links = json.loads(subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True, text=True,
+                                      check=True).stdout)
+    return sum(1 for link in links if link.get("prog_id") in ids)
+
+
+def test_read_side_attached_only_while_needed(workdir):
+    if not have("lighttpd") or not Path("/usr/lib/lighttpd/mod_nss.so").exists():
+        pytest.skip("lighttpd-mod-nss not installed")
+    nginx = Nginx(workdir)
+    lighttpd = None
+    try:
+        with Agent("--comm", "nginx", "--comm", "lighttpd", "--sample-hz", "0") as agent:
+            agent.wait_attached([nginx.pid, *nginx.workers()])
+            assert read_side_links() == 0, agent.output()
+            c = curl_connections(nginx.port, N, "X25519")
+            assert c == {"connects": N, "failed": 0}, c
+            agent.wait_value("tlsprof_handshakes_total", N, comm="nginx", role="server", result="ok")
+            agent.wait_value("tlsprof_tcp_connections_accepted_total", N, comm="nginx")
+            m = agent.scrape()
+            assert value(m, "tlsprof_handshakes_total", comm="nginx", role="server") == N
+            assert value(m, "tlsprof_tcp_connections_accepted_total", comm="nginx") == N
+            assert read_side_links() == 0
+
+            # a server without probes: the kernel estimate needs the reads
+            lighttpd = Lighttpd(workdir, module="nss")
+            agent.wait_attached([lighttpd.pid])
+            wait_for(lambda: read_side_links() > 0, 10, "the read side attached for lighttpd (NSS)")
+            c = curl_connections(lighttpd.port, N, "X25519")
+            assert c == {"connects": N, "failed": 0}, c
+            agent.wait_value("tlsprof_handshake_cpu_seconds_count", N, comm="lighttpd", role="server")
+            m = agent.scrape()
+            assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="lighttpd") == N
+            assert value(m, "tlsprof_handshake_cpu_method_info", comm="lighttpd", method="kernel_estimate") == 1
+
+            lighttpd.stop()
+            lighttpd = None
+            gone = time.monotonic()
+            wait_for(lambda: read_side_links() == 0, LINGER_S + 15, "the read side detached after lighttpd left")
+            # not before the linger: a forking server's children do not flip it each time
+            assert time.monotonic() - gone >= LINGER_S - 1
+            # and nginx is still counted exactly without it
+            c = curl_connections(nginx.port, N, "X25519")
+            assert c == {"connects": N, "failed": 0}, c
+            agent.wait_value("tlsprof_handshakes_total", 2 * N, comm="nginx", role="server", result="ok")
+            assert agent.value("tlsprof_handshakes_total", comm="nginx", role="server") == 2 * N
+    finally:
+        if lighttpd:
+            lighttpd.stop()
+        nginx.stop()
