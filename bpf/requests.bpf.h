@@ -10,7 +10,8 @@
  * inside a handshake call, or the first write after a handshake call that did no socket
  * I/O itself (memory BIO), are the handshake's, not requests. Per socket read/write: one
  * socket-storage lookup, which finds nothing on sockets that are not watched; while
- * nothing needs the reads (req_ctl.reads, set by the agent), a read stops before it.
+ * nothing needs the reads the agent detaches the read side (agent/src/bpf/readside.rs), and
+ * req_ctl.reads, cleared first, stops a read that still comes before it.
  */
 #ifndef TLSPROF_REQUESTS_BPF_H
 #define TLSPROF_REQUESTS_BPF_H

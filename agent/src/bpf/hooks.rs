@@ -342,7 +342,6 @@ fn last_verifier_line(log: &str) -> Option<String> {
         .map(String::from)
 }
 
-/// Loads and attaches every program of a hook; on any failure, unloads those it loaded.
 /// An attached program's link, to detach it (and attach the loaded program again later).
 #[derive(Debug)]
 pub enum LinkRef {
@@ -353,7 +352,8 @@ pub enum LinkRef {
     KProbe(KProbeLinkId),
 }
 
-/// Loads and attaches every program of `h`: their links, or none of them attached.
+/// Loads and attaches every program of `h`: their links; on any failure, unloads those it
+/// loaded.
 pub fn attach_hook(ebpf: &mut Ebpf, btf: &Btf, h: &Hook) -> Result<Vec<(&'static str, LinkRef)>> {
     let mut done: Vec<(&'static str, LinkRef)> = Vec::new();
     for &(name, how) in h.programs {

@@ -139,7 +139,7 @@ pub struct Kernel {
     read_side: ReadSide,
     /// Traced processes that need the read side (the kernel estimates their handshakes, or
     /// they have Go probes): while there are none (and neither --exact nor a kernel without
-    /// the send capture needs it), every socket read of the machine returns at once.
+    /// the send capture needs it), the read side is detached (readside.rs).
     readers: std::collections::BTreeSet<u32>,
     pub(super) detacher: Detacher,
     /// Handed to the Profiler (take_samples).
