@@ -63,9 +63,9 @@ def test_read_side_attached_only_while_needed(workdir):
             assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="lighttpd") == N
             assert value(m, "tlsprof_handshake_cpu_method_info", comm="lighttpd", method="kernel_estimate") == 1
 
+            gone = time.monotonic()  # before the stop: the agent may see the exit before stop() returns
             lighttpd.stop()
             lighttpd = None
-            gone = time.monotonic()
             wait_for(lambda: read_side_links() == 0, LINGER_S + 15, "the read side detached after lighttpd left")
             # not before the linger: a forking server's children do not flip it each time
             assert time.monotonic() - gone >= LINGER_S - 1

@@ -403,6 +403,22 @@ pub fn reattach_hook(ebpf: &mut Ebpf, h: &Hook) -> Result<Vec<(&'static str, Lin
     Ok(done)
 }
 
+/// Whether the hook's programs are tracing programs (fentry/fexit): a kernel before Linux
+/// 5.13 cannot attach one again once it was detached (ENOENT), only load it anew.
+pub fn has_tracing_programs(h: &Hook) -> bool {
+    h.programs.iter().any(|(_, how)| matches!(how, FEntry(_) | FExit(_)))
+}
+
+/// Unloads the hook's programs and loads and attaches them anew (attach_hook).
+pub fn reload_hook(ebpf: &mut Ebpf, btf: &Btf, h: &Hook) -> Result<Vec<(&'static str, LinkRef)>> {
+    for &(name, _) in h.programs {
+        if let Some(p) = ebpf.program_mut(name) {
+            let _ = unload(p);
+        }
+    }
+    attach_hook(ebpf, btf, h)
+}
+
 /// Takes the links out of their programs: the kernel detaches each when it is dropped
 /// (which may wait for a grace period: drop them off the event loop).
 pub fn detach_links(ebpf: &mut Ebpf, links: Vec<(&'static str, LinkRef)>) -> Vec<Box<dyn Send>> {

@@ -332,9 +332,7 @@ impl Kernel {
         };
         let mut read_side = ReadSide::new(read_hook, std::mem::take(&mut served.read_links));
         if ctl.reads == 0 {
-            let now = Instant::now();
-            read_side.unneeded(now);
-            read_side.settle(&mut ebpf, now, Duration::ZERO);
+            read_side.detach_at_start(&mut ebpf, btf);
         }
         if sample_hz > 0 {
             attach_sampler(&mut ebpf, &cpus, sample_hz)?;

@@ -7,10 +7,11 @@
 //! It is found and attached at start like every capability (agent/src/bpf/hooks.rs), then
 //! detached at once when nothing needs it, attached again (no new load: the programs stay
 //! verified) when something does, and detached again once nothing has needed it for
-//! `LINGER`.
+//! `LINGER`. Where the kernel cannot attach a detached fexit program again (before 5.13:
+//! Debian 11's 5.10), it stays attached and `req_ctl.reads` alone switches it.
 use std::time::{Duration, Instant};
 
-use aya::Ebpf;
+use aya::{Btf, Ebpf};
 
 use super::hooks::{self, Hook, LinkRef};
 
@@ -23,6 +24,9 @@ pub(super) struct ReadSide {
     hook: Option<Hook>,
     links: Vec<(&'static str, LinkRef)>,
     unneeded_since: Option<Instant>,
+    /// This kernel cannot attach its programs again once detached: attached for good, the
+    /// `req_ctl.reads` switch alone turns it off.
+    pinned: bool,
 }
 
 impl ReadSide {
@@ -31,6 +35,38 @@ impl ReadSide {
             hook,
             links,
             unneeded_since: None,
+            pinned: false,
+        }
+    }
+
+    /// At start, nothing needs it: detached, once it is known that this kernel can attach it
+    /// again. fentry/fexit programs (5.10 and 6.1 serve the read side with fexit) cannot be
+    /// attached again before Linux 5.13: tried here, and where the kernel refuses, loaded
+    /// anew and kept attached (pinned).
+    pub(super) fn detach_at_start(&mut self, ebpf: &mut Ebpf, btf: &Btf) {
+        let Some(hook) = self.hook else { return };
+        if !self.attached() {
+            return;
+        }
+        // dropped here: a tracing program is attached again only once its link is gone
+        drop(hooks::detach_links(ebpf, std::mem::take(&mut self.links)));
+        if !hooks::has_tracing_programs(&hook) {
+            log::debug!("kernel: read side detached until something needs it");
+            return;
+        }
+        match hooks::reattach_hook(ebpf, &hook) {
+            Ok(links) => {
+                drop(hooks::detach_links(ebpf, links));
+                log::debug!("kernel: read side detached until something needs it");
+            }
+            Err(e) => {
+                log::debug!("kernel: read side kept attached (switched off): {e:#}");
+                self.pinned = true;
+                match hooks::reload_hook(ebpf, btf, &hook) {
+                    Ok(links) => self.links = links,
+                    Err(e) => log::warn!("cannot attach the read side again ({}): {e:#}", hook.label),
+                }
+            }
         }
     }
 
@@ -66,7 +102,7 @@ impl ReadSide {
         let due = self
             .unneeded_since
             .is_some_and(|t| now.saturating_duration_since(t) >= linger);
-        if !due || !self.attached() {
+        if !due || !self.attached() || self.pinned {
             return;
         }
         let owned = hooks::detach_links(ebpf, std::mem::take(&mut self.links));
