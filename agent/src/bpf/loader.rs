@@ -22,7 +22,7 @@ use super::{
     hooks::{self, Capability, CONNECTIONS, PROCESSES, READ_SIDE, RESETS, SCHEDULER, SEND_CAPTURE, SEND_SIDE},
     proc::{proc_notice, proc_traced},
     read_record,
-    readside::{self, ReadSide},
+    readside::ReadSide,
     sizes::{MapSizes, RINGS},
     stats::STAT_MAX,
     uprobes::{self, Detacher},
@@ -423,7 +423,7 @@ impl Kernel {
 
     /// Detaches the read side once nothing has needed it for a while (readside.rs).
     pub fn settle_read_side(&mut self) {
-        self.read_side.settle(&mut self.ebpf, Instant::now(), readside::LINGER);
+        self.read_side.settle(&mut self.ebpf, Instant::now());
     }
 
     /// A traced process's on-CPU time so far, as the kernel summed it.

@@ -17,7 +17,7 @@ use super::hooks::{self, Hook, LinkRef};
 
 /// How long the read side stays attached after the last process that needed it left: the
 /// short-lived children of a forking server do not attach and detach it each time.
-pub const LINGER: Duration = Duration::from_secs(10);
+const LINGER: Duration = Duration::from_secs(10);
 
 pub(super) struct ReadSide {
     /// The hook that serves it on this kernel (None: nothing does).
@@ -96,12 +96,12 @@ impl ReadSide {
         self.unneeded_since.get_or_insert(now);
     }
 
-    /// Detaches it once nothing has needed it for `linger`. Removing a link may wait for a
+    /// Detaches it once nothing has needed it for `LINGER`. Removing a link may wait for a
     /// kernel grace period (fexit, kretprobe): that happens on a thread of its own.
-    pub(super) fn settle(&mut self, ebpf: &mut Ebpf, now: Instant, linger: Duration) {
+    pub(super) fn settle(&mut self, ebpf: &mut Ebpf, now: Instant) {
         let due = self
             .unneeded_since
-            .is_some_and(|t| now.saturating_duration_since(t) >= linger);
+            .is_some_and(|t| now.saturating_duration_since(t) >= LINGER);
         if !due || !self.attached() || self.pinned {
             return;
         }
