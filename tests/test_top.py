@@ -17,11 +17,11 @@ class Tmux:
     """A detached tmux session of 80x24 running one command; its exit status is written
     to a file, and the pane stays for capture."""
 
-    def __init__(self, tmp_path, command: list[str]):
+    def __init__(self, tmp_path, command: list[str], stderr=None):
         self.name = f"tlsprof-{id(self)}"
         self.status = tmp_path / "status"
         self.socket = str(tmp_path / "tmux.sock")
-        cmd = " ".join(command) + f"; echo $? > {self.status}"
+        cmd = " ".join(command) + (f" 2> {stderr}" if stderr else "") + f"; echo $? > {self.status}"
         subprocess.run(["tmux", "-S", self.socket, "new-session", "-d", "-s", self.name, "-x", "80", "-y", "24",
                         "sh", "-c", cmd], check=True)
         subprocess.run(["tmux", "-S", self.socket, "set-option", "-t", self.name, "remain-on-exit", "on"],
@@ -68,13 +68,15 @@ def test_top_live_in_tmux(tmp_path):
 
     t = threading.Thread(target=load)
     t.start()
-    tmux = Tmux(tmp_path, [str(TLSPROF), "top", "--pid", str(n.pid), "--sort", "handshakes"])
+    log = tmp_path / "top.log"
+    tmux = Tmux(tmp_path, [str(TLSPROF), "top", "-v", "--pid", str(n.pid), "--sort", "handshakes"], stderr=log)
     try:
         # The nginx row with handshakes, and its configuration and port below it.
-        seen = {"screen": ""}
+        seen = {"screen": "", "configs": set()}
 
         def nginx_busy():
             s = seen["screen"] = tmux.screen()
+            seen["configs"].update(line.strip("│ ") for line in s.splitlines() if line.startswith("│TLS"))
             r = row(s, "nginx")
             # Sorted by handshakes, nginx is the selected first row and its detail is shown
             # (whatever other process names the agent's series carry).
@@ -82,8 +84,15 @@ def test_top_live_in_tmux(tmp_path):
         try:
             screen = wait_for(nginx_busy, 45, "nginx with handshakes on the screen")
         except AssertionError as e:
-            raise AssertionError(f"{e}; top's exit status {tmux.exit_status()}, client so far {client}, "
-                                 f"the screen:\n{seen['screen']}") from None
+            # top's log (-v: what it attached, its probes' windows) is written at its exit
+            status = tmux.exit_status()
+            if status is None:
+                tmux.keys("q")
+                wait_for(lambda: tmux.exit_status() is not None, 60, "top to quit on q")
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
+            raise AssertionError(f"{e}; top's exit status {status}, client so far {client}, configurations "
+                                 f"seen {sorted(seen['configs'])}, the screen:\n{seen['screen']}\n"
+                                 f"top's log:\n{tail}") from None
         lines = screen.splitlines()
         assert len(lines) <= 24 and all(len(line) <= 80 for line in lines), screen
         assert "sort: handshakes" in screen and "q quit" in screen

@@ -55,7 +55,8 @@ fn main() -> ExitCode {
     logger::init(match &cli.command {
         Command::Run(a) => a.verbose,
         Command::Flamegraph(f) => f.verbose,
-        _ => false,
+        Command::Top(t) => t.view.verbose,
+        Command::Report(r) => r.view.verbose,
     });
     let result = match cli.command {
         Command::Run(args) => agent::run(args),

@@ -23,6 +23,9 @@ pub struct ViewArgs {
     /// probes from this process; --pid and --comm then filter by process name.
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
+    /// Log what tlsprof attaches to and why (on stderr once the view is down).
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 pub struct Live {
