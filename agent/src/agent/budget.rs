@@ -149,6 +149,11 @@ impl Budget {
                     p.links = attach_plan(k, pid, &p.plan, |_, e| {
                         log::debug!("re-attaching to {pid} ({comm}): {e:#}")
                     });
+                    if p.links.is_empty() {
+                        log::debug!("budget: no probe of {pid} attached again; next cycle tries again");
+                        d.attach_failed();
+                        continue;
+                    }
                     log::debug!(
                         "budget: attached {} probes to {pid} in {:.1} ms",
                         p.links.len(),

@@ -114,6 +114,13 @@ impl Duty {
         self.rate
     }
 
+    /// The probes could not be attached again (the caller says why): this cycle's window
+    /// is over, and the next cycle tries again. Without this, the window would look attached
+    /// and never hit, like a light load, and stay so.
+    pub fn attach_failed(&mut self) {
+        self.on_since = None;
+    }
+
     /// The kernel has removed the probes of the last detach.
     pub fn detached(&mut self) {
         self.removed = self.detaching.take();
@@ -448,6 +455,28 @@ mod tests {
             "cost {per_second} of a CPU against a budget of 0.01"
         );
         assert!(per_second >= 0.01 * 0.7, "cost only {per_second}");
+    }
+
+    #[test]
+    fn a_failed_attach_is_tried_again_next_cycle() {
+        let t0 = Instant::now();
+        let mut d = Duty::new(0.01, t0, 0.0);
+        d.step(t0 + ms(100), 0.005);
+        assert_eq!(d.step(t0 + ms(400), 0.02), Action::Detach);
+        d.detached();
+        assert_eq!(d.step(t0 + CYCLE, 0.02), Action::Attach);
+        d.attach_failed();
+        assert!(!d.attached());
+        assert_eq!(
+            d.step(t0 + CYCLE + ms(500), 0.02),
+            Action::Keep,
+            "this cycle's window is spent"
+        );
+        assert_eq!(
+            d.step(t0 + CYCLE * 2, 0.02),
+            Action::Attach,
+            "the next cycle tries again"
+        );
     }
 
     #[test]
