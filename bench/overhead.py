@@ -259,8 +259,8 @@ def main():
     ap.add_argument("--workloads", default="handshake", help="which of %s (default: %%(default)s)" % ",".join(WORKLOADS))
     ap.add_argument("--modes", default="default,exact",
                     help="tlsprof modes to measure: default (overhead budget), exact (--exact), min-budget "
-                         "(--overhead-budget 0.001%%: the default's kernel side, the probes on for a few ms a "
-                         "cycle), no-probes (--no-handshake-probes: every handshake estimated from the kernel, "
+                         "(--overhead-budget 0.001%%: the default's kernel side: the probes "
+                         "get a first window at attach and, at the bench's rates, no other), no-probes (--no-handshake-probes: every handshake estimated from the kernel, "
                          "the read side on) (default: %(default)s)")
     ap.add_argument("--agent-cpu", default=None,
                     help="pin the agent to these CPUs (taskset -c): separates its own work from the kernel side's")
