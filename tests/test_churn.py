@@ -11,7 +11,7 @@ import pytest
 from harness.agent import Agent
 from harness.clients import keepalive_connections, next_source, ss_time_wait
 from harness.metrics import churn, settled, wait_watched
-from harness.procs import ROOT, free_port, have, proc_children, stop_pid, wait_for
+from harness.procs import ROOT, SLOW, free_port, have, proc_children, stop_pid, wait_for
 from harness.servers import Apache, HAProxy, Nginx, NodeServer
 
 N = 200
@@ -266,7 +266,8 @@ while True:
 
 def test_time_wait_in_both_address_families():
     """TIME_WAIT sockets are read only in the address families the watched ports listen in:
-    a process with an IPv4 and an IPv6 listener has both counted, as ss counts them."""
+    a process with an IPv4 and an IPv6 listener has both counted, as ss counts them, and a
+    socket of the other family on the same port number is not the port's."""
     import socket
     proc = subprocess.Popen([sys.executable, "-c", BOTH_FAMILIES], stdout=subprocess.PIPE, text=True)
     try:
@@ -281,12 +282,28 @@ def test_time_wait_in_both_address_families():
                         s.connect((host, port))
                         assert s.recv(1) == b"x"
                         assert s.recv(1) == b""  # the server's FIN: it closed first
-            for port, n in ((v4, 12), (v6, 9)):
+            for port, n, family in ((v4, 12, "4"), (v6, 9, "6")):
                 c = settled(agent, port, n)
-                kernel = ss_time_wait(port)
+                kernel = ss_time_wait(port, family)
                 assert kernel == n, f"ss: {kernel} TIME_WAIT sockets on {port}, expected {n}"
                 wait_for(lambda: churn(agent, port)["time_wait_sockets"] == n, 10,
                          f"the TIME_WAIT gauge of {port} to read {n} (now {churn(agent, port)})")
                 assert (c["accepted"], c["server"], c["time_wait"]) == (n, n, n), c
+            # An IPv4 socket in TIME_WAIT on the IPv6 port's number, not the process's: a
+            # listener of this test on 127.0.0.1 there, which closes its one connection first.
+            # (Checked after the counts: the kernel side watches a port by its number and
+            # counts that connection as accepted on it; known, not yet mended.)
+            with socket.socket(socket.AF_INET) as other:
+                other.bind(("127.0.0.1", v6))
+                other.listen(1)
+                with socket.create_connection(("127.0.0.1", v6)) as cl:
+                    conn, _ = other.accept()
+                    conn.close()
+                    assert cl.recv(1) == b""
+            wait_for(lambda: ss_time_wait(v6) == 10, 5, "the IPv4 TIME_WAIT socket on the IPv6 port")
+            assert ss_time_wait(v6, "6") == 9
+            time.sleep(1.2 * SLOW + 2)  # further TIME_WAIT reads (spaced by their cost: ms here)
+            t = churn(agent, v6)["time_wait_sockets"]
+            assert t == 9, f"the TIME_WAIT gauge of {v6} counts the other family's socket: {t}"
     finally:
         stop_pid(proc.pid)

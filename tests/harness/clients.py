@@ -213,9 +213,11 @@ def keepalive_connections(port: int, conns: int, per_conn: int, end: str = "eof"
     return counts
 
 
-def ss_time_wait(port: int) -> int:
-    """Sockets in TIME_WAIT with this local port, as the kernel shows them to ss."""
-    out = subprocess.run(["ss", "-Htan", "state", "time-wait", f"( sport = :{port} )"],
+def ss_time_wait(port: int, family: str | None = None) -> int:
+    """Sockets in TIME_WAIT with this local port, as the kernel shows them to ss; family "4"
+    or "6": only that address family's (another family's socket may have the same port)."""
+    out = subprocess.run(["ss", "-Htan", *([f"-{family}"] if family else []), "state", "time-wait",
+                          f"( sport = :{port} )"],
                          capture_output=True, text=True, check=True).stdout
     return len([line for line in out.splitlines() if line.strip()])
 

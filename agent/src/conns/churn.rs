@@ -264,6 +264,14 @@ impl Churn {
                 if !watched.contains(&s.sport) {
                     return;
                 }
+                // a socket of the other family on the same port number (a client's ephemeral
+                // port, say, where only an IPv6 listener has it) is none of the port's
+                if fams
+                    .and_then(|f| f.get(&s.sport))
+                    .is_some_and(|m| m & family_bit(&s.local) == 0)
+                {
+                    return;
+                }
                 let t = (netns, s.local, s.sport, s.remote, s.dport);
                 if s.state == sockdiag::TCP_TIME_WAIT {
                     *counts.entry(s.sport).or_default() += 1;
