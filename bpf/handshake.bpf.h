@@ -200,6 +200,14 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 	hs_count_hit(id >> 32, false);
 	struct hs_thread *t = hs_live_thread(tid);
 
+	if (t && t->ssl != (__u64)ssl && !t->go) {
+		/* The thread's open call is another connection's: its return was never seen (the
+		 * entry probe attached before the return probe while the call was under way, a
+		 * return the kernel could not hook). Left, it would make every later call of
+		 * the thread look nested in it, and none would end. */
+		hs_thread_done(tid);
+		t = NULL;
+	}
 	if (t) {
 		/* nested call (SSL_accept -> SSL_do_handshake): the outermost one times it */
 		t->depth++;

@@ -10,7 +10,11 @@ use super::{
     targets::Targets,
 };
 use crate::{
-    bpf::{calib::HitCost, loader::Kernel, uprobes::Link},
+    bpf::{
+        calib::HitCost,
+        loader::Kernel,
+        uprobes::{is_return_probe, Link},
+    },
     clock::ktime_ns,
     cpu::Profiler,
     metrics::{CommLabels, Metrics},
@@ -67,6 +71,11 @@ pub fn attach_plan(
     mut failed: impl FnMut(&'static str, anyhow::Error),
 ) -> Vec<Link> {
     let mut links = Vec::new();
+    // Return probes first: a call under way while the rest attach then shows a return
+    // without its entry (counted, ignored), never an entry without its return, which would
+    // leave the thread's call open (bpf/handshake.bpf.h, hs_enter).
+    let mut plan: Vec<_> = plan.iter().collect();
+    plan.sort_by_key(|(prog, _, _)| !is_return_probe(prog));
     for (prog, off, path) in plan {
         match k.attach_uprobe(prog, *off, path, pid) {
             Ok(l) => links.push(l),

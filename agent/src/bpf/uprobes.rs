@@ -39,8 +39,8 @@ pub const UPROBES: &[&str] = &[
 const CALIBRATION: &[&str] = &["calib_entry", "calib_return"];
 
 /// The return probes (one per way a library's return value reads, and Go's return
-/// instructions): detached first (see detach_later).
-fn is_return_probe(program: &str) -> bool {
+/// instructions): attached first (budget::attach_plan) and detached first (detach_later).
+pub fn is_return_probe(program: &str) -> bool {
     program.starts_with("hs_exit") || program == "hs_go_return"
 }
 
