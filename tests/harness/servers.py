@@ -16,9 +16,10 @@ from .procs import ROOT, free_port, port_open, proc_children, stop_pid, wait_for
 class Nginx:
     def __init__(self, workdir: Path, workers: int = 1, cert: str = "ecdsa_p256", extra_server: str = "",
                  port: int | None = None, extra_main: str = "", plain_port: int | None = None,
-                 resumption: bool = False, connections: int = 1024):
+                 resumption: bool = False, connections: int = 1024, binary: str = "nginx"):
         """connections: each worker's worker_connections (its open files raised to twice it,
-        within the hard limit this process can give)."""
+        within the hard limit this process can give). binary: the executable (a copy under
+        another name gives the server another comm)."""
         self.dir, self.port, key, crt = server_setup(workdir, "nginx", cert, port)
         self.conf = self.dir / "nginx.conf"
         d = self.dir
@@ -47,7 +48,8 @@ http {{
   {f'server {{ listen 127.0.0.1:{plain_port}; location / {{ return 200 "plain"; }} location = /stub_status {{ stub_status; }} }}' if plain_port else ''}
 }}
 """)
-        subprocess.run(["nginx", "-c", str(self.conf)], check=True, capture_output=True)
+        self.binary = binary
+        subprocess.run([binary, "-c", str(self.conf)], check=True, capture_output=True)
         wait_port(self.port)
         self.pid = int((d / "nginx.pid").read_text())
         wait_for(lambda: len(self.workers()) == workers, 10, f"{workers} nginx workers")
@@ -57,7 +59,7 @@ http {{
 
     def reload(self):
         old = set(self.workers())
-        subprocess.run(["nginx", "-c", str(self.conf), "-s", "reload"], check=True, capture_output=True)
+        subprocess.run([self.binary, "-c", str(self.conf), "-s", "reload"], check=True, capture_output=True)
         return wait_for(lambda: (set(self.workers()) - old) and not (set(self.workers()) & old) and self.workers(),
                         15, "nginx to replace its workers")
 
