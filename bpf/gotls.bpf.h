@@ -172,7 +172,7 @@ static __always_inline int go_enter(struct pt_regs *ctx, __u8 role)
 	__u32 tid = (__u32)id, tgid = id >> 32;
 	__u64 conn = GO_ARG0(ctx);
 	struct go_g_key gk = { .g = GO_G(ctx), .tgid = tgid };
-	hs_count_hit(tgid, false);
+	HS_HIT(tgid, false);
 	struct hs_thread *t = hs_live_thread(tid);
 	if (t) {
 		if (t->ssl == conn)
@@ -215,7 +215,7 @@ int BPF_KPROBE(hs_go_return)
 	__u32 tid = (__u32)id, tgid = id >> 32;
 	struct go_g_key gk = { .g = GO_G(ctx), .tgid = tgid };
 	__u8 outcome = GO_RET0(ctx) == 0 ? HS_CALL_DONE : HS_CALL_FAILED;
-	hs_count_hit(tgid, true);
+	HS_HIT(tgid, true);
 	__u64 *found = bpf_map_lookup_elem(&go_goroutines, &gk);
 	if (!found) {
 		stat_inc(STAT_HS_UNMATCHED_RETURN);

@@ -97,17 +97,37 @@ static __always_inline bool hs_before_detach(__u32 tgid, __u64 ns)
 	return d && ns <= *d;
 }
 
-static __always_inline void hs_count_hit(__u32 tgid, bool ret)
+/* A probe program's hit, timed from here to the program's end (the cleanup runs on every
+ * return): what the agent charges to the budget is the trap (calibrated) plus this. */
+struct hs_hit_timer {
+	struct hs_hits *h;
+	__u64 t0;
+};
+
+static __always_inline struct hs_hit_timer hs_count_hit(__u32 tgid, bool ret)
 {
 	struct hs_hits zero = {};
+	struct hs_hit_timer tm = { .t0 = bpf_ktime_get_ns() };
 	struct hs_hits *h = lookup_or_init(&hs_hits, &tgid, &zero, STAT_HS_HITS_FULL);
 	if (!h)
-		return;
+		return tm;
 	if (ret)
 		__sync_fetch_and_add(&h->returns, 1);
 	else
 		__sync_fetch_and_add(&h->entries, 1);
+	tm.h = h;
+	return tm;
 }
+
+static __always_inline void hs_hit_end(struct hs_hit_timer *tm)
+{
+	if (tm->h)
+		__sync_fetch_and_add(&tm->h->prog_ns, bpf_ktime_get_ns() - tm->t0);
+}
+
+/* Counts this probe hit and times the rest of the program. */
+#define HS_HIT(tgid, ret) \
+	struct hs_hit_timer hs_timer_ __attribute__((cleanup(hs_hit_end), unused)) = hs_count_hit(tgid, ret)
 
 static __always_inline void hs_set_oncpu(__u32 tid)
 {
@@ -197,7 +217,7 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
-	hs_count_hit(id >> 32, false);
+	HS_HIT(id >> 32, false);
 	struct hs_thread *t = hs_live_thread(tid);
 
 	if (t && t->ssl != (__u64)ssl && !t->go) {
@@ -305,7 +325,7 @@ static __always_inline int hs_return(__u8 outcome)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
-	hs_count_hit(id >> 32, true);
+	HS_HIT(id >> 32, true);
 	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
 
 	if (!t) {
@@ -353,7 +373,7 @@ int BPF_KRETPROBE(hs_exit_one_ok, int ret)
 static __always_inline int hs_set_role(void *ssl, __u8 role)
 {
 	struct hs_key key = { .ssl = (__u64)ssl, .tgid = bpf_get_current_pid_tgid() >> 32 };
-	hs_count_hit(key.tgid, false);
+	HS_HIT(key.tgid, false);
 	/* a new connection, or an SSL object reused after SSL_clear: start afresh */
 	struct hs_state st = { .role = role };
 	map_insert(&hs_conns, &key, &st, BPF_ANY, STAT_HS_SSL_MAP_FULL);
@@ -386,7 +406,7 @@ SEC("uprobe")
 int BPF_KPROBE(ssl_free, void *ssl)
 {
 	struct hs_key key = { .ssl = (__u64)ssl, .tgid = bpf_get_current_pid_tgid() >> 32 };
-	hs_count_hit(key.tgid, false);
+	HS_HIT(key.tgid, false);
 	struct hs_state *st = bpf_map_lookup_elem(&hs_conns, &key);
 
 	if (!st)

@@ -20,6 +20,7 @@
 struct hs_hits {
 	__u64 entries; /* entry probes (uprobe) */
 	__u64 returns; /* return probes (uretprobe) */
+	__u64 prog_ns; /* the probe programs' own run time (bpf_ktime_get_ns), beyond the traps */
 };
 
 /* One finished handshake, sent to user space through the hs_events ring buffer. */

@@ -34,6 +34,7 @@ int main(void)
 	S(hs_hits);
 	F(hs_hits, entries);
 	F(hs_hits, returns);
+	F(hs_hits, prog_ns);
 	S(hs_thread);
 	F(hs_thread, ssl);
 	F(hs_thread, enter_ns);

@@ -51,6 +51,7 @@ def figures(agent, port: int) -> dict:
         "measured": v("tlsprof_handshake_cpu_seconds_count", comm="nginx"),
         "duty": v("tlsprof_probe_duty_cycle", comm="nginx"),
         "probe_cpu": v("tlsprof_probe_cpu_seconds_total", comm="nginx"),
+        "probe_program": v("tlsprof_probe_program_seconds_total", comm="nginx"),
         "hits": v("tlsprof_probe_hits_total", comm="nginx"),
         "accepted": v("tlsprof_tcp_connections_accepted_total", port=str(port)),
         # connections whose close the agent has processed (tlsprof_tcp_connections_total
@@ -59,6 +60,7 @@ def figures(agent, port: int) -> dict:
         "requests": v("tlsprof_requests_per_connection_sum", port=str(port)),
         "hit_cost": v("tlsprof_probe_hit_cost_seconds", probe="uprobe"),
         "hit_cost_emulated": v("tlsprof_probe_hit_cost_seconds", probe="uprobe_emulated"),
+        "hit_cost_return": v("tlsprof_probe_hit_cost_seconds", probe="uretprobe"),
         "errors": {l["kind"]: val for n, l, val in s if n == "tlsprof_kernel_errors_total" and val},
         "mode": {l["mode"] for n, l, val in s if n == "tlsprof_mode_info"},
         "sampled": {l["figure"] for n, l, val in s if n == "tlsprof_sampled_figure_info"},
@@ -176,6 +178,14 @@ def test_exact_times_every_handshake(workdir):
             assert f1["duty"] == 1.0, f1
             # about five hits per connection: two handshake calls (entry and return), SSL_free
             assert 4 * d["ok"] <= d["hits"] <= 7 * d["ok"], d
+            # The cost: each hit's trap at one of the calibrated costs, plus the programs' own
+            # run time, which they time themselves: a return program reads the configuration
+            # and emits the event (~1 us here), an entry one looks up and stores its thread.
+            costs = [f1["hit_cost"], f1["hit_cost_emulated"], f1["hit_cost_return"]]
+            per_hit = d["probe_program"] / d["hits"]
+            assert 50e-9 < per_hit < 50e-6, f"the probe programs ran {per_hit * 1e9:.0f} ns a hit: {d}"
+            traps = d["probe_cpu"] - d["probe_program"]
+            assert d["hits"] * min(costs) * 0.999 <= traps <= d["hits"] * max(costs) * 1.001, (costs, d)
             # what the budget of the test above would not have allowed
             assert d["probe_cpu"] / 12 > BUDGET, f"--exact probes cost {d['probe_cpu'] / 12:.2%} of a CPU: {d}"
     finally:

@@ -1,6 +1,7 @@
 //! The overhead budget in the default mode: each probed process's handshake probes are
 //! attached and detached as its duty cycle says (the arithmetic: duty.rs), from the hits
-//! the kernel counts and the cost of one hit measured at start (bpf/calib.rs); what they
+//! the kernel counts, the cost of one trap measured at start (bpf/calib.rs) and the probe
+//! programs' own run time, which they time themselves (hs_hits.prog_ns); what they
 //! cost is exported (tlsprof_probe_hits_total, tlsprof_probe_cpu_seconds_total,
 //! tlsprof_probe_duty_cycle).
 use std::{collections::BTreeMap, path::PathBuf, time::Instant};
@@ -32,8 +33,8 @@ pub struct Probes {
     /// connection accepted before that may have had calls they missed.
     pub window_start_ns: u64,
     /// Hit counters (hs_hits) already exported.
-    hits_seen: (u64, u64),
-    /// The probes' CPU cost so far (hits x the cost of one hit).
+    hits_seen: (u64, u64, u64),
+    /// The probes' CPU cost so far (hits x the cost of one trap, plus their programs' run time).
     probe_cpu: f64,
     /// When they were handed to the detacher thread.
     detach_sent: Option<Instant>,
@@ -55,7 +56,7 @@ impl Probes {
             links,
             duty,
             window_start_ns: now_ns,
-            hits_seen: (0, 0),
+            hits_seen: (0, 0, 0),
             probe_cpu: 0.0,
             detach_sent: None,
             stepped,
@@ -123,13 +124,19 @@ impl Budget {
                 continue; // no handshake probes: no hits to read
             };
             let hits = k.hits(pid);
-            let (de, dr) = (
+            let (de, dr, dns) = (
                 hits.entries.saturating_sub(p.hits_seen.0),
                 hits.returns.saturating_sub(p.hits_seen.1),
+                hits.prog_ns.saturating_sub(p.hits_seen.2),
             );
-            p.hits_seen = (hits.entries.max(p.hits_seen.0), hits.returns.max(p.hits_seen.1));
+            p.hits_seen = (
+                hits.entries.max(p.hits_seen.0),
+                hits.returns.max(p.hits_seen.1),
+                hits.prog_ns.max(p.hits_seen.2),
+            );
             let ce = if p.stepped { c.stepped } else { c.emulated };
-            let cpu = de as f64 * ce + dr as f64 * c.ret;
+            // The traps, as calibrated (with a no-op program), and the programs' own time.
+            let cpu = de as f64 * ce + dr as f64 * c.ret + dns as f64 * 1e-9;
             p.probe_cpu += cpu;
             if de + dr > 0 {
                 let c = CommLabels {
@@ -137,6 +144,7 @@ impl Budget {
                 };
                 m.probe_hits.get_or_create(&c).inc_by(de + dr);
                 m.probe_cpu.get_or_create(&c).inc_by(cpu);
+                m.probe_program.get_or_create(&c).inc_by(dns as f64 * 1e-9);
             }
             let total = p.probe_cpu;
             let Some(d) = p.duty.as_mut() else { continue };

@@ -3,8 +3,10 @@
 //!
 //! Each process runs in cycles of `CYCLE` (2 s). At the start of a cycle its probes are
 //! attached; while they are, the agent reads the process's hit counters (hs_hits) every
-//! few tens of milliseconds and turns them into CPU time with the cost of one hit measured
-//! on this host at start (`calibrate`). Once the probes have cost what the budget allows
+//! few tens of milliseconds and turns them into CPU time with the cost of one trap measured
+//! on this host at start (`calibrate`), plus the run time the probe programs measure of
+//! themselves (a handshake's return program, which reads the configuration and emits the
+//! event, runs about as long as its trap). Once the probes have cost what the budget allows
 //! for the whole cycle (budget × CYCLE of CPU time, less what they will still cost while
 //! they are being removed), they are detached until the next cycle. Under light load they
 //! stay attached all along (duty cycle 1); the busier the process, the shorter the window:

@@ -27,6 +27,8 @@ pub struct hs_event {
 pub struct hs_hits {
     pub entries: u64,
     pub returns: u64,
+    /// The probe programs' own run time, ns (the traps' cost is calibrated instead).
+    pub prog_ns: u64,
 }
 
 #[repr(C)]

@@ -81,7 +81,7 @@ mod layout_tests {
                 end_ns
             }
         );
-        rust_layout!(rust, hs_hits { entries, returns });
+        rust_layout!(rust, hs_hits { entries, returns, prog_ns });
         rust_layout!(
             rust,
             req_ctl {

@@ -301,8 +301,15 @@ pub const PROBE_CPU: Def<CommLabels> = Def::new(
     "probe_cpu",
     Counter,
     Some(Seconds),
-    "CPU time the handshake probes cost the traced processes: hits times the cost of one hit measured on \
-     this host at start",
+    "CPU time the handshake probes cost the traced processes: hits times the cost of one trap measured on \
+     this host at start, plus the probe programs' own run time",
+);
+pub const PROBE_PROGRAM: Def<CommLabels> = Def::new(
+    "probe_program",
+    Counter,
+    Some(Seconds),
+    "Of tlsprof_probe_cpu_seconds_total: the probe programs' own run time, which they time themselves \
+     (the rest is the traps, at the cost measured at start)",
 );
 pub const PROBE_HIT_COST: Def<ProbeLabels> = Def::new(
     "probe_hit_cost",
@@ -373,6 +380,7 @@ pub const ALL: &[&Spec] = &[
     &PROBE_DUTY_CYCLE.spec,
     &PROBE_HITS.spec,
     &PROBE_CPU.spec,
+    &PROBE_PROGRAM.spec,
     &PROBE_HIT_COST.spec,
     &KERNEL_HOOK_INFO.spec,
     &TABLE_FULL.spec,
