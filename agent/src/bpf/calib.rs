@@ -1,5 +1,6 @@
-//! What one probe hit costs on this host, measured at start (the overhead budget turns
-//! hits into CPU with it): the agent attaches calib.bpf.h's no-op programs to functions of
+//! What the trap of one probe hit costs on this host, measured at start (the overhead
+//! budget turns hits into CPU with it, and adds the run time the handshake programs measure
+//! of themselves where they run): the agent attaches calib.bpf.h's no-op programs to functions of
 //! its own and times calls with and without them. Two kinds of entry hit: on an instruction
 //! the kernel single-steps (a second exception), and on a branch it emulates (where the
 //! handshake probes are placed when they can be: discovery/handshake/entry.rs).
