@@ -10,7 +10,8 @@
 //! for the whole cycle (budget × CYCLE of CPU time, less what they will still cost while
 //! they are being removed), they are detached until the next cycle. Under light load they
 //! stay attached all along (duty cycle 1); the busier the process, the shorter the window:
-//! at ~2,000 handshakes/s on a VM whose trap costs ~12 µs, ~0.15 s every 2 s. The cycle is
+//! at ~1,200 handshakes/s on this VM (~1.9 µs a hit, traps and programs, 5 hits a
+//! handshake), ~0.8 s every 2 s at the default budget. The cycle is
 //! short so that any window a user looks at (2 s and more) holds at most about one cycle's
 //! allowance: a long cycle spent its whole allowance in its first second or two. Where even
 //! the shortest window and its removal cost more than one cycle's allowance (a busy

@@ -81,7 +81,14 @@ mod layout_tests {
                 end_ns
             }
         );
-        rust_layout!(rust, hs_hits { entries, returns, prog_ns });
+        rust_layout!(
+            rust,
+            hs_hits {
+                entries,
+                returns,
+                prog_ns
+            }
+        );
         rust_layout!(
             rust,
             req_ctl {
