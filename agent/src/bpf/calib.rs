@@ -4,14 +4,23 @@
 //! its own and times calls with and without them. Two kinds of entry hit: on an instruction
 //! the kernel single-steps (a second exception), and on a branch it emulates (where the
 //! handshake probes are placed when they can be: discovery/handshake/entry.rs).
-use std::{path::PathBuf, time::Duration};
+//!
+//! Each timed call comes after the agent has read through a buffer larger than a core's
+//! caches (`EVICT_BYTES`), as a server's handshake call comes after its own work: a trap
+//! timed in a hot loop costs a third of what it costs in a busy server. Measured on nginx
+//! (perf, `--exact`, 2026-11-24): an emulated entry trap 2.74 µs and a return 0.98 µs in the
+//! worker; 0.75 and 0.83 µs in a hot loop; 2.1-2.4 and 1.1-1.4 µs after the read-through.
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, Result};
 
 use super::loader::Kernel;
-use crate::{clock::thread_cpu, discovery::maps};
+use crate::discovery::maps;
 
-/// Calibration targets: never inlined, so that every call from `time_calls` runs their
+/// Calibration targets: never inlined, so that every call from `time_cold_calls` runs their
 /// first instruction and returns through its return address. `calib_entry` gets an entry
 /// probe, `calib_both` an entry and a return probe, `calib_plain` none.
 macro_rules! calibration_target {
@@ -50,16 +59,48 @@ pub struct HitCost {
 
 pub type Target = extern "C" fn(u64) -> u64;
 
-/// CPU time of `n` calls of a calibration target on this thread.
-pub fn time_calls(f: Target, n: u64) -> Duration {
-    let f: Target = std::hint::black_box(f);
-    let t0 = thread_cpu();
+/// What is read through before each timed call: more than a core's own caches (L1, L2) and
+/// a good part of a shared L3, so that the trap's code and data come from where a busy
+/// server's would.
+pub const EVICT_BYTES: usize = 8 << 20;
+
+/// The time of one call of each calibration target: the median of `n` calls of each on
+/// this thread, made in turns (one of each per round, so that all see the same moments of
+/// the host), each timed alone after `evict` was read through (one word per cache line).
+/// Wall time, but the median of short calls leaves out the few that an interrupt or a
+/// preemption lengthened.
+pub fn time_cold_calls<const K: usize>(fs: [Target; K], n: usize, evict: &[u64]) -> [Duration; K] {
+    let fs = std::hint::black_box(fs);
+    let mut times = vec![Vec::with_capacity(n); K];
     let mut acc = 0u64;
-    for i in 0..n {
-        acc = acc.wrapping_add(f(i));
+    for i in 0..n.max(1) {
+        for (f, t) in fs.iter().zip(times.iter_mut()) {
+            for w in evict.iter().step_by(64 / std::mem::size_of::<u64>()) {
+                // SAFETY: `w` is a reference into `evict`; a volatile read keeps the loop
+                acc = acc.wrapping_add(unsafe { std::ptr::read_volatile(w) });
+            }
+            let t0 = Instant::now();
+            acc = acc.wrapping_add(f(i as u64));
+            t.push(t0.elapsed());
+        }
     }
     std::hint::black_box(acc);
-    thread_cpu().saturating_sub(t0)
+    times.map_median()
+}
+
+trait Medians<const K: usize> {
+    fn map_median(self) -> [Duration; K];
+}
+
+impl<const K: usize> Medians<K> for Vec<Vec<Duration>> {
+    fn map_median(self) -> [Duration; K] {
+        let mut out = [Duration::ZERO; K];
+        for (o, mut t) in out.iter_mut().zip(self) {
+            t.sort_unstable();
+            *o = t[t.len() / 2];
+        }
+        out
+    }
 }
 
 /// The file offset of a function of the agent in its executable, from where it is mapped
@@ -72,8 +113,7 @@ pub fn target_location(f: Target) -> Option<(PathBuf, u64)> {
 }
 
 /// The cost of one hit from timings of `n` calls without probes, with an entry probe, with
-/// entry and return probes, and with an entry probe on an emulated branch (the smallest of
-/// several rounds of each: noise only adds).
+/// entry and return probes, and with an entry probe on an emulated branch.
 pub fn hit_costs(n: u64, none: Duration, entry: Duration, both: Duration, branch: Duration) -> HitCost {
     let per = |d: Duration| d.as_secs_f64() / n as f64;
     HitCost {
@@ -87,10 +127,10 @@ impl Kernel {
     /// What a uprobe hit (of each kind) and a uretprobe hit cost on this host, in CPU
     /// seconds: the agent calls four functions of its own, one without a probe, one with an
     /// entry probe, one with an entry and a return probe, one with an entry probe on a jump,
-    /// in rounds (the fastest round of each counts: noise only adds), then detaches them on
-    /// the detacher thread.
+    /// each call after a read-through of `EVICT_BYTES` (the median call of each counts; ~0.1 s
+    /// in all here), then detaches them on the detacher thread.
     pub fn calibrate(&mut self) -> Result<HitCost> {
-        const N: u64 = 2000;
+        const N: usize = 201;
         let pid = std::process::id();
         let (exe, entry_off) =
             target_location(tlsprof_calib_entry).context("the agent's own code is not mapped from a file")?;
@@ -104,18 +144,28 @@ impl Kernel {
             links.push(self.attach_uprobe("calib_entry", branch_off, &exe, pid)?);
             Ok(())
         })();
-        let mut best = [Duration::MAX; 4];
+        let mut t = [Duration::ZERO; 4];
         if attached.is_ok() {
-            for _ in 0..4 {
-                best[0] = best[0].min(time_calls(tlsprof_calib_plain, N));
-                best[1] = best[1].min(time_calls(tlsprof_calib_entry, N));
-                best[2] = best[2].min(time_calls(tlsprof_calib_both, N));
-                best[3] = best[3].min(time_calls(tlsprof_calib_branch, N));
-            }
+            let evict = vec![1u64; EVICT_BYTES / std::mem::size_of::<u64>()];
+            let started = Instant::now();
+            t = time_cold_calls(
+                [
+                    tlsprof_calib_plain,
+                    tlsprof_calib_entry,
+                    tlsprof_calib_both,
+                    tlsprof_calib_branch,
+                ],
+                N,
+                &evict,
+            );
+            log::debug!(
+                "calibration calls (none, entry, entry and return, emulated entry): {t:?} in {:?}",
+                started.elapsed()
+            );
         }
         self.detach_later(0, links);
         attached?;
-        Ok(hit_costs(N, best[0], best[1], best[2], best[3]))
+        Ok(hit_costs(1, t[0], t[1], t[2], t[3]))
     }
 }
 
@@ -143,7 +193,7 @@ mod tests {
         let (path, a) = target_location(tlsprof_calib_entry).expect("the agent's own code is mapped");
         let (_, b) = target_location(tlsprof_calib_both).unwrap();
         assert!(path.exists() && a > 0 && a != b, "{path:?} {a:#x} {b:#x}");
-        assert!(time_calls(tlsprof_calib_plain, 1000) < Duration::from_secs(1));
+        assert!(time_cold_calls([tlsprof_calib_plain], 11, &[0u64; 4096])[0] < Duration::from_secs(1));
         // the jump target computes what its kind does
         assert_eq!(tlsprof_calib_branch(2), 19);
         #[cfg(target_arch = "x86_64")]

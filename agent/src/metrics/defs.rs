@@ -315,7 +315,7 @@ pub const PROBE_HIT_COST: Def<ProbeLabels> = Def::new(
     "probe_hit_cost",
     Gauge,
     Some(Seconds),
-    "CPU time of one probe hit on this host, measured at start (probe: uprobe, on an instruction the kernel \
+    "CPU time of one probe hit on this host, measured at start with cold caches (probe: uprobe, on an instruction the kernel \
      single-steps; uprobe_emulated, on a jump it emulates; uretprobe)",
 );
 
