@@ -13,6 +13,7 @@ use super::{
 use crate::{
     bpf::{
         calib::HitCost,
+        handshake::hs_hits,
         loader::Kernel,
         uprobes::{is_return_probe, Link},
     },
@@ -32,8 +33,8 @@ pub struct Probes {
     /// When the probes were last attached (bpf_ktime_get_ns clock): a handshake on a
     /// connection accepted before that may have had calls they missed.
     pub window_start_ns: u64,
-    /// Hit counters (hs_hits) already exported.
-    hits_seen: (u64, u64, u64),
+    /// Hit counters (hs_hits) already exported: the highest read of each.
+    hits_seen: hs_hits,
     /// The probes' CPU cost so far (hits x the cost of one trap, plus their programs' run time).
     probe_cpu: f64,
     /// When they were handed to the detacher thread.
@@ -56,7 +57,7 @@ impl Probes {
             links,
             duty,
             window_start_ns: now_ns,
-            hits_seen: (0, 0, 0),
+            hits_seen: hs_hits::default(),
             probe_cpu: 0.0,
             detach_sent: None,
             stepped,
@@ -124,19 +125,19 @@ impl Budget {
                 continue; // no handshake probes: no hits to read
             };
             let hits = k.hits(pid);
+            let seen = &mut p.hits_seen;
             let (de, dr, dns) = (
-                hits.entries.saturating_sub(p.hits_seen.0),
-                hits.returns.saturating_sub(p.hits_seen.1),
-                hits.prog_ns.saturating_sub(p.hits_seen.2),
+                hits.entries.saturating_sub(seen.entries),
+                hits.returns.saturating_sub(seen.returns),
+                hits.prog_ns.saturating_sub(seen.prog_ns),
             );
-            p.hits_seen = (
-                hits.entries.max(p.hits_seen.0),
-                hits.returns.max(p.hits_seen.1),
-                hits.prog_ns.max(p.hits_seen.2),
-            );
+            seen.entries = seen.entries.max(hits.entries);
+            seen.returns = seen.returns.max(hits.returns);
+            seen.prog_ns = seen.prog_ns.max(hits.prog_ns);
             let ce = if p.stepped { c.stepped } else { c.emulated };
             // The traps, as calibrated (with a no-op program), and the programs' own time.
-            let cpu = de as f64 * ce + dr as f64 * c.ret + dns as f64 * 1e-9;
+            let programs = dns as f64 * 1e-9;
+            let cpu = de as f64 * ce + dr as f64 * c.ret + programs;
             p.probe_cpu += cpu;
             if de + dr > 0 {
                 let c = CommLabels {
@@ -144,7 +145,7 @@ impl Budget {
                 };
                 m.probe_hits.get_or_create(&c).inc_by(de + dr);
                 m.probe_cpu.get_or_create(&c).inc_by(cpu);
-                m.probe_program.get_or_create(&c).inc_by(dns as f64 * 1e-9);
+                m.probe_program.get_or_create(&c).inc_by(programs);
             }
             let total = p.probe_cpu;
             let Some(d) = p.duty.as_mut() else { continue };

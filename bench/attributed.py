@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""What tlsprof's kernel-side code costs inside the server, window by window, from the
+server's own call stacks (perf): the direct measure that bench/overhead.py's A/B ratio
+cannot resolve on a shared VM, where runs without tlsprof differ by ±20% from one 30 s run
+to the next.
+
+One nginx worker (ECDSA P-256, TLS 1.3) pinned to CPU 0, ab on CPU 1 with a new TLS
+connection per request (`--workload keepalive`: ab -k). perf samples every CPU at --hz with
+kernel call stacks (`perf record -a -g -k CLOCK_MONOTONIC`) from --lead s before tlsprof
+attaches until --seconds after. Each sample of the worker is classed by its kernel stack:
+  probes      - a uprobe or uretprobe hit: the trap (asm_exc_int3, the uretprobe trampoline)
+                and the handshake programs it runs
+  tracepoints - tlsprof's programs on kernel tracepoints (bpf_prog_* under bpf_trace_run*)
+  rest        - the server's own work
+Time 0 is the moment `tlsprof run` is started (what a user calls attaching: the agent loads
+its programs, calibrates, and attaches within the first second; its ready file lists the
+worker after its first scan). Per window length (2, 4, 10,
+30 s, starting 0, 1, 2 ... s after attach), the share of the worker's samples in tlsprof's
+code: the worst window, the first 10 s and the whole run, each the median over --runs runs
+(and their range), and in the --lead s before it starts (a control: it must read 0).
+Not in it: what tlsprof costs the server indirectly (caches its programs evict), and the
+agent's own process (bench/overhead.py reports its CPU).
+Usage: bench/attributed.py [--runs N] [--seconds S] [--modes default,exact,min-budget]
+Needs perf (Debian: linux-perf).
+"""
+import argparse
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from overhead import CLIENT_PIN, PIN, WORKLOADS, Attached  # noqa: E402
+from harness.servers import Nginx  # noqa: E402
+
+MODES = {"default": "--comm nginx", "exact": "--comm nginx --exact",
+         "min-budget": "--comm nginx --overhead-budget 0.001%"}
+WINDOWS = (2, 4, 10, 30)
+PROBE = re.compile(r"asm_exc_int3|uprobe|uretprobe")
+TRACEPOINT = re.compile(r"bpf_prog_|bpf_trace_run")
+
+
+def samples(data: Path, worker: int) -> list[tuple[float, str]]:
+    """(CLOCK_MONOTONIC time, class) of every sample of the worker."""
+    out = subprocess.run(["perf", "script", "-i", str(data), "--tid", str(worker), "-F", "tid,time,ip,sym"],
+                         capture_output=True, text=True, check=True).stdout
+    got = []
+    for block in out.split("\n\n"):
+        lines = block.strip().splitlines()
+        if not lines:
+            continue
+        head = lines[0].split()
+        t = float(head[1].rstrip(":"))
+        stack = " ".join(lines[1:])
+        kind = "probes" if PROBE.search(stack) else "tracepoints" if TRACEPOINT.search(stack) else "rest"
+        got.append((t, kind))
+    return got
+
+
+def shares(got, t0: float, start: float, length: float) -> tuple[float, float, float]:
+    """(probes, tracepoints, samples) in [t0 + start, t0 + start + length)."""
+    part = [k for t, k in got if t0 + start <= t < t0 + start + length]
+    n = max(1, len(part))
+    return part.count("probes") / n, part.count("tracepoints") / n, len(part)
+
+
+def one_run(nginx, worker, mode, args, work: Path):
+    flags, path = WORKLOADS[args.workload]
+    ab = subprocess.Popen([*CLIENT_PIN, "ab", "-q", "-t", str(2 * args.lead + args.seconds + 30), "-n", "10000000",
+                           "-s", "30", *flags, f"https://127.0.0.1:{nginx.port}{path}"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    data = work / "perf.data"
+    try:
+        time.sleep(args.lead)
+        perf = subprocess.Popen(["perf", "record", "-a", "-g", "-k", "CLOCK_MONOTONIC", "-F", str(args.hz),
+                                 "-o", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(args.lead)
+        t0 = time.monotonic()
+        with Attached(MODES[mode], worker):
+            ready = time.monotonic() - t0
+            time.sleep(max(0.0, t0 + args.seconds - time.monotonic()))
+        perf.send_signal(2)
+        perf.wait(timeout=60)
+    finally:
+        ab.terminate()
+        ab.wait(timeout=30)
+    got = samples(data, worker)
+    data.unlink()
+    return got, t0, ready
+
+
+def fmt(values):
+    vals = [100 * v for v in values]
+    return f"{statistics.median(vals):.2f}% ({min(vals):.2f}-{max(vals):.2f})"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--lead", type=float, default=2, help="seconds of load before perf, and of perf before attach")
+    ap.add_argument("--hz", type=int, default=2999)
+    ap.add_argument("--modes", default="default,exact,min-budget")
+    ap.add_argument("--workload", default="handshake", choices=["handshake", "keepalive", "keepalive-4k"])
+    args = ap.parse_args()
+    if not shutil.which("perf"):
+        raise SystemExit("bench: perf is not installed (Debian: apt-get install linux-perf)")
+    work = Path(tempfile.mkdtemp(prefix="tlsprof-attributed-"))
+    www = work / "www"
+    www.mkdir()
+    (www / "4k").write_bytes(b"x" * 4096)
+    (www / "4k").chmod(0o644)
+    work.chmod(0o755)
+    nginx = Nginx(work, workers=1, extra_server="ssl_protocols TLSv1.3; keepalive_requests 100000; "
+                  f"location = /4k {{ alias {www}/4k; }}", extra_main="worker_cpu_affinity 01;" if PIN else "")
+    (worker,) = nginx.workers()
+    modes = args.modes.split(",")
+    rows = {m: [] for m in modes}
+    try:
+        for r in range(args.runs):
+            for mode in modes:
+                got, t0, ready = one_run(nginx, worker, mode, args, work)
+                rows[mode].append((got, t0))
+                p, tp, n = shares(got, t0, 0, args.seconds)
+                pre = shares(got, t0, -args.lead, args.lead)
+                print(f"  run {r + 1} {mode:<11} whole: probes {100 * p:.2f}% tracepoints {100 * tp:.2f}% "
+                      f"of {n} samples; before start {100 * (pre[0] + pre[1]):.2f}% of {pre[2]}; attached after {ready:.2f} s",
+                      flush=True)
+    finally:
+        nginx.stop()
+    print(f"\ntlsprof's code in the nginx worker (perf -F {args.hz}, kernel stacks), {args.workload}: "
+          f"share of the worker's samples, median of {args.runs} runs (range); 'worst N s' is the N-second window, "
+          "of those starting 0, 1, 2 ... s after `tlsprof run` starts, whose median is highest")
+    print(f"| arm | part | before start | first 10 s | {' | '.join(f'worst {w} s' for w in WINDOWS)} | whole run |")
+    print("|---|---|---|---|" + "---|" * len(WINDOWS) + "---|")
+    for mode in modes:
+        runs = rows[mode]
+        for part, pick in (("probes + tracepoints", lambda s: s[0] + s[1]), ("probes", lambda s: s[0]),
+                           ("tracepoints", lambda s: s[1])):
+            before = [pick(shares(g, t0, -args.lead, args.lead)) for g, t0 in runs]
+            first = [pick(shares(g, t0, 0, 10)) for g, t0 in runs]
+            whole = [pick(shares(g, t0, 0, args.seconds)) for g, t0 in runs]
+            worst = []
+            for w in WINDOWS:
+                if w > args.seconds:
+                    worst.append("")
+                    continue
+                best = None
+                for start in range(0, int(args.seconds - w) + 1):
+                    vals = [pick(shares(g, t0, start, w)) for g, t0 in runs]
+                    if best is None or statistics.median(vals) > statistics.median(best[1]):
+                        best = (start, vals)
+                worst.append(f"{fmt(best[1])} at {best[0]} s")
+            print(f"| tlsprof-{mode} | {part} | {fmt(before)} | {fmt(first)} | {' | '.join(worst)} | {fmt(whole)} |")
+
+
+if __name__ == "__main__":
+    main()
