@@ -68,12 +68,18 @@ pub const EVICT_BYTES: usize = 8 << 20;
 /// this thread, made in turns (one of each per round, so that all see the same moments of
 /// the host), each timed alone after `evict` was read through (one word per cache line).
 /// Wall time, but the median of short calls leaves out the few that an interrupt or a
-/// preemption lengthened.
-pub fn time_cold_calls<const K: usize>(fs: [Target; K], n: usize, evict: &[u64]) -> [Duration; K] {
+/// preemption lengthened. Rounds stop early, after `MIN_ROUNDS`, once `limit` has passed
+/// (a slow or emulated host: tlsprof's start is not held up).
+pub fn time_cold_calls<const K: usize>(fs: [Target; K], n: usize, evict: &[u64], limit: Duration) -> [Duration; K] {
+    const MIN_ROUNDS: usize = 21;
     let fs = std::hint::black_box(fs);
     let mut times = vec![Vec::with_capacity(n); K];
     let mut acc = 0u64;
+    let started = Instant::now();
     for i in 0..n.max(1) {
+        if i >= MIN_ROUNDS && started.elapsed() > limit {
+            break;
+        }
         for (f, t) in fs.iter().zip(times.iter_mut()) {
             for w in evict.iter().step_by(64 / std::mem::size_of::<u64>()) {
                 // SAFETY: `w` is a reference into `evict`; a volatile read keeps the loop
@@ -128,7 +134,7 @@ impl Kernel {
     /// seconds: the agent calls four functions of its own, one without a probe, one with an
     /// entry probe, one with an entry and a return probe, one with an entry probe on a jump,
     /// each call after a read-through of `EVICT_BYTES` (the median call of each counts; ~0.1 s
-    /// in all here), then detaches them on the detacher thread.
+    /// in all here, at most ~0.4 s on a slow host), then detaches them on the detacher thread.
     pub fn calibrate(&mut self) -> Result<HitCost> {
         const N: usize = 201;
         let pid = std::process::id();
@@ -157,6 +163,7 @@ impl Kernel {
                 ],
                 N,
                 &evict,
+                Duration::from_millis(400),
             );
             log::debug!(
                 "calibration calls (none, entry, entry and return, emulated entry): {t:?} in {:?}",
@@ -193,7 +200,10 @@ mod tests {
         let (path, a) = target_location(tlsprof_calib_entry).expect("the agent's own code is mapped");
         let (_, b) = target_location(tlsprof_calib_both).unwrap();
         assert!(path.exists() && a > 0 && a != b, "{path:?} {a:#x} {b:#x}");
-        assert!(time_cold_calls([tlsprof_calib_plain], 11, &[0u64; 4096])[0] < Duration::from_secs(1));
+        assert!(
+            time_cold_calls([tlsprof_calib_plain], 11, &[0u64; 4096], Duration::from_secs(1))[0]
+                < Duration::from_secs(1)
+        );
         // the jump target computes what its kind does
         assert_eq!(tlsprof_calib_branch(2), 19);
         #[cfg(target_arch = "x86_64")]
