@@ -9,7 +9,7 @@
 //! caches (`EVICT_BYTES`), as a server's handshake call comes after its own work: a trap
 //! timed in a hot loop costs a third of what it costs in a busy server. Measured on nginx
 //! (perf, `--exact`, 2026-11-24): an emulated entry trap 2.74 µs and a return 0.98 µs in the
-//! worker; 0.75 and 0.83 µs in a hot loop; 2.1-2.4 and 1.1-1.4 µs after the read-through.
+//! worker; 0.75 and 0.83 µs in a hot loop; 2.1-3.0 and 1.1-1.3 µs after an 8 MiB read-through.
 use std::{
     path::PathBuf,
     time::{Duration, Instant},
