@@ -34,36 +34,24 @@ struct ProcState {
     by_prim: HashMap<Prim, u64>,
     samples: u64,
     /// The handshake probes are attached now (the overhead budget detaches them for part
-    /// of each cycle), since when, and for how long during this split's second.
+    /// of each cycle).
     probes_on: bool,
-    changed: Instant,
-    on_in_tick: Duration,
-    tick_start: Instant,
-    /// This second's samples by the category they would have without the handshake flag:
-    /// all of them, and those inside a handshake call.
+    /// This second's samples taken while the probes were attached, by the category they
+    /// would have without the handshake flag: all of them, and those inside a handshake call.
     under_all: HashMap<Category, u64>,
     under_hs: HashMap<Category, u64>,
-    /// The same over recent seconds with the probes attached throughout (decaying): the
-    /// share of each category's samples that are handshake work, for the seconds without.
+    /// This second's samples taken while the probes were away, by category.
+    off: HashMap<Category, u64>,
+    /// The same over recent seconds (decaying): the share of each category's samples that
+    /// are handshake work while the probes are attached, for the samples taken without.
     learned_all: HashMap<Category, f64>,
     learned_hs: HashMap<Category, f64>,
 }
 
-impl ProcState {
-    /// How long the handshake probes have been attached since this split's second began.
-    fn probes_on_in_tick(&self, now: Instant) -> Duration {
-        let current = if self.probes_on {
-            now.saturating_duration_since(self.changed.max(self.tick_start))
-        } else {
-            Duration::ZERO
-        };
-        self.on_in_tick + current
-    }
-}
-
 /// Categories whose samples may hide handshake work while the probes are away.
 const HIDES_HANDSHAKE: [Category; 3] = [Category::Crypto, Category::KernelNet, Category::Other];
-/// Weight kept from earlier seconds in the learned shares, per second with the probes on.
+/// Weight kept from earlier seconds in the learned shares, per second with samples taken
+/// while the probes were attached.
 const LEARN_DECAY: f64 = 0.8;
 /// (process name, library, symbols) triples remembered as exported in
 /// tlsprof_tls_library_info, at most; beyond, one is exported again at each attach,
@@ -159,11 +147,9 @@ impl Profiler {
                 by_prim: HashMap::new(),
                 samples: 0,
                 probes_on: false,
-                changed: Instant::now(),
-                on_in_tick: Duration::ZERO,
-                tick_start: Instant::now(),
                 under_all: HashMap::new(),
                 under_hs: HashMap::new(),
+                off: HashMap::new(),
                 learned_all: HashMap::new(),
                 learned_hs: HashMap::new(),
             },
@@ -181,14 +167,14 @@ impl Profiler {
 
     /// The handshake probes of a process were attached (on) or detached.
     pub fn set_probes(&mut self, pid: u32, on: bool) {
-        let Some(st) = self.procs.get_mut(&pid) else { return };
-        if st.probes_on == on {
+        if self.procs.get(&pid).is_none_or(|st| st.probes_on == on) {
             return;
         }
-        let now = Instant::now();
-        st.on_in_tick = st.probes_on_in_tick(now);
-        st.probes_on = on;
-        st.changed = now;
+        // the samples so far were taken in the state that ends now
+        self.drain();
+        if let Some(st) = self.procs.get_mut(&pid) {
+            st.probes_on = on;
+        }
     }
 
     /// Stops accounting a process (it exited or exec'd), after a last split with its
@@ -248,9 +234,13 @@ impl Profiler {
         }
         let st = self.procs.get_mut(&s.tgid).expect("looked up above");
         *st.by_category.entry(v.category).or_default() += 1;
-        *st.under_all.entry(under.unwrap_or(v.category)).or_default() += 1;
-        if let Some(u) = under {
-            *st.under_hs.entry(u).or_default() += 1;
+        if st.probes_on {
+            *st.under_all.entry(under.unwrap_or(v.category)).or_default() += 1;
+            if let Some(u) = under {
+                *st.under_hs.entry(u).or_default() += 1;
+            }
+        } else {
+            *st.off.entry(v.category).or_default() += 1;
         }
         if v.prim != Prim::None {
             *st.by_prim.entry(v.prim).or_default() += 1;
@@ -279,21 +269,10 @@ impl Profiler {
             self.metrics.process_cpu.get_or_create(&comm).inc_by(delta as f64 / 1e9);
         }
         st.unsplit_ns += delta;
-        // the share of this second with the handshake probes attached
-        let now = Instant::now();
-        let span = now.saturating_duration_since(st.tick_start);
-        let on = st.probes_on_in_tick(now);
-        let on_share = if span.is_zero() {
-            st.probes_on as u8 as f64
-        } else {
-            (on.as_secs_f64() / span.as_secs_f64()).min(1.0)
-        };
-        st.tick_start = now;
-        st.on_in_tick = Duration::ZERO;
         if st.samples == 0 || st.unsplit_ns == 0 {
             return;
         }
-        let weights = hidden_handshake(st, on_share);
+        let weights = hidden_handshake(st);
         let per_sample = st.unsplit_ns as f64 / 1e9 / st.samples as f64;
         st.by_category.clear();
         for (cat, n) in weights {
@@ -335,25 +314,30 @@ fn first_export(exported: &mut HashSet<LibKey>, key: &LibKey) -> Option<bool> {
     Some(true)
 }
 
-/// A second's samples by category, with the handshake work hidden in the part of the
-/// second the probes were away moved to `handshake`: each category gives up the share of
-/// its samples that were handshake work in recent seconds with the probes attached. Seconds
-/// with the probes attached throughout teach those shares.
-fn hidden_handshake(st: &mut ProcState, on_share: f64) -> Vec<(Category, f64)> {
+/// A second's samples by category, with the handshake work hidden in the samples taken
+/// while the probes were away moved to `handshake`: each category gives up the share of
+/// those samples that was handshake work in the samples taken with the probes attached, in
+/// this and recent seconds (any part of a second with the probes attached teaches it: with
+/// the overhead budget's short windows a whole second attached is rare).
+fn hidden_handshake(st: &mut ProcState) -> Vec<(Category, f64)> {
     let under_all = std::mem::take(&mut st.under_all);
     let under_hs = std::mem::take(&mut st.under_hs);
+    let off = std::mem::take(&mut st.off);
     let mut w: HashMap<Category, f64> = st.by_category.iter().map(|(c, n)| (*c, *n as f64)).collect();
     if !st.probed {
         return w.into_iter().collect();
     }
-    if on_share >= 0.999 {
-        for c in HIDES_HANDSHAKE {
+    for c in HIDES_HANDSHAKE {
+        let (new_all, new_hs) = (
+            under_all.get(&c).copied().unwrap_or(0),
+            under_hs.get(&c).copied().unwrap_or(0),
+        );
+        if new_all > 0 {
             let all = st.learned_all.entry(c).or_default();
-            *all = *all * LEARN_DECAY + *under_all.get(&c).unwrap_or(&0) as f64;
+            *all = *all * LEARN_DECAY + new_all as f64;
             let hs = st.learned_hs.entry(c).or_default();
-            *hs = *hs * LEARN_DECAY + *under_hs.get(&c).unwrap_or(&0) as f64;
+            *hs = *hs * LEARN_DECAY + new_hs as f64;
         }
-        return w.into_iter().collect();
     }
     for c in HIDES_HANDSHAKE {
         let all = st.learned_all.get(&c).copied().unwrap_or(0.0);
@@ -361,8 +345,7 @@ fn hidden_handshake(st: &mut ProcState, on_share: f64) -> Vec<(Category, f64)> {
             continue;
         }
         let share = st.learned_hs.get(&c).copied().unwrap_or(0.0) / all;
-        let n = w.get(&c).copied().unwrap_or(0.0);
-        let moved = n * share * (1.0 - on_share);
+        let moved = off.get(&c).copied().unwrap_or(0) as f64 * share;
         if moved > 0.0 {
             *w.entry(c).or_default() -= moved;
             *w.entry(Category::Handshake).or_default() += moved;
