@@ -73,7 +73,7 @@ pub const EVICT_BYTES: usize = 8 << 20;
 pub fn time_cold_calls<const K: usize>(fs: [Target; K], n: usize, evict: &[u64], limit: Duration) -> [Duration; K] {
     const MIN_ROUNDS: usize = 21;
     let fs = std::hint::black_box(fs);
-    let mut times = vec![Vec::with_capacity(n); K];
+    let mut times: [Vec<Duration>; K] = std::array::from_fn(|_| Vec::with_capacity(n));
     let mut acc = 0u64;
     let started = Instant::now();
     for i in 0..n.max(1) {
@@ -91,22 +91,10 @@ pub fn time_cold_calls<const K: usize>(fs: [Target; K], n: usize, evict: &[u64],
         }
     }
     std::hint::black_box(acc);
-    times.map_median()
-}
-
-trait Medians<const K: usize> {
-    fn map_median(self) -> [Duration; K];
-}
-
-impl<const K: usize> Medians<K> for Vec<Vec<Duration>> {
-    fn map_median(self) -> [Duration; K] {
-        let mut out = [Duration::ZERO; K];
-        for (o, mut t) in out.iter_mut().zip(self) {
-            t.sort_unstable();
-            *o = t[t.len() / 2];
-        }
-        out
-    }
+    times.map(|mut t| {
+        t.sort_unstable();
+        t[t.len() / 2]
+    })
 }
 
 /// The file offset of a function of the agent in its executable, from where it is mapped
