@@ -10,11 +10,12 @@ import subprocess
 import tempfile
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from harness.agent import TLSPROF
+from harness.agent import TLSPROF, Agent
 from harness.clients import https_connections, keepalive_connections, resuming_connections
 from harness.procs import stop_pid
 from harness.servers import Nginx
@@ -71,11 +72,22 @@ class Report:
         return next(p for p in self.data["processes"] if p["comm"] == comm)
 
     def count(self, keep) -> float:
-        return sum(c["count"] for c in self.proc()["configs"] if keep(c))
+        return sum(c["handshakes"] for c in self.proc()["configs"] if keep(c))
 
     def mean_cpu(self, keep, comm: str = "nginx") -> float:
         cs = [c for c in self.proc(comm)["configs"] if keep(c)]
-        return sum(c["cpu_seconds"] for c in cs) / sum(c["count"] for c in cs)
+        return sum(c["cpu_seconds"] for c in cs) / sum(c["timed"] for c in cs)
+
+    def table(self, header: str) -> list[list[str]]:
+        """The rows of the Markdown table whose header row starts with `header`."""
+        lines = self.text.splitlines()
+        at = next(i for i, l in enumerate(lines) if l.startswith(header))
+        rows = []
+        for l in lines[at + 2:]:
+            if not l.startswith("|"):
+                break
+            rows.append([c.strip() for c in l.strip("|").split("|")])
+        return rows
 
 
 def per_window(f: dict, key: str, seconds: float) -> float:
@@ -176,6 +188,47 @@ def test_group_and_certificate(tmp_path):
     savings = [f["saving_cpu_cores"] for f in r.data["findings"] if f["saving_cpu_cores"] is not None]
     assert savings == sorted(savings, reverse=True)
     check_html_renders(r.html, expect_colours={"#d62728": 2000})
+
+
+def test_rates_count_every_handshake_under_a_duty_cycle(tmp_path):
+    """The default mode with the probes on a duty cycle well below 1 (an agent at a 0.1%
+    budget, read through --url): each configuration's rate counts every handshake, so the
+    per-configuration rates add up to the handshake rate and to the clients' own counts; the
+    cost beside it comes from the timed sample, which is a fraction of them."""
+    n = 800
+    srv = Nginx(tmp_path)
+    try:
+        with Agent("--pid", str(srv.pid), "--overhead-budget", "0.1%", scan_interval=1.0) as agent:
+            agent.wait_attached(srv.workers())
+
+            def load():
+                with ThreadPoolExecutor(2) as pool:
+                    done = [pool.submit(https_connections, srv.port, n, v, 2) for v in ("1.2", "1.3")]
+                    return [(d.result()["ok"], d.result()["failed"]) for d in done]
+
+            r = Report(srv.pid, load, seconds=15.0, extra=["--url", agent.url])
+    finally:
+        srv.stop()
+    assert r.client == [(n, 0), (n, 0)]
+    p = r.proc()
+    configs = p["configs"]
+    by_version = {}
+    for c in configs:
+        by_version[c["version"]] = by_version.get(c["version"], 0) + c["handshakes"]
+    assert by_version == {"TLSv1.2": n, "TLSv1.3": n}, configs
+    assert p["full"] + p["resumed"] == 2 * n
+    timed = sum(c["timed"] for c in configs)
+    # the duty cycle was below 1: the sample is a part of the handshakes, and the table's
+    # rates are not the sample's
+    assert 0 < timed < 0.9 * 2 * n, configs
+    rows = r.table("| Version | Group |")
+    assert len(rows) == len(configs), r.text
+    rate_sum = sum(float(row[5]) for row in rows)
+    assert abs(rate_sum - 2 * n / r.seconds) <= 0.05 * len(rows) + 1e-9, (rate_sum, r.text)
+    for c in configs:
+        if c["timed"]:
+            row = next(x for x in rows if x[0] == c["version"] and x[2] == c["cert"])
+            assert row[6] == f"{c['cpu_seconds'] / c['timed'] * 1e3:.3f} ms", (row, c)
 
 
 def test_keepalive_request_limit(tmp_path):
@@ -437,5 +490,5 @@ def test_group_and_certificate_on_other_stacks(tmp_path, module, version):
     assert round(per_window(c, "full_per_second", r.seconds)) == 60
     assert g["saving_cpu_cores"] > 0 and c["saving_cpu_cores"] > 0, r.text
     configs = r.proc("lighttpd")["configs"]
-    assert sum(x["count"] for x in configs) == 60 and all(x["cpu_seconds"] > 0 for x in configs), configs
+    assert sum(x["handshakes"] for x in configs) == 60 and all(x["cpu_seconds"] > 0 for x in configs), configs
     assert ("CPU per handshake: the kernel's estimate" in r.text) == (module == "nss"), r.text

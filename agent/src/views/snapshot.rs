@@ -121,8 +121,13 @@ pub struct Config {
     pub group: String,
     pub cert: String,
     pub resumed: bool,
-    /// Handshakes with a CPU measurement, and their summed CPU seconds.
-    pub count: f64,
+    /// Successful handshakes that negotiated it (tlsprof_handshakes_total: every one, in
+    /// every mode): the figure rates and shares come from.
+    pub handshakes: f64,
+    /// Of them, those with a CPU measurement (all with --exact; in the default mode those
+    /// in the overhead budget's windows), and their summed CPU seconds: the figure costs
+    /// come from.
+    pub timed: f64,
     pub cpu: f64,
 }
 
@@ -136,7 +141,7 @@ impl Config {
     }
 
     pub fn mean_cpu(&self) -> Option<f64> {
-        (self.count > 0.0).then(|| self.cpu / self.count)
+        (self.timed > 0.0).then(|| self.cpu / self.timed)
     }
 }
 
@@ -227,17 +232,28 @@ impl Proc {
             0.0
         }
     }
-    /// Mean CPU per handshake over the configurations that match.
+    /// Mean CPU per handshake over the timed handshakes of the configurations that match.
     pub fn mean_cpu(&self, keep: impl Fn(&Config) -> bool) -> Option<f64> {
         let (n, s) = self
             .configs
             .iter()
             .filter(|c| keep(c))
-            .fold((0.0, 0.0), |(n, s), c| (n + c.count, s + c.cpu));
+            .fold((0.0, 0.0), |(n, s), c| (n + c.timed, s + c.cpu));
         (n > 0.0).then(|| s / n)
     }
+    /// Successful handshakes of the configurations that match: every one (rates, shares).
     pub fn count(&self, keep: impl Fn(&Config) -> bool) -> f64 {
-        self.configs.iter().filter(|c| keep(c)).map(|c| c.count).sum::<f64>() + 0.0
+        self.configs
+            .iter()
+            .filter(|c| keep(c))
+            .map(|c| c.handshakes)
+            .sum::<f64>()
+            + 0.0
+        // an empty sum is -0.0
+    }
+    /// Of them, the timed ones: how much a mean cost rests on.
+    pub fn timed(&self, keep: impl Fn(&Config) -> bool) -> f64 {
+        self.configs.iter().filter(|c| keep(c)).map(|c| c.timed).sum::<f64>() + 0.0
         // an empty sum is -0.0
     }
     pub fn time_wait(&self) -> f64 {
@@ -261,6 +277,33 @@ pub struct Window {
 /// Keeps a process name when the filter is empty or names it.
 pub fn wanted(comms: &[String], comm: &str) -> bool {
     comms.is_empty() || comms.iter().any(|c| c == comm)
+}
+
+/// The configuration a handshake series' labels name, in a process's table.
+fn config<'a>(
+    configs: &'a mut BTreeMap<String, BTreeMap<ConfigKey, Config>>,
+    comm: &str,
+    s: &Sample,
+) -> &'a mut Config {
+    let key = (
+        s.label("version").to_string(),
+        s.label("cipher").to_string(),
+        s.label("group").to_string(),
+        s.label("cert").to_string(),
+        s.label("resumed") == "true",
+    );
+    configs
+        .entry(comm.to_string())
+        .or_default()
+        .entry(key.clone())
+        .or_insert_with(|| Config {
+            version: key.0,
+            cipher: key.1,
+            group: key.2,
+            cert: key.3,
+            resumed: key.4,
+            ..Default::default()
+        })
 }
 
 impl Window {
@@ -318,30 +361,15 @@ impl Window {
                     ("ok", _) => p.full += d,
                     _ => p.failed += d,
                 }
+                if s.label("result") == "ok" {
+                    config(&mut configs, comm, s).handshakes += d;
+                }
             } else if is(&defs::HANDSHAKE_CPU) && s.label("role") == "server" && !series("bucket") {
-                let key = (
-                    s.label("version").to_string(),
-                    s.label("cipher").to_string(),
-                    s.label("group").to_string(),
-                    s.label("cert").to_string(),
-                    s.label("resumed") == "true",
-                );
-                let c = configs
-                    .entry(comm.to_string())
-                    .or_default()
-                    .entry(key.clone())
-                    .or_insert_with(|| Config {
-                        version: key.0,
-                        cipher: key.1,
-                        group: key.2,
-                        cert: key.3,
-                        resumed: key.4,
-                        ..Default::default()
-                    });
+                let c = config(&mut configs, comm, s);
                 if series("sum") {
                     c.cpu += delta(s);
                 } else {
-                    c.count += delta(s);
+                    c.timed += delta(s);
                 }
             } else if is(&defs::PROCESS_CPU) {
                 p.process_cpu += delta(s);
@@ -374,7 +402,10 @@ impl Window {
         }
         for (comm, cs) in configs {
             if let Some(p) = procs.get_mut(&comm) {
-                p.configs = cs.into_values().filter(|c| c.count > 0.0).collect();
+                p.configs = cs
+                    .into_values()
+                    .filter(|c| c.handshakes > 0.0 || c.timed > 0.0)
+                    .collect();
             }
         }
         for p in procs.values_mut() {
@@ -439,7 +470,10 @@ mod tests {
         let p = w.proc("nginx").unwrap();
         assert_eq!((p.full, p.resumed, p.failed), (4.0, 0.0, 2.0));
         assert_eq!(p.configs.len(), 1);
-        assert_eq!(p.configs[0].count, 2.0);
+        // the rate from every handshake (4), the cost from the timed ones (2)
+        assert_eq!((p.configs[0].handshakes, p.configs[0].timed), (4.0, 2.0));
+        assert_eq!(p.count(|_| true), 4.0);
+        assert!((p.mean_cpu(|_| true).unwrap() - 0.003).abs() < 1e-12);
         assert!((p.configs[0].cpu - 0.006).abs() < 1e-12);
         let port = &p.ports["443"];
         assert_eq!((port.requests, port.ended, port.time_wait), (17.0, 4.0, 3.0));

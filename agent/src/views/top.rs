@@ -221,7 +221,7 @@ const CONFIG_WIDTHS: [u16; 7] = [8, 10, 11, 24, 3, 8, 8];
 
 fn config_rows(p: &Proc, secs: f64) -> Vec<[String; 7]> {
     let mut cs = p.configs.clone();
-    cs.sort_by(|a, b| b.count.total_cmp(&a.count));
+    cs.sort_by(|a, b| b.handshakes.total_cmp(&a.handshakes));
     cs.iter()
         .map(|c| {
             let (version, group, cert, cipher) = if c.unlabelled() {
@@ -240,7 +240,7 @@ fn config_rows(p: &Proc, secs: f64) -> Vec<[String; 7]> {
                 cert,
                 cipher,
                 if c.resumed { "yes" } else { "no" }.into(),
-                rate(c.count, secs),
+                rate(c.handshakes, secs),
                 c.mean_cpu()
                     .map(|m| format!("{:.3}", m * 1e3))
                     .unwrap_or_else(|| "-".into()),
@@ -424,7 +424,8 @@ mod tests {
             cipher: "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256".into(),
             group: "secp384r1".into(),
             cert: "ecdsa_p256".into(),
-            count: 1234.0,
+            handshakes: 1234.0,
+            timed: 1234.0,
             cpu: 1.0,
             ..Default::default()
         });
@@ -433,7 +434,8 @@ mod tests {
             cipher: "other".into(),
             group: "other".into(),
             cert: "other".into(),
-            count: 2.0,
+            handshakes: 2.0,
+            timed: 2.0,
             cpu: 0.001,
             ..Default::default()
         });

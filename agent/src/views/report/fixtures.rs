@@ -9,7 +9,8 @@ pub fn cfg(group: &str, cert: &str, cipher: &str, resumed: bool, count: f64, ms_
         group: group.into(),
         cert: cert.into(),
         resumed,
-        count,
+        handshakes: count,
+        timed: count,
         cpu: count * ms_each / 1e3,
     }
 }

@@ -150,13 +150,13 @@ fn measured_tables(p: &Proc, s: f64) -> String {
     if !p.configs.is_empty() {
         o.push_str("<table><tr><th>Configuration</th><th>Handshakes/s</th><th>CPU per handshake</th></tr>");
         let mut cs = p.configs.clone();
-        cs.sort_by(|a, b| b.count.total_cmp(&a.count));
+        cs.sort_by(|a, b| b.handshakes.total_cmp(&a.handshakes));
         for c in &cs {
             let _ = write!(
                 o,
                 "<tr><td>{}</td><td>{:.1}</td><td>{}</td></tr>",
                 esc(&config_label(c)),
-                c.count / s,
+                c.handshakes / s,
                 c.mean_cpu().map(ms).unwrap_or_default()
             );
         }

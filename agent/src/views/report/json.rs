@@ -45,7 +45,10 @@ struct ConfigJson<'a> {
     group: &'a str,
     cert: &'a str,
     resumed: bool,
-    count: f64,
+    /// Every successful handshake with these parameters.
+    handshakes: f64,
+    /// Of them, those whose CPU was measured; cpu_seconds is theirs.
+    timed: f64,
     cpu_seconds: f64,
 }
 
@@ -101,7 +104,8 @@ pub fn json(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
                         group: &c.group,
                         cert: &c.cert,
                         resumed: c.resumed,
-                        count: c.count,
+                        handshakes: c.handshakes,
+                        timed: c.timed,
                         cpu_seconds: c.cpu,
                     })
                     .collect(),

@@ -95,24 +95,34 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
                     }
                 );
             }
+            let (all, timed) = (p.count(|_| true), p.timed(|_| true));
+            if timed < all {
+                let _ = writeln!(
+                    o,
+                    "Handshakes/s counts every handshake; CPU per handshake is the mean of those the probes \
+                     timed: {:.0}% of them here (in the default mode, those in the overhead budget's windows).\n",
+                    timed / all * 100.0
+                );
+            }
             let _ = writeln!(
                 o,
-                "| Version | Group | Certificate | Cipher | Resumed | Handshakes/s | CPU per handshake |"
+                "| Version | Group | Certificate | Cipher | Resumed | Handshakes/s | CPU per handshake | Timed |"
             );
-            let _ = writeln!(o, "|---|---|---|---|---|---:|---:|");
+            let _ = writeln!(o, "|---|---|---|---|---|---:|---:|---:|");
             let mut cs = p.configs.clone();
-            cs.sort_by(|a, b| b.count.total_cmp(&a.count));
+            cs.sort_by(|a, b| b.handshakes.total_cmp(&a.handshakes));
             for c in &cs {
                 let _ = writeln!(
                     o,
-                    "| {} | {} | {} | {} | {} | {:.1} | {} |",
+                    "| {} | {} | {} | {} | {} | {:.1} | {} | {:.0} |",
                     if c.unlabelled() { "labels not seen" } else { &c.version },
                     if c.unlabelled() { "-" } else { &c.group },
                     if c.unlabelled() { "-" } else { &c.cert },
                     if c.unlabelled() { "-" } else { &c.cipher },
                     c.resumed,
-                    c.count / s,
-                    c.mean_cpu().map(ms).unwrap_or_default()
+                    c.handshakes / s,
+                    c.mean_cpu().map(ms).unwrap_or_else(|| "not timed".into()),
+                    c.timed
                 );
             }
             let _ = writeln!(o);

@@ -11,7 +11,7 @@ pub fn resumption(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<Findi
         return None;
     }
     let c_full = p.mean_cpu(is_full)?;
-    let measured = p.mean_cpu(|c| c.resumed).filter(|_| resumed >= 5.0);
+    let measured = p.mean_cpu(|c| c.resumed).filter(|_| p.timed(|c| c.resumed) >= 5.0);
     // Without resumed handshakes to measure: a resumed handshake skips the certificate
     // signature (and, in TLS 1.2, the key exchange too).
     let estimated = || -> Option<f64> {
@@ -112,7 +112,7 @@ pub fn groups(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Finding> {
             continue;
         };
         let cert = dominant(p).map(|d| d.cert.clone()).unwrap_or_default();
-        let in_process = (p.count(|c| is_full(c) && c.group == "x25519" && c.cert == cert) >= MIN_EVENTS)
+        let in_process = (p.timed(|c| is_full(c) && c.group == "x25519" && c.cert == cert) >= MIN_EVENTS)
             .then(|| {
                 let with = p.mean_cpu(|c| is_full(c) && c.group == g && c.cert == cert)?;
                 let x = p.mean_cpu(|c| is_full(c) && c.group == "x25519" && c.cert == cert)?;
@@ -199,7 +199,7 @@ pub fn certificates(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Findin
             continue;
         };
         let group = dominant(p).map(|d| d.group.clone()).unwrap_or_default();
-        let in_process = (p.count(|c| is_full(c) && c.cert == "ecdsa_p256" && c.group == group) >= MIN_EVENTS)
+        let in_process = (p.timed(|c| is_full(c) && c.cert == "ecdsa_p256" && c.group == group) >= MIN_EVENTS)
             .then(|| {
                 let with = p.mean_cpu(|c| is_full(c) && c.cert == cert && c.group == group)?;
                 let e = p.mean_cpu(|c| is_full(c) && c.cert == "ecdsa_p256" && c.group == group)?;

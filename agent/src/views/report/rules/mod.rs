@@ -67,7 +67,7 @@ pub(super) fn dominant(p: &Proc) -> Option<&Config> {
     p.configs
         .iter()
         .filter(|c| is_full(c))
-        .max_by(|a, b| a.count.total_cmp(&b.count))
+        .max_by(|a, b| a.handshakes.total_cmp(&b.handshakes))
 }
 
 /// Process CPU in cores over the window (at least a tiny amount, to divide by).
