@@ -254,3 +254,53 @@ def test_rsa_p384_costs_what_its_primitives_cost(workdir):
     # what must hold: tlsprof sees at least the primitives' extra cost, and not wildly more
     # (wall time or the client's CPU would be 3x and more).
     assert 0.75 <= ratio <= 2.6
+
+
+DHE_SIZES = (1024, 2048, 3072)
+# TLS 1.2 DHE with an RSA certificate, at security level 0 on both ends so that the 1024-bit
+# prime is allowed (OpenSSL's default level 2 refuses primes under 2048 bits)
+DHE_SUITE = "DHE-RSA-AES128-GCM-SHA256:@SECLEVEL=0"
+
+
+@pytest.mark.parametrize("kind", ["node", "apache"])
+def test_dhe_groups_by_prime_size(kind, workdir):
+    """The Node.js article's question: DHE with the server's own 1024-, 2048- and 3072-bit
+    dhparam files, one server each, curl forcing a DHE suite over TLS 1.2. Each size gets
+    its own group label (dhe1024 …, not `other`) with curl's own connection count, and the
+    report's configuration table gives each size its CPU per handshake, which grows with
+    the prime (a 3072-bit modular exponentiation costs several times a 1024-bit one)."""
+    from harness.certs import make_dhparam
+    from harness.clients import curl_connections
+    from test_report import Report
+
+    needs(kind)
+    n = 20
+    servers = {}
+    try:
+        for bits in DHE_SIZES:
+            dh = make_dhparam(workdir, bits)
+            if kind == "node":
+                servers[bits] = NodeServer(workdir, cert="rsa2048", ciphers=DHE_SUITE, dhparam=dh)
+            else:
+                servers[bits] = Apache(workdir, cert="rsa2048", dhparam=dh,
+                                       extra=f"SSLProtocol TLSv1.2\n  SSLCipherSuite {DHE_SUITE}")
+
+        def load():
+            return {bits: curl_connections(s.port, n, None, version="1.2", ciphers=DHE_SUITE)
+                    for bits, s in servers.items()}
+
+        r = Report([s.pid for s in servers.values()], load)
+    finally:
+        for s in servers.values():
+            s.stop()
+    assert r.client == {bits: {"connects": n, "failed": 0} for bits in DHE_SIZES}, r.client
+    comm = "node" if kind == "node" else "apache2"
+    configs = r.proc(comm)["configs"]
+    by_group = {}
+    for c in configs:
+        by_group[c["group"]] = by_group.get(c["group"], 0) + c["handshakes"]
+        assert c["cipher"] == "TLS_DHE_RSA_WITH_AES_128_GCM_SHA256" and c["cert"] == "rsa2048", c
+    assert by_group == {f"dhe{bits}": n for bits in DHE_SIZES}, configs
+    rows = {row[1]: row for row in r.table("| Version | Group |")}
+    cpu = {bits: float(rows[f"dhe{bits}"][6].removesuffix(" ms")) for bits in DHE_SIZES}
+    assert cpu[1024] < cpu[2048] < cpu[3072], (cpu, r.text)

@@ -34,3 +34,15 @@ def server_setup(workdir: Path, kind: str, cert: str = "ecdsa_p256", port: int |
     d = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=workdir))
     key, crt = make_cert(workdir, cert)
     return d, port or free_port(), key, crt
+
+
+def make_dhparam(directory: Path, bits: int) -> Path:
+    """A PEM file of DH parameters (PKCS#3) with a prime of `bits` bits, as a server's
+    dhparam file: RFC 3526's MODP prime of that size (1536 bits and up: a new safe prime of
+    2048 bits can take minutes to find), else a new one (`openssl dhparam`)."""
+    path = directory / f"dhparam{bits}.pem"
+    if not path.exists():
+        cmd = (["openssl", "genpkey", "-genparam", "-algorithm", "DH", "-pkeyopt", f"group:modp_{bits}", "-out", path]
+               if bits >= 1536 else ["openssl", "dhparam", "-out", path, str(bits)])
+        subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    return path

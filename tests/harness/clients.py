@@ -267,10 +267,13 @@ def ab(port: int, n: int | None = None, seconds: float | None = None, concurrenc
     return ab_count(out.stdout, "Complete requests")
 
 
-def curl_connections(port: int, n: int, curves: str, version: str | None = None, timeout: float = 60.0) -> dict:
+def curl_connections(port: int, n: int, curves: str | None, version: str | None = None, timeout: float = 60.0,
+                     ciphers: str | None = None) -> dict:
     """n TLS connections from curl (OpenSSL), one per run, offering only the key-exchange
-    groups in `curves` (curl --curves): the client forces the group. Returns curl's own
-    counts: connections it made (-w %{num_connects}) and runs that failed."""
+    groups in `curves` (curl --curves) and the TLS 1.2 suites in `ciphers`: the client forces
+    them. Returns curl's own counts: connections it made (-w %{num_connects}) and runs that
+    failed."""
+    forced = (["--curves", curves] if curves else []) + (["--ciphers", ciphers] if ciphers else [])
     counts = {"connects": 0, "failed": 0}
     deadline = time.monotonic() + timeout
     pin = {"1.2": ["--tlsv1.2", "--tls-max", "1.2"], "1.3": ["--tlsv1.3"]}.get(version, [])
@@ -279,7 +282,7 @@ def curl_connections(port: int, n: int, curves: str, version: str | None = None,
         if left <= 0:
             break
         r = subprocess.run(["curl", "-sk", "-o", "/dev/null", "-w", "%{num_connects}", "--max-time", "10",
-                            "--curves", curves, *pin, f"https://127.0.0.1:{port}/index.html"],
+                            *forced, *pin, f"https://127.0.0.1:{port}/index.html"],
                            capture_output=True, text=True, timeout=max(left, 1) + 5)
         if r.returncode == 0:
             counts["connects"] += int(r.stdout.strip() or 0)

@@ -80,14 +80,14 @@ NODES = {
 class SpawnedServer:
     """A test server started as `argv(port)`, listening on a fresh loopback port."""
 
-    def _spawn(self, argv, timeout: float = 30.0):
+    def _spawn(self, argv, timeout: float = 30.0, env: dict | None = None):
         """Starts the server; a server that exits or does not listen within `timeout` (a large
         executable's first start on a cold page cache is slow) is stopped and its stderr shown,
         so that no later test (`--comm node`) finds it still running."""
         self.port = free_port()
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([str(a) for a in argv(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=self.stderr)
+        self.proc = subprocess.Popen([str(a) for a in argv(self.port)], stdout=subprocess.DEVNULL,
+                                     stderr=self.stderr, env={**os.environ, **(env or {})})
         self.pid = self.proc.pid
         try:
             wait_for(lambda: self.proc.poll() is not None or port_open(self.port), timeout,
@@ -105,11 +105,14 @@ class SpawnedServer:
 
 
 class NodeServer(SpawnedServer):
-    def __init__(self, workdir: Path, node: Path = Path("/usr/bin/node"), keepalive: bool = False, body: int = 0):
-        """body: keep-alive responses of this many bytes."""
-        key, crt = make_cert(workdir)
+    def __init__(self, workdir: Path, node: Path = Path("/usr/bin/node"), keepalive: bool = False, body: int = 0,
+                 cert: str = "ecdsa_p256", ciphers: str | None = None, dhparam: Path | None = None):
+        """body: keep-alive responses of this many bytes; ciphers: its TLS 1.2 suites
+        (OpenSSL's cipher string); dhparam: a PEM file with its DHE prime."""
+        key, crt = make_cert(workdir, cert)
         mode = [f"bulk:{body}"] if body else ["keepalive"] if keepalive else []
-        self._spawn(lambda port: [node, ROOT / "tests/servers/https_server.js", port, crt, key, *mode])
+        env = {k: str(v) for k, v in (("TLS_CIPHERS", ciphers), ("TLS_DHPARAM", dhparam)) if v}
+        self._spawn(lambda port: [node, ROOT / "tests/servers/https_server.js", port, crt, key, *mode], env=env)
 
 
 def build_gotls(d: Path, *flags: str) -> Path | None:
@@ -144,9 +147,15 @@ class Apache:
     """Apache httpd with mod_ssl and the threaded event MPM, configured from scratch."""
 
     def __init__(self, workdir: Path, keepalive: bool = False, cert: str = "ecdsa_p256", resumption: bool = False,
-                 extra: str = ""):
+                 extra: str = "", dhparam: Path | None = None):
+        """dhparam: a PEM file of DH parameters, appended to the certificate file as mod_ssl
+        reads a custom DHE prime (else it picks one by the certificate's size)."""
         self.dir, self.port, key, crt = server_setup(workdir, "apache", cert)
         d = self.dir
+        if dhparam:
+            combined = d / "cert-dh.pem"
+            combined.write_text(crt.read_text() + dhparam.read_text())
+            crt = combined
         (d / "htdocs").mkdir()
         (d / "htdocs" / "index.html").write_text("hello from apache\n")
         mods = "\n".join(f"LoadModule {m}_module /usr/lib/apache2/modules/mod_{m}.so" for m in APACHE_MODULES)

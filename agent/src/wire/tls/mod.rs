@@ -291,15 +291,27 @@ fn ske_group(b: &[u8], kx: Option<Kx>) -> &'static str {
             const TOP: [u8; 16] = [
                 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xAD, 0xF8, 0x54, 0x58, 0xA2, 0xBB, 0x4A, 0x9A,
             ];
-            if !p.starts_with(&TOP) || !p.ends_with(&[0xFF; 8]) {
-                return OTHER;
+            if p.starts_with(&TOP) && p.ends_with(&[0xFF; 8]) {
+                return match p.len() * 8 {
+                    2048 => "ffdhe2048",
+                    3072 => "ffdhe3072",
+                    4096 => "ffdhe4096",
+                    6144 => "ffdhe6144",
+                    8192 => "ffdhe8192",
+                    _ => OTHER,
+                };
             }
-            match p.len() * 8 {
-                2048 => "ffdhe2048",
-                3072 => "ffdhe3072",
-                4096 => "ffdhe4096",
-                6144 => "ffdhe6144",
-                8192 => "ffdhe8192",
+            // The server's own prime (a dhparam file, a library default): by its size, a
+            // handful of values so that the label stays bounded.
+            let bits = p.len() * 8 - p[0].leading_zeros() as usize;
+            match bits {
+                1024 => "dhe1024",
+                1536 => "dhe1536",
+                2048 => "dhe2048",
+                3072 => "dhe3072",
+                4096 => "dhe4096",
+                6144 => "dhe6144",
+                8192 => "dhe8192",
                 _ => OTHER,
             }
         }
@@ -421,6 +433,32 @@ mod tests {
         ]
         .concat();
         tlv(0x30, &[tlv(0x30, &tbs), tlv(0x30, b"sigalg"), tlv(3, b"sig")].concat())
+    }
+
+    #[test]
+    fn dhe_groups_by_prime() {
+        let ske = |p: &[u8]| [&[(p.len() >> 8) as u8, p.len() as u8][..], p, &[0, 1, 2]].concat();
+        let dhe = Some(Kx::Dhe);
+        // a server's own 2048-bit prime (top bit set), a 1024-bit one with a leading zero
+        // byte, and sizes that are not counted as their own value
+        let own = |bits: usize| {
+            let mut p = vec![0x5a; bits / 8];
+            p[0] = 0xc3;
+            p
+        };
+        assert_eq!(ske_group(&ske(&own(2048)), dhe), "dhe2048");
+        assert_eq!(ske_group(&ske(&[&[0][..], &own(1024)].concat()), dhe), "dhe1024");
+        assert_eq!(ske_group(&ske(&own(3072)), dhe), "dhe3072");
+        assert_eq!(ske_group(&ske(&own(4096)), dhe), "dhe4096");
+        let mut odd = own(2048);
+        odd[0] = 0x7f; // 2047 bits
+        assert_eq!(ske_group(&ske(&odd), dhe), OTHER);
+        assert_eq!(ske_group(&ske(&own(1280)), dhe), OTHER);
+        // RFC 7919's ffdhe2048 is named as such, not by its size
+        let mut ffdhe = vec![0xFF; 256];
+        ffdhe[8..16].copy_from_slice(&[0xAD, 0xF8, 0x54, 0x58, 0xA2, 0xBB, 0x4A, 0x9A]);
+        assert_eq!(ske_group(&ske(&ffdhe), dhe), "ffdhe2048");
+        assert_eq!(ske_group(&ske(&[0, 0]), dhe), OTHER);
     }
 
     #[test]
