@@ -14,7 +14,7 @@ use std::{
 
 use proptest::{collection::vec, prelude::*, sample::Index, test_runner::TestCaseError};
 
-use super::{cert, cert_from_signature, group_name, parse, suite, version_name, Parsed, NONE, OTHER};
+use super::{cert, cert_from_signature, group_name, parse, suite, version_name, Parsed, DHE_BY_SIZE, NONE, OTHER};
 use crate::wire::fixtures::{self, Flight};
 
 /// Cases per property: TLSPROF_FUZZ_CASES, else 8192, with which all the fuzz properties
@@ -108,6 +108,7 @@ fn label_values() -> &'static HashSet<&'static str> {
     static SET: OnceLock<HashSet<&'static str>> = OnceLock::new();
     SET.get_or_init(|| {
         let mut s: HashSet<&'static str> = [OTHER, NONE, "rsa"].into();
+        s.extend(DHE_BY_SIZE.map(|(_, name)| name));
         for c in 0..=u16::MAX {
             s.extend([version_name(c), group_name(c), cert_from_signature(c)]);
             s.extend(suite(c).map(|s| s.name));

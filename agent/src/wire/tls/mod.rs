@@ -269,6 +269,17 @@ pub fn parse(plain: &[u8], sealed: &[u16], ended: bool) -> Parsed {
     p
 }
 
+/// DHE with a prime that is not RFC 7919's: the group label by the prime's size in bits.
+pub(super) const DHE_BY_SIZE: [(usize, &str); 7] = [
+    (1024, "dhe1024"),
+    (1536, "dhe1536"),
+    (2048, "dhe2048"),
+    (3072, "dhe3072"),
+    (4096, "dhe4096"),
+    (6144, "dhe6144"),
+    (8192, "dhe8192"),
+];
+
 /// TLS 1.2 ServerKeyExchange: the named curve (ECDHE) or the prime's size (DHE).
 fn ske_group(b: &[u8], kx: Option<Kx>) -> &'static str {
     let mut r = Rd(b);
@@ -304,16 +315,10 @@ fn ske_group(b: &[u8], kx: Option<Kx>) -> &'static str {
             // The server's own prime (a dhparam file, a library default): by its size, a
             // handful of values so that the label stays bounded.
             let bits = p.len() * 8 - p[0].leading_zeros() as usize;
-            match bits {
-                1024 => "dhe1024",
-                1536 => "dhe1536",
-                2048 => "dhe2048",
-                3072 => "dhe3072",
-                4096 => "dhe4096",
-                6144 => "dhe6144",
-                8192 => "dhe8192",
-                _ => OTHER,
-            }
+            DHE_BY_SIZE
+                .iter()
+                .find(|(b, _)| *b == bits)
+                .map_or(OTHER, |(_, name)| name)
         }
         _ => OTHER,
     }
