@@ -30,6 +30,8 @@ struct conn_port_stats {
 	__u32 flags;     /* CONN_PORT_* */
 	__u32 pad;
 	__u64 accepted;  /* connections accepted here since the agent added the port */
+	__u64 exchanges; /* application data exchanges on them (conn_state.requests), as they
+			  * happen: the live count, where the per-connection one waits for the end */
 };
 
 /* Who ended a connection. */

@@ -70,6 +70,7 @@ int main(void)
 	S(conn_port_stats);
 	F(conn_port_stats, flags);
 	F(conn_port_stats, accepted);
+	F(conn_port_stats, exchanges);
 	S(conn_state);
 	F(conn_state, start_ns);
 	F(conn_state, netns);

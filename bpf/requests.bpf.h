@@ -33,6 +33,16 @@ struct {
 /* The end of the capture of a connection's handshake output (wire.bpf.h). */
 static __always_inline void wire_finish(const struct sock *sk, struct conn_state *c, __u8 why);
 
+/* One more application data exchange on c: the connection's count, and its port's. */
+static __always_inline void req_exchange(struct conn_state *c)
+{
+	c->requests++;
+	struct conn_port p = { .netns = c->netns, .port = c->port };
+	struct conn_port_stats *ps = bpf_map_lookup_elem(&conn_ports, &p);
+	if (ps)
+		__sync_fetch_and_add(&ps->exchanges, 1);
+}
+
 static __always_inline bool req_wire_counts(void)
 {
 	__u32 zero = 0;
@@ -72,7 +82,7 @@ static __always_inline void count_request(struct conn_state *c, __u32 copied)
 			return;
 		c->rx_tail = 0;
 	}
-	c->requests++;
+	req_exchange(c);
 	c->rx_mark = copied;
 }
 
@@ -209,7 +219,7 @@ int BPF_PROG(req_send, struct sock *sk, int ret)
 	if (!c || !app_io(c, sk, true) || ret <= 0)
 		return 0;
 	if (c->dir == CONN_DIR_IN)
-		c->requests++;
+		req_exchange(c);
 	c->dir = CONN_DIR_OUT;
 	return 0;
 }

@@ -29,6 +29,7 @@ OK_RESUMED = 'result="ok", resumed="true"'
 FAILED = 'result="failed"'
 CAT_HANDSHAKE = 'category="handshake"'
 CAT_PROBES = 'category="probes"'
+TLS_CATS = 'category=~"handshake|crypto|tls_library"'
 
 
 def rate(metric: str, sel: str, extra: str = "") -> str:
@@ -137,7 +138,7 @@ def merged_table(title: str, desc: str, columns) -> dict:
     overrides = [{"matcher": {"id": "byName", "options": header},
                   "properties": [{"id": "unit", "value": unit}]} for header, unit, _ in columns]
     return {"type": "table", "title": title, "description": desc, "datasource": DS, "targets": targets,
-            "fieldConfig": {"defaults": {}, "overrides": overrides},
+            "fieldConfig": {"defaults": {"unit": "short"}, "overrides": overrides},
             "options": {"showHeader": True},
             "transformations": [{"id": "merge", "options": {}},
                                 {"id": "organize", "options": {"excludeByName": {"Time": True},
@@ -250,6 +251,16 @@ def overview() -> dict:
                      stack=True), 12, 8)
     L.add(timeseries("CPU by category (1.0 = one core)", "The same split in cores rather than shares.",
                      "percentunit", [target(CPU_CORES, "{{category}}")], stack=True), 12, 8)
+    exchanges = f'sum by (instance, comm) ({rate("tlsprof_exchanges_total", SP)})'
+    L.add(timeseries("CPU per exchange by process, and its TLS part", "Each process's CPU time over its "
+                     "application data exchanges (client data, then the server's answer: requests where each is "
+                     "answered before the next), and of it TLS (handshake, record crypto, TLS library). To "
+                     "compare set-ups, add an offloader's and its backend's figures against a server doing its "
+                     "own TLS.", "s", [
+                         target(f'sum by (instance, comm) ({rate("tlsprof_process_cpu_seconds_total", S)})\n  / '
+                                f'{exchanges}', "{{comm}} on {{instance}}: all"),
+                         target(f'sum by (instance, comm) ({rate("tlsprof_cpu_seconds_total", S, TLS_CATS)})'
+                                f'\n  / {exchanges}', "{{comm}} on {{instance}}: TLS")]), 24, 8)
 
     L.row("Connections")
     L.add(timeseries("TIME_WAIT entries/s by port", "Server sockets that entered TIME_WAIT per second: the server "

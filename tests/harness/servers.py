@@ -16,10 +16,12 @@ from .procs import ROOT, free_port, port_open, proc_children, stop_pid, wait_for
 class Nginx:
     def __init__(self, workdir: Path, workers: int = 1, cert: str = "ecdsa_p256", extra_server: str = "",
                  port: int | None = None, extra_main: str = "", plain_port: int | None = None,
-                 resumption: bool = False, connections: int = 1024, binary: str = "nginx"):
+                 resumption: bool = False, connections: int = 1024, binary: str = "nginx",
+                 location: str = 'return 200 "hello from nginx\\n";'):
         """connections: each worker's worker_connections (its open files raised to twice it,
         within the hard limit this process can give). binary: the executable (a copy under
-        another name gives the server another comm)."""
+        another name gives the server another comm). location: what `location /` does (a
+        proxy_pass makes nginx a TLS offloader)."""
         self.dir, self.port, key, crt = server_setup(workdir, "nginx", cert, port)
         self.conf = self.dir / "nginx.conf"
         d = self.dir
@@ -43,7 +45,7 @@ http {{
     {"ssl_session_tickets on; ssl_session_cache shared:tlsprof:1m;" if resumption else
      "ssl_session_tickets off; ssl_session_cache off;"}
     {extra_server}
-    location / {{ return 200 "hello from nginx\\n"; }}
+    location / {{ {location} }}
   }}
   {f'server {{ listen 127.0.0.1:{plain_port}; location / {{ return 200 "plain"; }} location = /stub_status {{ stub_status; }} }}' if plain_port else ''}
 }}
@@ -147,9 +149,10 @@ class Apache:
     """Apache httpd with mod_ssl and the threaded event MPM, configured from scratch."""
 
     def __init__(self, workdir: Path, keepalive: bool = False, cert: str = "ecdsa_p256", resumption: bool = False,
-                 extra: str = "", dhparam: Path | None = None):
+                 extra: str = "", dhparam: Path | None = None, tls: bool = True):
         """dhparam: a PEM file of DH parameters, appended to the certificate file as mod_ssl
-        reads a custom DHE prime (else it picks one by the certificate's size)."""
+        reads a custom DHE prime (else it picks one by the certificate's size). tls=False:
+        plain HTTP (mod_ssl still loaded, as a backend behind a TLS offloader)."""
         self.dir, self.port, key, crt = server_setup(workdir, "apache", cert)
         d = self.dir
         if dhparam:
@@ -187,7 +190,7 @@ DocumentRoot {d}/htdocs
 {f"SSLSessionCache shmcb:{d}/scache(512000)" if resumption else "SSLSessionCache none"}
 SSLSessionTickets {"on" if resumption else "off"}
 <VirtualHost 127.0.0.1:{self.port}>
-  SSLEngine on
+  SSLEngine {"on" if tls else "off"}
   {extra}
   SSLCertificateFile {crt}
   SSLCertificateKeyFile {key}

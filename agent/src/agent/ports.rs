@@ -12,7 +12,7 @@ use std::{
 use crate::{
     bounds,
     bpf::{
-        conn::{conn_event, conn_port, CONN_PORTS_ENTRIES, CONN_PORT_TLS},
+        conn::{conn_event, conn_port, conn_port_stats, CONN_PORTS_ENTRIES, CONN_PORT_TLS},
         loader::Kernel,
     },
     conns::Churn,
@@ -96,13 +96,11 @@ impl Ports {
     /// TIME_WAIT sockets, and returns the connections without a handshake on ports now
     /// known to carry TLS.
     pub fn refresh<'a>(&mut self, traced: impl Iterator<Item = (u32, &'a str)>, k: &mut Kernel) -> Failed {
-        // Accepted connections of the ports watched until now, before any is removed.
-        let counts: HashMap<conn_port, u64> = self
-            .ports
-            .keys()
-            .filter_map(|key| Some((*key, k.port(key)?.accepted)))
-            .collect();
-        self.churn.sync_accepted(&self.ports, &counts);
+        // Accepted connections and exchanges of the ports watched until now, before any is
+        // removed.
+        let counts: HashMap<conn_port, conn_port_stats> =
+            self.ports.keys().filter_map(|key| Some((*key, k.port(key)?))).collect();
+        self.churn.sync_counts(&self.ports, &counts);
 
         let mut now: BTreeMap<conn_port, String> = BTreeMap::new();
         // Read before the listening sockets: a socket that starts listening meanwhile moves

@@ -46,6 +46,7 @@ pub struct conn_port_stats {
     pub flags: u32,
     pub pad: u32,
     pub accepted: u64,
+    pub exchanges: u64,
 }
 
 // SAFETY: plain #[repr(C)] integers with explicit padding, valid for any bit pattern.

@@ -98,7 +98,14 @@ mod layout_tests {
             }
         );
         rust_layout!(rust, conn_port { netns, port });
-        rust_layout!(rust, conn_port_stats { flags, accepted });
+        rust_layout!(
+            rust,
+            conn_port_stats {
+                flags,
+                accepted,
+                exchanges
+            }
+        );
         rust_layout!(
             rust,
             hs_thread {

@@ -33,9 +33,9 @@ pub struct Churn {
     /// (Bounded by the namespaces of the traced processes.)
     diag: HashMap<u32, Option<SockDiag>>,
     pending: HashMap<Tuple, Pending>,
-    /// Accepted counts already exported, per port (the kernel counts since the port was
-    /// added; bounded by the watched ports).
-    accepted_seen: HashMap<cn::conn_port, u64>,
+    /// The kernel's per-port counts (accepted, exchanges) as last exported (it counts since
+    /// the port was added; bounded by the watched ports).
+    counts_seen: HashMap<cn::conn_port, cn::conn_port_stats>,
     /// Ports whose TIME_WAIT gauge was set: a port that goes away is removed (at most the
     /// 65,536 port numbers).
     gauged: HashSet<u16>,
@@ -84,7 +84,7 @@ impl Churn {
             metrics,
             diag: HashMap::new(),
             pending: HashMap::new(),
-            accepted_seen: HashMap::new(),
+            counts_seen: HashMap::new(),
             gauged: HashSet::new(),
             fin_timeout: Duration::from_secs(fin_timeout),
             families: HashMap::new(),
@@ -165,20 +165,25 @@ impl Churn {
     }
 
     /// Connections accepted: the kernel's per-port counters, exported as deltas.
-    pub fn sync_accepted(&mut self, ports: &BTreeMap<cn::conn_port, String>, counts: &HashMap<cn::conn_port, u64>) {
+    pub fn sync_counts(
+        &mut self,
+        ports: &BTreeMap<cn::conn_port, String>,
+        counts: &HashMap<cn::conn_port, cn::conn_port_stats>,
+    ) {
         for (key, comm) in ports {
-            let Some(&now) = counts.get(key) else { continue };
-            let seen = self.accepted_seen.entry(*key).or_default();
+            let Some(now) = counts.get(key) else { continue };
+            let seen = self.counts_seen.entry(*key).or_default();
             // a port removed and added again starts from zero in the kernel
-            let delta = if now >= *seen { now - *seen } else { now };
-            *seen = now;
-            let c = self.metrics.connections_accepted.get_or_create(&PortLabels {
+            let delta = |now: u64, seen: u64| if now >= seen { now - seen } else { now };
+            let labels = PortLabels {
                 comm: comm.clone(),
                 port: key.port.to_string(),
-            });
-            c.inc_by(delta);
+            };
+            (self.metrics.connections_accepted.get_or_create(&labels)).inc_by(delta(now.accepted, seen.accepted));
+            (self.metrics.exchanges.get_or_create(&labels)).inc_by(delta(now.exchanges, seen.exchanges));
+            *seen = *now;
         }
-        self.accepted_seen.retain(|k, _| ports.contains_key(k));
+        self.counts_seen.retain(|k, _| ports.contains_key(k));
     }
 
     /// The sock_diag socket of a namespace, opened on first use through `ns_path`.
@@ -469,24 +474,36 @@ mod tests {
     }
 
     #[test]
-    fn accepted_counts_are_exported_as_deltas() {
+    fn port_counts_are_exported_as_deltas() {
         let m = Arc::new(Metrics::new());
         let mut c = Churn::new(m.clone());
         let key = cn::conn_port::new(7, 8443);
         let ports = BTreeMap::from([(key, "nginx".to_string())]);
-        let accepted = || {
-            m.connections_accepted
-                .get_or_create(&PortLabels {
-                    comm: "nginx".into(),
-                    port: "8443".into(),
-                })
-                .get()
+        let labels = PortLabels {
+            comm: "nginx".into(),
+            port: "8443".into(),
         };
-        c.sync_accepted(&ports, &HashMap::from([(key, 10)]));
-        c.sync_accepted(&ports, &HashMap::from([(key, 25)]));
-        assert_eq!(accepted(), 25);
+        let now = || {
+            (
+                m.connections_accepted.get_or_create(&labels).get(),
+                m.exchanges.get_or_create(&labels).get(),
+            )
+        };
+        let kernel = |accepted, exchanges| {
+            HashMap::from([(
+                key,
+                cn::conn_port_stats {
+                    accepted,
+                    exchanges,
+                    ..Default::default()
+                },
+            )])
+        };
+        c.sync_counts(&ports, &kernel(10, 40));
+        c.sync_counts(&ports, &kernel(25, 100));
+        assert_eq!(now(), (25, 100));
         // the port was removed and added again: the kernel counts from zero
-        c.sync_accepted(&ports, &HashMap::from([(key, 3)]));
-        assert_eq!(accepted(), 28);
+        c.sync_counts(&ports, &kernel(3, 7));
+        assert_eq!(now(), (28, 107));
     }
 }

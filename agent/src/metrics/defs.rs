@@ -237,6 +237,14 @@ pub const REQUESTS_PER_CONNECTION: Def<PortLabels> = Def::new(
     None,
     "Application data exchanges (client data, then server data; TLS handshake traffic excluded) per ended connection",
 );
+pub const EXCHANGES: Def<PortLabels> = Def::new(
+    "exchanges",
+    Counter,
+    None,
+    "Application data exchanges (client data, then server data; TLS handshake traffic excluded) on connections \
+     accepted on this port, counted as they happen: requests where each request is answered before the next \
+     (HTTP/1.x without pipelining), fewer on HTTP/2 and pipelined connections",
+);
 pub const PROCESS_CPU: Def<CommLabels> = Def::new(
     "process_cpu",
     Counter,
@@ -370,6 +378,7 @@ pub const ALL: &[&Spec] = &[
     &TCP_TIME_WAIT_SOCKETS.spec,
     &TCP_CONNECTION_DURATION.spec,
     &REQUESTS_PER_CONNECTION.spec,
+    &EXCHANGES.spec,
     &PROCESS_CPU.spec,
     &CPU.spec,
     &CRYPTO_CPU.spec,

@@ -154,8 +154,12 @@ pub struct Port {
     pub time_wait: f64,
     /// Sockets in TIME_WAIT at the end of the window (a gauge).
     pub time_wait_sockets: f64,
+    /// Exchanges carried by the connections that ended in the window, and those ended.
     pub requests: f64,
     pub ended: f64,
+    /// Exchanges as they happened in the window (tlsprof_exchanges_total), open
+    /// connections' included.
+    pub exchanges: f64,
     /// Ended connections by requests carried: (upper bound, cumulative count).
     pub request_buckets: Vec<(f64, f64)>,
 }
@@ -193,6 +197,9 @@ impl Port {
         })
     }
 }
+
+/// The CPU categories that are TLS's part of a process's work.
+pub const TLS_CATEGORIES: [&str; 3] = ["handshake", "crypto", "tls_library"];
 
 /// One process name over a window: counts (not rates) of what happened in it.
 #[derive(Debug, Clone, Default)]
@@ -264,6 +271,20 @@ impl Proc {
     }
     pub fn ended(&self) -> f64 {
         self.ports.values().map(|p| p.ended).sum::<f64>() + 0.0 // an empty sum is -0.0
+    }
+    /// Exchanges on all its ports in the window, as they happened.
+    pub fn exchanges(&self) -> f64 {
+        self.ports.values().map(|p| p.exchanges).sum::<f64>() + 0.0 // an empty sum is -0.0
+    }
+    /// The process's CPU seconds in TLS: handshakes, record crypto and the rest of the TLS
+    /// library, by the sampled split of its exact CPU time.
+    pub fn tls_cpu(&self) -> f64 {
+        self.process_cpu * TLS_CATEGORIES.iter().map(|c| self.share(c)).sum::<f64>()
+    }
+    /// CPU seconds per exchange, and of it in TLS (None without an exchange).
+    pub fn cost_per_exchange(&self) -> Option<(f64, f64)> {
+        let n = self.exchanges();
+        (n > 0.0).then(|| (self.process_cpu / n, self.tls_cpu() / n))
     }
 }
 
@@ -386,6 +407,8 @@ impl Window {
                     .closed_by
                     .entry(s.label("closed_by").into())
                     .or_default() += delta(s);
+            } else if is(&defs::EXCHANGES) {
+                p.ports.entry(port()).or_default().exchanges += delta(s);
             } else if is(&defs::TCP_TIME_WAIT) {
                 p.ports.entry(port()).or_default().time_wait += delta(s);
             } else if is(&defs::REQUESTS_PER_CONNECTION) {

@@ -205,6 +205,13 @@ fn proc_row(p: &Proc, secs: f64) -> [String; 11] {
     ]
 }
 
+/// The process's CPU per exchange and its TLS part, for a table's title ("" without one).
+fn exchange_cost(p: &Proc) -> String {
+    p.cost_per_exchange()
+        .map(|(c, t)| format!("; CPU per exchange {:.3} ms, TLS {:.3} ms", c * 1e3, t * 1e3))
+        .unwrap_or_default()
+}
+
 /// A cipher suite's name without what the other columns say.
 pub fn short_cipher(c: &str) -> String {
     let c = c.strip_prefix("TLS_").unwrap_or(c);
@@ -326,7 +333,11 @@ pub fn plain(w: &Window, sort: Sort) -> String {
         }
         let ps = port_rows(p, w.seconds);
         if !ps.is_empty() {
-            out.push_str(&format!("\n{}: connections by listening port\n", p.comm));
+            out.push_str(&format!(
+                "\n{}: connections by listening port{}\n",
+                p.comm,
+                exchange_cost(p)
+            ));
             out.push_str(&table_text(&PORT_HEADER, &PORT_WIDTHS, &ps));
         }
     }
@@ -389,8 +400,11 @@ fn draw(f: &mut Frame, v: &View) {
             cfg,
         );
         f.render_widget(
-            table(&PORT_HEADER, &PORT_WIDTHS, ports)
-                .block(Block::bordered().title(format!(" {}: connections by port ", p.comm))),
+            table(&PORT_HEADER, &PORT_WIDTHS, ports).block(Block::bordered().title(format!(
+                " {}: connections by port{} ",
+                p.comm,
+                exchange_cost(p)
+            ))),
             prt,
         );
     }

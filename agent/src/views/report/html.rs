@@ -141,11 +141,19 @@ fn cost_chart(p: &Proc) -> String {
 /// One process's handshake and port figures as HTML tables.
 fn measured_tables(p: &Proc, s: f64) -> String {
     let mut o = format!(
-        "<p>Handshakes/s: {:.1} full, {:.1} resumed, {:.1} failed. CPU: {:.1}% of a core.</p>",
+        "<p>Handshakes/s: {:.1} full, {:.1} resumed, {:.1} failed. CPU: {:.1}% of a core.{}</p>",
         p.full / s,
         p.resumed / s,
         p.failed / s,
-        p.process_cpu / s * 100.0
+        p.process_cpu / s * 100.0,
+        p.cost_per_exchange()
+            .map(|(c, t)| format!(
+                " Per exchange ({:.1}/s): {} of CPU, of it TLS {}.",
+                p.exchanges() / s,
+                ms(c),
+                ms(t)
+            ))
+            .unwrap_or_default()
     );
     if !p.configs.is_empty() {
         o.push_str("<table><tr><th>Configuration</th><th>Handshakes/s</th><th>CPU per handshake</th></tr>");

@@ -34,6 +34,11 @@ struct Process<'a> {
     failed: f64,
     process_cpu_seconds: f64,
     cpu_seconds: &'a BTreeMap<String, f64>,
+    /// Application data exchanges in the window, as they happened.
+    exchanges: f64,
+    /// process_cpu_seconds per exchange, and its TLS part (null without an exchange).
+    cpu_per_exchange_seconds: Option<f64>,
+    tls_cpu_per_exchange_seconds: Option<f64>,
     configs: Vec<ConfigJson<'a>>,
     ports: BTreeMap<&'a str, PortJson>,
 }
@@ -56,6 +61,7 @@ struct ConfigJson<'a> {
 struct PortJson {
     ended: f64,
     requests: f64,
+    exchanges: f64,
     time_wait: f64,
     time_wait_sockets: f64,
     server_close_share: f64,
@@ -95,6 +101,9 @@ pub fn json(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
                 failed: p.failed,
                 process_cpu_seconds: p.process_cpu,
                 cpu_seconds: &p.cpu,
+                exchanges: p.exchanges(),
+                cpu_per_exchange_seconds: p.cost_per_exchange().map(|c| c.0),
+                tls_cpu_per_exchange_seconds: p.cost_per_exchange().map(|c| c.1),
                 configs: p
                     .configs
                     .iter()
@@ -116,6 +125,7 @@ pub fn json(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
                         let port = PortJson {
                             ended: v.ended,
                             requests: v.requests,
+                            exchanges: v.exchanges,
                             time_wait: v.time_wait,
                             time_wait_sockets: v.time_wait_sockets,
                             server_close_share: v.closed_share("server"),

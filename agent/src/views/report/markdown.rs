@@ -63,6 +63,7 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
         let _ = writeln!(o, "- Estimate: {}\n", f.basis);
     }
     let _ = writeln!(o, "## What was measured\n");
+    cost_per_exchange(&mut o, w);
     for p in &w.procs {
         let s = w.seconds;
         let _ = writeln!(o, "### {}\n", p.comm);
@@ -166,4 +167,53 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
         let _ = writeln!(o);
     }
     o
+}
+
+/// Each process's CPU per application data exchange and its TLS part, to compare set-ups
+/// (a server doing its own TLS, or an offloader in front of it): with several processes,
+/// their sum is what a request that passes through each of them costs.
+fn cost_per_exchange(o: &mut String, w: &Window) {
+    let rows: Vec<_> = w
+        .procs
+        .iter()
+        .filter_map(|p| Some((p, p.cost_per_exchange()?)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "Cost per exchange (client data, then the server's answer: a request where each is answered \
+         before the next; docs/metrics.md): the process's CPU time (exact) over its exchanges, and its TLS \
+         part (handshake, record crypto and TLS library, by the sampled split).\n"
+    );
+    let _ = writeln!(
+        o,
+        "| Process | Exchanges/s | CPU per exchange | of it TLS | TLS share |"
+    );
+    let _ = writeln!(o, "|---|---:|---:|---:|---:|");
+    let (mut all, mut tls) = (0.0, 0.0);
+    for (p, (c, t)) in &rows {
+        all += c;
+        tls += t;
+        let _ = writeln!(
+            o,
+            "| {} | {:.1} | {} | {} | {:.0}% |",
+            p.comm,
+            p.exchanges() / w.seconds,
+            ms(*c),
+            ms(*t),
+            t / c.max(1e-12) * 100.0
+        );
+    }
+    if rows.len() > 1 {
+        let _ = writeln!(
+            o,
+            "| sum (a request through each) | - | {} | {} | {:.0}% |",
+            ms(all),
+            ms(tls),
+            tls / all.max(1e-12) * 100.0
+        );
+    }
+    let _ = writeln!(o);
 }
