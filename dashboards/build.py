@@ -269,9 +269,20 @@ def overview() -> dict:
     L.add(timeseries("Sockets in TIME_WAIT", "TIME_WAIT sockets with the server's local port now (sock_diag).",
                      "short", [target(f"sum by (port) (tlsprof_tcp_time_wait_sockets{{{STW}}})", "port {{port}}")]),
           8, 8)
-    L.add(timeseries("Requests per connection (mean)", "Requests carried by each connection that ended. "
-                     "Near 1: every request pays a handshake and a TCP connection.", "short",
+    L.add(timeseries("Requests per connection (mean)", "Application data exchanges (client data, then the "
+                     "server's answer) carried by each connection that ended: requests where each is answered "
+                     "before the next. Near 1: every request pays a handshake and a TCP connection. HTTP/2 and "
+                     "pipelining put many requests in one exchange: see the protocol and lifetime panels.", "short",
                      [target(mean_by("tlsprof_requests_per_connection", "port", SP), "port {{port}}")]), 8, 8)
+    L.add(timeseries("TLS connections/s by application protocol", "TLS handshakes per port by the protocol the "
+                     "server chose (ALPN) as its ServerHello shows it: h2 (HTTP/2, many requests per exchange), "
+                     "http/1.1, none; encrypted: TLS 1.3 keeps the choice hidden.", "ops",
+                     [target(f'sum by (port, protocol) ({rate("tlsprof_tls_connections_by_protocol_total", SP)})',
+                             "port {{port}} {{protocol}}")], stack=True), 8, 8)
+    L.add(timeseries("Connection lifetime (mean)", "How long connections that ended lived: reuse whatever the "
+                     "protocol's framing. Under 0.5 s with few exchanges each: clients reconnect (the report's "
+                     "keep-alive rule).", "s",
+                     [target(mean_by("tlsprof_tcp_connection_duration_seconds", "port", SP), "port {{port}}")]), 8, 8)
     L.add(timeseries("Connections/s by who closed", "Connections that ended per second: server (closed first), "
                      "client (closed first), reset.", "ops",
                      [target(f'sum by (closed_by) ({rate("tlsprof_tcp_connections_total", SP)})', "{{closed_by}}")],

@@ -10,7 +10,7 @@ PKGS=(
   nginx apache2 apache2-utils haproxy    # servers under test, ab
   lighttpd lighttpd-mod-gnutls           # one server on five TLS stacks: GnuTLS, mbedTLS, wolfSSL,
   lighttpd-mod-mbedtls lighttpd-mod-wolfssl lighttpd-mod-nss lighttpd-mod-openssl  # NSS (no entry point), OpenSSL
-  curl openssl nghttp2-client            # clients
+  curl openssl nghttp2-client wrk siege  # clients (h2load is in nghttp2-client)
   prometheus                             # promtool (metrics format check)
   nodejs                                 # node https server under test
   python3 python3-pytest                 # integration test runner

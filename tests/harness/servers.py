@@ -17,11 +17,13 @@ class Nginx:
     def __init__(self, workdir: Path, workers: int = 1, cert: str = "ecdsa_p256", extra_server: str = "",
                  port: int | None = None, extra_main: str = "", plain_port: int | None = None,
                  resumption: bool = False, connections: int = 1024, binary: str = "nginx",
-                 location: str = 'return 200 "hello from nginx\\n";'):
+                 location: str = 'return 200 "hello from nginx\\n";', http2: bool = False,
+                 protocols: str = "TLSv1.2 TLSv1.3"):
         """connections: each worker's worker_connections (its open files raised to twice it,
         within the hard limit this process can give). binary: the executable (a copy under
         another name gives the server another comm). location: what `location /` does (a
-        proxy_pass makes nginx a TLS offloader)."""
+        proxy_pass makes nginx a TLS offloader). http2: HTTP/2 on the TLS port (ALPN h2);
+        protocols: its ssl_protocols."""
         self.dir, self.port, key, crt = server_setup(workdir, "nginx", cert, port)
         self.conf = self.dir / "nginx.conf"
         d = self.dir
@@ -38,10 +40,10 @@ http {{
   client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};
   uwsgi_temp_path {d}; scgi_temp_path {d};
   server {{
-    listen 127.0.0.1:{self.port} ssl;
+    listen 127.0.0.1:{self.port} ssl{" http2" if http2 else ""};
     ssl_certificate {crt};
     ssl_certificate_key {key};
-    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_protocols {protocols};
     {"ssl_session_tickets on; ssl_session_cache shared:tlsprof:1m;" if resumption else
      "ssl_session_tickets off; ssl_session_cache off;"}
     {extra_server}

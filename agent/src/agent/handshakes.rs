@@ -22,7 +22,7 @@ use super::{
 use crate::{
     bounds,
     bpf::{handshake as hs, wire::WireEvent},
-    metrics::{Metrics, ParamLabels, ReasonLabels, RoleLabels},
+    metrics::{Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels},
     wire::{tracker, Lookup, Negotiated, Tracker, WireHandshake},
 };
 
@@ -104,6 +104,14 @@ impl Handshakes {
     /// ServerHello was sent (or a fatal alert instead), and the server finished its part.
     /// In the default mode this counts every server's handshakes, with or without probes.
     fn on_wire_handshake(&mut self, h: WireHandshake, procs: &impl ProcInfo) {
+        if h.ok && procs.known(h.tgid) {
+            let labels = ProtocolLabels {
+                comm: procs.name(h.tgid),
+                port: h.port.to_string(),
+                protocol: h.protocol.into(),
+            };
+            self.metrics.protocols.get_or_create(&labels).inc();
+        }
         if self.exact && procs.has_probes(h.tgid).unwrap_or(true) {
             return; // --exact: the probes count this process's handshakes
         }

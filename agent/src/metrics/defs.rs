@@ -245,6 +245,14 @@ pub const EXCHANGES: Def<PortLabels> = Def::new(
      accepted on this port, counted as they happen: requests where each request is answered before the next \
      (HTTP/1.x without pipelining), fewer on HTTP/2 and pipelined connections",
 );
+pub const CONNECTION_PROTOCOLS: Def<ProtocolLabels> = Def::new(
+    "tls_connections_by_protocol",
+    Counter,
+    None,
+    "TLS handshakes on connections accepted on this port, by the application protocol the server chose (ALPN) \
+     as its ServerHello shows it: h2 (HTTP/2: exchanges are not requests), http/1.1, other, none (no ALPN); \
+     encrypted: TLS 1.3 sends the choice encrypted",
+);
 pub const PROCESS_CPU: Def<CommLabels> = Def::new(
     "process_cpu",
     Counter,
@@ -379,6 +387,7 @@ pub const ALL: &[&Spec] = &[
     &TCP_CONNECTION_DURATION.spec,
     &REQUESTS_PER_CONNECTION.spec,
     &EXCHANGES.spec,
+    &CONNECTION_PROTOCOLS.spec,
     &PROCESS_CPU.spec,
     &CPU.spec,
     &CRYPTO_CPU.spec,

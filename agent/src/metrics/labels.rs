@@ -51,6 +51,7 @@ label_set!(ProbeLabels { probe });
 label_set!(KindLabels { kind });
 label_set!(PortLabels { comm, port });
 label_set!(ClosedByLabels { comm, port, closed_by });
+label_set!(ProtocolLabels { comm, port, protocol });
 label_set!(OnlyPortLabels { port });
 label_set!(CategoryLabels { comm, category });
 label_set!(PrimitiveLabels { comm, primitive });

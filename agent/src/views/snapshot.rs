@@ -162,11 +162,35 @@ pub struct Port {
     pub exchanges: f64,
     /// Ended connections by requests carried: (upper bound, cumulative count).
     pub request_buckets: Vec<(f64, f64)>,
+    /// TLS handshakes by the application protocol the server chose (h2, http/1.1, other,
+    /// none, encrypted).
+    pub protocols: BTreeMap<String, f64>,
+    /// Summed lifetime of the connections that ended, in seconds, and their number.
+    pub lifetime_sum: f64,
+    pub lifetime_count: f64,
 }
 
 impl Port {
     pub fn requests_per_connection(&self) -> Option<f64> {
         (self.ended > 0.0).then(|| self.requests / self.ended)
+    }
+    /// Share of the TLS connections whose ServerHello chose HTTP/2 (0 when none showed its
+    /// choice): where exchanges do not stand for requests.
+    pub fn h2_share(&self) -> f64 {
+        let all: f64 = self.protocols.values().sum();
+        if all > 0.0 {
+            self.protocols.get("h2").copied().unwrap_or(0.0) / all
+        } else {
+            0.0
+        }
+    }
+    /// Most of its connections are HTTP/2: many requests go in one exchange.
+    pub fn multiplexed(&self) -> bool {
+        self.h2_share() >= 0.5
+    }
+    /// Mean lifetime of the connections that ended, in seconds.
+    pub fn mean_lifetime(&self) -> Option<f64> {
+        (self.lifetime_count > 0.0).then(|| self.lifetime_sum / self.lifetime_count)
     }
     pub fn closed(&self) -> f64 {
         self.closed_by.values().sum::<f64>() + 0.0 // an empty sum is -0.0
@@ -407,6 +431,20 @@ impl Window {
                     .closed_by
                     .entry(s.label("closed_by").into())
                     .or_default() += delta(s);
+            } else if is(&defs::CONNECTION_PROTOCOLS) {
+                *p.ports
+                    .entry(port())
+                    .or_default()
+                    .protocols
+                    .entry(s.label("protocol").into())
+                    .or_default() += delta(s);
+            } else if is(&defs::TCP_CONNECTION_DURATION) && !series("bucket") {
+                let v = p.ports.entry(port()).or_default();
+                if series("sum") {
+                    v.lifetime_sum += delta(s);
+                } else {
+                    v.lifetime_count += delta(s);
+                }
             } else if is(&defs::EXCHANGES) {
                 p.ports.entry(port()).or_default().exchanges += delta(s);
             } else if is(&defs::TCP_TIME_WAIT) {

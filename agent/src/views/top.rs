@@ -269,9 +269,16 @@ fn port_rows(p: &Proc, secs: f64) -> Vec<[String; 7]> {
                 rate(v.closed(), secs),
                 rate(v.time_wait, secs),
                 format!("{:.0}", v.time_wait_sockets),
-                v.requests_per_connection()
-                    .map(|r| format!("{r:.1}"))
-                    .unwrap_or_else(|| "-".into()),
+                // HTTP/2: exchanges are not requests; how long connections last says more
+                if v.multiplexed() {
+                    v.mean_lifetime()
+                        .map(|l| format!("h2 {l:.1}s"))
+                        .unwrap_or_else(|| "h2".into())
+                } else {
+                    v.requests_per_connection()
+                        .map(|r| format!("{r:.1}"))
+                        .unwrap_or_else(|| "-".into())
+                },
                 if v.closed() > 0.0 {
                     format!("{}%", pct(v.closed_share("server")))
                 } else {

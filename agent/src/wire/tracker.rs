@@ -70,6 +70,8 @@ pub struct WireHandshake {
     pub alert: bool,
     /// Every label is known.
     pub complete: bool,
+    /// The application protocol, as far as the output shows it (tls::PROTOCOLS).
+    pub protocol: &'static str,
 }
 
 /// What is known of a connection's parameters.
@@ -132,6 +134,7 @@ impl Tracker {
                     hello: p.hello,
                     alert: p.alert || e.flags == WIRE_END_ALERT,
                     complete: p.complete,
+                    protocol: p.protocol,
                 };
                 // nothing was negotiated (an alert, or closed before a ServerHello): the
                 // labels are other, and that is all there is to know

@@ -172,7 +172,7 @@ fn measured_tables(p: &Proc, s: f64) -> String {
     }
     if !p.ports.is_empty() {
         o.push_str(
-            "<p></p><table><tr><th>Port</th><th>Connections/s</th><th>Requests per connection</th>\
+            "<p></p><table><tr><th>Port</th><th>Connections/s</th><th>Exchanges per connection</th>\
              <th>Closed by server</th><th>TIME_WAIT/s</th><th>TIME_WAIT now</th></tr>",
         );
         for (port, v) in &p.ports {

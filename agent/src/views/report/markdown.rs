@@ -131,17 +131,20 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
         if !p.ports.is_empty() {
             let _ = writeln!(
                 o,
-                "| Port | Connections/s | Requests per connection | Closed by server | TIME_WAIT/s | TIME_WAIT now |"
+                "| Port | Connections/s | Exchanges per connection | HTTP/2 | Lifetime | Closed by server | TIME_WAIT/s | \
+                 TIME_WAIT now |"
             );
-            let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|");
+            let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|---:|---:|");
             for (port, v) in &p.ports {
                 let _ = writeln!(
                     o,
-                    "| {port} | {:.1} | {} | {:.0}% | {:.1} | {:.0} |",
+                    "| {port} | {:.1} | {} | {:.0}% | {} | {:.0}% | {:.1} | {:.0} |",
                     v.ended / s,
                     v.requests_per_connection()
                         .map(|r| format!("{r:.1}"))
                         .unwrap_or("-".into()),
+                    v.h2_share() * 100.0,
+                    v.mean_lifetime().map(ms).unwrap_or("-".into()),
                     v.closed_share("server") * 100.0,
                     v.time_wait / s,
                     v.time_wait_sockets

@@ -14,7 +14,9 @@ use std::{
 
 use proptest::{collection::vec, prelude::*, sample::Index, test_runner::TestCaseError};
 
-use super::{cert, cert_from_signature, group_name, parse, suite, version_name, Parsed, DHE_BY_SIZE, NONE, OTHER};
+use super::{
+    cert, cert_from_signature, group_name, parse, suite, version_name, Parsed, DHE_BY_SIZE, NONE, OTHER, PROTOCOLS,
+};
 use crate::wire::fixtures::{self, Flight};
 
 /// Cases per property: TLSPROF_FUZZ_CASES, else 8192, with which all the fuzz properties
@@ -135,6 +137,11 @@ fn check(plain: &[u8], sealed: &[u16], ended: bool) -> Result<Parsed, TestCaseEr
     if !p.hello {
         prop_assert_eq!(l, super::Negotiated::UNKNOWN);
     }
+    prop_assert!(
+        PROTOCOLS.contains(&p.protocol),
+        "protocol {:?} not from the table",
+        p.protocol
+    );
     Ok(p)
 }
 

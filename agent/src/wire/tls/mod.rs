@@ -56,6 +56,29 @@ pub struct Parsed {
     pub complete: bool,
     /// The server sent a fatal alert in the clear.
     pub alert: bool,
+    /// The application protocol the server chose (ALPN), where its output shows it: a
+    /// PROTOCOL_* value.
+    pub protocol: &'static str,
+}
+
+/// Parsed::protocol: HTTP/2 (ALPN `h2`), HTTP/1.1, another ALPN value, no ALPN at all, or
+/// not shown: TLS 1.3 sends the choice in its encrypted EncryptedExtensions (and a
+/// connection without a ServerHello has none to show).
+pub const PROTOCOL_H2: &str = "h2";
+pub const PROTOCOL_HTTP1: &str = "http/1.1";
+pub const PROTOCOL_NONE: &str = "none";
+pub const PROTOCOL_ENCRYPTED: &str = "encrypted";
+/// Every value Parsed::protocol takes.
+#[cfg(test)]
+pub const PROTOCOLS: [&str; 5] = [PROTOCOL_H2, PROTOCOL_HTTP1, OTHER, PROTOCOL_NONE, PROTOCOL_ENCRYPTED];
+
+/// An ALPN protocol name as a label value.
+fn protocol_name(name: &[u8]) -> &'static str {
+    match name {
+        b"h2" => PROTOCOL_H2,
+        b"http/1.1" => PROTOCOL_HTTP1,
+        _ => OTHER,
+    }
 }
 
 impl Parsed {
@@ -171,6 +194,8 @@ struct Hello {
     group: Option<u16>,
     psk: bool,
     retry: bool,
+    /// ALPN's choice (TLS 1.2: in the ServerHello)
+    alpn: Option<&'static str>,
 }
 
 fn server_hello(b: &[u8]) -> Option<Hello> {
@@ -187,6 +212,7 @@ fn server_hello(b: &[u8]) -> Option<Hello> {
         group: None,
         psk: false,
         retry: random == HRR_RANDOM,
+        alpn: None,
     };
     let Some(ext_len) = r.u16() else { return Some(h) };
     let mut e = Rd(r.take(ext_len as usize).unwrap_or(r.0));
@@ -197,6 +223,15 @@ fn server_hello(b: &[u8]) -> Option<Hello> {
             0x002b => h.version = b.u16().unwrap_or(legacy),
             0x0033 => h.group = b.u16(),
             0x0029 => h.psk = true,
+            // application_layer_protocol_negotiation: a list of exactly one name
+            0x0010 => {
+                h.alpn = Some(
+                    b.u16()
+                        .and_then(|_| b.u8())
+                        .and_then(|n| b.take(n as usize))
+                        .map_or(OTHER, protocol_name),
+                )
+            }
             _ => {}
         }
     }
@@ -228,10 +263,18 @@ pub fn parse(plain: &[u8], sealed: &[u16], ended: bool) -> Parsed {
             after.push((*t, body.as_slice()));
         }
     }
-    let Some(h) = hello else { return p };
+    let Some(h) = hello else {
+        p.protocol = PROTOCOL_ENCRYPTED; // nothing shown
+        return p;
+    };
     p.hello = true;
     p.version = h.version;
     p.cipher = h.cipher;
+    p.protocol = match (h.version, h.alpn) {
+        (0x0304, _) => PROTOCOL_ENCRYPTED,
+        (_, Some(a)) => a,
+        (_, None) => PROTOCOL_NONE,
+    };
     let suite = suite(h.cipher);
     if h.version == 0x0304 {
         p.group = h.group.map(group_name);
@@ -438,6 +481,32 @@ mod tests {
         ]
         .concat();
         tlv(0x30, &[tlv(0x30, &tbs), tlv(0x30, b"sigalg"), tlv(3, b"sig")].concat())
+    }
+
+    #[test]
+    fn application_protocol_from_the_server_hello() {
+        let alpn = |name: &[u8]| {
+            let mut v = vec![0, name.len() as u8 + 1, name.len() as u8];
+            v.extend_from_slice(name);
+            (0x0010, v)
+        };
+        let tls12 = |ext: &[(u16, Vec<u8>)]| {
+            let flight = [hello([1; 32], 0xC02B, ext), msg(14, &[])].concat();
+            parse(&record(22, &flight), &[], false).protocol
+        };
+        assert_eq!(tls12(&[alpn(b"h2")]), PROTOCOL_H2);
+        assert_eq!(tls12(&[(0xff01, vec![0]), alpn(b"http/1.1")]), PROTOCOL_HTTP1);
+        assert_eq!(tls12(&[alpn(b"spdy/3")]), OTHER);
+        assert_eq!(tls12(&[(0x0010, vec![0, 9, 8])]), OTHER); // cut short
+        assert_eq!(tls12(&[]), PROTOCOL_NONE);
+        // TLS 1.3: the choice is in the encrypted flight, whatever the ServerHello carries
+        let sh = hello(
+            [1; 32],
+            0x1301,
+            &[(0x002b, vec![3, 4]), (0x0033, share(29, 32)), alpn(b"h2")],
+        );
+        assert_eq!(parse(&record(22, &sh), &[], false).protocol, PROTOCOL_ENCRYPTED);
+        assert_eq!(parse(&[], &[], true).protocol, PROTOCOL_ENCRYPTED);
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! Connection rules: keep-alive (requests per connection) and TIME_WAIT.
-use super::{finish, ms, Finding, FEW_REQUESTS, MIN_EVENTS, TARGET_REQUESTS, TIME_WAIT_SECONDS};
+use super::{finish, ms, Finding, FEW_REQUESTS, MIN_EVENTS, REUSED_LIFETIME, TARGET_REQUESTS, TIME_WAIT_SECONDS};
 use crate::views::snapshot::Proc;
 
 /// Connections that carry few requests: each new one costs a handshake, a TCP set-up and
-/// tear-down and, when the server closes, a TIME_WAIT socket.
+/// tear-down and, when the server closes, a TIME_WAIT socket. Requests are exchanges
+/// (client data, then the server's answer): where those stand for fewer requests than
+/// there were (HTTP/2, pipelining), reuse is judged by how long connections live, which
+/// needs no framing: connections that last REUSED_LIFETIME on average are in use.
 pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
     let mut out = Vec::new();
     let all_ended = p.ended();
@@ -11,9 +14,19 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
     let c_hs = p.mean_cpu(|_| true);
     for (port, v) in &p.ports {
         let Some(r) = v.requests_per_connection() else { continue };
-        if v.ended < MIN_EVENTS || r >= FEW_REQUESTS {
+        let lifetime = v.mean_lifetime();
+        if v.ended < MIN_EVENTS || r >= FEW_REQUESTS || lifetime.is_some_and(|l| l >= REUSED_LIFETIME) {
             continue;
         }
+        let h2 = if v.multiplexed() {
+            format!(
+                " ({:.0}% HTTP/2: several requests per exchange; they lasted {} on average)",
+                v.h2_share() * 100.0,
+                lifetime.map(ms).unwrap_or_else(|| "-".into())
+            )
+        } else {
+            String::new()
+        };
         let server_closes = v.closed_share("server");
         let limit = v
             .common_request_count(0.8)
@@ -72,8 +85,8 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
                 port: Some(port.clone()),
                 title,
                 evidence: format!(
-                    "{conn_rate:.1} connections/s ended carrying {r:.1} requests each; {why}. Each new connection costs a \
-                     handshake ({}) and {:.2} TIME_WAIT entries.",
+                    "{conn_rate:.1} connections/s ended carrying {r:.1} requests each{h2}; {why}. Each new connection \
+                     costs a handshake ({}) and {:.2} TIME_WAIT entries.",
                     c_hs.map(ms).unwrap_or_else(|| "not measured".into()),
                     if v.ended > 0.0 { v.time_wait / v.ended } else { 0.0 },
                 ),
@@ -94,6 +107,8 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
                     ("connections_per_second", conn_rate),
                     ("requests_per_connection", r),
                     ("server_close_share", server_closes),
+                    ("http2_share", v.h2_share()),
+                    ("mean_lifetime_seconds", lifetime.unwrap_or(0.0)),
                     ("request_limit", limit.map(|(k, _)| k as f64).unwrap_or(0.0)),
                     ("handshakes_removed_per_second", hs_removed),
                     ("time_wait_removed_per_second", tw_removed),

@@ -26,6 +26,11 @@ pub const TARGET_REQUESTS: f64 = 100.0;
 pub const FEW_REQUESTS: f64 = 10.0;
 /// Linux keeps a socket in TIME_WAIT this long (TCP_TIMEWAIT_LEN).
 pub const TIME_WAIT_SECONDS: f64 = 60.0;
+/// Connections that live this long on average (seconds) are in use, whatever their
+/// exchange count says: an HTTP/2 client sends many requests per exchange, an HTTP/1.1
+/// one may pipeline, a browser keeps idle connections; a handshake per half second of a
+/// connection's life is little beside what the connection carries.
+pub const REUSED_LIFETIME: f64 = 0.5;
 
 /// What to change, why, and what it would save.
 #[derive(Debug, Clone)]
