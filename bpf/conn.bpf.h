@@ -37,6 +37,14 @@ struct {
 	__type(value, struct conn_port_stats);
 } conn_ports SEC(".maps");
 
+/* Exchanges per watched port as they happen (conn.h: CONN_EXCHANGE_SLOTS). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CONN_EXCHANGE_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} conn_exchanges SEC(".maps");
+
 /*
  * Each connection's state lives in socket-local storage (freed with the socket), or, where
  * the kernel does not let tracing programs use it (before 5.11) or a hook cannot pass it a
@@ -122,6 +130,7 @@ static __always_inline void conn_accepted(const struct sock *sk)
 		.start_ns = bpf_ktime_get_ns(),
 		.netns = p.netns,
 		.port = p.port,
+		.slot = (__u16)ps->slot,
 		/* what the client sends from here on is read past this position */
 		.rx_mark = data_read(sk),
 	};

@@ -18,6 +18,15 @@
  */
 #define CONN_PORTS_ENTRIES 65536
 
+/*
+ * Live exchange counters (conn_exchanges, a per-CPU array: no shared cache line between a
+ * server's workers): one slot per watched port, given by the agent in conn_port_stats.slot
+ * and copied into each connection's state at accept. A port beyond them has no live count
+ * (tlsprof_table_full_total{table="exchange_slots"}); its connections' counts still come
+ * at their end.
+ */
+#define CONN_EXCHANGE_SLOTS 4096
+
 /* A listening port of a traced process (key of conn_ports, kept by the agent). */
 struct conn_port {
 	__u32 netns;
@@ -28,10 +37,8 @@ struct conn_port {
 /* Value of conn_ports. */
 struct conn_port_stats {
 	__u32 flags;     /* CONN_PORT_* */
-	__u32 pad;
+	__u32 slot;      /* 1 + its live exchange counter in conn_exchanges; 0: none */
 	__u64 accepted;  /* connections accepted here since the agent added the port */
-	__u64 exchanges; /* application data exchanges on them (conn_state.requests), as they
-			  * happen: the live count, where the per-connection one waits for the end */
 };
 
 /* Who ended a connection. */
@@ -72,7 +79,7 @@ struct conn_state {
 	__u32 requests;   /* application data exchanges: client data, then server data */
 	__u8 tls;         /* a TLS handshake call read or wrote this socket */
 	__u8 dir;         /* CONN_DIR_* */
-	__u8 pad[2];
+	__u16 slot;       /* its port's conn_port_stats.slot at accept */
 	/* the server's handshake output, as far as it is looked at (wire.h) */
 	__u32 wire_seq;     /* output stream position (tcp write_seq) looked at so far */
 	__u32 wire_left;    /* body bytes of the current record not yet sent */

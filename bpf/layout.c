@@ -69,8 +69,8 @@ int main(void)
 	F(conn_port, port);
 	S(conn_port_stats);
 	F(conn_port_stats, flags);
+	F(conn_port_stats, slot);
 	F(conn_port_stats, accepted);
-	F(conn_port_stats, exchanges);
 	S(conn_state);
 	F(conn_state, start_ns);
 	F(conn_state, netns);
@@ -80,6 +80,7 @@ int main(void)
 	F(conn_state, requests);
 	F(conn_state, tls);
 	F(conn_state, dir);
+	F(conn_state, slot);
 	F(conn_state, wire_seq);
 	F(conn_state, wire_left);
 	F(conn_state, wire_tgid);
@@ -158,6 +159,7 @@ int main(void)
 	C(CONN_PORT_LISTEN);
 	C(CONN_PORT_TLS);
 	C(CONN_PORTS_ENTRIES);
+	C(CONN_EXCHANGE_SLOTS);
 	C(CONN_BY_SERVER);
 	C(CONN_BY_CLIENT);
 	C(CONN_BY_RESET);

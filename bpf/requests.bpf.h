@@ -33,14 +33,17 @@ struct {
 /* The end of the capture of a connection's handshake output (wire.bpf.h). */
 static __always_inline void wire_finish(const struct sock *sk, struct conn_state *c, __u8 why);
 
-/* One more application data exchange on c: the connection's count, and its port's. */
+/* One more application data exchange on c: the connection's count, and its port's live
+ * one (a per-CPU array slot: no hash lookup, no shared cache line). */
 static __always_inline void req_exchange(struct conn_state *c)
 {
 	c->requests++;
-	struct conn_port p = { .netns = c->netns, .port = c->port };
-	struct conn_port_stats *ps = bpf_map_lookup_elem(&conn_ports, &p);
-	if (ps)
-		__sync_fetch_and_add(&ps->exchanges, 1);
+	if (!c->slot)
+		return;
+	__u32 idx = c->slot - 1;
+	__u64 *n = bpf_map_lookup_elem(&conn_exchanges, &idx);
+	if (n)
+		*n += 1; /* this CPU's own: sends run in process context, one at a time per CPU */
 }
 
 static __always_inline bool req_wire_counts(void)

@@ -15,6 +15,7 @@ use crate::metrics::{Metrics, TableLabels};
 pub const TABLES: &[&str] = &[
     // kernel maps and queues the agent fills (bpf/loader.rs, bpf/uprobes.rs)
     "watched_ports",
+    "exchange_slots",
     "traced_processes",
     "hs_detached",
     "detach_queue",

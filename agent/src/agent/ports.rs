@@ -12,7 +12,7 @@ use std::{
 use crate::{
     bounds,
     bpf::{
-        conn::{conn_event, conn_port, conn_port_stats, CONN_PORTS_ENTRIES, CONN_PORT_TLS},
+        conn::{conn_event, conn_port, CONN_PORTS_ENTRIES, CONN_PORT_TLS},
         loader::Kernel,
     },
     conns::Churn,
@@ -98,8 +98,14 @@ impl Ports {
     pub fn refresh<'a>(&mut self, traced: impl Iterator<Item = (u32, &'a str)>, k: &mut Kernel) -> Failed {
         // Accepted connections and exchanges of the ports watched until now, before any is
         // removed.
-        let counts: HashMap<conn_port, conn_port_stats> =
-            self.ports.keys().filter_map(|key| Some((*key, k.port(key)?))).collect();
+        let counts: HashMap<conn_port, (u64, u64)> = self
+            .ports
+            .keys()
+            .filter_map(|key| {
+                let p = k.port(key)?;
+                Some((*key, (p.accepted, k.exchanges(&p))))
+            })
+            .collect();
         self.churn.sync_counts(&self.ports, &counts);
 
         let mut now: BTreeMap<conn_port, String> = BTreeMap::new();

@@ -5,6 +5,8 @@ pub const CONN_PORT_LISTEN: u32 = 1;
 pub const CONN_PORT_TLS: u32 = 2;
 /// Room in conn_ports: the agent watches no more ports (agent/ports.rs).
 pub const CONN_PORTS_ENTRIES: u32 = 65536;
+/// Live exchange counters (conn_exchanges): watched ports beyond them have none.
+pub const CONN_EXCHANGE_SLOTS: u32 = 4096;
 pub const CONN_BY_SERVER: u8 = 1;
 pub const CONN_BY_CLIENT: u8 = 2;
 pub const CONN_BY_RESET: u8 = 3;
@@ -44,9 +46,9 @@ impl conn_port {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct conn_port_stats {
     pub flags: u32,
-    pub pad: u32,
+    /// 1 + the port's slot in conn_exchanges; 0: none.
+    pub slot: u32,
     pub accepted: u64,
-    pub exchanges: u64,
 }
 
 // SAFETY: plain #[repr(C)] integers with explicit padding, valid for any bit pattern.
@@ -72,7 +74,7 @@ pub struct conn_state {
     pub requests: u32,
     pub tls: u8,
     pub dir: u8,
-    pub pad: [u8; 2],
+    pub slot: u16,
     pub wire_seq: u32,
     pub wire_left: u32,
     pub wire_tgid: u32,

@@ -7,7 +7,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use aya::{
-    maps::{Array, HashMap as BpfHashMap, MapData, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues, RingBuf},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         PerfEvent,
@@ -131,6 +131,10 @@ pub struct Kernel {
     hs_detached: BpfHashMap<MapData, u32, u64>,
     stats: Array<MapData, u64>,
     conn_ports: BpfHashMap<MapData, conn_port, conn_port_stats>,
+    /// Live exchange counters, a slot per watched port (bpf/conn.h), and the free slots
+    /// (1-based, as conn_port_stats.slot holds them).
+    conn_exchanges: PerCpuArray<MapData, u64>,
+    free_slots: Vec<u32>,
     traced: BpfHashMap<MapData, u32, proc_traced>,
     /// The switches of the connection programs (requests.bpf.h), as last written.
     req_ctl: Array<MapData, cn::req_ctl>,
@@ -349,6 +353,8 @@ impl Kernel {
             hs_detached: take(&mut ebpf, "hs_detached")?,
             stats: take(&mut ebpf, "stats")?,
             conn_ports: take(&mut ebpf, "conn_ports")?,
+            conn_exchanges: take(&mut ebpf, "conn_exchanges")?,
+            free_slots: (1..=cn::CONN_EXCHANGE_SLOTS).rev().collect(),
             traced: take(&mut ebpf, "traced")?,
             req_ctl,
             ctl,
@@ -457,30 +463,57 @@ impl Kernel {
         }
     }
 
-    /// A watched port's kernel-side state (flags, accepted count).
+    /// A watched port's kernel-side state (flags, exchange slot, accepted count).
     pub fn port(&self, key: &conn_port) -> Option<conn_port_stats> {
         self.conn_ports.get(key, 0).ok()
     }
 
-    /// Starts watching a listening port (a no-op for one already watched). False, and
-    /// counted (watched_ports), when the map has no room.
+    /// Exchanges on a watched port's connections so far, summed over the CPUs (0 for a
+    /// port without a slot).
+    pub fn exchanges(&self, port: &conn_port_stats) -> u64 {
+        let Some(idx) = port.slot.checked_sub(1) else { return 0 };
+        self.conn_exchanges.get(&idx, 0).map(|v| v.iter().sum()).unwrap_or(0)
+    }
+
+    /// Starts watching a listening port (a no-op for one already watched), with a live
+    /// exchange counter while there are free ones (else counted: exchange_slots). False,
+    /// and counted (watched_ports), when the map has no room.
     pub fn watch_port(&mut self, key: &conn_port) -> bool {
         if self.port(key).is_some() {
             return true;
         }
+        let slot = self.free_slots.pop().unwrap_or(0);
+        if slot == 0 {
+            self.full.add("exchange_slots", 1);
+        } else {
+            // a slot freed by a port gone counts from zero for the next
+            let zeros = aya::util::nr_cpus().ok().map(|n| vec![0u64; n]);
+            if let Some(z) = zeros.and_then(|z| PerCpuValues::try_from(z).ok()) {
+                let _ = self.conn_exchanges.set(slot - 1, z, 0);
+            }
+        }
         let fresh = conn_port_stats {
             flags: cn::CONN_PORT_LISTEN,
+            slot,
             ..Default::default()
         };
         let ok = self.conn_ports.insert(key, fresh, 0);
         if let Err(e) = &ok {
             log::debug!("cannot watch port {} (netns {}): {e}", key.port, key.netns);
             self.full.add("watched_ports", 1);
+            if slot != 0 {
+                self.free_slots.push(slot);
+            }
         }
         ok.is_ok()
     }
 
     pub fn unwatch_port(&mut self, key: &conn_port) {
+        if let Some(p) = self.port(key) {
+            if p.slot != 0 {
+                self.free_slots.push(p.slot);
+            }
+        }
         let _ = self.conn_ports.remove(key);
     }
 

@@ -98,14 +98,7 @@ mod layout_tests {
             }
         );
         rust_layout!(rust, conn_port { netns, port });
-        rust_layout!(
-            rust,
-            conn_port_stats {
-                flags,
-                accepted,
-                exchanges
-            }
-        );
+        rust_layout!(rust, conn_port_stats { flags, slot, accepted });
         rust_layout!(
             rust,
             hs_thread {
@@ -148,6 +141,7 @@ mod layout_tests {
                 requests,
                 tls,
                 dir,
+                slot,
                 wire_seq,
                 wire_left,
                 wire_tgid,
@@ -271,6 +265,7 @@ mod layout_tests {
             CONN_PORT_LISTEN,
             CONN_PORT_TLS,
             CONN_PORTS_ENTRIES,
+            CONN_EXCHANGE_SLOTS,
             CONN_BY_SERVER,
             CONN_BY_CLIENT,
             CONN_BY_RESET,

@@ -35,7 +35,7 @@ pub struct Churn {
     pending: HashMap<Tuple, Pending>,
     /// The kernel's per-port counts (accepted, exchanges) as last exported (it counts since
     /// the port was added; bounded by the watched ports).
-    counts_seen: HashMap<cn::conn_port, cn::conn_port_stats>,
+    counts_seen: HashMap<cn::conn_port, (u64, u64)>,
     /// Ports whose TIME_WAIT gauge was set: a port that goes away is removed (at most the
     /// 65,536 port numbers).
     gauged: HashSet<u16>,
@@ -168,10 +168,12 @@ impl Churn {
     pub fn sync_counts(
         &mut self,
         ports: &BTreeMap<cn::conn_port, String>,
-        counts: &HashMap<cn::conn_port, cn::conn_port_stats>,
+        counts: &HashMap<cn::conn_port, (u64, u64)>,
     ) {
         for (key, comm) in ports {
-            let Some(now) = counts.get(key) else { continue };
+            let Some(&(accepted, exchanges)) = counts.get(key) else {
+                continue;
+            };
             let seen = self.counts_seen.entry(*key).or_default();
             // a port removed and added again starts from zero in the kernel
             let delta = |now: u64, seen: u64| if now >= seen { now - seen } else { now };
@@ -179,9 +181,9 @@ impl Churn {
                 comm: comm.clone(),
                 port: key.port.to_string(),
             };
-            (self.metrics.connections_accepted.get_or_create(&labels)).inc_by(delta(now.accepted, seen.accepted));
-            (self.metrics.exchanges.get_or_create(&labels)).inc_by(delta(now.exchanges, seen.exchanges));
-            *seen = *now;
+            (self.metrics.connections_accepted.get_or_create(&labels)).inc_by(delta(accepted, seen.0));
+            (self.metrics.exchanges.get_or_create(&labels)).inc_by(delta(exchanges, seen.1));
+            *seen = (accepted, exchanges);
         }
         self.counts_seen.retain(|k, _| ports.contains_key(k));
     }
@@ -489,16 +491,7 @@ mod tests {
                 m.exchanges.get_or_create(&labels).get(),
             )
         };
-        let kernel = |accepted, exchanges| {
-            HashMap::from([(
-                key,
-                cn::conn_port_stats {
-                    accepted,
-                    exchanges,
-                    ..Default::default()
-                },
-            )])
-        };
+        let kernel = |accepted, exchanges| HashMap::from([(key, (accepted, exchanges))]);
         c.sync_counts(&ports, &kernel(10, 40));
         c.sync_counts(&ports, &kernel(25, 100));
         assert_eq!(now(), (25, 100));

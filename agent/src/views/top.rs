@@ -166,7 +166,7 @@ fn sorted(w: &Window, sort: Sort) -> Vec<&Proc> {
 }
 
 const PROC_HEADER: [&str; 11] = [
-    "COMM", "FULL/s", "RES/s", "FAIL/s", "CPU%", "HS%", "CRY%", "NET%", "OTH%", "TW/s", "REQ/C",
+    "COMM", "FULL/s", "RES/s", "FAIL/s", "CPU%", "HS%", "CRY%", "NET%", "OTH%", "TW/s", "EX/C",
 ];
 const PROC_WIDTHS: [u16; 11] = [15, 7, 6, 6, 6, 4, 4, 4, 4, 6, 6];
 
@@ -256,7 +256,7 @@ fn config_rows(p: &Proc, secs: f64) -> Vec<[String; 7]> {
         .collect()
 }
 
-const PORT_HEADER: [&str; 7] = ["PORT", "CONN/s", "TW/s", "TW NOW", "REQ/C", "SRV CLOSE", "CLI CLOSE"];
+const PORT_HEADER: [&str; 7] = ["PORT", "CONN/s", "TW/s", "TW NOW", "EX/C", "SRV CLOSE", "CLI CLOSE"];
 const PORT_WIDTHS: [u16; 7] = [6, 8, 8, 8, 7, 9, 9];
 
 fn port_rows(p: &Proc, secs: f64) -> Vec<[String; 7]> {
