@@ -324,6 +324,11 @@ pub fn wanted(comms: &[String], comm: &str) -> bool {
     comms.is_empty() || comms.iter().any(|c| c == comm)
 }
 
+/// Adds an increase to a figure kept by a label's value.
+fn add(by: &mut BTreeMap<String, f64>, key: &str, d: f64) {
+    *by.entry(key.into()).or_default() += d;
+}
+
 /// The configuration a handshake series' labels name, in a process's table.
 fn config<'a>(
     configs: &'a mut BTreeMap<String, BTreeMap<ConfigKey, Config>>,
@@ -419,25 +424,23 @@ impl Window {
             } else if is(&defs::PROCESS_CPU) {
                 p.process_cpu += delta(s);
             } else if is(&defs::CPU) {
-                *p.cpu.entry(s.label("category").into()).or_default() += delta(s);
+                add(&mut p.cpu, s.label("category"), delta(s));
             } else if is(&defs::CRYPTO_CPU) {
-                *p.crypto.entry(s.label("primitive").into()).or_default() += delta(s);
+                add(&mut p.crypto, s.label("primitive"), delta(s));
             } else if is(&defs::TCP_CONNECTIONS_ACCEPTED) {
                 p.ports.entry(port()).or_default().accepted += delta(s);
             } else if is(&defs::TCP_CONNECTIONS) {
-                *p.ports
-                    .entry(port())
-                    .or_default()
-                    .closed_by
-                    .entry(s.label("closed_by").into())
-                    .or_default() += delta(s);
+                add(
+                    &mut p.ports.entry(port()).or_default().closed_by,
+                    s.label("closed_by"),
+                    delta(s),
+                );
             } else if is(&defs::CONNECTION_PROTOCOLS) {
-                *p.ports
-                    .entry(port())
-                    .or_default()
-                    .protocols
-                    .entry(s.label("protocol").into())
-                    .or_default() += delta(s);
+                add(
+                    &mut p.ports.entry(port()).or_default().protocols,
+                    s.label("protocol"),
+                    delta(s),
+                );
             } else if is(&defs::TCP_CONNECTION_DURATION) && !series("bucket") {
                 let v = p.ports.entry(port()).or_default();
                 if series("sum") {
