@@ -11,11 +11,50 @@ from harness.agent import TLSPROF  # noqa: E402
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "kernel_scenario: run by the kernel matrix inside each guest kernel "
-                                       "(tests/test_kernels.py)")
+                                       "(tests/test_kernels.py), not on the host")
+    config.addinivalue_line("markers", "quiet: asserts a CPU figure or a timing: runs after the kernel matrix's "
+                                       "guests have finished, on an otherwise idle machine")
     if os.geteuid() != 0:
         pytest.exit("tlsprof's integration tests need root (they load eBPF programs)", returncode=2)
     if not TLSPROF.exists():
         pytest.exit(f"{TLSPROF} is missing: build it first (make build)", returncode=2)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The kernel scenarios run inside the kernel matrix's guests (which set TLSPROF_SCENARIOS),
+    not again on the host, whose own tests cover the same ground. The guests run in the
+    background from the start (pytest_collection_finish), at the lowest priority: the tests
+    that only count go first, then the matrix's, then those marked quiet, which measure CPU
+    or time and so run once the guests are done."""
+    if not os.environ.get("TLSPROF_SCENARIOS"):
+        scenarios = [i for i in items if i.get_closest_marker("kernel_scenario")]
+        if scenarios:
+            config.hook.pytest_deselected(items=scenarios)
+            items[:] = [i for i in items if not i.get_closest_marker("kernel_scenario")]
+
+    def phase(item) -> int:
+        if item.get_closest_marker("quiet"):
+            return 2
+        return 1 if item.module.__name__ == "test_kernels" else 0
+    items.sort(key=phase)  # stable: each phase keeps the files' order
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return
+    if any(i.module.__name__ == "test_kernels" and "scenario_on_kernel" in i.name for i in session.items):
+        from harness.guest import start_matrix
+        start_matrix()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How long each kernel guest ran, and its slowest scenarios: the matrix's share of the
+    budget in every CI log."""
+    from harness.guest import FINISHED
+    for suite, run in FINISHED:
+        slow = sorted(run.times.items(), key=lambda kv: -kv[1])[:4]
+        terminalreporter.write_line(f"guest {suite} ({run.release or 'did not boot'}): {run.wall:.0f} s; slowest: "
+                                    + ", ".join(f"{n} {t:.0f} s" for n, t in slow))
 
 
 @pytest.fixture(scope="session")
@@ -55,13 +94,10 @@ def haproxy(workdir):
 
 
 @pytest.fixture(scope="session")
-def gotls_bin(tmp_path_factory):
-    """The Go crypto/tls test server: built here, or the one TLSPROF_GOTLS names (the kernel
-    matrix builds it on the host: compiling under software emulation takes minutes)."""
-    from harness.servers import build_gotls
-    if given := os.environ.get("TLSPROF_GOTLS"):
-        return Path(given)
-    built = build_gotls(tmp_path_factory.mktemp("gotls"))
+def gotls_bin():
+    """The Go crypto/tls test server, built once per content (harness.build)."""
+    from harness.build import gotls
+    built = gotls()
     if built is None:
         pytest.skip("go is not installed")
     return built

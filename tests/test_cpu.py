@@ -148,13 +148,12 @@ def test_nginx_bulk_total_matches_proc(workdir):
 # ------------------------------------------------------------- a server that knows its split
 
 @pytest.fixture(scope="module")
-def split_server_bin(tmp_path_factory):
-    exe = tmp_path_factory.mktemp("split") / "split_server"
-    r = subprocess.run(["gcc", "-O2", "-o", str(exe), str(ROOT / "tests/servers/split_server.c"), "-lssl", "-lcrypto"],
-                       capture_output=True, text=True)
-    if r.returncode:
-        pytest.skip(f"cannot build split_server (libssl-dev?): {r.stderr[-300:]}")
-    return exe
+def split_server_bin():
+    from harness.build import BuildError, c_program
+    try:
+        return c_program("split_server", ROOT / "tests/servers/split_server.c", "-lssl", "-lcrypto")
+    except BuildError as e:
+        pytest.skip(f"cannot build split_server (libssl-dev?): {e}")
 
 
 def server_stats(port: int) -> tuple[float, float]:

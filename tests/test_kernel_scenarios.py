@@ -1,8 +1,10 @@
 """The scenarios the kernel matrix runs on Debian's own kernels in QEMU (tests/test_kernels.py
-boots each and runs this file inside), and that run here too: every count exact against
-what the clients and the kernel itself say, every label what the client negotiated, in the
-default mode and with --exact. Small loads: inside the guests the CPU is emulated in
-software, and TLSPROF_SLOW stretches every wait."""
+boots each and runs this file inside; the host does not collect it, see conftest.py): every
+count exact against what the clients and the kernel itself say, every label what the client
+negotiated. Inside the guests the CPU is emulated in software, where an agent's start (its
+programs loaded and verified, a probe hit's cost calibrated) takes seconds: the scenarios run
+in a few agent sessions, one per class, each attached to several servers at once, and each
+test reads what moved since it began (a mark). Small loads; TLSPROF_SLOW stretches every wait."""
 import json
 import os
 from pathlib import Path
@@ -10,16 +12,18 @@ from pathlib import Path
 import pytest
 
 from harness.agent import Agent
-from harness.clients import https_connections, keepalive_connections, resuming_connections, ss_time_wait
-from harness.metrics import hook_info, settled, value
-from harness.procs import have
-from harness.servers import HAProxy, Lighttpd, Nginx
+from harness.clients import (failing_handshakes, https_connections, keepalive_connections, resuming_connections,
+                             ss_time_wait)
+from harness.metrics import churn, hook_info, settled, since, value
+from harness.procs import have, wait_for
+from harness.servers import GoTLS, HAProxy, Lighttpd, Nginx
 
 pytestmark = pytest.mark.kernel_scenario
 
 TLS13 = dict(version="TLSv1.3", cipher="TLS_AES_256_GCM_SHA384", group="x25519", cert="ecdsa_p256")
 FORCED12 = "ECDHE-ECDSA-AES128-GCM-SHA256"
 TLS12 = dict(version="TLSv1.2", cipher="TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", group="x25519", cert="ecdsa_p256")
+LIGHTTPD_MODULES = [m for m in ("gnutls", "mbedtls", "wolfssl") if Path(f"/usr/lib/lighttpd/mod_{m}.so").exists()]
 
 
 def handshakes(m, comm: str, **labels) -> float:
@@ -45,211 +49,254 @@ def report_hooks(**seen):
         p.write_text(json.dumps(data))
 
 
-def test_hooks_reported():
-    """One hook (or none, or not_needed) per kernel capability, in the log and the metric;
-    where the kernel test asks, they are written out for it (TLSPROF_HOOKS_OUT)."""
-    with Agent("--comm", "no-such-process") as agent:
-        m = agent.scrape()
-        hooks = hook_info(m)
-        mode = next(l["mode"] for n, l, v in m if n == "tlsprof_mode_info")
-        log = agent.output()
-    for cap in ["scheduler", "processes", "connections", "resets", "send_capture", "read_side", "send_side",
-                "connection_storage", "capture_loop"]:
-        assert cap in hooks, (cap, hooks)
-    assert all(c in hooks for c in ["scheduler", "processes"]) and hooks["connections"] != "none", hooks
-    for cap, hook in hooks.items():
-        if hook not in ("none", "not_needed") and cap not in ("connection_storage", "capture_loop"):
-            assert f"kernel: {cap} by {hook}" in log, (cap, hook, log[-3000:])
-    report_hooks(hooks=hooks, mode=mode, release=os.uname().release)
+class Session:
+    """Servers started, then one agent attached to all of them; stopped in reverse."""
 
+    def __init__(self, workdir, servers: dict, *flags: str):
+        self.servers = {}
+        self.agent = None
+        try:
+            for name, start in servers.items():
+                self.servers[name] = start(workdir)
+            pids = [s.pid for s in self.servers.values()]
+            self.agent = Agent(*[a for p in pids for a in ("--pid", str(p))], *flags)
+            workers = [w for s in self.servers.values() if isinstance(s, Nginx) for w in s.workers()]
+            self.agent.wait_attached(pids + workers)
+        except BaseException:
+            self.stop()
+            raise
 
-def test_nginx_counts_and_labels(workdir):
-    """nginx: every handshake counted once, labelled with what the client negotiated (TLS
-    1.3, TLS 1.2 with a forced suite), and resumption as the client saw it."""
-    ng = Nginx(workdir, workers=1, resumption=True)
-    try:
-        with Agent("--pid", str(ng.pid), "--sample-hz", "0") as agent:
-            agent.wait_attached([ng.pid, *ng.workers()])
-            labelled_load(ng.port)
-            r = resuming_connections(ng.port, 5, version="1.2")
-            assert r["failed"] == 0 and r["full"] + r["resumed"] == 5 and r["resumed"] >= 3, r
-            agent.wait_value("tlsprof_handshakes_total", 15, comm="nginx", result="ok")
-            m = agent.scrape()
-            assert handshakes(m, "nginx", result="ok") == 15
-            assert handshakes(m, "nginx", result="ok", resumed="false", **TLS13) == 6
-            assert handshakes(m, "nginx", result="ok", resumed="false", **TLS12) == 4
-            assert handshakes(m, "nginx", result="ok", version="TLSv1.2", resumed="true", cert="none") == r["resumed"]
-            assert handshakes(m, "nginx", result="failed") == 0
-            assert value(m, "tlsprof_handshakes_unlabelled_total", comm="nginx") == 0
-    finally:
-        ng.stop()
+    def __getitem__(self, name):
+        return self.servers[name]
 
-
-def test_default_mode_with_its_budget(workdir):
-    """The default mode is on, with its overhead budget: under light load the handshake
-    probes stay attached (duty cycle 1) and time every handshake that the wire counts. The
-    budget is 5%: in an emulated guest (the kernel matrix) a hit's trap and program run
-    10-50 times slower than on hardware, and at the default 0.5% eight handshakes in a
-    row could detach the probes there."""
-    ng = Nginx(workdir, workers=1)
-    try:
-        with Agent("--pid", str(ng.pid), "--overhead-budget", "5%") as agent:
-            agent.wait_attached([ng.pid, *ng.workers()])
-            c = https_connections(ng.port, 8, version="1.3", concurrency=1)
-            assert c["ok"] == 8, c
-            agent.wait_value("tlsprof_handshake_cpu_seconds_count", 8, comm="nginx")
-            m = agent.scrape()
-            assert value(m, "tlsprof_mode_info", mode="default", overhead_budget="0.05") == 1
-            assert handshakes(m, "nginx", result="ok", **TLS13) == 8
-            assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="nginx", **TLS13) == 8
-            assert value(m, "tlsprof_probe_duty_cycle", comm="nginx") == 1
-            assert value(m, "tlsprof_probe_hits_total", comm="nginx") >= 8
-            assert value(m, "tlsprof_sampled_figure_info", figure="tlsprof_handshake_cpu_seconds") == 1
-    finally:
-        ng.stop()
-
-
-def test_exact_mode(workdir):
-    """--exact: the probes count every handshake, with the labels from the wire; a
-    connection its handshake call read is TLS (the read side), not a failed handshake."""
-    ng = Nginx(workdir, workers=1)
-    try:
-        with Agent("--pid", str(ng.pid), "--exact", "--sample-hz", "0") as agent:
-            agent.wait_attached([ng.pid, *ng.workers()])
-            labelled_load(ng.port)
-            agent.wait_value("tlsprof_handshakes_total", 10, comm="nginx", result="ok")
-            m = agent.scrape()
-            read_side = hook_info(m)["read_side"]
-            assert read_side not in ("none", "not_needed"), read_side
-            report_hooks(hooks={"read_side (--exact)": read_side})
-            assert value(m, "tlsprof_mode_info", mode="exact") == 1
-            assert handshakes(m, "nginx", result="ok", **TLS13) == 6
-            assert handshakes(m, "nginx", result="ok", **TLS12) == 4
-            assert handshakes(m, "nginx", result="failed") == 0
-    finally:
-        ng.stop()
-
-
-def test_requests_per_connection(workdir):
-    """5 keep-alive connections of 3 requests each, the client closing: 15 requests, 5
-    connections, every one closed by the client."""
-    ng = Nginx(workdir, workers=1)
-    try:
-        with Agent("--pid", str(ng.pid), "--sample-hz", "0") as agent:
-            agent.wait_attached([ng.pid, *ng.workers()])
-            client = keepalive_connections(ng.port, 5, 3, end="close")
-            assert client == {"requests": 15, "connections": 5, "failed": 0}, client
-            c = settled(agent, ng.port, 5)
-            assert (c["requests"], c["conns"], c["client"]) == (15, 5, 5), c
-    finally:
-        ng.stop()
-
-
-def test_time_wait_equals_ss(workdir):
-    """nginx closes each connection after its response (keepalive_timeout 0) and the
-    clients read to the end: a server-side TIME_WAIT each, as many as ss shows."""
-    ng = Nginx(workdir, workers=1, extra_server="keepalive_timeout 0;")
-    try:
-        with Agent("--pid", str(ng.pid), "--sample-hz", "0") as agent:
-            agent.wait_attached([ng.pid, *ng.workers()])
-            client = keepalive_connections(ng.port, 6, 1, end="eof")
-            assert client["connections"] == 6 and client["failed"] == 0, client
-            c = settled(agent, ng.port, 6)
-            kernel = ss_time_wait(ng.port)
-            assert kernel == 6 and c["time_wait"] == 6 and c["server"] == 6, (c, kernel)
-            assert c["time_wait_sockets"] == 6, c
-    finally:
-        ng.stop()
-
-
-@pytest.mark.skipif(not have("lighttpd"), reason="lighttpd not installed")
-def test_lighttpd_gnutls(workdir):
-    """lighttpd with mod_gnutls (no OpenSSL): every handshake counted from what the server
-    sends, labelled as the client negotiated, and requests per connection exact (it closes
-    after 2 requests)."""
-    srv = Lighttpd(workdir, keepalive=2)
-    try:
-        with Agent("--pid", str(srv.pid), "--sample-hz", "0") as agent:
-            agent.wait_attached([srv.pid])
-            labelled_load(srv.port)
-            agent.wait_value("tlsprof_handshakes_total", 10, comm="lighttpd", result="ok")
-            m = agent.scrape()
-            assert handshakes(m, "lighttpd", result="ok", **TLS13) == 6
-            assert handshakes(m, "lighttpd", result="ok", **TLS12) == 4
-            client = keepalive_connections(srv.port, 3, 2, end="eof")
-            assert client == {"requests": 6, "connections": 3, "failed": 0}, client
-            c = settled(agent, srv.port, 13)
-            assert (c["requests"] - 10, c["conns"]) == (6, 13), c
-    finally:
-        srv.stop()
-
-
-@pytest.mark.skipif(not have("lighttpd"), reason="lighttpd not installed")
-def test_other_stacks_timed(workdir):
-    """lighttpd on GnuTLS, mbedTLS and wolfSSL with --exact: each library's handshake probes
-    (one return program per way its return value reads) time every handshake the client
-    made, as the server's."""
-    modules = [m for m in ("gnutls", "mbedtls", "wolfssl") if Path(f"/usr/lib/lighttpd/mod_{m}.so").exists()]
-    if not modules:
-        pytest.skip("no lighttpd TLS module installed")
-    servers = []
-    try:
-        servers.extend(Lighttpd(workdir, module=m) for m in modules)
-        pids = [s.pid for s in servers]
-        with Agent(*[a for p in pids for a in ("--pid", str(p))], "--exact", "--sample-hz", "0") as agent:
-            agent.wait_attached(pids)
-            for m in modules:
-                assert f"via symbols ({m})" in agent.output(), agent.output()
-            for s in servers:
-                c = https_connections(s.port, 4, version="1.2", concurrency=1)
-                assert c["ok"] == 4, c
-            n = 4 * len(servers)
-            agent.wait_value("tlsprof_handshake_cpu_seconds_count", n, comm="lighttpd", role="server")
-            m = agent.scrape()
-            assert handshakes(m, "lighttpd", result="ok") == n
-            assert value(m, "tlsprof_handshake_duration_seconds_count", comm="lighttpd", role="server") == n
-            assert value(m, "tlsprof_handshake_cpu_seconds_sum", comm="lighttpd") > 0
-    finally:
-        for s in servers:
+    def stop(self):
+        if self.agent:
+            self.agent.stop()
+        for s in self.servers.values():
             s.stop()
 
+
+def session(workdir, servers: dict, *flags: str):
+    s = Session(workdir, servers, *flags)
+    yield s
+    s.stop()
+
+
+# ------------------------------------------------------------------ the default mode
+
+@pytest.fixture(scope="class")
+def default_mode(workdir):
+    """One agent in the default mode, attached to nginx (twice: one closing after each
+    response), lighttpd on GnuTLS and HAProxy. Its overhead budget is 5%: in an emulated
+    guest a hit's trap and program run 10-50 times slower than on hardware, and at the
+    default 0.5% eight handshakes in a row could detach the probes there."""
+    servers = {"nginx": lambda d: Nginx(d, workers=1, resumption=True),
+               "nginx_close": lambda d: Nginx(d, workers=1, extra_server="keepalive_timeout 0;")}
+    if have("lighttpd") and "gnutls" in LIGHTTPD_MODULES:
+        servers["lighttpd"] = lambda d: Lighttpd(d, keepalive=2)
+    if have("haproxy"):
+        servers["haproxy"] = lambda d: HAProxy(d)
+    yield from session(workdir, servers, "--overhead-budget", "5%")
+
+
+@pytest.fixture(scope="class")
+def exact(workdir, gotls_bin):
+    """One agent with --exact, attached to nginx, lighttpd on each TLS library it has a
+    module for, and the Go crypto/tls server: the probes count and time every handshake."""
+    servers = {"nginx": lambda d: Nginx(d, workers=1), "gotls": lambda d: GoTLS(d, gotls_bin)}
+    if have("lighttpd"):
+        for mod in LIGHTTPD_MODULES:
+            servers[f"lighttpd_{mod}"] = lambda d, mod=mod: Lighttpd(d, module=mod)
+    yield from session(workdir, servers, "--exact", "--sample-hz", "0")
+
+
+class TestDefaultMode:
+    """The default mode's session: each test reads what moved since it began."""
+
+    def test_hooks_reported(self, default_mode):
+        """One hook (or none, or not_needed) per kernel capability, in the log and the metric;
+        where the kernel test asks, they are written out for it (TLSPROF_HOOKS_OUT)."""
+        m = default_mode.agent.scrape()
+        hooks = hook_info(m)
+        mode = next(l["mode"] for n, l, v in m if n == "tlsprof_mode_info")
+        log = default_mode.agent.output()
+        for cap in ["scheduler", "processes", "connections", "resets", "send_capture", "read_side", "send_side",
+                    "connection_storage", "capture_loop"]:
+            assert cap in hooks, (cap, hooks)
+        assert hooks["connections"] != "none", hooks
+        for cap, hook in hooks.items():
+            if hook not in ("none", "not_needed") and cap not in ("connection_storage", "capture_loop"):
+                assert f"kernel: {cap} by {hook}" in log, (cap, hook, log[-3000:])
+        report_hooks(hooks=hooks, mode=mode, release=os.uname().release)
+
+    def test_nginx_counts_and_labels(self, default_mode):
+        """nginx: every handshake counted once, labelled with what the client negotiated (TLS
+        1.3, TLS 1.2 with a forced suite), and resumption as the client saw it."""
+        base = default_mode.agent.mark()
+        labelled_load(default_mode["nginx"].port)
+        r = resuming_connections(default_mode["nginx"].port, 5, version="1.2")
+        assert r["failed"] == 0 and r["full"] + r["resumed"] == 5 and r["resumed"] >= 3, r
+        default_mode.agent.wait_value("tlsprof_handshakes_total", 15, base=base, comm="nginx", result="ok")
+        m = since(default_mode.agent.scrape(), base)
+        assert handshakes(m, "nginx", result="ok") == 15
+        assert handshakes(m, "nginx", result="ok", resumed="false", **TLS13) == 6
+        assert handshakes(m, "nginx", result="ok", resumed="false", **TLS12) == 4
+        assert handshakes(m, "nginx", result="ok", version="TLSv1.2", resumed="true", cert="none") == r["resumed"]
+        assert handshakes(m, "nginx", result="failed") == 0
+        assert value(m, "tlsprof_handshakes_unlabelled_total", comm="nginx") == 0
+
+    def test_default_mode_with_its_budget(self, default_mode):
+        """The default mode is on, with its overhead budget: under light load the handshake
+        probes stay attached (duty cycle 1) and time every handshake that the wire counts."""
+        base = default_mode.agent.mark()
+        c = https_connections(default_mode["nginx"].port, 8, version="1.3", concurrency=1)
+        assert c["ok"] == 8, c
+        default_mode.agent.wait_value("tlsprof_handshake_cpu_seconds_count", 8, base=base, comm="nginx")
+        now = default_mode.agent.scrape()
+        m = since(now, base)
+        assert value(now, "tlsprof_mode_info", mode="default", overhead_budget="0.05") == 1
+        assert handshakes(m, "nginx", result="ok", **TLS13) == 8
+        assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="nginx", **TLS13) == 8
+        assert value(now, "tlsprof_probe_duty_cycle", comm="nginx") == 1
+        assert value(m, "tlsprof_probe_hits_total", comm="nginx") >= 8
+        assert value(now, "tlsprof_sampled_figure_info", figure="tlsprof_handshake_cpu_seconds") == 1
+
+    def test_requests_per_connection(self, default_mode):
+        """5 keep-alive connections of 3 requests each, the client closing: 15 requests, 5
+        connections, every one closed by the client."""
+        port = default_mode["nginx"].port
+        base = churn(default_mode.agent, port)
+        client = keepalive_connections(port, 5, 3, end="close")
+        assert client == {"requests": 15, "connections": 5, "failed": 0}, client
+        c = settled(default_mode.agent, port, 5, base)
+        assert (c["requests"], c["conns"], c["client"]) == (15, 5, 5), c
+
+    def test_time_wait_equals_ss(self, default_mode):
+        """nginx closes each connection after its response (keepalive_timeout 0) and the
+        clients read to the end: a server-side TIME_WAIT each, as many as ss shows."""
+        port = default_mode["nginx_close"].port
+        client = keepalive_connections(port, 6, 1, end="eof")
+        assert client["connections"] == 6 and client["failed"] == 0, client
+        c = settled(default_mode.agent, port, 6)
+        kernel = ss_time_wait(port)
+        assert kernel == 6 and c["time_wait"] == 6 and c["server"] == 6, (c, kernel)
+        # the gauge is read at the agent's sock_diag dumps, spaced by their cost
+        sockets = wait_for(lambda: churn(default_mode.agent, port)["time_wait_sockets"] == kernel and kernel, 20,
+                           f"the TIME_WAIT gauge of port {port} to read {kernel}")
+        assert sockets == 6
+
+    def test_lighttpd_gnutls(self, default_mode):
+        """lighttpd with mod_gnutls (no OpenSSL): every handshake counted from what the server
+        sends, labelled as the client negotiated, and requests per connection exact (it closes
+        after 2 requests)."""
+        if "lighttpd" not in default_mode.servers:
+            pytest.skip("lighttpd with mod_gnutls not installed")
+        port = default_mode["lighttpd"].port
+        base = default_mode.agent.mark()
+        labelled_load(port)
+        default_mode.agent.wait_value("tlsprof_handshakes_total", 10, base=base, comm="lighttpd", result="ok")
+        m = since(default_mode.agent.scrape(), base)
+        assert handshakes(m, "lighttpd", result="ok", **TLS13) == 6
+        assert handshakes(m, "lighttpd", result="ok", **TLS12) == 4
+        client = keepalive_connections(port, 3, 2, end="eof")
+        assert client == {"requests": 6, "connections": 3, "failed": 0}, client
+        c = settled(default_mode.agent, port, 13)
+        assert (c["requests"] - 10, c["conns"]) == (6, 13), c
+
+    def test_haproxy(self, default_mode):
+        """HAProxy terminating TLS itself: every handshake counted once."""
+        if "haproxy" not in default_mode.servers:
+            pytest.skip("haproxy not installed")
+        base = default_mode.agent.mark()
+        c = https_connections(default_mode["haproxy"].port, 8, version="1.3", concurrency=2)
+        assert c["ok"] == 8, c
+        default_mode.agent.wait_value("tlsprof_handshakes_total", 8, base=base, comm="haproxy", result="ok")
+        m = since(default_mode.agent.scrape(), base)
+        assert handshakes(m, "haproxy", result="ok", **TLS13) == 8
+        assert handshakes(m, "haproxy", result="failed") == 0
+
+
+# ------------------------------------------------------------------ --exact
+
+class TestExact:
+    """The --exact session: each test reads what moved since it began."""
+
+    def test_exact_mode(self, exact):
+        """The probes count every handshake, with the labels from the wire; a connection its
+        handshake call read is TLS (the read side), not a failed handshake."""
+        base = exact.agent.mark()
+        labelled_load(exact["nginx"].port)
+        exact.agent.wait_value("tlsprof_handshakes_total", 10, base=base, comm="nginx", result="ok")
+        now = exact.agent.scrape()
+        m = since(now, base)
+        read_side = hook_info(now)["read_side"]
+        assert read_side not in ("none", "not_needed"), read_side
+        report_hooks(hooks={"read_side (--exact)": read_side})
+        assert value(now, "tlsprof_mode_info", mode="exact") == 1
+        assert handshakes(m, "nginx", result="ok", **TLS13) == 6
+        assert handshakes(m, "nginx", result="ok", **TLS12) == 4
+        assert handshakes(m, "nginx", result="failed") == 0
+
+    def test_other_stacks_timed(self, exact):
+        """lighttpd on GnuTLS, mbedTLS and wolfSSL: each library's handshake probes (one
+        return program per way its return value reads) time every handshake the client made,
+        as the server'exact."""
+        mods = [m for m in LIGHTTPD_MODULES if f"lighttpd_{m}" in exact.servers]
+        if not mods:
+            pytest.skip("no lighttpd TLS module installed")
+        for mod in mods:
+            assert f"via symbols ({mod})" in exact.agent.output(), exact.agent.output()
+        base = exact.agent.mark()
+        for mod in mods:
+            c = https_connections(exact[f"lighttpd_{mod}"].port, 4, version="1.2", concurrency=1)
+            assert c["ok"] == 4, c
+        n = 4 * len(mods)
+        exact.agent.wait_value("tlsprof_handshake_cpu_seconds_count", n, base=base, comm="lighttpd", role="server")
+        m = since(exact.agent.scrape(), base)
+        assert handshakes(m, "lighttpd", result="ok") == n
+        assert value(m, "tlsprof_handshake_duration_seconds_count", comm="lighttpd", role="server") == n
+        assert value(m, "tlsprof_handshake_cpu_seconds_sum", comm="lighttpd") > 0
+
+    def test_go_server_timed(self, exact):
+        """Go's crypto/tls: the probes on serverHandshake (entry, each return instruction) and
+        the read side that follows its goroutine time every handshake the client made,
+        labelled as it negotiated; a refused one is failed."""
+        assert "via symbols (crypto/tls)" in exact.agent.output(), exact.agent.output()
+        port = exact["gotls"].port
+        base = exact.agent.mark()
+        c = https_connections(port, 6, version="1.3", concurrency=2)
+        assert c["ok"] == 6, c
+        want = dict(comm="gotls", role="server", version="TLSv1.3", cert="ecdsa_p256")
+        exact.agent.wait_value("tlsprof_handshake_cpu_seconds_count", 6, base=base, **want)
+        assert failing_handshakes(port, 2, "DHE-RSA-AES128-GCM-SHA256") == 2
+        exact.agent.wait_value("tlsprof_handshakes_total", 2, base=base, comm="gotls", result="failed")
+        now = exact.agent.scrape()
+        m = since(now, base)
+        assert handshakes(m, "gotls", result="ok", version="TLSv1.3", cert="ecdsa_p256") == 6
+        assert value(m, "tlsprof_handshake_duration_seconds_count", **want) == 6
+        assert value(m, "tlsprof_handshake_cpu_seconds_sum", **want) > 0
+        assert value(now, "tlsprof_handshake_cpu_method_info", comm="gotls", method="probes") == 1
+
+
+# ------------------------------------------------------------------ the other hook chains
 
 def test_kernel_estimate(workdir):
     """nginx with --no-handshake-probes: every handshake's CPU is the kernel estimate's
     (windows opened by the read side, closed by the send capture), one per handshake the
     client made, labelled as it negotiated."""
-    ng = Nginx(workdir, workers=1)
+    s = Session(workdir, {"estimate": lambda d: Nginx(d, workers=1)}, "--no-handshake-probes", "--sample-hz", "0")
     try:
-        with Agent("--pid", str(ng.pid), "--no-handshake-probes", "--sample-hz", "0") as agent:
-            agent.wait_attached([ng.pid, *ng.workers()])
-            c = https_connections(ng.port, 6, version="1.3", concurrency=2)
-            assert c["ok"] == 6, c
-            agent.wait_value("tlsprof_handshake_cpu_seconds_count", 6, comm="nginx", **TLS13)
-            m = agent.scrape()
-            assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="nginx") == 6
-            assert value(m, "tlsprof_handshake_cpu_seconds_sum", comm="nginx") > 0
-            assert handshakes(m, "nginx", result="ok", **TLS13) == 6
-            assert value(m, "tlsprof_handshake_cpu_method_info", comm="nginx", method="kernel_estimate") == 2
-            assert value(m, "tlsprof_attached_probes") == 0
+        c = https_connections(s["estimate"].port, 6, version="1.3", concurrency=2)
+        assert c["ok"] == 6, c
+        s.agent.wait_value("tlsprof_handshake_cpu_seconds_count", 6, comm="nginx", **TLS13)
+        m = s.agent.scrape()
+        assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="nginx") == 6
+        assert value(m, "tlsprof_handshake_cpu_seconds_sum", comm="nginx") > 0
+        assert handshakes(m, "nginx", result="ok", **TLS13) == 6
+        assert value(m, "tlsprof_handshake_cpu_method_info", comm="nginx", method="kernel_estimate") == 2
+        assert value(m, "tlsprof_attached_probes") == 0
     finally:
-        ng.stop()
-
-
-@pytest.mark.skipif(not have("haproxy"), reason="haproxy not installed")
-def test_haproxy(workdir):
-    """HAProxy terminating TLS itself: every handshake counted once."""
-    srv = HAProxy(workdir)
-    try:
-        with Agent("--pid", str(srv.pid), "--sample-hz", "0") as agent:
-            agent.wait_attached([srv.pid])
-            c = https_connections(srv.port, 8, version="1.3", concurrency=2)
-            assert c["ok"] == 8, c
-            agent.wait_value("tlsprof_handshakes_total", 8, comm="haproxy", result="ok")
-            m = agent.scrape()
-            assert handshakes(m, "haproxy", result="ok", **TLS13) == 8
-            assert handshakes(m, "haproxy", result="failed") == 0
-    finally:
-        srv.stop()
+        s.stop()
 
 
 # The first hook of every chain that has another, avoided: the second choices serve.
@@ -266,65 +313,38 @@ def test_second_choice_hooks(workdir):
     nothing serves a capability (this machine has no kprobes), a warning says so and the
     metric says none."""
     avoid = [a for name in SECOND_CHOICES for a in ("--avoid-hook", name)]
-    ng = Nginx(workdir, workers=1)
+    s = Session(workdir, {"second": lambda d: Nginx(d, workers=1)}, "--exact", "--sample-hz", "0", *avoid)
     try:
-        with Agent("--pid", str(ng.pid), "--exact", "--sample-hz", "0", *avoid) as agent:
-            agent.wait_attached([ng.pid, *ng.workers()])
-            m = agent.scrape()
-            hooks, log = hook_info(m), agent.output()[-4000:]
-            assert hooks["connections"] == "raw_tp/inet_sock_set_state", (hooks, log)
-            assert hooks["resets"] == "raw_tp/tcp_receive_reset+tcp_send_reset", (hooks, log)
-            assert hooks["connection_storage"] == "hash_map", (hooks, log)
-            kprobes = os.path.exists("/sys/bus/event_source/devices/kprobe/type")
-            if kprobes:
-                assert (hooks["send_capture"], hooks["capture_loop"]) == ("kprobe/tcp_sendmsg_locked",
-                                                                         "bounded_loop"), (hooks, log)
-                assert hooks["read_side"] == "kretprobe/sock_recvmsg", (hooks, log)
-            else:
-                assert (hooks["send_capture"], hooks["read_side"]) == ("none", "none"), (hooks, log)
-                for cap in ("send_capture", "read_side"):
-                    assert f"warning: kernel: no hook for {cap} (" in log, log
+        agent, ng = s.agent, s["second"]
+        m = agent.scrape()
+        hooks, log = hook_info(m), agent.output()[-4000:]
+        assert hooks["connections"] == "raw_tp/inet_sock_set_state", (hooks, log)
+        assert hooks["resets"] == "raw_tp/tcp_receive_reset+tcp_send_reset", (hooks, log)
+        assert hooks["connection_storage"] == "hash_map", (hooks, log)
+        kprobes = os.path.exists("/sys/bus/event_source/devices/kprobe/type")
+        if kprobes:
+            assert (hooks["send_capture"], hooks["capture_loop"]) == ("kprobe/tcp_sendmsg_locked",
+                                                                     "bounded_loop"), (hooks, log)
+            assert hooks["read_side"] == "kretprobe/sock_recvmsg", (hooks, log)
+        else:
+            assert (hooks["send_capture"], hooks["read_side"]) == ("none", "none"), (hooks, log)
+            for cap in ("send_capture", "read_side"):
+                assert f"warning: kernel: no hook for {cap} (" in log, log
 
-            client = keepalive_connections(ng.port, 5, 3, end="close")
-            assert client == {"requests": 15, "connections": 5, "failed": 0}, client
-            labelled_load(ng.port)
-            agent.wait_value("tlsprof_handshakes_total", 15, comm="nginx", result="ok")
-            m = agent.scrape()
-            assert handshakes(m, "nginx", result="ok") == 15
-            assert handshakes(m, "nginx", result="failed") == 0
-            if kprobes:
-                assert handshakes(m, "nginx", result="ok", **TLS13) == 6 + 5
-                assert handshakes(m, "nginx", result="ok", **TLS12) == 4
-            c = settled(agent, ng.port, 15)
-            # the 10 one-request connections end in a race of the two closes (Connection: close)
-            assert (c["accepted"], c["client"] + c["server"] + c["reset"]) == (15, 15) and c["client"] >= 5, c
-            if kprobes:
-                assert (c["requests"], c["conns"]) == (25, 15), c
+        client = keepalive_connections(ng.port, 5, 3, end="close")
+        assert client == {"requests": 15, "connections": 5, "failed": 0}, client
+        labelled_load(ng.port)
+        agent.wait_value("tlsprof_handshakes_total", 15, comm="nginx", result="ok")
+        m = agent.scrape()
+        assert handshakes(m, "nginx", result="ok") == 15
+        assert handshakes(m, "nginx", result="failed") == 0
+        if kprobes:
+            assert handshakes(m, "nginx", result="ok", **TLS13) == 6 + 5
+            assert handshakes(m, "nginx", result="ok", **TLS12) == 4
+        c = settled(agent, ng.port, 15)
+        # the 10 one-request connections end in a race of the two closes (Connection: close)
+        assert (c["accepted"], c["client"] + c["server"] + c["reset"]) == (15, 15) and c["client"] >= 5, c
+        if kprobes:
+            assert (c["requests"], c["conns"]) == (25, 15), c
     finally:
-        ng.stop()
-
-
-def test_go_server_timed(workdir, gotls_bin):
-    """Go's crypto/tls with --exact: the probes on serverHandshake (entry, each return
-    instruction) and the read side that follows its goroutine time every handshake the client
-    made, labelled as it negotiated; a refused one is failed."""
-    from harness.clients import failing_handshakes
-    from harness.servers import GoTLS
-    srv = GoTLS(workdir, gotls_bin)
-    try:
-        with Agent("--pid", str(srv.pid), "--exact", "--sample-hz", "0") as agent:
-            agent.wait_attached([srv.pid])
-            assert "via symbols (crypto/tls)" in agent.output(), agent.output()
-            c = https_connections(srv.port, 6, version="1.3", concurrency=2)
-            assert c["ok"] == 6, c
-            want = dict(comm="gotls", role="server", version="TLSv1.3", cert="ecdsa_p256")
-            agent.wait_value("tlsprof_handshake_cpu_seconds_count", 6, **want)
-            assert failing_handshakes(srv.port, 2, "DHE-RSA-AES128-GCM-SHA256") == 2
-            agent.wait_value("tlsprof_handshakes_total", 2, comm="gotls", result="failed")
-            m = agent.scrape()
-            assert handshakes(m, "gotls", result="ok", version="TLSv1.3", cert="ecdsa_p256") == 6
-            assert value(m, "tlsprof_handshake_duration_seconds_count", **want) == 6
-            assert value(m, "tlsprof_handshake_cpu_seconds_sum", **want) > 0
-            assert value(m, "tlsprof_handshake_cpu_method_info", comm="gotls", method="probes") == 1
-    finally:
-        srv.stop()
+        s.stop()

@@ -6,51 +6,36 @@ kernel table must say what each guest reported of its hooks."""
 import ast
 import os
 import re
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from harness.guest import GuestRun, run_scenarios
+from harness.guest import MATRIX, SCENARIO_FILE, GuestRun, matrix_run
 from harness.procs import ROOT
 from harness.metrics import hook_info
 
-# (kernel, Debian suite, README column)
-KERNELS = [("5.10", "bullseye", "5.10 (Debian 11)"), ("6.1", "bookworm", "6.1 (Debian 12)"),
-           ("6.12", "trixie", "6.12 (Debian 13)")]
-SCENARIO_FILE = "tests/test_kernel_scenarios.py"
+KERNELS = MATRIX
 
 
 def scenarios() -> list[str]:
+    """The scenario tests of SCENARIO_FILE, in its order: its test functions and its test
+    classes' test methods (their names are unique across the file)."""
     tree = ast.parse((ROOT / SCENARIO_FILE).read_text())
-    return [f.name for f in tree.body if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")]
-
-
-_runs: dict[str, GuestRun | Exception] = {}
-_guest_env: dict[str, str] | None = None
-
-
-def guest_env() -> dict[str, str]:
-    """What the guests' scenarios are given: the Go test server, built here once."""
-    global _guest_env
-    if _guest_env is None:
-        from harness.servers import build_gotls
-        built = build_gotls(Path(tempfile.mkdtemp(prefix="tlsprof-gotls-")))
-        _guest_env = {"TLSPROF_GOTLS": str(built)} if built else {}
-    return _guest_env
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            names += [f.name for f in node.body if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")]
+        elif isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            names.append(node.name)
+    assert len(names) == len(set(names)), f"scenario names repeat in {SCENARIO_FILE}: {names}"
+    return names
 
 
 def guest(suite: str) -> GuestRun:
-    """The suite's kernel booted once, its scenarios run, for every test that asks."""
-    if suite not in _runs:
-        try:
-            _runs[suite] = run_scenarios(suite, SCENARIO_FILE, env=guest_env())
-        except (FileNotFoundError, AssertionError) as e:
-            _runs[suite] = e
-    r = _runs[suite]
-    if isinstance(r, Exception):
-        raise AssertionError(f"{suite}: {r}")
-    return r
+    """The suite's guest, started with the session (conftest.py) and waited for here."""
+    try:
+        return matrix_run(suite)
+    except (FileNotFoundError, AssertionError) as e:
+        raise AssertionError(f"{suite}: {e}") from None
 
 
 @pytest.mark.parametrize("kernel,suite,scenario",

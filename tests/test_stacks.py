@@ -174,8 +174,9 @@ def test_stripped_go_server_found_by_its_function_table(tmp_path, build):
     handshake functions are found in the Go runtime's own function table (.gopclntab), every
     handshake is timed, and the CPU split names its TLS code from the same table."""
     from harness.clients import https_connections
-    from harness.servers import GoTLS, build_gotls
-    binary = build_gotls(tmp_path, *build)
+    from harness.build import gotls
+    from harness.servers import GoTLS
+    binary = gotls(*build)
     if binary is None:
         pytest.skip("go is not installed")
     syms = subprocess.run(["readelf", "-S", str(binary)], capture_output=True, text=True).stdout

@@ -12,19 +12,15 @@ from harness.procs import ROOT, free_port, stop_pid, wait_port
 
 
 @pytest.fixture(scope="module")
-def static_servers(tmp_path_factory):
+def static_servers():
+    from harness.build import BuildError, c_program
     if not shutil.which("gcc"):
         pytest.skip("gcc not installed")
-    d = tmp_path_factory.mktemp("static")
-    exe = d / "static_tls"
-    r = subprocess.run(["gcc", "-O2", "-static", "-o", str(exe), str(ROOT / "tests/servers/static_tls_server.c"),
-                        "-lssl", "-lcrypto", "-lpthread", "-ldl"], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot link OpenSSL statically (libssl-dev's static libraries?): {r.stderr[-300:]}")
-    stripped = d / "static_tls_stripped"
-    shutil.copy(exe, stripped)
-    subprocess.run(["strip", "--strip-all", str(stripped)], check=True)
-    return exe, stripped
+    src, libs = ROOT / "tests/servers/static_tls_server.c", ("-static", "-lssl", "-lcrypto", "-lpthread", "-ldl")
+    try:
+        return c_program("static_tls", src, *libs), c_program("static_tls_stripped", src, *libs, strip=True)
+    except BuildError as e:
+        pytest.skip(f"cannot link OpenSSL statically (libssl-dev's static libraries?): {e}")
 
 
 def start(exe, workdir):

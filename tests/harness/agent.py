@@ -8,12 +8,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
-from .metrics import parse_metrics, value
-from .procs import ROOT, SLOW, free_port, stop_pid, wait_for
+from .metrics import parse_metrics, since, value
+from .procs import ROOT, free_port, stop_pid, wait_for
 
 TLSPROF = Path(os.environ.get("TLSPROF_BIN", ROOT / "target" / "release" / "tlsprof"))
 
@@ -96,12 +95,30 @@ class Agent:
         wait_for(lambda: all(self.attached(p) for p in pids), timeout,
                  f"tlsprof to attach to {pids} (log: {self.output()[-2000:]})")
 
-    def wait_value(self, name: str, expected: float, timeout: float = 10.0, **labels):
-        """Waits until the metric reaches `expected`, then checks it stays there."""
-        wait_for(lambda: self.value(name, **labels) >= expected, timeout,
-                 f"{name}{labels} to reach {expected} (now {self.value(name, **labels)})")
-        time.sleep(0.7 * SLOW)
-        return self.value(name, **labels)
+    def scans(self) -> float:
+        """How many scans of /proc the agent has completed (tlsprof_scan_duration_seconds)."""
+        return self.value("tlsprof_scan_duration_seconds_count", scan="processes")
+
+    def settle(self, scans: int = 2):
+        """Waits until the agent has completed `scans` more scans: each scan comes after a
+        read of every event the kernel had queued, and refreshes what is counted per scan
+        (listening ports, TIME_WAIT sockets, exchanges, expired handshakes)."""
+        target = self.scans() + scans
+        wait_for(lambda: self.scans() >= target, 10, f"{scans} more scans of the agent")
+
+    def mark(self) -> list:
+        """The metrics now, for since(): what a test sharing this agent did from here on."""
+        return self.scrape()
+
+    def wait_value(self, name: str, expected: float, timeout: float = 10.0, base: list | None = None, **labels):
+        """Waits until the metric (its increase since `base`, a mark(), when given) reaches
+        `expected`, then checks after further scans that it stays there: returns its value then."""
+        def now():
+            m = self.scrape()
+            return value(since(m, base) if base is not None else m, name, **labels)
+        wait_for(lambda: now() >= expected, timeout, f"{name}{labels} to reach {expected} (now {now()})")
+        self.settle()
+        return now()
 
     def stop(self) -> str:
         stop_pid(self.proc.pid, signal.SIGTERM)

@@ -3,9 +3,8 @@ a listening port."""
 from __future__ import annotations
 
 import re
-import time
 
-from .procs import SLOW, wait_for
+from .procs import wait_for
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -26,6 +25,14 @@ def parse_metrics(text: str) -> list[tuple[str, dict, float]]:
 def value(samples, name: str, **labels) -> float:
     """Sum of every sample of `name` whose labels include `labels`."""
     return sum(v for n, l, v in samples if n == name and all(l.get(k) == w for k, w in labels.items()))
+
+
+def since(now, base) -> list[tuple[str, dict, float]]:
+    """What moved between two scrapes of one agent: every sample of `now` less its value in
+    `base` (0 where it had none), so that tests sharing an agent read their own counts with
+    value() as from an agent of their own."""
+    before = {(n, tuple(sorted(l.items()))): v for n, l, v in base}
+    return [(n, l, v - before.get((n, tuple(sorted(l.items()))), 0.0)) for n, l, v in now]
 
 
 def hook_info(samples) -> dict:
@@ -64,11 +71,18 @@ def wait_watched(agent, port: int):
                          for n, l, v in agent.scrape()), 10, f"tlsprof to watch port {port}")
 
 
-def settled(agent, port: int, conns: int) -> dict:
-    """Waits until every connection of the port has ended in tlsprof's view."""
-    def done():
+def settled(agent, port: int, conns: int, base: dict | None = None) -> dict:
+    """Waits until every connection of the port has ended in tlsprof's view (`conns` more
+    than in `base`, an earlier churn() of the same agent, when given), then for further
+    scans: the gauge and the accepted count are refreshed per scan. Returns churn(), less
+    `base`."""
+    def moved():
         c = churn(agent, port)
+        return {k: (v - base[k] if base and isinstance(v, (int, float)) else v) for k, v in c.items()}
+
+    def done():
+        c = moved()
         return c if c["server"] + c["client"] + c["reset"] >= conns and c["accepted"] >= conns else None
-    wait_for(done, 20, f"{conns} ended connections on port {port} (now {churn(agent, port)})")
-    time.sleep(1.2 * SLOW)  # a further scan: the gauge and accepted count are refreshed per scan
-    return churn(agent, port)
+    wait_for(done, 20, f"{conns} ended connections on port {port} (now {moved()})")
+    agent.settle()
+    return moved()

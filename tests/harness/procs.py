@@ -46,6 +46,16 @@ def wait_port(port: int, timeout: float = 10.0):
     wait_for(lambda: port_open(port), timeout, f"port {port} to accept connections")
 
 
+def gone(pid: int) -> bool:
+    """Whether the process has exited: no longer there, or a zombie. A daemon's zombie waits
+    for whoever adopted it (this machine's init reaps seconds later), but has stopped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
 def stop_pid(pid: int, sig=signal.SIGTERM, timeout: float = 10.0):
     """Stops a process we started, by its pid, and waits for it to go."""
     try:
@@ -55,15 +65,13 @@ def stop_pid(pid: int, sig=signal.SIGTERM, timeout: float = 10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        try:
             if os.waitpid(pid, os.WNOHANG)[0] == pid:
                 return
         except ChildProcessError:
             pass
-        time.sleep(0.05)
+        if gone(pid):
+            return
+        time.sleep(0.02)
     os.kill(pid, signal.SIGKILL)
 
 

@@ -119,25 +119,8 @@ class NodeServer(SpawnedServer):
         self._spawn(lambda port: [node, ROOT / "tests/servers/https_server.js", port, crt, key, *mode], env=env)
 
 
-def build_gotls(d: Path, *flags: str) -> Path | None:
-    """Builds tests/servers/gotls into directory d (`go build` flags, such as a stripped
-    build's `-ldflags=-s -w`); None without a Go toolchain."""
-    import shutil
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
-    if not go:
-        return None
-    (d / "main.go").write_text((ROOT / "tests/servers/gotls/main.go").read_text())
-    (d / "go.mod").write_text("module gotls\n\ngo 1.21\n")
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
-    env.setdefault("HOME", "/root")
-    r = subprocess.run([go, "build", *flags, "-o", str(d / "gotls"), "."], cwd=d, capture_output=True, text=True, env=env,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr
-    return d / "gotls"
-
-
 class GoTLS(SpawnedServer):
-    """The Go crypto/tls server of tests/servers/gotls (binary built by the gotls_bin fixture)."""
+    """The Go crypto/tls server of tests/servers/gotls (its binary: harness.build.gotls())."""
 
     def __init__(self, workdir: Path, binary: Path, body: int = 16, cert: str = "ecdsa_p256", resumption: bool = False):
         key, crt = make_cert(workdir, cert)

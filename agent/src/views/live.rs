@@ -92,26 +92,40 @@ impl Live {
 
     /// Sleeps up to `d`, returning early (false) when SIGINT/SIGTERM arrived.
     pub fn sleep(&self, d: Duration) -> bool {
+        self.sleep_unless(d, || false)
+    }
+
+    /// Sleeps up to `d`, returning early (false) when SIGINT/SIGTERM arrived or `done()`.
+    pub fn sleep_unless(&self, d: Duration, done: impl Fn() -> bool) -> bool {
         let until = std::time::Instant::now() + d;
         while std::time::Instant::now() < until {
-            if agent::stopping() {
+            if agent::stopping() || done() {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(50).min(until - std::time::Instant::now()));
         }
-        !agent::stopping()
+        !(agent::stopping() || done())
+    }
+
+    /// Stops the agent started here (when there is one): it reads the events still queued
+    /// and counts the handshakes and connections it still holds, then detaches. Its metrics
+    /// stay readable.
+    pub fn finish(&mut self) -> Result<()> {
+        match self.agent.take() {
+            Some(h) => {
+                agent::request_stop();
+                match h.join() {
+                    Ok(r) => r,
+                    Err(_) => Err(anyhow!("the agent thread panicked")),
+                }
+            }
+            None => Ok(()),
+        }
     }
 
     /// Detaches the probes (when attached from here) and waits for the agent to end.
     pub fn stop(mut self) -> Result<()> {
-        if let Some(h) = self.agent.take() {
-            agent::request_stop();
-            match h.join() {
-                Ok(r) => r?,
-                Err(_) => return Err(anyhow!("the agent thread panicked")),
-            }
-        }
-        Ok(())
+        self.finish()
     }
 }
 

@@ -97,6 +97,37 @@ impl Snapshot {
         })
     }
 
+    /// The sum of the counters that move while connections come and go (handshakes,
+    /// connections accepted and ended, exchanges): the same in two snapshots when nothing
+    /// happened between them.
+    pub fn activity(&self) -> f64 {
+        let moving = [
+            defs::HANDSHAKES.name,
+            defs::TCP_CONNECTIONS_ACCEPTED.name,
+            defs::TCP_CONNECTIONS.name,
+            defs::EXCHANGES.name,
+        ];
+        self.samples
+            .iter()
+            .filter(|s| defs::of_sample(&s.name).is_some_and(|d| moving.contains(&d.name)))
+            .map(|s| s.value)
+            .sum()
+    }
+
+    /// How many scans of /proc the agent had completed: its clock for what it counts per
+    /// scan.
+    pub fn scans(&self) -> f64 {
+        self.samples
+            .iter()
+            .filter(|s| {
+                defs::of_sample(&s.name).is_some_and(|d| d.name == defs::SCAN_DURATION.name)
+                    && s.name.ends_with("_count")
+                    && s.label("scan") == "processes"
+            })
+            .map(|s| s.value)
+            .sum()
+    }
+
     fn index(&self) -> BTreeMap<SeriesKey<'_>, f64> {
         self.samples
             .iter()

@@ -26,9 +26,14 @@ use crate::views::{
 pub struct ReportArgs {
     #[command(flatten)]
     pub view: ViewArgs,
-    /// How long to observe.
+    /// How long to observe (at most, with --until-eof).
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     pub seconds: f64,
+    /// End the window when standard input reaches its end, once the last connections are
+    /// counted: `load-test | tlsprof report --until-eof …` covers the load test (start the
+    /// load once tlsprof says it is observing). SIGINT ends the window too.
+    #[arg(long)]
+    pub until_eof: bool,
     /// Write the Markdown report here (default: standard output).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -57,7 +62,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     let mut live = Live::start(&args.view)?;
-    let seen = observe(&mut live, args.seconds)?;
+    let seen = observe(&mut live, args.seconds, args.until_eof)?;
     let comms = live.comms.clone();
     live.stop()?;
     let window = Window::between(&seen.first, &seen.last, &comms);

@@ -1,7 +1,13 @@
 //! The observation window: snapshots of the agent's metrics from the start to the end of
-//! --seconds (or SIGINT), and the CPU split of each process second by second for the
-//! HTML chart.
-use std::time::{Duration, Instant};
+//! --seconds (or SIGINT, or the end of standard input with --until-eof), and the CPU split
+//! of each process second by second for the HTML chart.
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
 
 use anyhow::Result;
 
@@ -30,45 +36,122 @@ pub struct Observed {
     pub series: Vec<Series>,
 }
 
-/// Observes for `seconds`, a snapshot a second; SIGINT ends it early with what was seen.
-pub fn observe(live: &mut Live, seconds: f64) -> Result<Observed> {
-    log::info!("observing for {seconds} s");
+/// Why the window ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// --seconds passed.
+    Seconds,
+    /// SIGINT or SIGTERM.
+    Interrupted,
+    /// Standard input reached its end (--until-eof).
+    InputClosed,
+}
+
+/// How long the window goes on after standard input closed, at most, for the last
+/// connections' closes and handshakes to be counted. It ends sooner, after two of the
+/// agent's scans of which the last saw nothing more.
+const SETTLE_MAX: Duration = Duration::from_secs(10);
+const SETTLE_STEP: Duration = Duration::from_millis(200);
+
+/// Observes for `seconds`, a snapshot a second; SIGINT ends it early with what was seen,
+/// and so does the end of standard input with `until_eof`, once the counts have settled.
+pub fn observe(live: &mut Live, seconds: f64, until_eof: bool) -> Result<Observed> {
+    let input_closed = until_eof.then(watch_stdin);
+    let closed = || input_closed.as_ref().is_some_and(|c| c.load(Ordering::SeqCst));
+    log::info!(
+        "observing for {seconds} s{}",
+        if until_eof { " or until standard input closes" } else { "" }
+    );
     let first = live.snapshot()?;
     let mut last = first.clone();
     let mut series: Vec<Series> = Vec::new();
     let end = first.at + Duration::from_secs_f64(seconds);
-    let mut interrupted = false;
+    let mut ended = End::Seconds;
     while last.at < end {
         let step = end
             .saturating_duration_since(Instant::now())
             .min(Duration::from_secs(1));
-        if !live.sleep(step) {
-            interrupted = true;
+        if !live.sleep_unless(step, &closed) {
+            ended = if closed() { End::InputClosed } else { End::Interrupted };
         }
         let now = live.snapshot()?;
-        let w = Window::between(&last, &now, &live.comms);
-        let t = now.at.duration_since(first.at).as_secs_f64();
-        // A sliver of a second at the end says nothing about the split, which is
-        // updated once a second.
-        let points = if w.seconds >= 0.5 { &w.procs[..] } else { &[] };
-        for p in points {
-            let point = CATEGORIES
-                .iter()
-                .map(|c| (c.to_string(), p.cpu_in(c) / w.seconds))
-                .collect();
-            match series.iter_mut().find(|s| s.comm == p.comm) {
-                Some(s) => s.points.push((t, point)),
-                None => series.push(Series {
-                    comm: p.comm.clone(),
-                    points: vec![(t, point)],
-                }),
-            }
-        }
+        add_point(&mut series, &first, &last, &now, &live.comms);
         last = now;
-        if interrupted {
-            log::info!("interrupted: reporting on what was observed");
+        if ended != End::Seconds {
             break;
         }
     }
+    match ended {
+        End::Seconds => {}
+        End::Interrupted => log::info!("interrupted: reporting on what was observed"),
+        End::InputClosed => {
+            log::info!("standard input closed: reporting once the last events are counted");
+            last = settle(live, &first, last, &mut series)?;
+        }
+    }
     Ok(Observed { first, last, series })
+}
+
+/// Goes on until the agent has completed two scans since standard input closed and its
+/// counts did not move during the last (at most SETTLE_MAX); then the agent started here
+/// is stopped, which counts what it still holds, and the last snapshot is taken.
+fn settle(live: &mut Live, first: &Snapshot, mut last: Snapshot, series: &mut Vec<Series>) -> Result<Snapshot> {
+    let until = Instant::now() + SETTLE_MAX;
+    let closed_at = last.scans();
+    let mut at_scan = (closed_at, last.activity());
+    while Instant::now() < until && live.sleep(SETTLE_STEP) {
+        let now = live.snapshot()?;
+        let scans = now.scans();
+        if scans <= at_scan.0 {
+            continue;
+        }
+        let quiet = now.activity() == at_scan.1;
+        at_scan = (scans, now.activity());
+        add_point(series, first, &last, &now, &live.comms);
+        last = now;
+        if quiet && scans >= closed_at + 2.0 {
+            break;
+        }
+    }
+    live.finish()?;
+    live.snapshot()
+}
+
+/// The CPU split of each process between two snapshots, as a point of the chart.
+fn add_point(series: &mut Vec<Series>, first: &Snapshot, last: &Snapshot, now: &Snapshot, comms: &[String]) {
+    let w = Window::between(last, now, comms);
+    let t = now.at.duration_since(first.at).as_secs_f64();
+    // A sliver of a second at the end says nothing about the split, which is
+    // updated once a second.
+    let points = if w.seconds >= 0.5 { &w.procs[..] } else { &[] };
+    for p in points {
+        let point = CATEGORIES
+            .iter()
+            .map(|c| (c.to_string(), p.cpu_in(c) / w.seconds))
+            .collect();
+        match series.iter_mut().find(|s| s.comm == p.comm) {
+            Some(s) => s.points.push((t, point)),
+            None => series.push(Series {
+                comm: p.comm.clone(),
+                points: vec![(t, point)],
+            }),
+        }
+    }
+}
+
+/// A thread that reads standard input to its end (and drops what it reads); the flag is
+/// set then, or at once when standard input cannot be read.
+fn watch_stdin() -> Arc<AtomicBool> {
+    let closed = Arc::new(AtomicBool::new(false));
+    let flag = closed.clone();
+    let spawned = std::thread::Builder::new()
+        .name("tlsprof-stdin".into())
+        .spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+            flag.store(true, Ordering::SeqCst);
+        });
+    if spawned.is_err() {
+        closed.store(true, Ordering::SeqCst);
+    }
+    closed
 }
