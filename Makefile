@@ -4,24 +4,33 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 PYTEST ?= python3 -m pytest
 
-.PHONY: deps build test unit integration demo bench clean
+.PHONY: deps build-deps test-deps build test unit integration demo bench clean
 
-deps:
-	@bash scripts/deps.sh
+# What the build and unit tests need (compilers, headers): no root if they are there.
+build-deps:
+	@bash scripts/deps.sh build
 
-build: deps
+# Everything the integration tests use (servers, clients, chromium, QEMU, kernels...): root.
+test-deps:
+	@bash scripts/deps.sh test
+
+deps: test-deps
+
+build: build-deps
 	$(CARGO) build --release --locked
 
-unit: deps
+unit: build-deps
 	$(CARGO) test --release --locked
 
-integration: build
-	$(PYTEST) -v -p no:cacheprovider tests
+# Ends with the 25 slowest tests and the total: every log shows the budget (docs/testing.md).
+integration: build test-deps
+	$(PYTEST) -v -p no:cacheprovider --durations=25 tests
 
 # Every test: Rust unit tests (no root needed), then the integration tests (root).
 test: unit integration
 
 demo: build
+	@bash scripts/deps.sh demo
 	@bash scripts/demo.sh
 
 bench: build

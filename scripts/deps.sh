@@ -1,25 +1,41 @@
 #!/usr/bin/env bash
-# Installs what tlsprof's build, demo and tests need on Debian 12, through apt.
+# Installs what tlsprof needs on Debian 12, through apt, for one purpose:
+#   deps.sh build   the build and the unit tests (make build, make unit): compilers, headers
+#   deps.sh demo    that and one server and its clients (make demo)
+#   deps.sh test    that and every server, client and tool the integration tests use (make test)
 # Idempotent: packages already present are not touched; apt-get update runs only
-# when something is missing.
+# when something is missing. Installing needs root; checking does not.
 set -euo pipefail
+PURPOSE=${1:-test}
 
-PKGS=(
-  clang llvm libbpf-dev bpftool          # kernel side: compiler, libbpf headers, vmlinux.h tool
-  libc6-dev gcc binutils libssl-dev      # layout printer (host C); a static OpenSSL server for the tests
-  nginx apache2 apache2-utils haproxy    # servers under test, ab
+BUILD=(
+  clang llvm libbpf-dev                  # kernel side: compiler, libbpf headers (bpf/vmlinux.h is in the tree)
+  libc6-dev gcc                          # the layout printer (bpf/layout.c, host C)
+)
+DEMO=(
+  nginx apache2-utils curl openssl       # the demo's server and its clients (ab)
+)
+TEST=(
+  bpftool binutils libssl-dev            # map inspection in tests; a static OpenSSL server for the tests
+  apache2 haproxy                        # servers under test
   lighttpd lighttpd-mod-gnutls           # one server on five TLS stacks: GnuTLS, mbedTLS, wolfSSL,
   lighttpd-mod-mbedtls lighttpd-mod-wolfssl lighttpd-mod-nss lighttpd-mod-openssl  # NSS (no entry point), OpenSSL
-  curl openssl nghttp2-client wrk siege  # clients (h2load is in nghttp2-client)
+  nghttp2-client wrk siege               # clients (h2load is in nghttp2-client)
   prometheus                             # promtool (metrics format check)
   nodejs                                 # node https server under test
-  python3 python3-pytest                 # integration test runner
+  python3 python3-pytest python3-venv    # integration test runner; venvs for the PyPI tools below
   util-linux iproute2 procps             # setpriv, unshare, ss, pgrep
   tmux                                   # drives `tlsprof top` in a terminal in the tests
   chromium                               # renders the HTML report headless in the tests
   bpftrace                               # the per-call uprobe alternative in bench/overhead.py
   qemu-system-x86 busybox-static kmod    # the kernel matrix: Debian's kernels booted in QEMU (virtme-ng)
 )
+case "$PURPOSE" in
+  build) PKGS=("${BUILD[@]}") ;;
+  demo) PKGS=("${BUILD[@]}" "${DEMO[@]}") ;;
+  test) PKGS=("${BUILD[@]}" "${DEMO[@]}" "${TEST[@]}") ;;
+  *) echo "deps: usage: deps.sh build|demo|test" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -37,7 +53,7 @@ read -r -a missing <<< "${missing[*]:-}"
 
 if ((${#missing[@]})); then
   if [ "$(id -u)" != 0 ]; then
-    echo "deps: missing packages ${missing[*]}: run as root (or install them)" >&2
+    echo "deps: missing packages for $PURPOSE: ${missing[*]}: run as root (or install them)" >&2
     exit 1
   fi
   echo "deps: installing ${missing[*]}"
@@ -47,6 +63,21 @@ if ((${#missing[@]})); then
   trap 'rm -f /usr/sbin/policy-rc.d' EXIT
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+rust_check() {
+  if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    echo "deps: cargo is in $HOME/.cargo/bin: add it to PATH" >&2
+  fi
+  command -v cargo >/dev/null || [ -x "$HOME/.cargo/bin/cargo" ] || {
+    echo "deps: no Rust toolchain: tlsprof needs Rust >= 1.87 (rustup)" >&2
+    exit 1
+  }
+}
+if [ "$PURPOSE" != test ]; then
+  rust_check
+  echo "deps ($PURPOSE): ok"
+  exit 0
 fi
 
 # Node.js builds that carry other OpenSSL releases inside the executable, from PyPI
@@ -89,11 +120,5 @@ if [ "$(id -u)" = 0 ] && ! bash "$(dirname "$0")/kernels.sh"; then
   echo "deps: could not fetch Debian's kernels: the kernel matrix tests will fail saying so" >&2
 fi
 
-if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
-  echo "deps: cargo is in $HOME/.cargo/bin: add it to PATH" >&2
-fi
-command -v cargo >/dev/null || [ -x "$HOME/.cargo/bin/cargo" ] || {
-  echo "deps: no Rust toolchain: tlsprof needs Rust >= 1.87 (rustup)" >&2
-  exit 1
-}
-echo "deps: ok"
+rust_check
+echo "deps ($PURPOSE): ok"

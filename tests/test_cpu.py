@@ -20,6 +20,9 @@ from harness.metrics import value
 from harness.procs import ROOT, free_port, stop_pid, wait_port
 from harness.servers import GoTLS, Nginx, NodeServer
 
+# CPU figures: after the kernel matrix's guests, on an otherwise idle machine
+pytestmark = pytest.mark.quiet
+
 HZ = "199"
 CATEGORIES = ["handshake", "crypto", "tls_library", "kernel_net", "probes", "other"]
 

@@ -224,6 +224,7 @@ def export_shifted(prom: Prometheus, instance: str, since: float, shift: float, 
     return lines
 
 
+@pytest.mark.quiet
 @pytest.mark.skipif(not shutil.which("prometheus"), reason="prometheus not installed")
 def test_dashboards_and_alerts_against_prometheus(tmp_path):
     workdir = tmp_path
@@ -344,6 +345,7 @@ def test_dashboards_and_alerts_against_prometheus(tmp_path):
         nginx.stop()
 
 
+@pytest.mark.quiet
 @pytest.mark.skipif(not shutil.which("prometheus"), reason="prometheus not installed")
 @pytest.mark.skipif(not Path("/usr/lib/lighttpd/mod_nss.so").exists(), reason="lighttpd-mod-nss not installed")
 def test_handshake_cost_alert_for_a_server_without_probes(tmp_path):

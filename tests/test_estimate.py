@@ -18,6 +18,9 @@ from harness.metrics import value
 from harness.procs import cpu_ns, have
 from harness.servers import Apache, Lighttpd, Nginx
 
+# CPU figures: after the kernel matrix's guests, on an otherwise idle machine
+pytestmark = pytest.mark.quiet
+
 N = 60
 ROUNDS = 3
 CONFIGS = {"costly": ("rsa2048", "secp384r1"), "cheap": ("ecdsa_p256", "X25519")}

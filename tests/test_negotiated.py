@@ -195,6 +195,7 @@ def speed(*algorithms) -> dict:
     return ops
 
 
+@pytest.mark.quiet
 def test_rsa_p384_costs_what_its_primitives_cost(workdir):
     """nginx (a) RSA-2048 certificate with secp384r1, (b) ECDSA P-256 with X25519, TLS 1.3,
     both workers on CPU 0, the client on CPU 1, one connection at a time. Every label is
@@ -262,6 +263,7 @@ DHE_SIZES = (1024, 2048, 3072)
 DHE_SUITE = "DHE-RSA-AES128-GCM-SHA256:@SECLEVEL=0"
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("kind", ["node", "apache"])
 def test_dhe_groups_by_prime_size(kind, workdir):
     """The Node.js article's question: DHE with the server's own 1024-, 2048- and 3072-bit

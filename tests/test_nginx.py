@@ -83,6 +83,7 @@ def steal_seconds() -> float:
     return int(fields[8]) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.quiet
 def test_handshake_cpu_is_consistent_with_the_servers_own_accounting(workdir):
     """Handshake-only workload, one worker: the handshake CPU tlsprof reports lies between a
     third of the worker's on-CPU time (/proc/PID/task/*/schedstat) and all of it."""

@@ -138,6 +138,7 @@ def test_resumption(tmp_path):
     assert n["cpu_per_resumed_seconds"] >= 0.5 * measured
 
 
+@pytest.mark.quiet
 def test_group_and_certificate(tmp_path):
     """P-384 + RSA-3072 against X25519 + ECDSA P-256: the group and certificate findings,
     their extra costs measured on this host, against what the switch really saves. (RSA-3072:
@@ -315,6 +316,7 @@ def big_file_nginx(workdir: Path, ciphers: str) -> Nginx:
     return n
 
 
+@pytest.mark.quiet
 def test_record_cipher(tmp_path):
     """TLS 1.2 clients getting AES-128-CBC-SHA for 1 MiB downloads against the same with
     AES-128-GCM."""

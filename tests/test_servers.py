@@ -111,6 +111,7 @@ def test_haproxy_counted_exactly(haproxy):
     assert failed == 3, f"haproxy: expected 3 failed handshakes, tlsprof says {failed}"
 
 
+@pytest.mark.quiet
 def test_time_blocked_in_a_handshake_is_not_cpu(workdir, tmp_path):
     """A blocking server waits inside its handshake call for the client's first flight:
     that wait is handshake wall-clock time, not handshake CPU."""

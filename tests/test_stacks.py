@@ -13,6 +13,9 @@ from harness.metrics import value
 from harness.procs import have
 from harness.servers import Lighttpd
 
+# CPU figures: after the kernel matrix's guests, on an otherwise idle machine
+pytestmark = pytest.mark.quiet
+
 N = 30
 # (certificate, the groups curl offers, the group label): the Domino/nginx articles' costly
 # configuration against the cheap one. P-256 is offered after X25519 because mbedTLS (TLS
