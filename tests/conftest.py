@@ -48,8 +48,19 @@ def pytest_collection_finish(session):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """How long each kernel guest ran, and its slowest scenarios: the matrix's share of the
-    budget in every CI log."""
+    """Each test file's time, and how long each kernel guest ran with its slowest scenarios:
+    where the budget (docs/testing.md) goes, in every CI log."""
+    per_file: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for r in reports:
+            if isinstance(r, pytest.TestReport):
+                f = r.nodeid.split("::")[0]
+                per_file[f] = per_file.get(f, 0.0) + r.duration
+    if per_file:
+        terminalreporter.write_line("seconds per test file (set-up, call and teardown):")
+        for f, t in sorted(per_file.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"  {t:7.1f}  {f}")
+        terminalreporter.write_line(f"  {sum(per_file.values()):7.1f}  all files")
     from harness.guest import FINISHED
     for suite, run in FINISHED:
         slow = sorted(run.times.items(), key=lambda kv: -kv[1])[:4]

@@ -16,6 +16,7 @@ import pytest
 from harness.agent import TLSPROF, Agent
 from harness.certs import make_cert
 from harness.clients import https_connections, keepalive_connections
+from harness.figures import figure
 from harness.metrics import value
 from harness.procs import ROOT, free_port, stop_pid, wait_port
 from harness.servers import GoTLS, Nginx, NodeServer
@@ -187,7 +188,9 @@ def test_split_agrees_with_the_server_own_measurement(workdir, split_server_bin,
     srv = subprocess.Popen([str(split_server_bin), str(port), str(crt), str(key), str(body), "300"])
     try:
         wait_port(port)
-        with Agent("--pid", str(srv.pid), "--sample-hz", HZ) as agent:
+        # 999 Hz: ~1,500 samples in the load's ~1.5 s of CPU, a sampling error of ~1.3
+        # points on a share (at 199 Hz it was ~3)
+        with Agent("--pid", str(srv.pid), "--sample-hz", "999") as agent:
             agent.wait_attached([srv.pid])
             before = {}
 
@@ -210,6 +213,11 @@ def test_split_agrees_with_the_server_own_measurement(workdir, split_server_bin,
             own_hs = (hs1 - hs0) / before["cpu"]
             own_lib = (lib1 - lib0) / before["cpu"]
             print(f"server: handshake {own_hs:.1%} library {own_lib:.1%}; tlsprof: {w}")
+            figure(f"split_handshake_minus_own[{workload}]", w.share("handshake") - own_hs)
+            figure(f"split_crypto_minus_own[{workload}]", w.share("crypto") - own_lib)
+            # Measured here (three runs at 199 Hz, 2026-11-25): handshake 4-6 points under
+            # the server's own figure, crypto and bulk within 2 points of it; with the
+            # sampling error above, 10 points is over three standard deviations past that.
             assert abs(w.share("handshake") - own_hs) <= 0.10, (own_hs, w)
             assert abs(w.share("crypto") - own_lib) <= 0.10, (own_lib, w)
             if workload == "handshakes":

@@ -22,6 +22,9 @@ from harness.metrics import parse_metrics, value
 from harness.procs import wait_for
 from harness.servers import Nginx
 
+# every scrape answered within a second: a timing, after the kernel matrix's guests
+pytestmark = pytest.mark.quiet
+
 MIB = 1 << 20
 # The agent's own memory (64 MiB) plus the endpoint's documented bound: 256 connections,
 # each holding at most a 16 KiB request head and its buffers (docs/metrics.md, "Bounds").

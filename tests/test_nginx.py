@@ -1,12 +1,11 @@
 """Handshake accounting against a real nginx (Debian's package) and real TLS clients."""
-import os
 import time
 
 import pytest
 
 from harness.agent import Agent
 from harness.clients import failing_handshakes, https_connections, plain_http_requests
-from harness.procs import cpu_ns, have, wait_for
+from harness.procs import cpu_ns, have, steal_seconds, wait_for
 from harness.servers import Nginx
 
 N = 60
@@ -75,12 +74,6 @@ def test_plain_http_to_the_tls_port_is_a_failed_handshake(workdir):
         nginx.stop()
     assert failed == 7, f"expected 3 + 4 plain-HTTP connections to the TLS port as failed, got {failed}"
     assert ok == 10
-
-
-def steal_seconds() -> float:
-    """Time the hypervisor took from this machine's vCPUs, all CPUs (/proc/stat)."""
-    fields = open("/proc/stat").readline().split()
-    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.mark.quiet

@@ -145,18 +145,19 @@ def test_go_server_concurrent_handshakes_share_of_its_cpu(workdir, gotls_bin):
     neither more than the server's own CPU (/proc schedstat: other goroutines' time counted
     in a handshake would exceed it) nor a small part of it (stretches lost)."""
     from harness.clients import failing_handshakes, https_connections
-    from harness.procs import cpu_ns
+    from harness.procs import cpu_ns, steal_seconds
     from harness.servers import GoTLS
     srv = GoTLS(workdir, gotls_bin, cert="rsa2048")
     try:
         with Agent("--pid", str(srv.pid), "--exact", "--sample-hz", "0") as agent:
             agent.wait_attached([srv.pid])
-            before = cpu_ns(srv.pid)
+            before, steal0 = cpu_ns(srv.pid), steal_seconds()
             client = https_connections(srv.port, 300, concurrency=8)
             assert client["ok"] == 300 and client["failed"] == 0, client
             n = client["ok"]
             agent.wait_value("tlsprof_handshake_cpu_seconds_count", n, comm="gotls")
             used = (cpu_ns(srv.pid) - before) / 1e9
+            steal = steal_seconds() - steal0
             m = agent.scrape()
             assert value(m, "tlsprof_handshakes_total", comm="gotls", result="ok") == n
             assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="gotls") == n
@@ -166,7 +167,10 @@ def test_go_server_concurrent_handshakes_share_of_its_cpu(workdir, gotls_bin):
             assert failing_handshakes(srv.port, 3, "DHE-RSA-AES128-GCM-SHA256") == 3
             agent.wait_value("tlsprof_handshakes_total", 3, comm="gotls", result="failed")
         print(f"go, 8 clients at once: handshakes {timed:.3f} s of the server's {used:.3f} s CPU ({timed / used:.0%})")
-        assert 0.5 * used < timed <= 1.02 * used, (timed, used)
+        # the handshakes' CPU is clocked in the kernel and includes the hypervisor's steal
+        # time, which schedstat leaves out: steal anywhere on the machine is the upper
+        # bound's allowance for it (as in test_nginx.py)
+        assert 0.5 * used < timed <= 1.02 * used + steal, (timed, used, steal)
     finally:
         srv.stop()
 

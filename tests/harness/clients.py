@@ -232,6 +232,21 @@ def ss_time_wait(port: int, family: str | None = None) -> int:
     return len([line for line in out.splitlines() if line.strip()])
 
 
+# The states of a server's full socket between the TCP handshake and its close (TIME_WAIT
+# is a separate socket: the full one has closed by then).
+OPEN_STATES = ("established", "fin-wait-1", "fin-wait-2", "close-wait", "last-ack", "closing")
+
+
+def ss_open(port: int) -> int:
+    """Accepted connections on this local port whose server socket has not closed yet, as the
+    kernel shows them to ss (a connection an aborted client left in FIN_WAIT2 stays there up
+    to tcp_fin_timeout)."""
+    states = [w for s in OPEN_STATES for w in ("state", s)]
+    out = subprocess.run(["ss", "-Htan", *states, f"( sport = :{port} )"],
+                         capture_output=True, text=True, check=True).stdout
+    return len([line for line in out.splitlines() if line.strip()])
+
+
 def failing_handshakes(port: int, n: int, ciphers: str) -> int:
     """n TLS 1.2 connections offering only `ciphers`, each expected to fail the handshake."""
     failed = 0

@@ -101,3 +101,9 @@ def cpu_ns(pid: int) -> int:
 
 def have(cmd: str) -> bool:
     return shutil.which(cmd) is not None
+
+
+def steal_seconds() -> float:
+    """Time the hypervisor took from this machine's vCPUs, all CPUs (/proc/stat)."""
+    fields = open("/proc/stat").readline().split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
