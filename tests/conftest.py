@@ -61,6 +61,9 @@ def pytest_terminal_summary(terminalreporter):
         for f, t in sorted(per_file.items(), key=lambda kv: -kv[1]):
             terminalreporter.write_line(f"  {t:7.1f}  {f}")
         terminalreporter.write_line(f"  {sum(per_file.values()):7.1f}  all files")
+    from harness.figures import SEEN
+    for line in SEEN:
+        terminalreporter.write_line(line)
     from harness.guest import FINISHED
     for suite, run in FINISHED:
         slow = sorted(run.times.items(), key=lambda kv: -kv[1])[:4]

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from harness.clients import keepalive_connections
+from harness.figures import figure
 from harness.procs import cpu_ns, proc_children
 from harness.servers import Apache, Nginx
 from test_report import Report
@@ -65,6 +66,7 @@ def test_offloader_against_direct_tls(workdir):
     # the process's CPU per exchange is its own accounting over the requests: the window
     # holds the load and a few idle seconds
     cost1 = a1["cpu_per_exchange_seconds"]
+    figure("cost_per_exchange_over_schedstat[apache]", cost1 * n / used1)
     assert abs(cost1 * n - used1) <= 0.25 * used1 + 0.02, (cost1 * n, used1)
     assert 0 < a1["tls_cpu_per_exchange_seconds"] < cost1, (a1["tls_cpu_per_exchange_seconds"], a1["cpu_seconds"])
 
@@ -79,6 +81,7 @@ def test_offloader_against_direct_tls(workdir):
     ng, a2 = r2.proc("nginx"), r2.proc("apache2")
     assert ng["exchanges"] == n and a2["exchanges"] == n, (ng, a2)
     both = ng["cpu_per_exchange_seconds"] + a2["cpu_per_exchange_seconds"]
+    figure("cost_per_exchange_over_schedstat[offload]", both * n / used2)
     assert abs(both * n - used2) <= 0.25 * used2 + 0.02, (both * n, used2)
     # TLS is the offloader's: the backend does none
     assert ng["tls_cpu_per_exchange_seconds"] > 0, ng

@@ -51,6 +51,7 @@ class Window:
     """What the agent and the kernel say about the same interval of load."""
 
     def __init__(self, agent: Agent, pids, comm: str, load):
+        self.comm = comm
         time.sleep(1.3)  # the agent splits once a second: start from a settled state
         m0, s0, p0 = agent.scrape(), stat_seconds(pids), schedstat_seconds(pids)
         self.load_result = load()
@@ -74,9 +75,11 @@ class Window:
     def check_totals(self):
         print(self)
         assert self.proc > 0.5, f"too little load to compare: {self.proc:.2f} s of CPU"
+        figure(f"process_cpu_over_proc[{self.comm}]", self.total / self.proc)
         assert abs(self.total - self.proc) <= 0.05 * self.proc, \
             f"tlsprof says {self.total:.3f} s, /proc/PID/stat {self.proc:.3f} s"
         split = sum(self.cats.values())
+        figure(f"categories_over_total[{self.comm}]", split / self.total)
         assert abs(split - self.total) <= 0.02 * self.total, \
             f"categories sum to {split:.3f} s of {self.total:.3f} s: {self.cats}"
 

@@ -5,6 +5,7 @@ import pytest
 
 from harness.agent import Agent
 from harness.clients import failing_handshakes, https_connections, plain_http_requests
+from harness.figures import figure
 from harness.procs import cpu_ns, have, steal_seconds, wait_for
 from harness.servers import Nginx
 
@@ -100,7 +101,7 @@ def test_handshake_cpu_is_consistent_with_the_servers_own_accounting(workdir):
             hs = agent.value("tlsprof_handshake_cpu_seconds_sum") + agent.value("tlsprof_failed_handshake_cpu_seconds_total") - before_hs
         server = (after_cpu - before_cpu) / 1e9
         assert server > 0
-        share = hs / server
+        share = figure("nginx_handshake_cpu_over_schedstat", hs / server)
         # The handshake clock is the kernel's monotonic clock, which runs on through the
         # hypervisor's steal time; schedstat leaves steal out. Steal anywhere on the
         # machine in the window bounds the difference.

@@ -9,6 +9,7 @@ import pytest
 
 from harness.agent import Agent
 from harness.clients import curl_connections, keepalive_connections
+from harness.figures import figure
 from harness.metrics import value
 from harness.procs import have
 from harness.servers import Lighttpd
@@ -170,6 +171,7 @@ def test_go_server_concurrent_handshakes_share_of_its_cpu(workdir, gotls_bin):
         # the handshakes' CPU is clocked in the kernel and includes the hypervisor's steal
         # time, which schedstat leaves out: steal anywhere on the machine is the upper
         # bound's allowance for it (as in test_nginx.py)
+        figure("go_handshake_cpu_over_schedstat", timed / used)
         assert 0.5 * used < timed <= 1.02 * used + steal, (timed, used, steal)
     finally:
         srv.stop()

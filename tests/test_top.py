@@ -11,6 +11,7 @@ import pytest
 
 from harness.agent import TLSPROF, Agent
 from harness.clients import https_connections, keepalive_connections
+from harness.figures import figure
 from harness.procs import cpu_ns, stop_pid, wait_for
 from harness.servers import Nginx
 
@@ -103,6 +104,7 @@ def test_top_live_in_tmux(tmp_path):
         # entries as many as handshakes (within a second's rounding).
         assert r[10] == "5.0", screen
         full, tw = float(r[1]), float(r[9])
+        figure("top_time_wait_over_handshakes", tw / full if full else 0)
         assert abs(full - tw) <= max(0.25 * full, 5), screen
         assert "ecdsa_p256" in screen and "AES_256_GCM_SHA384" in screen
         # Sorting by keys.
@@ -150,6 +152,7 @@ def test_top_once_counts(tmp_path):
     assert float(r[2]) == 0 and float(r[3]) == 0, out           # RES/s, FAIL/s
     # CPU% of a core against the worker's own /proc accounting over the load (nothing
     # else runs in the window; the master is idle).
+    figure("top_cpu_over_proc", float(r[4]) / 100 * window / used)
     assert abs(float(r[4]) / 100 * window - used) <= 0.2 * used + 0.01, (out, used)
     assert int(r[5]) >= 50, out                                 # RSA handshakes dominate
     cfg = next(line for line in out.splitlines() if line.startswith("TLSv1.3"))

@@ -91,7 +91,6 @@ _KVM_LOCK = threading.Lock()
 def kvm_works(img: Path) -> bool:
     """Whether this machine's KVM boots a guest (nested KVM fails here: QEMU stops with
     "failed to set MSR 0x10a"); asked once, with a guest that only says it ran."""
-    global _KVM
     with _KVM_LOCK:
         return _kvm_works(img)
 
