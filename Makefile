@@ -26,8 +26,11 @@ unit: build-deps
 integration: build test-deps
 	$(PYTEST) -v -p no:cacheprovider --durations=25 tests
 
-# Every test: Rust unit tests (no root needed), then the integration tests (root).
-test: unit integration
+# Every test: Rust unit tests (no root needed), then the integration tests (root); the
+# last line is the whole run's time, against the budget in docs/testing.md.
+test:
+	@start=$$(date +%s); $(MAKE) --no-print-directory unit integration; rc=$$?; \
+	  echo "make test: $$(( $$(date +%s) - start )) s in all (budget: 1500 s, docs/testing.md)"; exit $$rc
 
 demo: build
 	@bash scripts/deps.sh demo

@@ -153,7 +153,7 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
                 f"the probes cost {d2['probe_cpu'] / span:.2%} of a CPU, budget {BUDGET:.1%}: {d2}"
             # Every connection is one handshake; ab's aborted in-flight connections at the end
             # of -t (at most its concurrency) may have finished theirs without a request.
-            assert d2["ok"] + d2["failed"] == d2["ended"] + d2["open"], d2
+            assert d2["ok"] + d2["failed"] == d2["accepted"] == d2["ended"] + d2["open"], d2
             assert heavy <= d2["ok"] <= heavy + 8 and d2["failed"] <= 8, (heavy, d2)
             assert heavy <= d2["requests"] <= heavy + 8, (heavy, d2)
 

@@ -96,18 +96,6 @@ impl Ports {
     /// TIME_WAIT sockets, and returns the connections without a handshake on ports now
     /// known to carry TLS.
     pub fn refresh<'a>(&mut self, traced: impl Iterator<Item = (u32, &'a str)>, k: &mut Kernel) -> Failed {
-        // Accepted connections and exchanges of the ports watched until now, before any is
-        // removed.
-        let counts: HashMap<conn_port, (u64, u64)> = self
-            .ports
-            .keys()
-            .filter_map(|key| {
-                let p = k.port(key)?;
-                Some((*key, (p.accepted, k.exchanges(&p))))
-            })
-            .collect();
-        self.churn.sync_counts(&self.ports, &counts);
-
         let mut now: BTreeMap<conn_port, String> = BTreeMap::new();
         // Read before the listening sockets: a socket that starts listening meanwhile moves
         // it past what the next scan compares.
@@ -161,6 +149,18 @@ impl Ports {
             .into_iter()
             .map(|(ns, path)| (ns, (path, Vec::new())))
             .collect();
+        // Accepted connections and exchanges of the ports watched until now, read right
+        // before any is removed: a port's count is lost with its kernel entry, and what was
+        // accepted between an earlier read and the removal would be too.
+        let counts: HashMap<conn_port, (u64, u64)> = self
+            .ports
+            .keys()
+            .filter_map(|key| {
+                let p = k.port(key)?;
+                Some((*key, (p.accepted, k.exchanges(&p))))
+            })
+            .collect();
+        self.churn.sync_counts(&self.ports, &counts);
         let gone: Vec<(conn_port, String)> = self
             .ports
             .iter()
@@ -168,6 +168,7 @@ impl Ports {
             .map(|(key, name)| (*key, name.clone()))
             .collect();
         for (key, name) in gone {
+            log::debug!("port {} (netns {}) of {name}: no longer listening, not watched", key.port, key.netns);
             k.unwatch_port(&key);
             // connections accepted there may still close
             self.remember_name(key, name);
