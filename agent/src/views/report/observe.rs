@@ -71,7 +71,7 @@ pub fn observe(live: &mut Live, seconds: f64, until_eof: bool) -> Result<Observe
         let step = end
             .saturating_duration_since(Instant::now())
             .min(Duration::from_secs(1));
-        if !live.sleep_unless(step, &closed) {
+        if !live.sleep_unless(step, closed) {
             ended = if closed() { End::InputClosed } else { End::Interrupted };
         }
         let now = live.snapshot()?;
