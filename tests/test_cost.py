@@ -66,6 +66,9 @@ def test_offloader_against_direct_tls(workdir):
     # the process's CPU per exchange is its own accounting over the requests: the window
     # holds the load and a few idle seconds
     cost1 = a1["cpu_per_exchange_seconds"]
+    # CPU per exchange is the process's own accounting over the window, the truth schedstat
+    # over the load: they differ by what the window's idle seconds hold (CI runs here:
+    # 1.000-1.001); 25% fails an exchange count or a window that lost part of the load
     figure("cost_per_exchange_over_schedstat[apache]", cost1 * n / used1)
     assert abs(cost1 * n - used1) <= 0.25 * used1 + 0.02, (cost1 * n, used1)
     assert 0 < a1["tls_cpu_per_exchange_seconds"] < cost1, (a1["tls_cpu_per_exchange_seconds"], a1["cpu_seconds"])

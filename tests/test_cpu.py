@@ -222,11 +222,14 @@ def test_split_agrees_with_the_server_own_measurement(workdir, split_server_bin,
             print(f"server: handshake {own_hs:.1%} library {own_lib:.1%}; tlsprof: {w}")
             figure(f"split_handshake_minus_own[{workload}]", w.share("handshake") - own_hs)
             figure(f"split_crypto_minus_own[{workload}]", w.share("crypto") - own_lib)
-            # Measured here (three runs at 199 Hz, 2026-11-25): handshake 4-6 points under
-            # the server's own figure, crypto and bulk within 2 points of it; with the
-            # sampling error above, 10 points is over three standard deviations past that.
-            assert abs(w.share("handshake") - own_hs) <= 0.10, (own_hs, w)
+            # Measured here at 999 Hz (bench/accuracy.py and a CI run, four runs, 2026-11-25):
+            # the handshake share -1.3 to +10 points from the server's own figure in the
+            # handshake workload, within 0.2 points in the bulk one; the crypto share -3 to
+            # +6.5 points. 15 and 10 points are past those spreads; the shares' order is
+            # what must hold whatever the spread.
+            assert abs(w.share("handshake") - own_hs) <= 0.15, (own_hs, w)
             assert abs(w.share("crypto") - own_lib) <= 0.10, (own_lib, w)
+            assert (w.share("handshake") > w.share("crypto")) == (own_hs > own_lib), (own_hs, own_lib, w)
             if workload == "handshakes":
                 assert own_hs > 0.3, "the workload should be handshake-heavy"
             else:

@@ -195,7 +195,8 @@ def test_group_and_certificate(tmp_path):
     estimated = g["numbers"]["extra_cpu_per_handshake_seconds"] + c["numbers"]["extra_cpu_per_handshake_seconds"]
     # The estimate comes from the host's calibration (primitives timed at the start), the
     # reference from handshakes timed a minute later on a VM whose speed drifts by ±20%:
-    # runs gave 0.8-1.35 here (bench/accuracy.py reports the spread). A gross error fails.
+    # runs gave 0.8-1.35 here, 0.86-0.99 in four on 2026-11-25 (bench/accuracy.py reports
+    # the spread). A gross error fails.
     figure("group_and_certificate_estimate_over_real", estimated / real)
     assert 0.3 * real <= estimated <= 2.0 * real, (estimated, real)
     # Ranked by saving.
