@@ -226,9 +226,12 @@ def keepalive_connections(port: int, conns: int, per_conn: int, end: str = "eof"
 def ss_time_wait(port: int, family: str | None = None) -> int:
     """Sockets in TIME_WAIT with this local port, as the kernel shows them to ss; family "4"
     or "6": only that address family's (another family's socket may have the same port)."""
-    out = subprocess.run(["ss", "-Htan", *([f"-{family}"] if family else []), "state", "time-wait",
-                          f"( sport = :{port} )"],
-                         capture_output=True, text=True, check=True).stdout
+    return ss_count(*([f"-{family}"] if family else []), "state", "time-wait", f"( sport = :{port} )")
+
+
+def ss_count(*args: str) -> int:
+    """How many TCP sockets `ss -Htan ARGS` lists."""
+    out = subprocess.run(["ss", "-Htan", *args], capture_output=True, text=True, check=True).stdout
     return len([line for line in out.splitlines() if line.strip()])
 
 
@@ -241,10 +244,7 @@ def ss_open(port: int) -> int:
     """Accepted connections on this local port whose server socket has not closed yet, as the
     kernel shows them to ss (a connection an aborted client left in FIN_WAIT2 stays there up
     to tcp_fin_timeout)."""
-    states = [w for s in OPEN_STATES for w in ("state", s)]
-    out = subprocess.run(["ss", "-Htan", *states, f"( sport = :{port} )"],
-                         capture_output=True, text=True, check=True).stdout
-    return len([line for line in out.splitlines() if line.strip()])
+    return ss_count(*[w for s in OPEN_STATES for w in ("state", s)], f"( sport = :{port} )")
 
 
 def failing_handshakes(port: int, n: int, ciphers: str) -> int:
