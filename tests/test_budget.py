@@ -14,6 +14,7 @@ import pytest
 
 from harness.agent import Agent
 from harness.clients import ab, https_connections, https_request, ss_open, tls_client_context
+from harness.metrics import value
 from harness.procs import have, wait_for
 from harness.servers import Nginx
 
@@ -46,7 +47,7 @@ def figures(agent, port: int) -> dict:
     s = agent.scrape()
 
     def v(name, **labels):
-        return sum(val for n, l, val in s if n == name and all(l.get(k) == w for k, w in labels.items()))
+        return value(s, name, **labels)
 
     return {
         "ok": v("tlsprof_handshakes_total", comm="nginx", role="server", result="ok"),

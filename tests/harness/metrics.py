@@ -46,8 +46,7 @@ def churn(agent, port: int) -> dict:
     p = str(port)
 
     def v(name, **labels):
-        return sum(val for n, l, val in s if n == name and l.get("port") == p
-                   and all(l.get(k) == w for k, w in labels.items()))
+        return value(s, name, port=p, **labels)
 
     return {
         "accepted": v("tlsprof_tcp_connections_accepted_total"),
