@@ -370,7 +370,7 @@ def test_handshake_cost_alert_for_a_server_without_probes(tmp_path):
             time.sleep(0.1)
         assert full > 30, full
         m = agent.scrape_text()
-        assert 'tlsprof_handshake_cpu_method_info{comm="lighttpd",method="kernel_estimate"} 1' in m, m
+        assert 'tlsprof_handshake_cpu_method_info{comm="lighttpd",method="kernel_estimate",reason="no_entry_point"} 1' in m, m
         wait_for(lambda: firing(prom, "TLSHandshakeCPUHigh", instance), 30,
                  f"TLSHandshakeCPUHigh to fire: {prom.query('ALERTS')}")
         alert = firing(prom, "TLSHandshakeCPUHigh", instance)[0]["metric"]

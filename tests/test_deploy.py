@@ -10,24 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.agent import TLSPROF, Agent
+from harness.agent import TLSPROF, UNIT, Agent, as_user_with, unit_caps
 from harness.clients import https_connections, keepalive_connections
 from harness.metrics import value
 from harness.procs import ROOT
 from harness.servers import TESTDEPS, Nginx
 
 DEPLOY = ROOT / "deploy"
-UNIT = DEPLOY / "systemd" / "tlsprof.service"
 PYTOOLS = TESTDEPS / "pytools" / "bin"
-
-
-def unit_caps() -> list[str]:
-    """The capabilities the systemd unit grants, as names without CAP_ (lower case)."""
-    text = UNIT.read_text()
-    ambient = re.search(r"^AmbientCapabilities=(.*)$", text, re.M).group(1).split()
-    bounding = re.search(r"^CapabilityBoundingSet=(.*)$", text, re.M).group(1).split()
-    assert ambient == bounding, "the unit's ambient and bounding sets differ"
-    return [c.removeprefix("CAP_").lower() for c in ambient]
 
 
 def test_systemd_unit_verifies():
@@ -127,9 +117,7 @@ def run_with_caps(server: Nginx, caps: list[str], until_kernel_net: bool = False
     most 10 rounds) until a sample of kernel network work has been classified: the counted
     load alone makes a few dozen samples, and a CI run once saw none land in kernel code;
     the final scrape is then in counts["after_more_load"]."""
-    spec = ",".join(f"+{c}" for c in caps)
-    prefix = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-              f"--inh-caps=-all,{spec}", f"--ambient-caps=-all,{spec}")
+    prefix = as_user_with(caps)
     with Agent("--pid", str(server.pid), "--sample-hz", "499", prefix=prefix) as agent:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and not all(agent.attached(p) for p in server.workers()):
@@ -191,7 +179,10 @@ def test_each_of_the_units_capabilities_is_needed(www_nginx, dropped, symptom):
         # no probes: the handshakes' CPU is the kernel estimate's (every one of them)
         assert value(m, "tlsprof_probe_attach_failures_total") > 0
         assert value(m, "tlsprof_handshake_cpu_method_info", method="probes") == 0
-        assert value(m, "tlsprof_handshake_cpu_method_info", method="kernel_estimate") > 0
+        assert value(m, "tlsprof_handshake_cpu_method_info", method="kernel_estimate") == \
+            value(m, "tlsprof_handshake_cpu_method_info", reason="attach_refused") > 0
+        # a warning once for the name, not once per process (the others at debug level)
+        assert out.count("warning: no handshake probes for") == 1 and "attach_refused" in out, out[-2000:]
         assert value(m, "tlsprof_handshake_cpu_seconds_count") == value(m, "tlsprof_handshakes_total") == 23
     elif dropped == "sys_ptrace":
         assert value(m, "tlsprof_handshakes_total") == 0

@@ -24,7 +24,8 @@ fn effective_caps() -> Result<u64> {
 /// tests/test_deploy.py checks each is needed):
 /// - CAP_BPF + CAP_PERFMON: load the BPF programs, attach tracepoints, open the sampling
 ///   perf events (or CAP_SYS_ADMIN, which implies both);
-/// - CAP_SYS_ADMIN: the kernel opens uprobe perf events only for it (the handshake probes);
+/// - CAP_SYS_ADMIN: the kernel opens uprobe perf events only for it (the handshake probes),
+///   and /proc/PID/map_files (a chrooted process's library, one replaced on disk);
 /// - CAP_SYS_PTRACE: read other users' /proc/PID/maps, /proc/PID/root, /proc/PID/fd links;
 /// - CAP_DAC_READ_SEARCH: list other users' /proc/PID/fd (their listening sockets).
 pub fn privileges() -> Result<()> {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,6 +16,24 @@ from .metrics import parse_metrics, since, value
 from .procs import ROOT, free_port, stop_pid, wait_for
 
 TLSPROF = Path(os.environ.get("TLSPROF_BIN", ROOT / "target" / "release" / "tlsprof"))
+UNIT = ROOT / "deploy" / "systemd" / "tlsprof.service"
+
+
+def unit_caps() -> list[str]:
+    """The capabilities the systemd unit grants, as names without CAP_ (lower case)."""
+    text = UNIT.read_text()
+    ambient = re.search(r"^AmbientCapabilities=(.*)$", text, re.M).group(1).split()
+    bounding = re.search(r"^CapabilityBoundingSet=(.*)$", text, re.M).group(1).split()
+    assert ambient == bounding, "the unit's ambient and bounding sets differ"
+    return [c.removeprefix("CAP_").lower() for c in ambient]
+
+
+def as_user_with(caps: list[str]) -> tuple:
+    """An Agent prefix: user nobody with exactly `caps` (ambient, as systemd's
+    AmbientCapabilities gives them)."""
+    spec = ",".join(f"+{c}" for c in caps)
+    return ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+            f"--inh-caps=-all,{spec}", f"--ambient-caps=-all,{spec}")
 
 
 class Agent:

@@ -18,12 +18,12 @@ class Nginx:
                  port: int | None = None, extra_main: str = "", plain_port: int | None = None,
                  resumption: bool = False, connections: int = 1024, binary: str = "nginx",
                  location: str = 'return 200 "hello from nginx\\n";', http2: bool = False,
-                 protocols: str = "TLSv1.2 TLSv1.3"):
+                 protocols: str = "TLSv1.2 TLSv1.3", env: dict | None = None):
         """connections: each worker's worker_connections (its open files raised to twice it,
         within the hard limit this process can give). binary: the executable (a copy under
         another name gives the server another comm). location: what `location /` does (a
         proxy_pass makes nginx a TLS offloader). http2: HTTP/2 on the TLS port (ALPN h2);
-        protocols: its ssl_protocols."""
+        protocols: its ssl_protocols; env: its environment's additions (LD_LIBRARY_PATH)."""
         self.dir, self.port, key, crt = server_setup(workdir, "nginx", cert, port)
         self.conf = self.dir / "nginx.conf"
         d = self.dir
@@ -53,7 +53,8 @@ http {{
 }}
 """)
         self.binary = binary
-        subprocess.run([binary, "-c", str(self.conf)], check=True, capture_output=True)
+        subprocess.run([binary, "-c", str(self.conf)], check=True, capture_output=True,
+                       env={**os.environ, **(env or {})})
         wait_port(self.port)
         self.pid = int((d / "nginx.pid").read_text())
         wait_for(lambda: len(self.workers()) == workers, 10, f"{workers} nginx workers")
@@ -197,10 +198,14 @@ SSLSessionTickets {"on" if resumption else "off"}
 
 
 class HAProxy:
-    """HAProxy terminating TLS itself and answering from an http-request return rule."""
+    """HAProxy terminating TLS itself and answering from an http-request return rule;
+    `chroot`: in an empty directory of its own once started, as the configuration Debian and
+    RHEL ship says (`chroot /var/lib/haproxy`)."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, chroot: bool = False):
         self.dir, self.port, key, crt = server_setup(workdir, "haproxy")
+        if chroot:
+            (self.dir / "jail").mkdir()
         pem = self.dir / "server.pem"
         pem.write_text(crt.read_text() + key.read_text())
         conf = self.dir / "haproxy.cfg"
@@ -209,6 +214,7 @@ global
   daemon
   pidfile {self.dir}/haproxy.pid
   nbthread 2
+  {f"chroot {self.dir}/jail" if chroot else ""}
 defaults
   mode http
   timeout connect 5s

@@ -7,6 +7,7 @@ pub mod duty;
 mod estimate;
 mod handshakes;
 mod health;
+mod no_probes;
 mod ports;
 mod targets;
 

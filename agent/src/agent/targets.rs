@@ -14,6 +14,7 @@ use super::{
     budget::{self, Probes},
     duty::Duty,
     handshakes::ProcInfo,
+    no_probes::{self, NoProbes, Said},
 };
 use crate::{
     bounds::{self, Dropped},
@@ -43,8 +44,8 @@ pub struct Traced {
     start_time: u64,
     /// Its handshake probes, where a TLS library was found (None: CPU and connections only).
     pub probes: Option<Probes>,
-    /// No probes attached at first: the kernel estimates its handshakes' CPU.
-    estimated: bool,
+    /// Why no probe attached at first (the kernel estimates its handshakes' CPU); None: probes.
+    why_no_probes: Option<NoProbes>,
 }
 
 /// A selected process with no TLS stack (yet): looked at again when its memory map grows.
@@ -78,17 +79,20 @@ pub const MAX_UNSWEPT: usize = 1024;
 /// A file's identity: device, inode, size, mtime.
 type FileId = (u64, u64, u64, i64);
 
+/// What ELF analysis made of a file: its hooks, or why it could not be analysed.
+type Analysis = Result<Vec<HandshakeHooks>, (NoProbes, String)>;
+
 /// ELF analysis of files by identity, at most MAX_HOOK_FILES.
 #[derive(Default)]
 struct HookCache {
-    files: HashMap<FileId, Vec<HandshakeHooks>>,
+    files: HashMap<FileId, Analysis>,
     /// Entries forgotten at the bound, not exported yet.
     evicted: u64,
 }
 
 impl HookCache {
     /// What is known of a file, else what `analyze` says of it, remembered.
-    fn get_or_analyze(&mut self, id: FileId, analyze: impl FnOnce() -> Vec<HandshakeHooks>) -> Vec<HandshakeHooks> {
+    fn get_or_analyze(&mut self, id: FileId, analyze: impl FnOnce() -> Analysis) -> Analysis {
         if let Some(h) = self.files.get(&id) {
             return h.clone();
         }
@@ -97,28 +101,49 @@ impl HookCache {
     }
 }
 
-/// The handshake hooks of every candidate file of a process: (file, one library's hooks).
-fn tls_files(pid: u32, cache: &mut HookCache, mode: HookMode) -> std::io::Result<Vec<(Candidate, HandshakeHooks)>> {
-    let mut out = Vec::new();
-    for c in handshake::candidates(pid)? {
-        let hooks = cache.get_or_analyze(c.identity, || {
-            handshake::handshake_hooks(&c.host_path, mode).unwrap_or_else(|e| {
-                log::debug!("{e}");
-                Vec::new()
-            })
-        });
-        out.extend(hooks.into_iter().map(|h| (c.clone(), h)));
-    }
-    Ok(out)
+/// What a process's files offer the handshake probes.
+#[derive(Default)]
+struct TlsFiles {
+    /// Every candidate file's hooks: (file, one library's hooks).
+    hooks: Vec<(Candidate, HandshakeHooks)>,
+    /// Where none were found, why, if the files say: a TLS library unreadable, or read
+    /// without its handshake functions (else its stack has no entry point, or none is known).
+    why_none: Option<(NoProbes, String)>,
 }
 
-/// tlsprof_handshake_cpu_method_info's `method`.
-fn method(estimated: bool) -> &'static str {
-    if estimated {
-        "kernel_estimate"
-    } else {
-        "probes"
+/// The handshake hooks of every candidate file of a process.
+fn tls_files(pid: u32, cache: &mut HookCache, mode: HookMode) -> std::io::Result<TlsFiles> {
+    let (found, unreadable) = handshake::candidates(pid)?;
+    let mut out = TlsFiles::default();
+    for c in found {
+        let analysis = cache.get_or_analyze(c.identity, || {
+            handshake::handshake_hooks(&c.host_path, mode).map_err(|e| match e {
+                handshake::ElfError::Open { .. } => (NoProbes::FileUnreadable, e.to_string()),
+                handshake::ElfError::Parse { .. } => (NoProbes::SymbolNotFound, e.to_string()),
+            })
+        });
+        // the executable need hold no TLS code: only a TLS library's file says why not
+        let library = handshake::library_of_file(&c.path).map(|l| l.name);
+        match analysis {
+            Ok(hooks) if !hooks.is_empty() => out.hooks.extend(hooks.into_iter().map(|h| (c.clone(), h))),
+            Ok(_) => {
+                if let Some(lib) = library {
+                    let why = format!("{} ({lib}): its handshake functions are not among its symbols", c.path);
+                    out.why_none.get_or_insert((NoProbes::SymbolNotFound, why));
+                }
+            }
+            Err(why) => {
+                log::debug!("{}", why.1);
+                if library.is_some() {
+                    out.why_none.get_or_insert(why);
+                }
+            }
+        }
     }
+    if let Some(u) = unreadable.first() {
+        out.why_none = Some((NoProbes::FileUnreadable, format!("cannot open {}: {}", u.path, u.error)));
+    }
+    Ok(out)
 }
 
 pub struct Targets {
@@ -147,6 +172,8 @@ pub struct Targets {
     ready_written: Option<BTreeMap<u32, String>>,
     /// --strict: the first attach failure, which ends the run.
     pub fatal: Option<String>,
+    /// Why processes have no probes, said once per name and reason.
+    said: Said,
     /// Entries dropped at the bounds, exported at each scan.
     dropped: Dropped,
 }
@@ -172,6 +199,7 @@ impl Targets {
             ready_file: args.ready_file.clone(),
             ready_written: None,
             fatal: None,
+            said: Said::default(),
             dropped: Dropped::default(),
         }
     }
@@ -268,24 +296,34 @@ impl Targets {
         // renames itself meanwhile would be named from two different moments.
         let name = procfs::process_name(pid, &st.comm);
         let files = if self.no_probes {
-            Vec::new()
+            TlsFiles {
+                why_none: Some((NoProbes::Disabled, "--no-handshake-probes".into())),
+                ..TlsFiles::default()
+            }
         } else {
             tls_files(pid, &mut self.hooks_cache, self.hooks).unwrap_or_else(|e| {
                 log::debug!("cannot read the memory map of {pid} ({}): {e}", st.comm);
-                Vec::new()
+                TlsFiles::default()
             })
         };
-        if files.is_empty() {
-            // A TLS stack without an entry point to probe (NSS, Go, a server's own), or
-            // --no-handshake-probes: CPU and connections, handshake CPU from the kernel.
+        if files.hooks.is_empty() {
+            // A TLS stack without an entry point to probe (NSS, Go, a server's own), a TLS
+            // library that cannot be read or has lost its symbols, or --no-handshake-probes:
+            // CPU and connections, handshake CPU from the kernel.
             if let Some(stack) = stacks::process_tls_stack(pid, &mut self.stack_memo) {
                 self.watched.remove(&pid);
+                let (why, detail) = files.why_none.unwrap_or_else(|| {
+                    let detail = format!("its TLS stack ({stack}) has no entry point tlsprof probes");
+                    (NoProbes::NoEntryPoint, detail)
+                });
                 let msg = format!(
-                    "attached to {pid} ({}): TLS stack {stack}, no handshake probes: handshake CPU estimated \
+                    "attached to {pid} ({}): TLS stack {stack}, no handshake probes ({}): handshake CPU estimated \
                      from the kernel",
-                    st.comm
+                    st.comm,
+                    why.label()
                 );
-                if self.track(pid, st, name, None, k, prof, m) {
+                self.said.say(pid, &name, why, &detail);
+                if self.track(pid, st, name, (None, Some(why)), k, prof, m) {
                     self.ready.push(msg);
                 }
                 return;
@@ -300,7 +338,7 @@ impl Targets {
         self.watched.remove(&pid);
         let mut plan: Vec<(&'static str, u64, PathBuf)> = Vec::new();
         let mut attached = Vec::new();
-        for (file, h) in &files {
+        for (file, h) in &files.hooks {
             plan.extend(
                 h.plan()
                     .into_iter()
@@ -311,12 +349,28 @@ impl Targets {
                 st.comm, file.path, h.source, h.library
             ));
         }
-        let links = self.attach_first(pid, &st.comm, &plan, k, m);
+        let (links, refused) = self.attach_first(pid, &st.comm, &plan, k, m);
+        let why = match refused {
+            Some(e) if links.is_empty() => {
+                self.said.say(pid, &name, NoProbes::AttachRefused, &e);
+                attached = vec![format!(
+                    "attached to {pid} ({}): no handshake probes (attach_refused): handshake CPU estimated from \
+                     the kernel",
+                    st.comm
+                )];
+                Some(NoProbes::AttachRefused)
+            }
+            Some(e) => {
+                log::warn!("{pid} ({}): some handshake probes refused: {e}", st.comm);
+                None
+            }
+            None => None,
+        };
         let duty = (!self.exact && !links.is_empty()).then(|| Duty::new(self.overhead_budget, Instant::now(), 0.0));
         let go = plan.iter().any(|(prog, _, _)| prog.starts_with("hs_go_"));
-        let stepped = files.iter().any(|(_, h)| h.stepped);
+        let stepped = files.hooks.iter().any(|(_, h)| h.stepped);
         let probes = Probes::new(plan, links, duty, stepped, ktime_ns());
-        if self.track(pid, st, name, Some(probes), k, prof, m) {
+        if self.track(pid, st, name, (Some(probes), why), k, prof, m) {
             // logged once everything is in place: operators read it as "ready"
             self.ready.extend(attached);
             if go {
@@ -325,8 +379,9 @@ impl Targets {
         }
     }
 
-    /// Attaches a process's handshake probes for the first time: a failure is counted and
-    /// said (re-attaching in a later cycle may race its exit: budget.rs only logs it).
+    /// Attaches a process's handshake probes for the first time: each failure is counted,
+    /// the first returned to be said once (re-attaching in a later cycle may race its exit:
+    /// budget.rs only logs it).
     fn attach_first(
         &mut self,
         pid: u32,
@@ -334,18 +389,18 @@ impl Targets {
         plan: &[(&'static str, u64, PathBuf)],
         k: &mut Kernel,
         m: &Metrics,
-    ) -> Vec<Link> {
-        budget::attach_plan(k, pid, plan, |prog, e| {
+    ) -> (Vec<Link>, Option<String>) {
+        let mut first = None;
+        let links = budget::attach_plan(k, pid, plan, |prog, e| {
             m.attach_failures
                 .get_or_create(&ProbeLabels { probe: prog.into() })
                 .inc();
-            let msg = format!("{pid} ({comm}): {e:#}");
             if self.strict {
-                self.fatal.get_or_insert(msg);
-            } else {
-                log::warn!("{msg}");
+                self.fatal.get_or_insert(format!("{pid} ({comm}): {e:#}"));
             }
-        })
+            first.get_or_insert(format!("{e:#}"));
+        });
+        (links, first)
     }
 
     /// Starts following a process: forks, CPU, listening ports.
@@ -354,7 +409,7 @@ impl Targets {
         pid: u32,
         st: ProcStat,
         name: String,
-        probes: Option<Probes>,
+        (probes, why_no_probes): (Option<Probes>, Option<NoProbes>),
         k: &mut Kernel,
         prof: &mut Profiler,
         m: &Metrics,
@@ -385,7 +440,7 @@ impl Targets {
                 comm: st.comm,
                 start_time: st.start_time,
                 probes,
-                estimated: !probed,
+                why_no_probes,
             },
         );
         self.export_gauges(m);
@@ -486,11 +541,11 @@ impl Targets {
     /// tlsprof_attached_probes.
     pub fn export_gauges(&self, m: &Metrics) {
         let mut per_comm: BTreeMap<&str, i64> = BTreeMap::new();
-        let mut per_method: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+        let mut per_method: BTreeMap<(&str, Option<NoProbes>), i64> = BTreeMap::new();
         let mut probes = 0;
         for t in self.traced.values() {
             *per_comm.entry(&t.name).or_default() += 1;
-            *per_method.entry((&t.name, method(t.estimated))).or_default() += 1;
+            *per_method.entry((&t.name, t.why_no_probes)).or_default() += 1;
             probes += t.probes.as_ref().map_or(0, |p| p.links.len()) as i64;
         }
         // Names no longer traced go to zero rather than vanish, so rates and alerts stay sane.
@@ -500,12 +555,13 @@ impl Targets {
                     .get_or_create(&CommLabels { comm: comm.clone() })
                     .set(0);
             }
-            for estimated in [false, true] {
-                let key = (comm.as_str(), method(estimated));
-                if !per_method.contains_key(&key) {
+            for why in std::iter::once(None).chain(NoProbes::ALL.map(Some)) {
+                if !per_method.contains_key(&(comm.as_str(), why)) {
+                    let (method, reason) = no_probes::labels(why);
                     let labels = MethodLabels {
                         comm: comm.clone(),
-                        method: key.1.into(),
+                        method: method.into(),
+                        reason: reason.into(),
                     };
                     // only where it was ever set: a name gets one series per method it had
                     if m.handshake_cpu_method.exists(&labels) {
@@ -514,11 +570,13 @@ impl Targets {
                 }
             }
         }
-        for ((comm, method), n) in per_method {
+        for ((comm, why), n) in per_method {
+            let (method, reason) = no_probes::labels(why);
             m.handshake_cpu_method
                 .get_or_create(&MethodLabels {
                     comm: comm.into(),
                     method: method.into(),
+                    reason: reason.into(),
                 })
                 .set(n);
         }
@@ -586,7 +644,7 @@ pub fn check_pids(pids: &[u32]) -> Result<()> {
     let mut memo = StackMemo::default();
     let mut has_tls = |pid: u32, cache: &mut HookCache| -> Result<bool> {
         let files = tls_files(pid, cache, HookMode::Auto)?;
-        Ok(!files.is_empty() || stacks::process_tls_stack(pid, &mut memo).is_some())
+        Ok(!files.hooks.is_empty() || stacks::process_tls_stack(pid, &mut memo).is_some())
     };
     for &pid in pids {
         let st = procfs::stat(pid).map_err(|_| anyhow::anyhow!("no process with pid {pid}"))?;
@@ -630,7 +688,7 @@ mod tests {
             comm: name.into(),
             start_time: 0,
             probes: None,
-            estimated: true,
+            why_no_probes: Some(NoProbes::NoEntryPoint),
         }
     }
 
@@ -686,10 +744,10 @@ mod tests {
     fn the_hook_cache_is_bounded() {
         let mut c = HookCache::default();
         for i in 0..MAX_HOOK_FILES as u64 + 7 {
-            assert!(c.get_or_analyze((1, i, 0, 0), Vec::new).is_empty());
+            assert!(c.get_or_analyze((1, i, 0, 0), || Ok(Vec::new())).unwrap().is_empty());
         }
         assert_eq!((c.files.len(), c.evicted), (MAX_HOOK_FILES, 7));
         let last = (1, MAX_HOOK_FILES as u64 + 6, 0, 0);
-        assert!(c.get_or_analyze(last, || panic!("analyzed again")).is_empty());
+        assert!(c.get_or_analyze(last, || panic!("analyzed again")).unwrap().is_empty());
     }
 }

@@ -1,7 +1,7 @@
 //! /proc/PID/maps, parsed in one place for everyone: the files a process maps
 //! (discovery), its executable mappings (CPU attribution), and where the agent's own code
 //! lies (the probe-cost calibration).
-use std::{collections::BTreeSet, io};
+use std::{collections::BTreeSet, io, path::PathBuf};
 
 /// One line of /proc/PID/maps.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,16 +18,38 @@ pub struct MapEntry<'a> {
     pub path: &'a str,
 }
 
-impl MapEntry<'_> {
+impl<'a> MapEntry<'a> {
     pub fn executable(&self) -> bool {
         self.perms.as_bytes().get(2) == Some(&b'x')
     }
 
     /// The file mapped here, if this maps a file (not anonymous memory, not `[vdso]`).
-    pub fn file(&self) -> Option<&str> {
+    pub fn file(&self) -> Option<&'a str> {
         (self.inode != 0 && self.path.starts_with('/')).then_some(self.path)
     }
+
+    /// The mapped file's name as the process knew it, without the " (deleted)" the kernel
+    /// adds once the name leads elsewhere (a library replaced on disk by an update).
+    pub fn name(&self) -> Option<&'a str> {
+        self.file().map(|p| p.strip_suffix(DELETED).unwrap_or(p))
+    }
+
+    /// The file's name no longer leads to the mapped file.
+    pub fn deleted(&self) -> bool {
+        self.file().is_some_and(|p| p.ends_with(DELETED))
+    }
+
+    /// The one path that opens the mapped file itself, whatever its name leads to from
+    /// here: a chroot (the name is inside it, not on the host), a container's root, a file
+    /// deleted or replaced since it was mapped. The kernel resolves it too (a uprobe's
+    /// target). Reading it needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE. Its name is the
+    /// range in unpadded hex, where maps pads to 8 digits.
+    pub fn open_path(&self, pid: u32) -> PathBuf {
+        PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", self.start, self.end))
+    }
 }
+
+const DELETED: &str = " (deleted)";
 
 /// The lines of a maps file that parse (the address, offset and inode in the kernel's
 /// formats). Lines end at '\n' only: the kernel escapes that one in a path, not '\r'.
@@ -55,10 +77,17 @@ pub fn read(pid: &str) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/maps"))?).into_owned())
 }
 
-/// The file paths mapped by a process (as the process sees them), files deleted since left out.
+/// The names of the files a process maps (MapEntry::name: those deleted since included).
 pub fn files(text: &str) -> BTreeSet<String> {
+    parse(text).filter_map(|m| m.name().map(str::to_string)).collect()
+}
+
+/// The first mapping of each file a process maps, by (device, inode): the same name may
+/// stand for two files (one deleted since, its successor mapped later).
+pub fn first_mappings(text: &str) -> Vec<MapEntry<'_>> {
+    let mut seen = BTreeSet::new();
     parse(text)
-        .filter_map(|m| m.file().filter(|p| !p.ends_with(" (deleted)")).map(str::to_string))
+        .filter(|m| m.file().is_some() && seen.insert((m.dev, m.inode)))
         .collect()
 }
 
@@ -85,10 +114,54 @@ mod tests {
             v,
             [
                 "/opt/my app/libssl.so.1.1",
+                "/usr/lib/libssl.so.3",
                 "/usr/lib/x86_64-linux-gnu/libssl.so.3",
                 "/usr/sbin/nginx"
             ]
         );
+        let firsts: Vec<(u64, &str)> = first_mappings(TEXT)
+            .into_iter()
+            .map(|m| (m.start, m.name().unwrap()))
+            .collect();
+        assert_eq!(
+            firsts,
+            [
+                (0x55d0c0a00000, "/usr/sbin/nginx"),
+                (0x7f1c2d400000, "/usr/lib/x86_64-linux-gnu/libssl.so.3"),
+                (0x7f1c2d600000, "/opt/my app/libssl.so.1.1"),
+                (0x7f1c2d700000, "/usr/lib/libssl.so.3"),
+            ]
+        );
+        assert!(first_mappings(TEXT)[3].deleted() && !first_mappings(TEXT)[2].deleted());
+        assert_eq!(
+            first_mappings(TEXT)[1].open_path(42),
+            PathBuf::from("/proc/42/map_files/7f1c2d400000-7f1c2d45d000")
+        );
+    }
+
+    /// A file deleted after it was mapped still opens through map_files (with the privilege
+    /// it needs: the unit tests also run unprivileged, where the kernel refuses it).
+    #[test]
+    fn deleted_file_opens_through_map_files() {
+        let dir = crate::cpu::symbols::fuzz::Scratch::new("maps-deleted");
+        let path = dir.0.join("libgone.so");
+        std::fs::write(&path, b"the mapped bytes").unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: a private read-only mapping of a file only this test writes.
+        let _map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let text = read("self").unwrap();
+        let m = first_mappings(&text)
+            .into_iter()
+            .find(|m| m.name().is_some_and(|n| n.ends_with("libgone.so")))
+            .unwrap();
+        assert!(m.deleted());
+        match std::fs::read(m.open_path(std::process::id())) {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                eprintln!("skipped: map_files needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE ({e})")
+            }
+            read => assert_eq!(read.unwrap(), b"the mapped bytes"),
+        }
     }
 
     #[test]

@@ -46,7 +46,7 @@ label_set!(
 label_set!(ReasonLabels { comm, reason });
 label_set!(RoleLabels { comm, role });
 label_set!(CommLabels { comm });
-label_set!(MethodLabels { comm, method });
+label_set!(MethodLabels { comm, method, reason });
 label_set!(ProbeLabels { probe });
 label_set!(KindLabels { kind });
 label_set!(PortLabels { comm, port });

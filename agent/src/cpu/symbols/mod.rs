@@ -94,10 +94,8 @@ impl FileCache {
                 .files
                 .entry(key)
                 .or_insert_with(|| {
-                    // map_files names are unpadded hex, where maps pads to 8 digits
-                    let host = PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}"));
-                    let clean = path.trim_end_matches(" (deleted)");
-                    FileSyms::load(clean, &host, dirs, keep).map(Arc::new)
+                    let host = m.open_path(pid);
+                    FileSyms::load(m.name().unwrap_or(path), &host, dirs, keep).map(Arc::new)
                 })
                 .clone();
             out.push(Mapping {

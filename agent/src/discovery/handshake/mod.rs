@@ -175,7 +175,8 @@ pub fn library_of_file(path: &str) -> Option<&'static Library> {
 }
 
 /// A file a process maps that may hold a TLS library, as a path the agent can open and the
-/// kernel can resolve: through /proc/PID/root, so files inside containers work.
+/// kernel can resolve to the very file mapped (maps::MapEntry::open_path): so libraries in
+/// containers' roots, in chroots and deleted or replaced on disk since are found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
     /// Path as the process sees it (for logs and labels).
@@ -186,35 +187,62 @@ pub struct Candidate {
     pub identity: (u64, u64, u64, i64),
 }
 
-fn candidate(path: String, host_path: PathBuf) -> Option<Candidate> {
-    let md = fs::metadata(&host_path).ok()?;
-    Some(Candidate {
-        path,
+/// A TLS library file a process maps that the agent could not open: its name, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub path: String,
+    pub error: String,
+}
+
+fn candidate(path: &str, host_path: PathBuf) -> io::Result<Candidate> {
+    let md = fs::metadata(&host_path)?;
+    Ok(Candidate {
+        path: path.to_string(),
         host_path,
         identity: (md.dev(), md.ino(), md.size(), md.mtime()),
     })
 }
 
-/// The executable (a library may be linked into it, as OpenSSL is in node) and every
-/// library file of LIBRARIES it maps.
-pub fn candidates(pid: u32) -> io::Result<Vec<Candidate>> {
-    let maps = super::maps::read(&pid.to_string())?;
-    let mut out = Vec::new();
-    // /proc/PID/exe resolves to the executable even inside a container or after it was replaced.
-    if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
-        let exe = exe.to_string_lossy().into_owned();
-        if !exe.ends_with(" (deleted)") {
-            out.extend(candidate(exe, PathBuf::from(format!("/proc/{pid}/exe"))));
+/// A mapped library as the agent can open it: through map_files; without the privilege
+/// that needs, by its name from the process's root if that still leads to the same inode
+/// (never another file at that name: its offsets would be another build's).
+fn mapped_library(pid: u32, m: &super::maps::MapEntry, name: &str) -> Result<Candidate, Unreadable> {
+    let by_map = m.open_path(pid);
+    let err = match candidate(name, by_map) {
+        Ok(c) => return Ok(c),
+        Err(e) => e,
+    };
+    let by_name = PathBuf::from(format!("/proc/{pid}/root{name}"));
+    if !m.deleted() {
+        if let Some(c) = candidate(name, by_name).ok().filter(|c| c.identity.1 == m.inode) {
+            return Ok(c);
         }
     }
-    for path in super::maps::files(&maps)
-        .into_iter()
-        .filter(|p| library_of_file(p).is_some())
-    {
-        let host = PathBuf::from(format!("/proc/{pid}/root{path}"));
-        out.extend(candidate(path, host));
+    Err(Unreadable {
+        path: name.to_string(),
+        error: format!("{}: {err}", m.open_path(pid).display()),
+    })
+}
+
+/// The executable (a library may be linked into it, as OpenSSL is in node) and every
+/// library file of LIBRARIES it maps; those it could not open apart.
+pub fn candidates(pid: u32) -> io::Result<(Vec<Candidate>, Vec<Unreadable>)> {
+    let maps = super::maps::read(&pid.to_string())?;
+    let (mut found, mut unreadable) = (Vec::new(), Vec::new());
+    // /proc/PID/exe resolves to the executable even inside a container or after it was replaced.
+    if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
+        let exe = exe.to_string_lossy();
+        let name = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
+        found.extend(candidate(name, PathBuf::from(format!("/proc/{pid}/exe"))).ok());
     }
-    Ok(out)
+    for m in super::maps::first_mappings(&maps) {
+        let Some(name) = m.name().filter(|n| library_of_file(n).is_some()) else { continue };
+        match mapped_library(pid, &m, name) {
+            Ok(c) => found.push(c),
+            Err(u) => unreadable.push(u),
+        }
+    }
+    Ok((found, unreadable))
 }
 
 #[derive(Debug, Error)]

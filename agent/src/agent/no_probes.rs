@@ -1,0 +1,99 @@
+//! Why a traced process has no handshake probes: the `reason` label of
+//! tlsprof_handshake_cpu_method_info (its handshake CPU is then the kernel's estimate), and
+//! the one log line that says it, once per process name and reason.
+use std::collections::BTreeSet;
+
+/// Why no handshake probe is attached to a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NoProbes {
+    /// --no-handshake-probes.
+    Disabled,
+    /// Its TLS stack has no entry point tlsprof probes (NSS, Go before 1.17, a server's
+    /// own stack, an executable whose TLS code is known only by name).
+    NoEntryPoint,
+    /// A TLS library file it maps could not be opened (not through /proc/PID/map_files,
+    /// nor by its name from the process's root).
+    FileUnreadable,
+    /// A TLS library file was read, but its handshake functions were not found in it
+    /// (stripped of symbols, or a build tlsprof does not know).
+    SymbolNotFound,
+    /// The kernel refused every probe (privileges, uprobes unsupported, the process gone).
+    AttachRefused,
+}
+
+impl NoProbes {
+    pub const ALL: [NoProbes; 5] = [
+        Self::Disabled,
+        Self::NoEntryPoint,
+        Self::FileUnreadable,
+        Self::SymbolNotFound,
+        Self::AttachRefused,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Disabled => "disabled",
+            Self::NoEntryPoint => "no_entry_point",
+            Self::FileUnreadable => "file_unreadable",
+            Self::SymbolNotFound => "symbol_not_found",
+            Self::AttachRefused => "attach_refused",
+        }
+    }
+
+    /// Worth a warning: something an operator can change (privileges, debug symbols),
+    /// where the others are what the process is or what was asked for.
+    fn warns(self) -> bool {
+        matches!(self, Self::FileUnreadable | Self::SymbolNotFound | Self::AttachRefused)
+    }
+}
+
+/// The `method` and `reason` labels of a process: probes, or the estimate and why.
+pub fn labels(why: Option<NoProbes>) -> (&'static str, &'static str) {
+    match why {
+        None => ("probes", ""),
+        Some(w) => ("kernel_estimate", w.label()),
+    }
+}
+
+/// Names and reasons said already, at most this many; beyond, each is said at debug level.
+const MAX_SAID: usize = 4096;
+
+/// Says why a process has no probes: a warning (or an info line for what is expected) the
+/// first time for its name and reason, at debug level after that (64 nginx workers get one
+/// line, not 64).
+#[derive(Default)]
+pub struct Said(BTreeSet<(String, NoProbes)>);
+
+impl Said {
+    pub fn say(&mut self, pid: u32, name: &str, why: NoProbes, detail: &str) {
+        let line = format!(
+            "no handshake probes for {pid} ({name}): {}: {detail}; its handshake CPU is estimated from the kernel",
+            why.label()
+        );
+        let first = self.0.len() < MAX_SAID && self.0.insert((name.to_string(), why));
+        match (first, why.warns()) {
+            (true, true) => log::warn!("{line}"),
+            (true, false) => log::info!("{line}"),
+            (false, _) => log::debug!("{line}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_distinct_and_said_once_per_name() {
+        let mut l: Vec<&str> = NoProbes::ALL.iter().map(|w| w.label()).collect();
+        l.dedup();
+        assert_eq!(l.len(), NoProbes::ALL.len());
+        assert_eq!(labels(None), ("probes", ""));
+        assert_eq!(labels(Some(NoProbes::AttachRefused)), ("kernel_estimate", "attach_refused"));
+        let mut said = Said::default();
+        said.say(1, "nginx", NoProbes::FileUnreadable, "x");
+        said.say(2, "nginx", NoProbes::FileUnreadable, "x");
+        said.say(3, "nginx", NoProbes::SymbolNotFound, "x");
+        assert_eq!(said.0.len(), 2);
+    }
+}
