@@ -89,7 +89,10 @@ mod tests {
         l.dedup();
         assert_eq!(l.len(), NoProbes::ALL.len());
         assert_eq!(labels(None), ("probes", ""));
-        assert_eq!(labels(Some(NoProbes::AttachRefused)), ("kernel_estimate", "attach_refused"));
+        assert_eq!(
+            labels(Some(NoProbes::AttachRefused)),
+            ("kernel_estimate", "attach_refused")
+        );
         let mut said = Said::default();
         said.say(1, "nginx", NoProbes::FileUnreadable, "x");
         said.say(2, "nginx", NoProbes::FileUnreadable, "x");

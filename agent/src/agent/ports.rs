@@ -168,7 +168,11 @@ impl Ports {
             .map(|(key, name)| (*key, name.clone()))
             .collect();
         for (key, name) in gone {
-            log::debug!("port {} (netns {}) of {name}: no longer listening, not watched", key.port, key.netns);
+            log::debug!(
+                "port {} (netns {}) of {name}: no longer listening, not watched",
+                key.port,
+                key.netns
+            );
             k.unwatch_port(&key);
             // connections accepted there may still close
             self.remember_name(key, name);

@@ -236,7 +236,9 @@ pub fn candidates(pid: u32) -> io::Result<(Vec<Candidate>, Vec<Unreadable>)> {
         found.extend(candidate(name, PathBuf::from(format!("/proc/{pid}/exe"))).ok());
     }
     for m in super::maps::first_mappings(&maps) {
-        let Some(name) = m.name().filter(|n| library_of_file(n).is_some()) else { continue };
+        let Some(name) = m.name().filter(|n| library_of_file(n).is_some()) else {
+            continue;
+        };
         match mapped_library(pid, &m, name) {
             Ok(c) => found.push(c),
             Err(u) => unreadable.push(u),

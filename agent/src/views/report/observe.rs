@@ -60,7 +60,11 @@ pub fn observe(live: &mut Live, seconds: f64, until_eof: bool) -> Result<Observe
     let closed = || input_closed.as_ref().is_some_and(|c| c.load(Ordering::SeqCst));
     log::info!(
         "observing for {seconds} s{}",
-        if until_eof { " or until standard input closes" } else { "" }
+        if until_eof {
+            " or until standard input closes"
+        } else {
+            ""
+        }
     );
     let first = live.snapshot()?;
     let mut last = first.clone();
@@ -144,12 +148,10 @@ fn add_point(series: &mut Vec<Series>, first: &Snapshot, last: &Snapshot, now: &
 fn watch_stdin() -> Arc<AtomicBool> {
     let closed = Arc::new(AtomicBool::new(false));
     let flag = closed.clone();
-    let spawned = std::thread::Builder::new()
-        .name("tlsprof-stdin".into())
-        .spawn(move || {
-            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
-            flag.store(true, Ordering::SeqCst);
-        });
+    let spawned = std::thread::Builder::new().name("tlsprof-stdin".into()).spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        flag.store(true, Ordering::SeqCst);
+    });
     if spawned.is_err() {
         closed.store(true, Ordering::SeqCst);
     }
