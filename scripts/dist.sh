@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# `make dist`: the release artefacts in dist/ (docs/install.md, "Building the release"):
+# for x86-64 and arm64 a static (musl) binary with its BPF object embedded, a tarball, a
+# .deb and an .rpm, then SHA256SUMS. dist/bin/<amd64|arm64>/tlsprof is what ./Dockerfile
+# copies. Prerequisites: scripts/deps.sh build, musl-tools, gcc-aarch64-linux-gnu, and the
+# two rustup targets; cargo-deb and cargo-generate-rpm are installed into target/tools on
+# first use. TLSPROF_DIST_TARGETS picks the targets (default: both).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TARGETS=${TLSPROF_DIST_TARGETS:-"x86_64-unknown-linux-musl aarch64-unknown-linux-musl"}
+JOBS=${TLSPROF_DIST_JOBS:-2}
+TOOLS=$PWD/target/tools
+VERSION=$(awk -F'"' '/^version *=/ {print $2; exit}' agent/Cargo.toml)
+export PATH=$TOOLS/bin:$HOME/.cargo/bin:$PATH
+
+# Pinned tool versions: the packages' layout was checked with these.
+for tool in cargo-deb@3.8.0 cargo-generate-rpm@0.21.1; do
+  [ -x "$TOOLS/bin/${tool%@*}" ] || cargo install --locked -j "$JOBS" --root "$TOOLS" "$tool"
+done
+
+# arm64 is cross-compiled: Debian's aarch64 gcc links (rustc brings musl's crt and libc for
+# the target, "self-contained") and compiles ring's C and assembly; its glibc headers are
+# enough for ring, which calls no libc.
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=${CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER:-aarch64-linux-gnu-gcc}
+export CC_aarch64_unknown_linux_musl=${CC_aarch64_unknown_linux_musl:-aarch64-linux-gnu-gcc}
+export AR_aarch64_unknown_linux_musl=${AR_aarch64_unknown_linux_musl:-aarch64-linux-gnu-ar}
+# x86-64's musl target needs musl-tools: cc-rs compiles ring's C with musl-gcc.
+
+rm -rf dist target/dist-pkg
+mkdir -p dist target/dist-pkg
+# The packaged unit: deploy/systemd's, with the binary where the packages put it.
+sed 's|/usr/local/bin/tlsprof|/usr/bin/tlsprof|' deploy/systemd/tlsprof.service > target/dist-pkg/tlsprof.service
+
+for target in $TARGETS; do
+  case $target in
+    x86_64-*) docker_arch=amd64 ;;
+    aarch64-*) docker_arch=arm64 ;;
+    *) echo "dist: no packaging for $target" >&2; exit 1 ;;
+  esac
+  start=$(date +%s)
+  cargo build --release --locked -j "$JOBS" --target "$target"
+  echo "dist: $target built in $(( $(date +%s) - start )) s"
+  bin=target/$target/release/tlsprof
+
+  # The tarball: the binary and what deploys and reads it.
+  name=tlsprof-$VERSION-$target
+  stage=target/dist-pkg/$name
+  mkdir -p "$stage/deploy"
+  install -m 755 "$bin" "$stage/tlsprof"
+  cp -r deploy/systemd deploy/prometheus "$stage/deploy/"
+  cp -r dashboards docs README.md "$stage/"
+  rm -f "$stage/dashboards/build.py"
+  ls LICENSE* COPYING* >/dev/null 2>&1 && cp LICENSE* COPYING* "$stage/" 2>/dev/null || true
+  tar -C target/dist-pkg --owner=0 --group=0 --sort=name -czf "dist/$name.tar.gz" "$name"
+
+  cargo deb -p tlsprof --target "$target" --no-build --no-strip --output dist/
+  cargo generate-rpm -p agent --target "$target" --output dist/
+
+  mkdir -p "dist/bin/$docker_arch"
+  install -m 755 "$bin" "dist/bin/$docker_arch/tlsprof"
+done
+
+(cd dist && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%f\n' | sort | xargs sha256sum > SHA256SUMS)
+ls -l dist dist/bin/*
