@@ -27,6 +27,10 @@ export CC_aarch64_unknown_linux_musl=${CC_aarch64_unknown_linux_musl:-aarch64-li
 export AR_aarch64_unknown_linux_musl=${AR_aarch64_unknown_linux_musl:-aarch64-linux-gnu-ar}
 # x86-64's musl target needs musl-tools: cc-rs compiles ring's C with musl-gcc.
 
+# Files in the tarballs and packages carry the commit's time, not the build's.
+SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || date +%s)
+export SOURCE_DATE_EPOCH
+
 rm -rf dist target/dist-pkg
 mkdir -p dist target/dist-pkg
 # The packaged unit: deploy/systemd's, with the binary where the packages put it.
@@ -49,13 +53,17 @@ for target in $TARGETS; do
   mkdir -p "$stage/deploy"
   install -m 755 "$bin" "$stage/tlsprof"
   cp -r deploy/systemd deploy/prometheus "$stage/deploy/"
-  cp -r dashboards docs README.md "$stage/"
-  rm -f "$stage/dashboards/build.py"
-  ls LICENSE* COPYING* >/dev/null 2>&1 && cp LICENSE* COPYING* "$stage/" 2>/dev/null || true
-  tar -C target/dist-pkg --owner=0 --group=0 --sort=name -czf "dist/$name.tar.gz" "$name"
+  mkdir -p "$stage/dashboards"
+  cp dashboards/*.json "$stage/dashboards/"
+  cp -r docs README.md "$stage/"
+  for f in LICENSE* COPYING*; do
+    if [ -e "$f" ]; then cp "$f" "$stage/"; fi
+  done
+  tar -C target/dist-pkg --owner=0 --group=0 --sort=name --mtime="@$SOURCE_DATE_EPOCH" -cf - "$name" | gzip -9n > "dist/$name.tar.gz"
 
   cargo deb -p tlsprof --target "$target" --no-build --no-strip --output dist/
-  cargo generate-rpm -p agent --target "$target" --output dist/
+  # xz, not the default zstd: rpm reads zstd payloads only from 4.14 (RHEL 8) on
+  cargo generate-rpm -p tlsprof --target "$target" --auto-req disabled --payload-compress xz --output dist/
 
   mkdir -p "dist/bin/$docker_arch"
   install -m 755 "$bin" "dist/bin/$docker_arch/tlsprof"
