@@ -69,13 +69,20 @@ fn version(manifest: &Path) -> Result<()> {
         let text = String::from_utf8(out.stdout).ok()?.trim().to_string();
         (out.status.success() && !text.is_empty()).then_some(text)
     };
+    // Only tlsprof's own checkout: sources unpacked inside another repository are not it.
+    let ours = git(&["rev-parse", "--show-toplevel"])
+        .and_then(|top| Path::new(&top).canonicalize().ok())
+        .is_some_and(|top| manifest.parent().and_then(|p| p.canonicalize().ok()) == Some(top));
     let commit = match env::var("TLSPROF_COMMIT") {
         Ok(c) if !c.is_empty() => c,
-        _ => git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into()),
+        _ => ours
+            .then(|| git(&["rev-parse", "--short=12", "HEAD"]))
+            .flatten()
+            .unwrap_or_else(|| "unknown".into()),
     };
     // A commit or checkout moves HEAD or its log: the commit named is then read again. Only
     // files that exist are named (cargo reruns the script every build for a missing one).
-    for name in ["HEAD", "logs/HEAD"] {
+    for name in ["HEAD", "logs/HEAD"].into_iter().filter(|_| ours) {
         if let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", name]) {
             if Path::new(&path).exists() {
                 println!("cargo:rerun-if-changed={path}");

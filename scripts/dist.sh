@@ -27,9 +27,9 @@ export CC_aarch64_unknown_linux_musl=${CC_aarch64_unknown_linux_musl:-aarch64-li
 export AR_aarch64_unknown_linux_musl=${AR_aarch64_unknown_linux_musl:-aarch64-linux-gnu-ar}
 # x86-64's musl target needs musl-tools: cc-rs compiles ring's C with musl-gcc.
 
-# Files in the tarballs and packages carry the commit's time, not the build's.
-SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || date +%s)
-export SOURCE_DATE_EPOCH
+# Files in the tarballs and packages carry the commit's time, not the build's. Not exported:
+# cc-rs reads SOURCE_DATE_EPOCH, and a new value would rebuild ring at every commit.
+epoch=$(git log -1 --format=%ct 2>/dev/null || date +%s)
 
 rm -rf dist target/dist-pkg
 mkdir -p dist target/dist-pkg
@@ -59,11 +59,11 @@ for target in $TARGETS; do
   for f in LICENSE* COPYING*; do
     if [ -e "$f" ]; then cp "$f" "$stage/"; fi
   done
-  tar -C target/dist-pkg --owner=0 --group=0 --sort=name --mtime="@$SOURCE_DATE_EPOCH" -cf - "$name" | gzip -9n > "dist/$name.tar.gz"
+  tar -C target/dist-pkg --owner=0 --group=0 --sort=name --mtime="@$epoch" -cf - "$name" | gzip -9n > "dist/$name.tar.gz"
 
-  cargo deb -p tlsprof --target "$target" --no-build --no-strip --output dist/
+  SOURCE_DATE_EPOCH=$epoch cargo deb -p tlsprof --target "$target" --no-build --no-strip --output dist/
   # xz, not the default zstd: rpm reads zstd payloads only from 4.14 (RHEL 8) on
-  cargo generate-rpm -p tlsprof --target "$target" --auto-req disabled --payload-compress xz --output dist/
+  SOURCE_DATE_EPOCH=$epoch cargo generate-rpm -p agent --target "$target" --auto-req disabled --payload-compress xz --output dist/
 
   mkdir -p "dist/bin/$docker_arch"
   install -m 755 "$bin" "dist/bin/$docker_arch/tlsprof"
