@@ -33,8 +33,13 @@ epoch=$(git log -1 --format=%ct 2>/dev/null || date +%s)
 
 rm -rf dist target/dist-pkg
 mkdir -p dist target/dist-pkg
-# The packaged unit: deploy/systemd's, with the binary where the packages put it.
-sed 's|/usr/local/bin/tlsprof|/usr/bin/tlsprof|' deploy/systemd/tlsprof.service > target/dist-pkg/tlsprof.service
+# The packaged unit: deploy/systemd's, with the binary where the packages put it (its first
+# two lines, how to install it by hand, replaced).
+{
+  echo "# tlsprof as a systemd service, as packaged: \`systemctl enable --now tlsprof\`."
+  sed -e '1,2d' -e 's|^ExecStart=/usr/local/bin/tlsprof |ExecStart=/usr/bin/tlsprof |' deploy/systemd/tlsprof.service
+} > target/dist-pkg/tlsprof.service
+grep -q '^ExecStart=/usr/bin/tlsprof ' target/dist-pkg/tlsprof.service
 
 for target in $TARGETS; do
   case $target in
