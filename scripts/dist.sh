@@ -19,12 +19,39 @@ for tool in cargo-deb@3.8.0 cargo-generate-rpm@0.21.1; do
   [ -x "$TOOLS/bin/${tool%@*}" ] || cargo install --locked -j "$JOBS" --root "$TOOLS" "$tool"
 done
 
-# arm64 is cross-compiled: Debian's aarch64 gcc links (rustc brings musl's crt and libc for
-# the target, "self-contained") and compiles ring's C and assembly; its glibc headers are
-# enough for ring, which calls no libc.
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=${CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER:-aarch64-linux-gnu-gcc}
-export CC_aarch64_unknown_linux_musl=${CC_aarch64_unknown_linux_musl:-aarch64-linux-gnu-gcc}
-export AR_aarch64_unknown_linux_musl=${AR_aarch64_unknown_linux_musl:-aarch64-linux-gnu-ar}
+# arm64's C (ring, mimalloc) against musl's headers, as musl-gcc compiles x86-64's: Debian's
+# musl-dev for arm64, unpacked into target/tools (not installed), and the kernel's uapi
+# headers (linux/, asm/) of the aarch64 cross compiler. glibc's headers would give glibc's
+# struct layouts to code linked with musl.
+musl_arm64() {
+  local dir=$TOOLS/musl-arm64
+  if [ ! -f "$dir/include/stdio.h" ]; then
+    local work
+    work=$(mktemp -d)
+    mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$dir"
+    echo "deb [arch=arm64] http://deb.debian.org/debian bookworm main" > "$work/sources.list"
+    local opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
+                -o "Dir::State::Lists=$work/lists" -o "Dir::State::Status=/dev/null"
+                -o "Dir::Cache=$work/cache" -o APT::Architecture=arm64 -o APT::Architectures=arm64
+                -o APT::Sandbox::User="$(id -un)")
+    apt-get "${opts[@]}" update -qq
+    (cd "$work" && apt-get "${opts[@]}" download -qq musl-dev)
+    dpkg -x "$work"/musl-dev_*.deb "$work/root"
+    rm -rf "$dir/include"
+    cp -a "$work/root/usr/include/aarch64-linux-musl" "$dir/include"
+    for d in linux asm asm-generic; do ln -sfn "/usr/aarch64-linux-gnu/include/$d" "$dir/include/$d"; done
+    rm -rf "$work"
+  fi
+  echo "-nostdinc -isystem $dir/include -isystem $(aarch64-linux-gnu-gcc -print-file-name=include)"
+}
+# Debian's aarch64 gcc links arm64 (rustc brings musl's crt and libc, "self-contained").
+if [[ " $TARGETS " == *" aarch64-unknown-linux-musl "* ]]; then
+  export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=${CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER:-aarch64-linux-gnu-gcc}
+  export CC_aarch64_unknown_linux_musl=${CC_aarch64_unknown_linux_musl:-aarch64-linux-gnu-gcc}
+  export AR_aarch64_unknown_linux_musl=${AR_aarch64_unknown_linux_musl:-aarch64-linux-gnu-ar}
+  CFLAGS_aarch64_unknown_linux_musl=${CFLAGS_aarch64_unknown_linux_musl:-$(musl_arm64)}
+  export CFLAGS_aarch64_unknown_linux_musl
+fi
 # x86-64's musl target needs musl-tools: cc-rs compiles ring's C with musl-gcc.
 
 # Files in the tarballs and packages carry the commit's time, not the build's. Not exported:
