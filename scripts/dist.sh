@@ -19,7 +19,7 @@ for tool in cargo-deb@3.8.0 cargo-generate-rpm@0.21.1; do
   [ -x "$TOOLS/bin/${tool%@*}" ] || cargo install --locked -j "$JOBS" --root "$TOOLS" "$tool"
 done
 
-# arm64's C (ring, mimalloc) against musl's headers, as musl-gcc compiles x86-64's: Debian's
+# arm64's C (ring's) against musl's headers, as musl-gcc compiles x86-64's: Debian's
 # musl-dev for arm64, unpacked into target/tools (not installed), and the kernel's uapi
 # headers (linux/, asm/) of the aarch64 cross compiler. glibc's headers would give glibc's
 # struct layouts to code linked with musl.
