@@ -34,8 +34,9 @@ musl_arm64() {
                 -o "Dir::State::Lists=$work/lists" -o "Dir::State::Status=/dev/null"
                 -o "Dir::Cache=$work/cache" -o APT::Architecture=arm64 -o APT::Architectures=arm64
                 -o APT::Sandbox::User="$(id -un)")
-    apt-get "${opts[@]}" update -qq
-    (cd "$work" && apt-get "${opts[@]}" download -qq musl-dev)
+    # stdout is the flags: whatever apt says goes to stderr
+    apt-get "${opts[@]}" update -qq >&2
+    (cd "$work" && apt-get "${opts[@]}" download -qq musl-dev) >&2
     dpkg -x "$work"/musl-dev_*.deb "$work/root"
     rm -rf "$dir/include"
     cp -a "$work/root/usr/include/aarch64-linux-musl" "$dir/include"
