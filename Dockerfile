@@ -1,14 +1,11 @@
-# The tlsprof image used by deploy/compose and deploy/kubernetes:
-#   docker build -t tlsprof:latest .
-FROM rust:1.90-bookworm AS build
-RUN apt-get update \
- && apt-get install -y --no-install-recommends clang llvm libbpf-dev libc6-dev \
- && rm -rf /var/lib/apt/lists/*
-WORKDIR /src
-COPY . .
-RUN cargo build --release --locked && cp target/release/tlsprof /tlsprof
-
-FROM debian:12-slim
-COPY --from=build /tlsprof /usr/local/bin/tlsprof
+# The tlsprof image used by deploy/compose and deploy/kubernetes: the static binary of
+# `make dist` (dist/bin/<arch>/tlsprof, BPF object inside) and nothing else. It links no
+# library, runs no other program and reads only the host's /proc and /sys, so the image
+# needs no base system:
+#   make dist && docker build -t tlsprof:latest .
+# For both architectures in one image: docker buildx build --platform linux/amd64,linux/arm64
+FROM scratch
+ARG TARGETARCH=amd64
+COPY dist/bin/${TARGETARCH}/tlsprof /usr/local/bin/tlsprof
 ENTRYPOINT ["/usr/local/bin/tlsprof"]
 CMD ["run", "--listen", "127.0.0.1:9435"]

@@ -4,7 +4,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 PYTEST ?= python3 -m pytest
 
-.PHONY: deps build-deps test-deps build test unit integration demo bench clean
+.PHONY: deps build-deps test-deps build test unit integration demo bench dist clean
 
 # What the build and unit tests need (compilers, headers): no root if they are there.
 build-deps:
@@ -39,5 +39,12 @@ demo: build
 bench: build
 	python3 bench/overhead.py
 
+# Release artefacts in dist/: static binaries for x86-64 and arm64, tarballs, .deb, .rpm
+# (docs/install.md, "Building the release").
+dist:
+	@bash scripts/deps.sh dist
+	@bash scripts/dist.sh
+
 clean:
 	$(CARGO) clean
+	rm -rf dist

@@ -31,10 +31,14 @@ fn main() -> Result<()> {
     let bpf_dir = manifest.join("../bpf").canonicalize().context("bpf/ not found")?;
     let out = PathBuf::from(env::var("OUT_DIR")?);
     let clang = env::var("CLANG").unwrap_or_else(|_| "clang".into());
+    // The kernel side's register macros (PT_REGS_*) and its vmlinux header are per
+    // architecture: bpf/tlsprof.bpf.c picks vmlinux.h or vmlinux-arm64.h by this define.
     let arch = match env::var("CARGO_CFG_TARGET_ARCH")?.as_str() {
         "x86_64" => "x86",
-        other => bail!("tlsprof's kernel side has a vmlinux.h for x86_64 only, not {other}"),
+        "aarch64" => "arm64",
+        other => bail!("tlsprof's kernel side has kernel types for x86_64 and aarch64, not {other}"),
     };
+    version(&manifest)?;
 
     for entry in std::fs::read_dir(&bpf_dir)? {
         let path = entry?.path();
@@ -54,6 +58,40 @@ fn main() -> Result<()> {
         .arg(out.join(format!("{OBJECT}.bpf.o"))))?;
 
     layout(&clang, &bpf_dir, &out)
+}
+
+/// What `tlsprof --version` names besides the version: the commit built (TLSPROF_COMMIT
+/// if set, else git's HEAD; "unknown" from a tarball without .git) and the target triple.
+fn version(manifest: &Path) -> Result<()> {
+    println!("cargo:rerun-if-env-changed=TLSPROF_COMMIT");
+    let git = |args: &[&str]| {
+        let out = Command::new("git").current_dir(manifest).args(args).output().ok()?;
+        let text = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && !text.is_empty()).then_some(text)
+    };
+    // Only tlsprof's own checkout: sources unpacked inside another repository are not it.
+    let ours = git(&["rev-parse", "--show-toplevel"])
+        .and_then(|top| Path::new(&top).canonicalize().ok())
+        .is_some_and(|top| manifest.parent().and_then(|p| p.canonicalize().ok()) == Some(top));
+    let commit = match env::var("TLSPROF_COMMIT") {
+        Ok(c) if !c.is_empty() => c,
+        _ => ours
+            .then(|| git(&["rev-parse", "--short=12", "HEAD"]))
+            .flatten()
+            .unwrap_or_else(|| "unknown".into()),
+    };
+    // A commit or checkout moves HEAD or its log: the commit named is then read again. Only
+    // files that exist are named (cargo reruns the script every build for a missing one).
+    for name in ["HEAD", "logs/HEAD"].into_iter().filter(|_| ours) {
+        if let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", name]) {
+            if Path::new(&path).exists() {
+                println!("cargo:rerun-if-changed={path}");
+            }
+        }
+    }
+    println!("cargo:rustc-env=TLSPROF_COMMIT={commit}");
+    println!("cargo:rustc-env=TLSPROF_TARGET={}", env::var("TARGET")?);
+    Ok(())
 }
 
 /// Builds and runs bpf/layout.c, saving its output for the layout test.

@@ -8,6 +8,19 @@
 
 #include "cpu.h"
 
+/*
+ * Whether a sample interrupted user code, from the register that holds the privilege
+ * level in the registers the perf event saved: x86-64's CS (its low two bits, 3 is user),
+ * arm64's PSTATE (its mode bits, PSR_MODE_MASK; EL0, user, is 0).
+ */
+#if defined(__TARGET_ARCH_arm64)
+#define SAMPLE_MODE_REG pstate
+#define SAMPLE_IN_USER(mode) (((mode) & 0xf) == 0)
+#else
+#define SAMPLE_MODE_REG cs
+#define SAMPLE_IN_USER(mode) (((mode) & 3) == 3)
+#endif
+
 /* Resized by the agent to the number of CPUs and the sampling frequency. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -46,9 +59,9 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	if (t && !t->est && !hs_before_detach(tgid, t->enter_ns))
 		e->flags |= CPU_SAMPLE_HANDSHAKE;
 	/* ctx fields are read directly (the verifier rewrites them), whole: no narrowed load */
-	__u64 cs = *(volatile __u64 *)&ctx->regs.cs;
+	__u64 mode = *(volatile __u64 *)&ctx->regs.SAMPLE_MODE_REG;
 	e->sp_word = 0;
-	if ((cs & 3) == 3) {
+	if (SAMPLE_IN_USER(mode)) {
 		e->flags |= CPU_SAMPLE_USER;
 		__u64 sp = *(volatile __u64 *)&ctx->regs.sp;
 		if (bpf_probe_read_user(&e->sp_word, sizeof(e->sp_word), (void *)sp))

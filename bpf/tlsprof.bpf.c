@@ -5,7 +5,12 @@
  * bpf/<feature>.h); later features use the helpers of earlier ones, so the order matters.
  * bpf/README.md maps each file to its user side.
  */
+/* the kernel's types for the target: arm64's registers and pt_regs differ from x86-64's */
+#if defined(__TARGET_ARCH_arm64)
+#include "vmlinux-arm64.h"
+#else
 #include "vmlinux.h"
+#endif
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>

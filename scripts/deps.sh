@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what tlsprof needs on Debian 12, through apt, for one purpose:
 #   deps.sh build   the build and the unit tests (make build, make unit): compilers, headers
+#   deps.sh dist    that and the cross toolchains of the release build (make dist)
 #   deps.sh demo    that and one server and its clients (make demo)
 #   deps.sh test    that and every server, client and tool the integration tests use (make test)
 # Idempotent: packages already present are not touched; apt-get update runs only
@@ -11,6 +12,10 @@ PURPOSE=${1:-test}
 BUILD=(
   clang llvm libbpf-dev                  # kernel side: compiler, libbpf headers (bpf/vmlinux.h is in the tree)
   libc6-dev gcc                          # the layout printer (bpf/layout.c, host C)
+)
+DIST=(
+  musl-tools                             # make dist: ring's C for x86_64-unknown-linux-musl (musl-gcc)
+  gcc-aarch64-linux-gnu                  # make dist: the arm64 linker and ring's C for aarch64
 )
 DEMO=(
   nginx apache2-utils curl openssl       # the demo's server and its clients (ab)
@@ -32,9 +37,10 @@ TEST=(
 )
 case "$PURPOSE" in
   build) PKGS=("${BUILD[@]}") ;;
+  dist) PKGS=("${BUILD[@]}" "${DIST[@]}") ;;
   demo) PKGS=("${BUILD[@]}" "${DEMO[@]}") ;;
   test) PKGS=("${BUILD[@]}" "${DEMO[@]}" "${TEST[@]}") ;;
-  *) echo "deps: usage: deps.sh build|demo|test" >&2; exit 2 ;;
+  *) echo "deps: usage: deps.sh build|dist|demo|test" >&2; exit 2 ;;
 esac
 
 missing=()
@@ -76,6 +82,12 @@ rust_check() {
 }
 if [ "$PURPOSE" != test ]; then
   rust_check
+  # the standard libraries of the release targets (musl's crt and libc come with them)
+  if [ "$PURPOSE" = dist ] && command -v rustup >/dev/null; then
+    for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
+      rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+    done
+  fi
   echo "deps ($PURPOSE): ok"
   exit 0
 fi

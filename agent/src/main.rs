@@ -24,10 +24,20 @@ use crate::{
     views::{report, top},
 };
 
+/// `tlsprof --version`: which release, which commit, built for which machine (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TLSPROF_COMMIT"),
+    ", ",
+    env!("TLSPROF_TARGET"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tlsprof",
-    version,
+    version = VERSION,
     about = "What does TLS cost your server? eBPF TLS profiler"
 )]
 struct Cli {
