@@ -28,7 +28,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 COMMON=(openssl ca-certificates curl python3 python3-pytest apache2 haproxy
         lighttpd lighttpd-mod-mbedtls lighttpd-mod-wolfssl iproute2 procps util-linux kmod)
 
-packages() { # suite
+packages() { # suite arch
+  # another architecture boots through an initramfs virtme-ng makes with the root's busybox
+  [ "$2" = "$(dpkg --print-architecture)" ] || echo busybox-static
   case $1 in
     bullseye) echo nginx-light ;;                     # Debian 11 has no lighttpd-mod-gnutls
     bookworm) echo nginx-light lighttpd-mod-gnutls ;;
@@ -46,7 +48,7 @@ make_root() { # suite-arch
   local dir="$TESTDEPS/roots/$name" kdir
   kdir=$(kernel_dir "$suite" "$arch")
   local pkgs version moddir
-  pkgs=$(packages "$suite" | tr ' ' '\n' | sort | tr '\n' ' ')
+  pkgs=$(packages "$suite" "$arch" | tr ' ' '\n' | sort | tr '\n' ' ')
   if [ ! -s "$kdir/version" ]; then
     TLSPROF_KERNEL_SUITES=$([ "$arch" = amd64 ] && echo "$suite" || echo "$suite-$arch") bash "$HERE/kernels.sh"
   fi
@@ -63,7 +65,7 @@ make_root() { # suite-arch
   local t0=$SECONDS new="$dir.new"
   rm -rf "$new"
   mkdir -p "$(dirname "$dir")"
-  debootstrap --variant=minbase --arch "$arch" --include="$(packages "$suite" | tr ' ' ',')" \
+  debootstrap --variant=minbase --arch "$arch" --include="$(packages "$suite" "$arch" | tr ' ' ',')" \
     "$suite" "$new" "$MIRROR" > "$dir.log" 2>&1 || { echo "roots: $name: debootstrap failed, see $dir.log" >&2; tail -n 5 "$dir.log" >&2; return 1; }
   # no service started by a package script, ever
   printf '#!/bin/sh\nexit 101\n' > "$new/usr/sbin/policy-rc.d"

@@ -55,7 +55,10 @@ def go() -> str | None:
 
 def gotls(*flags: str) -> Path | None:
     """tests/servers/gotls built with these `go build` flags (such as a stripped build's
-    `-ldflags=-s -w`); None without a Go toolchain."""
+    `-ldflags=-s -w`); None without a Go toolchain. TLSPROF_GOTLS names one built already:
+    a guest booted over a Debian root has no Go, and takes the host's (harness.guest)."""
+    if not flags and os.environ.get("TLSPROF_GOTLS"):
+        return Path(os.environ["TLSPROF_GOTLS"])
     tool = go()
     if not tool:
         return None
