@@ -58,9 +58,15 @@ make_root() { # suite-arch
   if [ "$(cat "$dir/etc/tlsprof-root" 2>/dev/null)" = "$stamp" ]; then
     return 0
   fi
-  if [ "$arch" != "$(dpkg --print-architecture)" ] && [ ! -e "/proc/sys/fs/binfmt_misc/qemu-${arch/arm64/aarch64}" ]; then
-    echo "roots: $name: no binfmt handler for $arch: install qemu-user-static and binfmt-support" >&2
-    return 1
+  local handler="/proc/sys/fs/binfmt_misc/qemu-${arch/arm64/aarch64}"
+  if [ "$arch" != "$(dpkg --print-architecture)" ] && [ ! -e "$handler" ]; then
+    # binfmt_misc may be unmounted (in a container), the handler then unregistered
+    [ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || true
+    update-binfmts --enable "qemu-${arch/arm64/aarch64}" 2>/dev/null || true
+    if [ ! -e "$handler" ]; then
+      echo "roots: $name: no binfmt handler for $arch: install qemu-user-static and binfmt-support" >&2
+      return 1
+    fi
   fi
   local t0=$SECONDS new="$dir.new"
   rm -rf "$new"

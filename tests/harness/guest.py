@@ -135,7 +135,7 @@ def _boot(img: Path, rw: Path, script: Path, kvm: bool, timeout: float, host: Ho
     cmd = [str(VNG), "--run", str(img), "--cpus", "2", "--memory", "3G", "--verbose", "--exec", str(script)]
     cmd[5:5] = host.vng_flags(rw) if host else ["--rwdir", str(rw)]
     if host and not host.native:
-        kvm = False  # another architecture: always emulated, multi-threaded (see Host.vng_flags)
+        pass  # another architecture: always emulated (virtme-ng asks no KVM), multi-threaded TCG
     elif not kvm:
         # One host thread runs both vCPUs: under multi-threaded TCG a vCPU can still run an
         # int3 the kernel has already patched away when a static key flips (a tracepoint or perf
