@@ -80,10 +80,6 @@ class Host:
         return Path(os.environ.get(f"TLSPROF_BIN_{self.arch.upper()}",
                                    ROOT / "target" / MUSL[self.arch] / "release" / "tlsprof"))
 
-    def guest_path(self, host_path: Path) -> Path:
-        """Where a file of the project's tree is seen inside the guest."""
-        return GUEST_TREE / Path(host_path).resolve().relative_to(ROOT)
-
     def vng_flags(self, rw: Path) -> list[str]:
         flags = ["--root", str(self.root), "--overlay-rwdir=/root", f"--rodir={GUEST_TREE}={ROOT}",
                  f"--rwdir={GUEST_RUN}={rw}"]
@@ -270,6 +266,7 @@ def run_on_host(host: Host, tests: str = SCENARIO_FILE, timeout: float = 2400,
     try:
         from .build import gotls
         exports = dict(env or {})
+        shutil.copy2(agent, rw / "tlsprof")  # wherever it was built (TLSPROF_BIN_<ARCH>)
         go_server = gotls() if host.native else None  # arm64: no Go server (it would need GOARCH=arm64)
         if go_server:
             shutil.copy2(go_server, rw / "gotls")
@@ -278,7 +275,7 @@ def run_on_host(host: Host, tests: str = SCENARIO_FILE, timeout: float = 2400,
         script.write_text(f"""#!/bin/bash
 mkdir -p /var/log/nginx  # nginx opens its compiled-in error log before reading its -c file
 export TLSPROF_SCENARIOS=1 TLSPROF_SLOW={GUEST_SLOW * (1 if host.native else 3)}
-export TLSPROF_BIN={host.guest_path(agent)} TLSPROF_HOOKS_OUT={GUEST_RUN}/hooks.json
+export TLSPROF_BIN={GUEST_RUN}/tlsprof TLSPROF_HOOKS_OUT={GUEST_RUN}/hooks.json
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTHONDONTWRITEBYTECODE=1
 {"".join(f"export {k}={shlex.quote(v)}{chr(10)}" for k, v in exports.items())}cd {GUEST_TREE}
 uname -r > {GUEST_RUN}/release
