@@ -267,7 +267,7 @@ def run_on_host(host: Host, tests: str = SCENARIO_FILE, timeout: float = 2400,
         from .build import gotls
         exports = dict(env or {})
         shutil.copy2(agent, rw / "tlsprof")  # wherever it was built (TLSPROF_BIN_<ARCH>)
-        go_server = gotls() if host.native else None  # arm64: no Go server (it would need GOARCH=arm64)
+        go_server = gotls() if host.native else gotls(goarch=host.arch)
         if go_server:
             shutil.copy2(go_server, rw / "gotls")
             exports["TLSPROF_GOTLS"] = str(GUEST_RUN / "gotls")
