@@ -108,8 +108,6 @@ class GuestRun:
     # seconds: each scenario's, and the guest's from boot to power-off
     times: dict[str, float] = field(default_factory=dict)
     wall: float = 0.0
-    # each agent's log, by file name (Host guests: run_on_host)
-    agent_logs: dict[str, str] = field(default_factory=dict)
 
     def output(self, tail: int = 6000) -> str:
         return f"--- pytest in the guest ---\n{self.pytest_log[-tail:]}\n--- console ---\n{self.console[-tail:]}"
@@ -284,7 +282,6 @@ uname -r > {GUEST_RUN}/release
 python3 -m pytest -p no:cacheprovider -m kernel_scenario {tests} --junitxml={GUEST_RUN}/junit.xml \\
   -o junit_family=xunit1 > {GUEST_RUN}/pytest.log 2>&1
 echo $? > {GUEST_RUN}/rc
-mkdir -p {GUEST_RUN}/agent-logs && cp /tmp/tlsprof-agent-*.log {GUEST_RUN}/agent-logs/ 2>/dev/null
 """)
         script.chmod(0o755)
         t0 = time.monotonic()
@@ -313,6 +310,4 @@ def _collect(rw: Path, console: str, wall: float, name: str) -> GuestRun:
     if (rw / "hooks.json").exists():
         import json
         run.hooks = json.loads((rw / "hooks.json").read_text())
-    for log in sorted((rw / "agent-logs").glob("*.log")) if (rw / "agent-logs").is_dir() else []:
-        run.agent_logs[log.name] = log.read_text(errors="replace")
     return run
