@@ -34,6 +34,8 @@ TEST=(
   chromium                               # renders the HTML report headless in the tests
   bpftrace                               # the per-call uprobe alternative in bench/overhead.py
   qemu-system-x86 busybox-static kmod    # the kernel matrix: Debian's kernels booted in QEMU (virtme-ng)
+  debootstrap qemu-system-arm            # its whole hosts: Debian roots (scripts/roots.sh), an arm64 one
+  qemu-user-static binfmt-support        # debootstrap's second stage of the arm64 root
 )
 case "$PURPOSE" in
   build) PKGS=("${BUILD[@]}") ;;
@@ -121,7 +123,7 @@ if [ ! -x "$PYTOOLS/bin/kubernetes-validate" ] || [ ! -x "$PYTOOLS/bin/check-jso
 fi
 
 # The kernel matrix (tests/test_kernels.py): virtme-ng from PyPI, in a venv of its own, and
-# the kernels of Debian 11, 12 and 13 from Debian's registry (scripts/kernels.sh).
+# the kernels of Debian 11, 12 and 13 (and 12's arm64 one) from Debian's registry (scripts/kernels.sh).
 VNG="$TESTDEPS/vng"
 if [ ! -x "$VNG/bin/vng" ]; then
   if ! { python3 -m venv "$VNG" && "$VNG/bin/pip" install -q "virtme-ng==1.42" >/dev/null 2>&1; }; then
@@ -130,6 +132,12 @@ if [ ! -x "$VNG/bin/vng" ]; then
 fi
 if [ "$(id -u)" = 0 ] && ! bash "$(dirname "$0")/kernels.sh"; then
   echo "deps: could not fetch Debian's kernels: the kernel matrix tests will fail saying so" >&2
+fi
+# Whole Debian hosts for it: each suite's own root filesystem (scripts/roots.sh, minutes
+# the first time, nothing after), made only where a run asks for them (TLSPROF_HOSTS: they
+# are not in the default run yet, docs/testing.md).
+if [ "$(id -u)" = 0 ] && [ -n "${TLSPROF_HOSTS:-}" ] && ! bash "$(dirname "$0")/roots.sh"; then
+  echo "deps: could not make the Debian roots: the host matrix will fail saying so" >&2
 fi
 
 rust_check

@@ -8,26 +8,28 @@
 set -euo pipefail
 
 TESTDEPS=${TLSPROF_TESTDEPS:-/var/cache/tlsprof-testdeps}
-SUITES=${TLSPROF_KERNEL_SUITES:-"bullseye bookworm trixie"}
+SUITES=${TLSPROF_KERNEL_SUITES:-"bullseye bookworm trixie bookworm-arm64"}
 
-fetch() { # suite
-  local suite=$1 dir="$TESTDEPS/kernels/$1"
-  if [ -s "$dir/version" ] && [ -f "$dir/vmlinuz" ] && [ -d "/lib/modules/$(cat "$dir/version")" ]; then
+fetch() { # suite or suite-arch
+  local suite=${1%%-*} arch=amd64 dir="$TESTDEPS/kernels/$1" moddir=/lib/modules
+  [[ $1 == *-* ]] && arch=${1#*-}
+  [ "$arch" = amd64 ] || moddir="$dir/lib/modules"
+  if [ -s "$dir/version" ] && [ -f "$dir/vmlinuz" ] && [ -d "$moddir/$(cat "$dir/version")" ]; then
     return 0
   fi
   local work
   work=$(mktemp -d)
   trap 'rm -rf "$work"' RETURN
   mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$dir"
-  echo "deb http://deb.debian.org/debian $suite main" > "$work/sources.list"
+  echo "deb [arch=$arch] http://deb.debian.org/debian $suite main" > "$work/sources.list"
   local opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
-              -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o APT::Architecture=amd64
+              -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o "APT::Architecture=$arch"
               -o APT::Sandbox::User=root)
   apt-get "${opts[@]}" update -qq
   # the metapackage names the current kernel package of the suite
   local pkg
-  pkg=$(apt-cache "${opts[@]}" depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
-  [ -n "$pkg" ] || { echo "kernels: no linux-image-amd64 in $suite" >&2; return 1; }
+  pkg=$(apt-cache "${opts[@]}" depends "linux-image-$arch" | awk '/Depends: linux-image-/ {print $2; exit}')
+  [ -n "$pkg" ] || { echo "kernels: no linux-image-$arch in $suite" >&2; return 1; }
   (cd "$work" && apt-get "${opts[@]}" download -qq "$pkg" 2>/dev/null)
   dpkg -x "$work"/*.deb "$work/root"
   local img
@@ -35,10 +37,10 @@ fetch() { # suite
   local version=${img##*/vmlinuz-}
   local mods="$work/root/lib/modules/$version"
   [ -d "$mods" ] || mods="$work/root/usr/lib/modules/$version" # trixie: usr/lib/modules
-  mkdir -p /lib/modules
-  rm -rf "/lib/modules/$version"
-  cp -a "$mods" "/lib/modules/$version"
-  depmod "$version"
+  mkdir -p "$moddir"
+  rm -rf "${moddir:?}/$version"
+  cp -a "$mods" "$moddir/$version"
+  if [ "$arch" = amd64 ]; then depmod "$version"; else depmod -b "$dir" "$version"; fi
   cp "$img" "$dir/vmlinuz"
   echo "$version" > "$dir/version"
   echo "$pkg" > "$dir/package"

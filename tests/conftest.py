@@ -4,6 +4,11 @@ from pathlib import Path
 
 import pytest
 
+try:
+    from pytest import TestReport
+except ImportError:  # pytest < 7: Debian 11's 6.0.2, in the kernel matrix's bullseye guest
+    from _pytest.reports import TestReport
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from harness.agent import TLSPROF  # noqa: E402
@@ -53,7 +58,7 @@ def pytest_terminal_summary(terminalreporter):
     per_file: dict[str, float] = {}
     for reports in terminalreporter.stats.values():
         for r in reports:
-            if isinstance(r, pytest.TestReport):
+            if isinstance(r, TestReport):
                 f = r.nodeid.split("::")[0]
                 per_file[f] = per_file.get(f, 0.0) + r.duration
     if per_file:

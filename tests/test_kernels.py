@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from harness.guest import MATRIX, SCENARIO_FILE, GuestRun, matrix_run
+from harness.guest import HOSTS, MATRIX, SCENARIO_FILE, GuestRun, matrix_run, run_on_host
 from harness.procs import ROOT
 from harness.metrics import hook_info
 
@@ -90,3 +90,30 @@ def test_readme_says_what_this_machine_gives():
     if column is None:
         pytest.skip(f"the README has no column for this machine's kernel {release}")
     assert readme_kernel_table()[column] == seen, (column, seen)
+
+
+# Whole hosts (harness.guest.Host: each suite's kernel over its own Debian root, made by
+# scripts/roots.sh), run only when TLSPROF_HOSTS names them ("all", or e.g.
+# "bullseye-amd64 trixie-amd64"): not yet part of the default run.
+_HOST_RUNS: dict[str, GuestRun] = {}
+_WANTED = os.environ.get("TLSPROF_HOSTS", "")
+_HOSTS = [h for h in HOSTS if _WANTED == "all" or h.name in _WANTED.split()]
+
+
+def host_run(host) -> GuestRun:
+    if host.name not in _HOST_RUNS:
+        try:
+            _HOST_RUNS[host.name] = run_on_host(host)
+        except (FileNotFoundError, AssertionError) as e:
+            raise AssertionError(f"{host.name}: {e}") from None
+    return _HOST_RUNS[host.name]
+
+
+@pytest.mark.skipif(not _HOSTS, reason="TLSPROF_HOSTS names no host (scripts/roots.sh makes them)")
+@pytest.mark.parametrize("host,scenario", [(h, sc) for h in _HOSTS for sc in scenarios()],
+                         ids=[f"{h.name}-{sc.removeprefix('test_')}" for h in _HOSTS for sc in scenarios()] or None)
+def test_scenario_on_host(host, scenario):
+    run = host_run(host)
+    assert run.release, f"the {host.name} guest did not run its scenarios:\n{run.output()}"
+    outcome, message = run.outcomes.get(scenario, ("missing", "not run"))
+    assert outcome == "passed", f"{scenario} on {host.name} ({run.release}): {outcome}\n{message}\n{run.output()}"

@@ -53,9 +53,13 @@ def go() -> str | None:
     return shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
 
 
-def gotls(*flags: str) -> Path | None:
+def gotls(*flags: str, goarch: str | None = None) -> Path | None:
     """tests/servers/gotls built with these `go build` flags (such as a stripped build's
-    `-ldflags=-s -w`); None without a Go toolchain."""
+    `-ldflags=-s -w`), for GOARCH goarch if given (arm64: for the arm64 guest); None without
+    a Go toolchain. TLSPROF_GOTLS names one built already: a guest booted over a Debian root
+    has no Go, and takes the host's (harness.guest)."""
+    if not flags and not goarch and os.environ.get("TLSPROF_GOTLS"):
+        return Path(os.environ["TLSPROF_GOTLS"])
     tool = go()
     if not tool:
         return None
@@ -64,7 +68,8 @@ def gotls(*flags: str) -> Path | None:
     def build(d: Path):
         (d / "main.go").write_text(src.read_text())
         (d / "go.mod").write_text("module gotls\n\ngo 1.21\n")
-        env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
+        env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0",
+               **({"GOARCH": goarch} if goarch else {})}
         env.setdefault("HOME", "/root")
         r = subprocess.run([tool, "build", *flags, "-o", str(d / "gotls"), "."], cwd=d, capture_output=True,
                            text=True, env=env, timeout=600)
@@ -72,7 +77,7 @@ def gotls(*flags: str) -> Path | None:
         (d / "main.go").unlink()
         (d / "go.mod").unlink()
 
-    return cached("gotls", [src], build, [tool, "version"], extra=" ".join(flags))
+    return cached("gotls", [src], build, [tool, "version"], extra=" ".join(flags) + (f" GOARCH={goarch}" if goarch else ""))
 
 
 def c_program(name: str, source: Path, *flags: str, strip: bool = False) -> Path:

@@ -30,6 +30,70 @@ GUEST_SLOW = 10
 MATRIX = [("5.10", "bullseye", "5.10 (Debian 11)"), ("6.1", "bookworm", "6.1 (Debian 12)"),
           ("6.12", "trixie", "6.12 (Debian 13)")]
 SCENARIO_FILE = "tests/test_kernel_scenarios.py"
+ROOTS = TESTDEPS / "roots"
+# Where a Host guest sees the project's tree (read-only) and its run's directory (read-write):
+# mount points scripts/roots.sh makes in each root.
+GUEST_TREE, GUEST_RUN = Path("/tlsprof"), Path("/tlsprof-run")
+MUSL = {"amd64": "x86_64-unknown-linux-musl", "arm64": "aarch64-unknown-linux-musl"}
+
+
+@dataclass(frozen=True)
+class Host:
+    """A whole Debian host: a suite's kernel booted over that suite's own root filesystem
+    (scripts/roots.sh: debootstrap, its own nginx, apache2, haproxy, lighttpd, OpenSSL,
+    GnuTLS, glibc and Python with pytest), of this machine's architecture or another
+    (arm64: qemu-system-aarch64 under TCG). The root is never written, so that every boot
+    starts from the same state: without --rw, virtme-ng exports it read-only and lays a
+    writable overlay (its upper layer in the guest's memory) on /etc, /lib, /usr, /var, /tmp,
+    /home, /opt and /srv (and here /root), gone at power-off; the run's own files go to
+    GUEST_RUN, a directory of this machine. The agent inside is the static musl build of the host's architecture
+    (glibc-linked, it needs GLIBC_2.34, which Debian 11 lacks)."""
+    suite: str
+    arch: str = "amd64"
+    column: str = ""  # the README's column, where it has one
+
+    @property
+    def name(self) -> str:
+        return f"{self.suite}-{self.arch}"
+
+    @property
+    def root(self) -> Path:
+        return ROOTS / self.name
+
+    @property
+    def native(self) -> bool:
+        return self.arch == {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+
+    def kernel(self) -> tuple[Path, str]:
+        """The vmlinuz and release of the suite's kernel for this architecture, its modules in the root."""
+        d = KERNELS / (self.suite if self.arch == "amd64" else self.name)
+        img, version = d / "vmlinuz", d / "version"
+        if not img.exists() or not version.exists():
+            raise FileNotFoundError(f"{self.name}'s kernel is not in {d}: run scripts/kernels.sh")
+        release = version.read_text().strip()
+        if not (self.root / "lib/modules" / release).is_dir():
+            raise FileNotFoundError(f"{self.root}/lib/modules/{release} is missing: run scripts/roots.sh")
+        return img, release
+
+    def tlsprof(self) -> Path:
+        """The agent the guest runs: TLSPROF_BIN_<ARCH>, else the worktree's musl build."""
+        return Path(os.environ.get(f"TLSPROF_BIN_{self.arch.upper()}",
+                                   ROOT / "target" / MUSL[self.arch] / "release" / "tlsprof"))
+
+    def vng_flags(self, rw: Path) -> list[str]:
+        flags = ["--root", str(self.root), "--overlay-rwdir=/root", f"--rodir={GUEST_TREE}={ROOT}",
+                 f"--rwdir={GUEST_RUN}={rw}"]
+        if not self.native:
+            # qemu-system-aarch64 -M virt -cpu cortex-a57 under multi-threaded TCG; virtme-ng
+            # boots it through an initramfs made with the root's own busybox-static (its Rust
+            # init is for this machine's architecture: the guest runs its shell init)
+            flags += ["--arch", self.arch]
+        return flags
+
+
+# The hosts of the matrix (not yet run by default: tests/test_kernels.py runs MATRIX).
+HOSTS = [Host("bullseye", column="5.10 (Debian 11)"), Host("bookworm", column="6.1 (Debian 12)"),
+         Host("trixie", column="6.12 (Debian 13)"), Host("bookworm", "arm64")]
 
 
 @dataclass
@@ -61,10 +125,14 @@ def kernel(suite: str) -> tuple[Path, str]:
     return img, release
 
 
-def _boot(img: Path, rw: Path, script: Path, kvm: bool, timeout: float) -> str:
-    cmd = [str(VNG), "--run", str(img), "--cpus", "2", "--memory", "3G", "--rwdir", str(rw), "--verbose",
-           "--exec", str(script)]
-    if not kvm:
+def _boot(img: Path, rw: Path, script: Path, kvm: bool, timeout: float, host: Host | None = None) -> str:
+    """Boots img with script as the guest's command; over this machine's root, or over
+    host's own root (its flags: Host.vng_flags)."""
+    cmd = [str(VNG), "--run", str(img), "--cpus", "2", "--memory", "3G", "--verbose", "--exec", str(script)]
+    cmd[5:5] = host.vng_flags(rw) if host else ["--rwdir", str(rw)]
+    if host and not host.native:
+        pass  # another architecture: always emulated (virtme-ng asks no KVM), multi-threaded TCG
+    elif not kvm:
         # One host thread runs both vCPUs: under multi-threaded TCG a vCPU can still run an
         # int3 the kernel has already patched away when a static key flips (a tracepoint or perf
         # event attached), and the 6.12 guest died with "Fatal exception in interrupt" in
@@ -181,3 +249,65 @@ echo $? > {rw}/rc
         return run
     finally:
         shutil.rmtree(rw, ignore_errors=True)
+
+
+def run_on_host(host: Host, tests: str = SCENARIO_FILE, timeout: float = 2400,
+                env: dict[str, str] | None = None) -> GuestRun:
+    """Boots host (its kernel over its own root) and runs `pytest -m kernel_scenario TESTS`
+    inside with the root's Python and pytest, the project's tree at GUEST_TREE."""
+    if not VNG.exists():
+        raise FileNotFoundError(f"{VNG} is missing: scripts/deps.sh installs virtme-ng")
+    img, release = host.kernel()
+    agent = host.tlsprof()
+    if not agent.exists():
+        raise FileNotFoundError(f"{agent} is missing: cargo build --release --target {MUSL[host.arch]}")
+    rw = Path(tempfile.mkdtemp(prefix=f"tlsprof-host-{host.name}-"))
+    rw.chmod(0o755)
+    try:
+        from .build import gotls
+        exports = dict(env or {})
+        shutil.copy2(agent, rw / "tlsprof")  # wherever it was built (TLSPROF_BIN_<ARCH>)
+        go_server = gotls() if host.native else gotls(goarch=host.arch)
+        if go_server:
+            shutil.copy2(go_server, rw / "gotls")
+            exports["TLSPROF_GOTLS"] = str(GUEST_RUN / "gotls")
+        script = rw / "run.sh"
+        script.write_text(f"""#!/bin/bash
+mkdir -p /var/log/nginx  # nginx opens its compiled-in error log before reading its -c file
+export TLSPROF_SCENARIOS=1 TLSPROF_SLOW={GUEST_SLOW * (1 if host.native else 3)}
+export TLSPROF_BIN={GUEST_RUN}/tlsprof TLSPROF_HOOKS_OUT={GUEST_RUN}/hooks.json
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTHONDONTWRITEBYTECODE=1
+{"".join(f"export {k}={shlex.quote(v)}{chr(10)}" for k, v in exports.items())}cd {GUEST_TREE}
+uname -r > {GUEST_RUN}/release
+python3 -m pytest -p no:cacheprovider -m kernel_scenario {tests} --junitxml={GUEST_RUN}/junit.xml \\
+  -o junit_family=xunit1 > {GUEST_RUN}/pytest.log 2>&1
+echo $? > {GUEST_RUN}/rc
+""")
+        script.chmod(0o755)
+        t0 = time.monotonic()
+        console = _boot(img, rw, GUEST_RUN / "run.sh", kvm=kvm_works(img) if host.native else False,
+                        timeout=timeout, host=host)
+        run = _collect(rw, console, time.monotonic() - t0, host.name)
+        if run.release and run.release != release:
+            raise AssertionError(f"the guest ran {run.release}, not {release}")
+        return run
+    finally:
+        shutil.rmtree(rw, ignore_errors=True)
+
+
+def _collect(rw: Path, console: str, wall: float, name: str) -> GuestRun:
+    """What a guest left in its run directory: release, pytest's log, junit and hooks."""
+    read = lambda n: (rw / n).read_text(errors="replace") if (rw / n).exists() else ""  # noqa: E731
+    run = GuestRun(release=read("release").strip(), console=console, pytest_log=read("pytest.log"), wall=wall)
+    FINISHED.append((name, run))
+    if (rw / "junit.xml").exists():
+        for case in ET.parse(rw / "junit.xml").getroot().iter("testcase"):
+            n = case.get("name", "")
+            bad = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+            outcome = "passed" if bad is None else {"failure": "failed"}.get(bad.tag, bad.tag)
+            run.outcomes[n] = (outcome, "" if bad is None else (bad.get("message", "") + "\n" + (bad.text or "")))
+            run.times[n] = float(case.get("time", 0))
+    if (rw / "hooks.json").exists():
+        import json
+        run.hooks = json.loads((rw / "hooks.json").read_text())
+    return run

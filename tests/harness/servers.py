@@ -237,7 +237,8 @@ class Lighttpd:
     """lighttpd on one of its TLS modules (mod_gnutls, mod_mbedtls, mod_wolfssl, mod_nss,
     mod_openssl), serving a file, closing each connection after `keepalive` requests (its
     server.max-keep-alive-requests counts the requests after the first);
-    `curves`: the key-exchange groups it accepts, in its order of preference (OpenSSL names)."""
+    `curves`: the key-exchange groups it accepts, in its order of preference (OpenSSL names).
+    TLS 1.2 and 1.3: lighttpd 1.4.79 (Debian 13) accepts only TLS 1.3 unless told."""
 
     def __init__(self, workdir: Path, cert: str = "ecdsa_p256", keepalive: int = 100, module: str = "gnutls",
                  curves: str | None = None):
@@ -246,6 +247,7 @@ class Lighttpd:
         (d / "www").mkdir()
         (d / "www" / "index.html").write_text("hello from lighttpd\n")
         conf = d / "lighttpd.conf"
+        conf_cmd = '"MinProtocol" => "TLSv1.2"' + (f', "Curves" => "{curves}"' if curves else "")
         conf.write_text(f"""
 server.modules = ("mod_{module}")
 server.document-root = "{d}/www"
@@ -257,7 +259,8 @@ server.max-keep-alive-requests = {keepalive - 1}
 ssl.engine = "enable"
 ssl.pemfile = "{crt}"
 ssl.privkey = "{key}"
-""" + (f'ssl.openssl.ssl-conf-cmd = ("Curves" => "{curves}")\n' if curves else ""))
+ssl.openssl.ssl-conf-cmd = ({conf_cmd})
+""")
         subprocess.run(["lighttpd", "-f", str(conf)], check=True, capture_output=True)
         wait_port(self.port)
         self.pid = int(wait_for(lambda: (d / "lighttpd.pid").exists() and (d / "lighttpd.pid").read_text().strip(),
