@@ -31,7 +31,10 @@ def run_pool(n: int, concurrency: int, timeout: float, job):
         t.join()
 
 
-def tls_client_context(version: str | None = None, ciphers: str | None = None) -> ssl.SSLContext:
+def tls_client_context(version: str | None = None, ciphers: str | None = None,
+                       group: str | None = None) -> ssl.SSLContext:
+    """group: the one key-exchange group offered (OpenSSL's name, "X25519"); else the
+    library's defaults (OpenSSL 3.5's lead with X25519MLKEM768)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
@@ -40,6 +43,8 @@ def tls_client_context(version: str | None = None, ciphers: str | None = None) -
         ctx.minimum_version = ctx.maximum_version = v
     if ciphers:
         ctx.set_ciphers(ciphers)
+    if group:
+        ctx.set_ecdh_curve(group)  # SSL_CTX_set1_groups with OpenSSL 3
     return ctx
 
 
@@ -66,11 +71,11 @@ def https_request(ctx: ssl.SSLContext, port: int) -> tuple[str, str]:
 
 
 def https_connections(port: int, n: int, version: str | None = None, concurrency: int = 4,
-                      timeout: float = 60.0, ciphers: str | None = None) -> dict:
+                      timeout: float = 60.0, ciphers: str | None = None, group: str | None = None) -> dict:
     """Makes exactly n new TLS connections, one request each (Connection: close), reading
     each response to EOF. Returns the client's own counts, and the versions and cipher
     suites (OpenSSL names) it negotiated."""
-    ctx = tls_client_context(version, ciphers)
+    ctx = tls_client_context(version, ciphers, group)
     counts = {"ok": 0, "failed": 0, "versions": set(), "ciphers": set()}
     lock = threading.Lock()
 
