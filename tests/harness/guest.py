@@ -230,20 +230,7 @@ echo $? > {rw}/rc
         kvm = kvm_works(img)
         t0 = time.monotonic()
         console = _boot(img, rw, script, kvm=kvm, timeout=timeout)
-        wall = time.monotonic() - t0
-        read = lambda n: (rw / n).read_text(errors="replace") if (rw / n).exists() else ""  # noqa: E731
-        run = GuestRun(release=read("release").strip(), console=console, pytest_log=read("pytest.log"), wall=wall)
-        FINISHED.append((suite, run))
-        if (rw / "junit.xml").exists():
-            for case in ET.parse(rw / "junit.xml").getroot().iter("testcase"):
-                name = case.get("name", "")
-                bad = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
-                outcome = "passed" if bad is None else {"failure": "failed"}.get(bad.tag, bad.tag)
-                run.outcomes[name] = (outcome, "" if bad is None else (bad.get("message", "") + "\n" + (bad.text or "")))
-                run.times[name] = float(case.get("time", 0))
-        if (rw / "hooks.json").exists():
-            import json
-            run.hooks = json.loads((rw / "hooks.json").read_text())
+        run = _collect(rw, console, time.monotonic() - t0, suite)
         if run.release and run.release != release:
             raise AssertionError(f"the guest ran {run.release}, not {release}")
         return run
