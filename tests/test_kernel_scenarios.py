@@ -260,7 +260,8 @@ class TestExact:
         base = exact.agent.mark()
         port = exact["nginx"].port
         default = https_connections(port, 4, version="1.3", concurrency=2)
-        x25519 = https_connections(port, 4, version="1.3", concurrency=2, group="X25519")
+        # forced only where the default differs: OpenSSL 1.1.1's Python cannot name X25519 alone
+        x25519 = https_connections(port, 4, version="1.3", concurrency=2, group="X25519" if PQ else None)
         assert default["ok"] == x25519["ok"] == 4, (default, x25519)
         exact.agent.wait_value("tlsprof_handshake_cpu_seconds_count", 8, base=base, comm="nginx")
         m = since(exact.agent.scrape(), base)
