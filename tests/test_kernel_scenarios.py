@@ -312,7 +312,13 @@ class TestExact:
                 "tlsprof_handshakes_total", "tlsprof_handshakes_unlabelled_total", "tlsprof_probe_hits_total"))}
             errors = {l["kind"]: v for n, l, v in m if n == "tlsprof_kernel_errors_total" and v}
             raise AssertionError(f"{e}; since the load: {seen}, kernel errors {errors}") from None
-        exact.agent.wait_value("tlsprof_handshake_cpu_seconds_count", 6, base=base, **want)
+        try:
+            exact.agent.wait_value("tlsprof_handshake_cpu_seconds_count", 6, base=base, **want)
+        except AssertionError as e:
+            m = since(exact.agent.scrape(), base)
+            labels = [(l, v) for n, l, v in m if n in ("tlsprof_handshakes_total", "tlsprof_handshakes_unlabelled_total")
+                      and l.get("comm") == "gotls" and v]
+            raise AssertionError(f"{e}; the Go handshakes' labels: {labels}") from None
         assert failing_handshakes(port, 2, "DHE-RSA-AES128-GCM-SHA256") == 2
         exact.agent.wait_value("tlsprof_handshakes_total", 2, base=base, comm="gotls", result="failed")
         now = exact.agent.scrape()
