@@ -18,7 +18,7 @@ N = 30
 LIBSSL = "/usr/lib/x86_64-linux-gnu/libssl.so.3"
 
 
-def timed_by_probes(agent, comm: str, n: int) -> list:
+def counted(agent, comm: str, n: int) -> list:
     """Waits until the agent has counted n handshakes of `comm`; its metrics then."""
     agent.wait_value("tlsprof_handshakes_total", n, comm=comm)
     return agent.scrape()
@@ -36,7 +36,7 @@ def test_chrooted_haproxy(workdir):
             agent.wait_attached([srv.pid])
             wait_watched(agent, srv.port)
             assert https_connections(srv.port, N)["ok"] == N
-            m = timed_by_probes(agent, "haproxy", N)
+            m = counted(agent, "haproxy", N)
             assert value(m, "tlsprof_handshake_cpu_method_info", comm="haproxy", method="probes") == 1, m
             assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="haproxy") == N
             assert "no handshake probes" not in agent.output(), agent.output()
@@ -46,7 +46,7 @@ def test_chrooted_haproxy(workdir):
             agent.wait_attached([srv.pid])
             wait_watched(agent, srv.port)
             assert https_connections(srv.port, N)["ok"] == N
-            m = timed_by_probes(agent, "haproxy", N)
+            m = counted(agent, "haproxy", N)
             assert value(m, "tlsprof_handshake_cpu_method_info", comm="haproxy", method="kernel_estimate",
                          reason="file_unreadable") == 1, m
             line = f"no handshake probes for {srv.pid} (haproxy): file_unreadable: cannot open {LIBSSL}"
@@ -77,7 +77,7 @@ def test_library_replaced_on_disk(workdir):
                 agent.wait_attached(nginx.workers())
                 wait_watched(agent, nginx.port)
                 assert https_connections(nginx.port, N)["ok"] == N
-                m = timed_by_probes(agent, "nginx-upgraded", N)
+                m = counted(agent, "nginx-upgraded", N)
                 assert value(m, "tlsprof_handshake_cpu_method_info", comm="nginx-upgraded",
                              method="probes") == 3, (select, m)
                 assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="nginx-upgraded") == N, select

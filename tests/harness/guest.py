@@ -67,13 +67,7 @@ class Host:
     def kernel(self) -> tuple[Path, str]:
         """The vmlinuz and release of the suite's kernel for this architecture, its modules in the root."""
         d = KERNELS / (self.suite if self.arch == "amd64" else self.name)
-        img, version = d / "vmlinuz", d / "version"
-        if not img.exists() or not version.exists():
-            raise FileNotFoundError(f"{self.name}'s kernel is not in {d}: run scripts/kernels.sh")
-        release = version.read_text().strip()
-        if not (self.root / "lib/modules" / release).is_dir():
-            raise FileNotFoundError(f"{self.root}/lib/modules/{release} is missing: run scripts/roots.sh")
-        return img, release
+        return _kernel_in(d, self.name, self.root / "lib/modules", "scripts/roots.sh")
 
     def tlsprof(self) -> Path:
         """The agent the guest runs: TLSPROF_BIN_<ARCH>, else the worktree's musl build."""
@@ -115,29 +109,33 @@ class GuestRun:
 
 def kernel(suite: str) -> tuple[Path, str]:
     """The vmlinuz and release of a suite's kernel, as scripts/kernels.sh left them."""
-    d = KERNELS / suite
+    return _kernel_in(KERNELS / suite, suite, Path("/lib/modules"), "scripts/kernels.sh")
+
+
+def _kernel_in(d: Path, name: str, modules: Path, maker: str) -> tuple[Path, str]:
+    """The vmlinuz and release kept in d, once its modules are in `modules` (`maker` puts them there)."""
     img, version = d / "vmlinuz", d / "version"
     if not img.exists() or not version.exists():
-        raise FileNotFoundError(f"{suite}'s kernel is not in {d}: run scripts/kernels.sh (scripts/deps.sh does)")
+        raise FileNotFoundError(f"{name}'s kernel is not in {d}: run scripts/kernels.sh (scripts/deps.sh does)")
     release = version.read_text().strip()
-    if not Path(f"/lib/modules/{release}").is_dir():
-        raise FileNotFoundError(f"/lib/modules/{release} is missing: run scripts/kernels.sh")
+    if not (modules / release).is_dir():
+        raise FileNotFoundError(f"{modules / release} is missing: run {maker}")
     return img, release
 
 
 def _boot(img: Path, rw: Path, script: Path, kvm: bool, timeout: float, host: Host | None = None) -> str:
     """Boots img with script as the guest's command; over this machine's root, or over
-    host's own root (its flags: Host.vng_flags)."""
-    cmd = [str(VNG), "--run", str(img), "--cpus", "2", "--memory", "3G", "--verbose", "--exec", str(script)]
-    cmd[5:5] = host.vng_flags(rw) if host else ["--rwdir", str(rw)]
-    if host and not host.native:
-        pass  # another architecture: always emulated (virtme-ng asks no KVM), multi-threaded TCG
-    elif not kvm:
+    host's own root (its flags: Host.vng_flags). Another architecture's host is always
+    emulated, by multi-threaded TCG (virtme-ng asks no KVM for it)."""
+    cmd = [str(VNG), "--run", str(img)]
+    if not kvm and (host is None or host.native):
         # One host thread runs both vCPUs: under multi-threaded TCG a vCPU can still run an
         # int3 the kernel has already patched away when a static key flips (a tracepoint or perf
         # event attached), and the 6.12 guest died with "Fatal exception in interrupt" in
         # __schedule. The guest keeps two CPUs; only QEMU's emulation is serialised.
-        cmd[3:3] = ["--disable-kvm", "--qemu-opts=-accel tcg,thread=single"]
+        cmd += ["--disable-kvm", "--qemu-opts=-accel tcg,thread=single"]
+    cmd += ["--cpus", "2", "--memory", "3G", *(host.vng_flags(rw) if host else ["--rwdir", str(rw)]),
+            "--verbose", "--exec", str(script)]
     env = {**os.environ, "PATH": f"{VNG.parent}:{os.environ.get('PATH', '')}"}
     try:
         # at the lowest priority: a guest runs on the CPU time the host's tests leave idle
@@ -215,25 +213,14 @@ def run_scenarios(suite: str, tests: str, timeout: float = 1800, env: dict[str, 
     img, release = kernel(suite)
     rw = Path(tempfile.mkdtemp(prefix=f"tlsprof-guest-{suite}-"))
     try:
-        script = rw / "run.sh"
-        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in (env or {}).items())
-        script.write_text(f"""#!/bin/bash
+        script = _scenario_script(rw, rw, f"""\
 export TLSPROF_SCENARIOS=1 TLSPROF_SLOW={GUEST_SLOW} TLSPROF_BIN={TLSPROF} TLSPROF_HOOKS_OUT={rw}/hooks.json
 export PATH={os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}
-{exports}cd {ROOT}
-uname -r > {rw}/release
-{sys.executable} -m pytest -p no:cacheprovider -m kernel_scenario {tests} --junitxml={rw}/junit.xml \\
-  -o junit_family=xunit1 > {rw}/pytest.log 2>&1
-echo $? > {rw}/rc
-""")
-        script.chmod(0o755)
+""", env or {}, ROOT, sys.executable, tests)
         kvm = kvm_works(img)
         t0 = time.monotonic()
         console = _boot(img, rw, script, kvm=kvm, timeout=timeout)
-        run = _collect(rw, console, time.monotonic() - t0, suite)
-        if run.release and run.release != release:
-            raise AssertionError(f"the guest ran {run.release}, not {release}")
-        return run
+        return _collect(rw, console, time.monotonic() - t0, suite, release)
     finally:
         shutil.rmtree(rw, ignore_errors=True)
 
@@ -258,32 +245,41 @@ def run_on_host(host: Host, tests: str = SCENARIO_FILE, timeout: float = 2400,
         if go_server:
             shutil.copy2(go_server, rw / "gotls")
             exports["TLSPROF_GOTLS"] = str(GUEST_RUN / "gotls")
-        script = rw / "run.sh"
-        script.write_text(f"""#!/bin/bash
+        _scenario_script(rw, GUEST_RUN, f"""\
 mkdir -p /var/log/nginx  # nginx opens its compiled-in error log before reading its -c file
 export TLSPROF_SCENARIOS=1 TLSPROF_SLOW={GUEST_SLOW * (1 if host.native else 3)}
 export TLSPROF_BIN={GUEST_RUN}/tlsprof TLSPROF_HOOKS_OUT={GUEST_RUN}/hooks.json
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTHONDONTWRITEBYTECODE=1
-{"".join(f"export {k}={shlex.quote(v)}{chr(10)}" for k, v in exports.items())}cd {GUEST_TREE}
-uname -r > {GUEST_RUN}/release
-python3 -m pytest -p no:cacheprovider -m kernel_scenario {tests} --junitxml={GUEST_RUN}/junit.xml \\
-  -o junit_family=xunit1 > {GUEST_RUN}/pytest.log 2>&1
-echo $? > {GUEST_RUN}/rc
-""")
-        script.chmod(0o755)
+""", exports, GUEST_TREE, "python3", tests)
         t0 = time.monotonic()
         console = _boot(img, rw, GUEST_RUN / "run.sh", kvm=kvm_works(img) if host.native else False,
                         timeout=timeout, host=host)
-        run = _collect(rw, console, time.monotonic() - t0, host.name)
-        if run.release and run.release != release:
-            raise AssertionError(f"the guest ran {run.release}, not {release}")
-        return run
+        return _collect(rw, console, time.monotonic() - t0, host.name, release)
     finally:
         shutil.rmtree(rw, ignore_errors=True)
 
 
-def _collect(rw: Path, console: str, wall: float, name: str) -> GuestRun:
-    """What a guest left in its run directory: release, pytest's log, junit and hooks."""
+def _scenario_script(rw: Path, seen_as: Path, prelude: str, env: dict[str, str], tree: Path, python: str,
+                     tests: str) -> Path:
+    """Writes rw/run.sh, the guest's command: `prelude` and `env` exported, then
+    `pytest -m kernel_scenario TESTS` in `tree` with `python`, its results left in rw
+    (which the guest sees as `seen_as`) for _collect."""
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    script = rw / "run.sh"
+    script.write_text(f"""#!/bin/bash
+{prelude}{exports}cd {tree}
+uname -r > {seen_as}/release
+{python} -m pytest -p no:cacheprovider -m kernel_scenario {tests} --junitxml={seen_as}/junit.xml \\
+  -o junit_family=xunit1 > {seen_as}/pytest.log 2>&1
+echo $? > {seen_as}/rc
+""")
+    script.chmod(0o755)
+    return script
+
+
+def _collect(rw: Path, console: str, wall: float, name: str, release: str) -> GuestRun:
+    """What a guest left in its run directory: release, pytest's log, junit and hooks; a
+    guest that booted another kernel than `release` is an error."""
     read = lambda n: (rw / n).read_text(errors="replace") if (rw / n).exists() else ""  # noqa: E731
     run = GuestRun(release=read("release").strip(), console=console, pytest_log=read("pytest.log"), wall=wall)
     FINISHED.append((name, run))
@@ -297,4 +293,6 @@ def _collect(rw: Path, console: str, wall: float, name: str) -> GuestRun:
     if (rw / "hooks.json").exists():
         import json
         run.hooks = json.loads((rw / "hooks.json").read_text())
+    if run.release and run.release != release:
+        raise AssertionError(f"the guest ran {run.release}, not {release}")
     return run

@@ -146,6 +146,14 @@ fn tls_files(pid: u32, cache: &mut HookCache, mode: HookMode) -> std::io::Result
     Ok(out)
 }
 
+/// The "attached to" line of a process traced without probes (`what`: its stack, if said).
+fn estimated(pid: u32, comm: &str, what: &str, why: NoProbes) -> String {
+    format!(
+        "attached to {pid} ({comm}): {what}no handshake probes ({}): handshake CPU estimated from the kernel",
+        why.label()
+    )
+}
+
 pub struct Targets {
     selector: Selector,
     hooks: HookMode,
@@ -316,12 +324,7 @@ impl Targets {
                     let detail = format!("its TLS stack ({stack}) has no entry point tlsprof probes");
                     (NoProbes::NoEntryPoint, detail)
                 });
-                let msg = format!(
-                    "attached to {pid} ({}): TLS stack {stack}, no handshake probes ({}): handshake CPU estimated \
-                     from the kernel",
-                    st.comm,
-                    why.label()
-                );
+                let msg = estimated(pid, &st.comm, &format!("TLS stack {stack}, "), why);
                 self.said.say(pid, &name, why, &detail);
                 if self.track(pid, st, name, (None, Some(why)), k, prof, m) {
                     self.ready.push(msg);
@@ -353,11 +356,7 @@ impl Targets {
         let why = match refused {
             Some(e) if links.is_empty() => {
                 self.said.say(pid, &name, NoProbes::AttachRefused, &e);
-                attached = vec![format!(
-                    "attached to {pid} ({}): no handshake probes (attach_refused): handshake CPU estimated from \
-                     the kernel",
-                    st.comm
-                )];
+                attached = vec![estimated(pid, &st.comm, "", NoProbes::AttachRefused)];
                 Some(NoProbes::AttachRefused)
             }
             Some(e) => {

@@ -208,9 +208,9 @@ fn candidate(path: &str, host_path: PathBuf) -> io::Result<Candidate> {
 /// (never another file at that name: its offsets would be another build's).
 fn mapped_library(pid: u32, m: &super::maps::MapEntry, name: &str) -> Result<Candidate, Unreadable> {
     let by_map = m.open_path(pid);
-    let err = match candidate(name, by_map) {
+    let error = match candidate(name, by_map.clone()) {
         Ok(c) => return Ok(c),
-        Err(e) => e,
+        Err(e) => format!("{}: {e}", by_map.display()),
     };
     let by_name = PathBuf::from(format!("/proc/{pid}/root{name}"));
     if !m.deleted() {
@@ -220,7 +220,7 @@ fn mapped_library(pid: u32, m: &super::maps::MapEntry, name: &str) -> Result<Can
     }
     Err(Unreadable {
         path: name.to_string(),
-        error: format!("{}: {err}", m.open_path(pid).display()),
+        error,
     })
 }
 
