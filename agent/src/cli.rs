@@ -107,8 +107,9 @@ pub struct RunArgs {
     pub ready_file: Option<PathBuf>,
     /// Kernel hooks not to use, by a part of their name as `-v` and tlsprof_kernel_hook_info
     /// give it (e.g. `fentry`, `kprobe`, `tp_btf/inet_sock_set_state`), or `bpf_loop` (walk
-    /// with a bounded loop) or `sk_storage` (keep connections in a hash): the next hook of
-    /// the capability's chain serves it. For a kernel that mishandles a hook, and to test the
+    /// with a bounded loop), `sk_storage` (keep connections in a hash) or `shared_uprobes`
+    /// (a uprobe of its own per process, as without tracefs): the next hook of the
+    /// capability's chain serves it. For a kernel that mishandles a hook, and to test the
     /// fallbacks (repeatable).
     #[arg(long = "avoid-hook", value_name = "NAME")]
     pub avoid_hooks: Vec<String>,

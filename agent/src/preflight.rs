@@ -27,14 +27,16 @@ fn effective_caps() -> Result<u64> {
 /// - CAP_SYS_ADMIN: the kernel opens uprobe perf events only for it (the handshake probes),
 ///   and /proc/PID/map_files (a chrooted process's library, one replaced on disk);
 /// - CAP_SYS_PTRACE: read other users' /proc/PID/maps, /proc/PID/root, /proc/PID/fd links;
-/// - CAP_DAC_READ_SEARCH: list other users' /proc/PID/fd (their listening sockets).
+/// - CAP_DAC_OVERRIDE: list other users' /proc/PID/fd (their listening sockets; or
+///   CAP_DAC_READ_SEARCH), write tracefs's uprobe_events (bpf/shared_uprobes.rs says the
+///   line without it).
 pub fn privileges() -> Result<()> {
     let caps = effective_caps()?;
     let has = |c: u32| caps & (1u64 << c) != 0;
     if !(has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))) {
         bail!(
             "insufficient privileges: tlsprof needs root, or CAP_BPF and CAP_PERFMON \
-             (and CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH for all it measures); \
+             (and CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_DAC_OVERRIDE for all it measures); \
              run it with sudo or see deploy/"
         );
     }
@@ -49,7 +51,7 @@ pub fn privileges() -> Result<()> {
     }
     if !has(CAP_DAC_READ_SEARCH) && !has(CAP_DAC_OVERRIDE) {
         log::warn!(
-            "without CAP_DAC_READ_SEARCH, the listening sockets of other users' processes cannot be read: no \
+            "without CAP_DAC_OVERRIDE (or CAP_DAC_READ_SEARCH), the listening sockets of other users' processes cannot be read: no \
              connection, TIME_WAIT or negotiated-parameter figures for them"
         );
     }

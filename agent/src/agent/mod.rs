@@ -90,6 +90,7 @@ impl Agent {
         let t = Instant::now();
         self.targets.scan(&mut self.kernel, &mut self.profiler, &self.metrics);
         self.kernel.settle_read_side();
+        self.kernel.release_idle_uprobes();
         let ports = Instant::now();
         self.refresh_ports();
         self.targets.export_gauges(&self.metrics);

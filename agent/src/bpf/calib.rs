@@ -132,10 +132,10 @@ impl Kernel {
         let (_, branch_off) = target_location(tlsprof_calib_branch).context("the agent's own code")?;
         let mut links = Vec::new();
         let attached = (|| -> Result<()> {
-            links.push(self.attach_uprobe("calib_entry", entry_off, &exe, pid)?);
-            links.push(self.attach_uprobe("calib_entry", both_off, &exe, pid)?);
-            links.push(self.attach_uprobe("calib_return", both_off, &exe, pid)?);
-            links.push(self.attach_uprobe("calib_entry", branch_off, &exe, pid)?);
+            links.push(self.attach_own_uprobe("calib_entry", entry_off, &exe, pid)?);
+            links.push(self.attach_own_uprobe("calib_entry", both_off, &exe, pid)?);
+            links.push(self.attach_own_uprobe("calib_return", both_off, &exe, pid)?);
+            links.push(self.attach_own_uprobe("calib_entry", branch_off, &exe, pid)?);
             Ok(())
         })();
         let mut t = [Duration::ZERO; 4];

@@ -234,9 +234,11 @@ impl Served {
     }
 }
 
-/// The two load-time choices `--avoid-hook` can also name.
+/// The load-time choices `--avoid-hook` can also name.
 pub const BPF_LOOP: &str = "bpf_loop";
 pub const SK_STORAGE: &str = "sk_storage";
+/// Uprobes shared per file (bpf/shared_uprobes.rs); avoided, each process gets its own.
+pub const SHARED_UPROBES: &str = "shared_uprobes";
 
 impl Hook {
     /// `--avoid-hook` names it: a part of its label, or `bpf_loop` for a hook of a chain
@@ -259,12 +261,13 @@ pub fn check_avoid(avoid: &[String]) -> Result<()> {
     for a in avoid {
         let known = a == BPF_LOOP
             || a == SK_STORAGE
+            || a == SHARED_UPROBES
             || ALL.iter().any(|c| c.hooks.iter().any(|h| h.label.contains(a.as_str())));
         if a.is_empty() || !known {
             let mut names: Vec<&str> = ALL.iter().flat_map(|c| c.hooks.iter().map(|h| h.label)).collect();
             names.dedup();
             anyhow::bail!(
-                "--avoid-hook {a:?} names no kernel hook (hooks: {}; or {BPF_LOOP}, {SK_STORAGE})",
+                "--avoid-hook {a:?} names no kernel hook (hooks: {}; or {BPF_LOOP}, {SK_STORAGE}, {SHARED_UPROBES})",
                 names.join(", ")
             );
         }

@@ -23,6 +23,7 @@ use super::{
     proc::{proc_notice, proc_traced},
     read_record,
     readside::ReadSide,
+    shared_uprobes::SharedUprobes,
     sizes::{MapSizes, RINGS},
     stats::STAT_MAX,
     uprobes::{self, Detacher},
@@ -146,6 +147,8 @@ pub struct Kernel {
     /// the send capture needs it), the read side is detached (readside.rs).
     readers: std::collections::BTreeSet<u32>,
     pub(super) detacher: Detacher,
+    /// Uprobes shared per file (shared_uprobes.rs), where tracefs allows.
+    pub(super) shared_uprobes: Option<SharedUprobes>,
     /// Handed to the Profiler (take_samples).
     cpu_samples: Option<RingBuf<MapData>>,
     /// Entries the agent could not put in a full map (traced, conn_ports, hs_detached) or
@@ -280,6 +283,31 @@ fn drain_ring<T>(ring: &mut RingBuf<MapData>, decode: impl Fn(&[u8]) -> Option<T
     out
 }
 
+/// Uprobes shared per file, unless avoided or tracefs is out of reach (then said once:
+/// each process gets uprobes of its own, whose removal takes ~0.1 s per probe).
+fn open_shared_uprobes(avoid: &[String]) -> Option<SharedUprobes> {
+    if avoid.iter().any(|a| a == hooks::SHARED_UPROBES) {
+        log::debug!(
+            "uprobes: one per process and probe (--avoid-hook {})",
+            hooks::SHARED_UPROBES
+        );
+        return None;
+    }
+    match SharedUprobes::open() {
+        Ok(s) => {
+            log::debug!("uprobes: shared per file, through {}", s.place());
+            Some(s)
+        }
+        Err(e) => {
+            log::info!(
+                "uprobes: one of its own per process and probe, each removed in ~0.1 s ({e:#}); \
+                 with tracefs writable (root, or CAP_DAC_OVERRIDE) they are shared per library file"
+            );
+            None
+        }
+    }
+}
+
 impl Kernel {
     /// Loads the object and attaches a hook for each capability, choosing where connection
     /// state lives by what this kernel accepts: socket storage where every capability that
@@ -362,6 +390,7 @@ impl Kernel {
             readers: Default::default(),
             cpu_samples: Some(take(&mut ebpf, "cpu_samples")?),
             detacher: Detacher::start()?,
+            shared_uprobes: open_shared_uprobes(avoid),
             full: Dropped::default(),
             ebpf,
         })

@@ -9,6 +9,7 @@ pub mod hooks;
 pub mod loader;
 pub mod proc;
 mod readside;
+mod shared_uprobes;
 pub mod sizes;
 pub mod stats;
 pub mod uprobes;
