@@ -4,7 +4,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 PYTEST ?= python3 -m pytest
 
-.PHONY: deps build-deps test-deps build test unit integration demo bench dist clean
+.PHONY: deps build-deps test-deps build test unit integration host-package demo bench dist clean
 
 # What the build and unit tests need (compilers, headers): no root if they are there.
 build-deps:
@@ -22,15 +22,22 @@ build: build-deps
 unit: build-deps
 	$(CARGO) test --release --locked
 
+# The host matrix's package: the static x86-64 build in a .deb (scripts/dist.sh), which
+# each Debian guest installs (tests/test_kernels.py); its packaging tools kept with the
+# test dependencies, so that a fresh clone does not build them again.
+host-package: test-deps
+	@TLSPROF_DIST_TARGETS=x86_64-unknown-linux-musl TLSPROF_DIST_FORMATS=deb TLSPROF_TOOLS=$${TLSPROF_TESTDEPS:-/var/cache/tlsprof-testdeps}/tools \
+	  bash scripts/dist.sh
+
 # Ends with the 25 slowest tests and the total: every log shows the budget (docs/testing.md).
-integration: build test-deps
+integration: build test-deps host-package
 	$(PYTEST) -v -p no:cacheprovider --durations=25 tests
 
 # Every test: Rust unit tests (no root needed), then the integration tests (root); the
 # last line is the whole run's time, against the budget in docs/testing.md.
 test:
 	@start=$$(date +%s); $(MAKE) --no-print-directory unit integration; rc=$$?; \
-	  echo "make test: $$(( $$(date +%s) - start )) s in all (budget: 1500 s, docs/testing.md)"; exit $$rc
+	  echo "make test: $$(( $$(date +%s) - start )) s in all (budget: 2100 s, docs/testing.md)"; exit $$rc
 
 demo: build
 	@bash scripts/deps.sh demo

@@ -50,14 +50,21 @@ struct go_g_key {
 	__u32 pad;
 };
 
-/* The goroutines inside a handshake (key: goroutine, process) -> its crypto/tls Conn.
+/* A goroutine inside a handshake: its crypto/tls Conn, and the thread it entered on. */
+struct go_goroutine {
+	__u64 conn;
+	__u32 tid;
+	__u32 pad;
+};
+
+/* The goroutines inside a handshake (key: goroutine, process).
  * LRU: a handshake whose return the probes never see (detached by the budget mid-call)
  * cannot leak; an insert that fails all the same is go_map_full. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct go_g_key);
-	__type(value, __u64);
+	__type(value, struct go_goroutine);
 } go_goroutines SEC(".maps");
 
 /* The connection (socket) of each Go handshake in progress -> its crypto/tls Conn and
@@ -184,7 +191,22 @@ static __always_inline int go_enter(struct pt_regs *ctx, __u8 role)
 		else
 			return 0;
 	}
-	if (!map_insert(&go_goroutines, &gk, &conn, BPF_ANY, STAT_GO_MAP_FULL))
+	struct go_goroutine *again = bpf_map_lookup_elem(&go_goroutines, &gk);
+	if (again && again->conn == conn) {
+		/* The function runs again from its start on another thread: its prologue's stack
+		 * check is where Go preempts a goroutine (runtime.newstack), which then resumed
+		 * here. Its stretch on the thread it left is closed, not left open there to take
+		 * the next goroutine's socket for this handshake's; the handshake goes on. */
+		__u32 old = again->tid;
+		struct hs_thread *left = hs_live_thread(old);
+		if (left && left->go && left->ssl == conn)
+			go_park(old, left);
+		again->tid = tid;
+		hs_open(tid, tgid, conn, role, 1);
+		return 0;
+	}
+	struct go_goroutine g = { .conn = conn, .tid = tid };
+	if (!map_insert(&go_goroutines, &gk, &g, BPF_ANY, STAT_GO_MAP_FULL))
 		return 0;
 	__sync_fetch_and_add(&go_open, 1);
 	/* a crypto/tls Conn handshakes once: whatever its address held before is gone */
@@ -216,12 +238,12 @@ int BPF_KPROBE(hs_go_return)
 	struct go_g_key gk = { .g = GO_G(ctx), .tgid = tgid };
 	__u8 outcome = GO_RET0(ctx) == 0 ? HS_CALL_DONE : HS_CALL_FAILED;
 	HS_HIT(tgid, true);
-	__u64 *found = bpf_map_lookup_elem(&go_goroutines, &gk);
+	struct go_goroutine *found = bpf_map_lookup_elem(&go_goroutines, &gk);
 	if (!found) {
 		stat_inc(STAT_HS_UNMATCHED_RETURN);
 		return 0;
 	}
-	__u64 conn = *found;
+	__u64 conn = found->conn;
 	bpf_map_delete_elem(&go_goroutines, &gk);
 	__sync_fetch_and_add(&go_open, -1);
 	struct hs_thread *t = hs_live_thread(tid);

@@ -36,6 +36,7 @@ TEST=(
   qemu-system-x86 busybox-static kmod    # the kernel matrix: Debian's kernels booted in QEMU (virtme-ng)
   debootstrap qemu-system-arm            # its whole hosts: Debian roots (scripts/roots.sh), an arm64 one
   qemu-user-static binfmt-support        # debootstrap's second stage of the arm64 root
+  musl-tools                             # the static x86-64 build the host matrix installs (its .deb)
 )
 case "$PURPOSE" in
   build) PKGS=("${BUILD[@]}") ;;
@@ -82,13 +83,18 @@ rust_check() {
     exit 1
   }
 }
+# the standard libraries of the release targets (musl's crt and libc come with them):
+# both for make dist, x86-64's for the host matrix's package (make test)
+rust_targets() {
+  command -v rustup >/dev/null || return 0
+  for t in "$@"; do
+    rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+  done
+}
 if [ "$PURPOSE" != test ]; then
   rust_check
-  # the standard libraries of the release targets (musl's crt and libc come with them)
-  if [ "$PURPOSE" = dist ] && command -v rustup >/dev/null; then
-    for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
-      rustup target list --installed | grep -qx "$t" || rustup target add "$t"
-    done
+  if [ "$PURPOSE" = dist ]; then
+    rust_targets x86_64-unknown-linux-musl aarch64-unknown-linux-musl
   fi
   echo "deps ($PURPOSE): ok"
   exit 0
@@ -133,12 +139,15 @@ fi
 if [ "$(id -u)" = 0 ] && ! bash "$(dirname "$0")/kernels.sh"; then
   echo "deps: could not fetch Debian's kernels: the kernel matrix tests will fail saying so" >&2
 fi
-# Whole Debian hosts for it: each suite's own root filesystem (scripts/roots.sh, minutes
-# the first time, nothing after), made only where a run asks for them (TLSPROF_HOSTS: they
-# are not in the default run yet, docs/testing.md).
-if [ "$(id -u)" = 0 ] && [ -n "${TLSPROF_HOSTS:-}" ] && ! bash "$(dirname "$0")/roots.sh"; then
+# Whole Debian hosts for it: each suite's own root filesystem (scripts/roots.sh, about a
+# minute each the first time, nothing after): amd64's always, arm64's where TLSPROF_HOSTS
+# asks for it ("all", or a name such as bookworm-arm64).
+roots="bullseye-amd64 bookworm-amd64 trixie-amd64"
+case " ${TLSPROF_HOSTS:-} " in *" all "*|*arm64*) roots="$roots bookworm-arm64" ;; esac
+if [ "$(id -u)" = 0 ] && ! TLSPROF_ROOTS=${TLSPROF_ROOTS:-$roots} bash "$(dirname "$0")/roots.sh"; then
   echo "deps: could not make the Debian roots: the host matrix will fail saying so" >&2
 fi
 
 rust_check
+rust_targets x86_64-unknown-linux-musl
 echo "deps ($PURPOSE): ok"

@@ -3,19 +3,23 @@
 # for x86-64 and arm64 a static (musl) binary with its BPF object embedded, a tarball, a
 # .deb and an .rpm, then SHA256SUMS. dist/bin/<amd64|arm64>/tlsprof is what ./Dockerfile
 # copies. Prerequisites: scripts/deps.sh build, musl-tools, gcc-aarch64-linux-gnu, and the
-# two rustup targets; cargo-deb and cargo-generate-rpm are installed into target/tools on
-# first use. TLSPROF_DIST_TARGETS picks the targets (default: both).
+# two rustup targets; cargo-deb and cargo-generate-rpm are installed into target/tools
+# (or TLSPROF_TOOLS) on first use. TLSPROF_DIST_TARGETS picks the targets (default: both),
+# TLSPROF_DIST_FORMATS the artefacts (default: "tar deb rpm"; make test builds the deb alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TARGETS=${TLSPROF_DIST_TARGETS:-"x86_64-unknown-linux-musl aarch64-unknown-linux-musl"}
 JOBS=${TLSPROF_DIST_JOBS:-2}
-TOOLS=$PWD/target/tools
+FORMATS=" ${TLSPROF_DIST_FORMATS:-tar deb rpm} "
+TOOLS=${TLSPROF_TOOLS:-$PWD/target/tools}
 VERSION=$(awk -F'"' '/^version *=/ {print $2; exit}' agent/Cargo.toml)
 export PATH=$TOOLS/bin:$HOME/.cargo/bin:$PATH
 
 # Pinned tool versions: the packages' layout was checked with these.
 for tool in cargo-deb@3.8.0 cargo-generate-rpm@0.21.1; do
+  format=${tool#cargo-}; format=${format%%@*}; format=${format#generate-}
+  [[ $FORMATS == *" $format "* ]] || continue
   [ -x "$TOOLS/bin/${tool%@*}" ] || cargo install --locked -j "$JOBS" --root "$TOOLS" "$tool"
 done
 
@@ -92,11 +96,16 @@ for target in $TARGETS; do
   for f in LICENSE* COPYING*; do
     if [ -e "$f" ]; then cp "$f" "$stage/"; fi
   done
-  tar -C target/dist-pkg --owner=0 --group=0 --sort=name --mtime="@$epoch" -cf - "$name" | gzip -9n > "dist/$name.tar.gz"
-
-  SOURCE_DATE_EPOCH=$epoch cargo deb -p tlsprof --target "$target" --no-build --no-strip --output dist/
-  # xz, not the default zstd: rpm reads zstd payloads only from 4.14 (RHEL 8) on
-  SOURCE_DATE_EPOCH=$epoch cargo generate-rpm -p agent --target "$target" --auto-req disabled --payload-compress xz --output dist/
+  if [[ $FORMATS == *" tar "* ]]; then
+    tar -C target/dist-pkg --owner=0 --group=0 --sort=name --mtime="@$epoch" -cf - "$name" | gzip -9n > "dist/$name.tar.gz"
+  fi
+  if [[ $FORMATS == *" deb "* ]]; then
+    SOURCE_DATE_EPOCH=$epoch cargo deb -p tlsprof --target "$target" --no-build --no-strip --output dist/
+  fi
+  if [[ $FORMATS == *" rpm "* ]]; then
+    # xz, not the default zstd: rpm reads zstd payloads only from 4.14 (RHEL 8) on
+    SOURCE_DATE_EPOCH=$epoch cargo generate-rpm -p agent --target "$target" --auto-req disabled --payload-compress xz --output dist/
+  fi
 
   mkdir -p "dist/bin/$docker_arch"
   install -m 755 "$bin" "dist/bin/$docker_arch/tlsprof"

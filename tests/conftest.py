@@ -47,9 +47,11 @@ def pytest_collection_modifyitems(config, items):
 def pytest_collection_finish(session):
     if session.config.option.collectonly:
         return
-    if any(i.module.__name__ == "test_kernels" and "scenario_on_kernel" in i.name for i in session.items):
-        from harness.guest import start_matrix
-        start_matrix()
+    hosts = {i.callspec.params["host"] for i in session.items
+             if i.module.__name__ == "test_kernels" and "scenario_on" in i.name and hasattr(i, "callspec")}
+    if hosts:
+        from harness.guest import HOSTS, start_matrix
+        start_matrix([h for h in HOSTS if h in hosts])
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -142,6 +142,8 @@ class TestDefaultMode:
         for cap, hook in hooks.items():
             if hook not in ("none", "not_needed") and cap not in ("connection_storage", "capture_loop"):
                 assert f"kernel: {cap} by {hook}" in log, (cap, hook, log[-3000:])
+        # the handshake uprobes shared per library file (tracefs: the guest's, or mounted by tlsprof)
+        assert "uprobes: shared per file" in log, log[-3000:]
         report_hooks(hooks=hooks, mode=mode, release=os.uname().release)
 
     def test_nginx_counts_and_labels(self, default_mode):

@@ -1,14 +1,15 @@
-"""Debian's packaged kernels, booted in QEMU with virtme-ng over this machine's own root
-filesystem (fetched by scripts/kernels.sh): the project's binary, its servers and Python
-are all there inside the guest. Nested KVM does not work on these machines, so the guests
-run under software emulation (TCG) unless KVM is seen to work."""
+"""The host matrix: whole Debian hosts, each release's packaged kernel (scripts/kernels.sh)
+booted in QEMU with virtme-ng over that release's own root filesystem (scripts/roots.sh),
+with tlsprof installed there from the .deb (`make dist`'s), running the kernel scenarios
+(tests/test_kernel_scenarios.py) against that release's own servers and Python. Nested KVM
+does not work on these machines, so the guests run under software emulation (TCG) unless
+KVM is seen to work."""
 from __future__ import annotations
 
 import os
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -17,7 +18,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .agent import TLSPROF
 from .procs import ROOT
 from .servers import TESTDEPS
 
@@ -26,9 +26,6 @@ KERNELS = TESTDEPS / "kernels"
 # Waits inside a guest are stretched this much (harness.procs.SLOW): its CPU is emulated, and
 # it runs at the lowest priority beside the host's tests (start_matrix).
 GUEST_SLOW = 10
-# The kernel matrix: (kernel, Debian suite, the README's column).
-MATRIX = [("5.10", "bullseye", "5.10 (Debian 11)"), ("6.1", "bookworm", "6.1 (Debian 12)"),
-          ("6.12", "trixie", "6.12 (Debian 13)")]
 SCENARIO_FILE = "tests/test_kernel_scenarios.py"
 ROOTS = TESTDEPS / "roots"
 # Where a Host guest sees the project's tree (read-only) and its run's directory (read-write):
@@ -46,8 +43,9 @@ class Host:
     starts from the same state: without --rw, virtme-ng exports it read-only and lays a
     writable overlay (its upper layer in the guest's memory) on /etc, /lib, /usr, /var, /tmp,
     /home, /opt and /srv (and here /root), gone at power-off; the run's own files go to
-    GUEST_RUN, a directory of this machine. The agent inside is the static musl build of the host's architecture
-    (glibc-linked, it needs GLIBC_2.34, which Debian 11 lacks)."""
+    GUEST_RUN, a directory of this machine. tlsprof is installed there from the release's
+    .deb of the host's architecture (its static musl binary: glibc-linked, it needs
+    GLIBC_2.34, which Debian 11 lacks)."""
     suite: str
     arch: str = "amd64"
     column: str = ""  # the README's column, where it has one
@@ -69,10 +67,16 @@ class Host:
         d = KERNELS / (self.suite if self.arch == "amd64" else self.name)
         return _kernel_in(d, self.name, self.root / "lib/modules", "scripts/roots.sh")
 
-    def tlsprof(self) -> Path:
-        """The agent the guest runs: TLSPROF_BIN_<ARCH>, else the worktree's musl build."""
-        return Path(os.environ.get(f"TLSPROF_BIN_{self.arch.upper()}",
-                                   ROOT / "target" / MUSL[self.arch] / "release" / "tlsprof"))
+    def package(self) -> Path:
+        """The .deb the guest installs: TLSPROF_DEB_<ARCH>, else the one `make dist` left
+        in dist/ (scripts/dist.sh; make test builds the x86-64 one)."""
+        if f"TLSPROF_DEB_{self.arch.upper()}" in os.environ:
+            return Path(os.environ[f"TLSPROF_DEB_{self.arch.upper()}"])
+        debs = sorted((ROOT / "dist").glob(f"tlsprof_*_{self.arch}.deb"))
+        if not debs:
+            raise FileNotFoundError(f"no tlsprof .deb for {self.arch} in {ROOT / 'dist'}: "
+                                    f"TLSPROF_DIST_TARGETS={MUSL[self.arch]} bash scripts/dist.sh")
+        return debs[-1]
 
     def vng_flags(self, rw: Path) -> list[str]:
         flags = ["--root", str(self.root), "--overlay-rwdir=/root", f"--rodir={GUEST_TREE}={ROOT}",
@@ -85,9 +89,12 @@ class Host:
         return flags
 
 
-# The hosts of the matrix (not yet run by default: tests/test_kernels.py runs MATRIX).
+# The hosts, with the README kernel table's column of those of this machine's architecture.
 HOSTS = [Host("bullseye", column="5.10 (Debian 11)"), Host("bookworm", column="6.1 (Debian 12)"),
          Host("trixie", column="6.12 (Debian 13)"), Host("bookworm", "arm64")]
+# In every run: this architecture's hosts. The others (arm64, ~18 minutes under TCG) when
+# TLSPROF_HOSTS names them (tests/test_kernels.py).
+MATRIX = [h for h in HOSTS if h.native]
 
 
 @dataclass
@@ -97,6 +104,8 @@ class GuestRun:
     release: str
     console: str
     pytest_log: str
+    # what `tlsprof --version` said in the guest, once installed from the .deb
+    version: str = ""
     outcomes: dict[str, tuple[str, str]] = field(default_factory=dict)
     hooks: dict | None = None
     # seconds: each scenario's, and the guest's from boot to power-off
@@ -105,11 +114,6 @@ class GuestRun:
 
     def output(self, tail: int = 6000) -> str:
         return f"--- pytest in the guest ---\n{self.pytest_log[-tail:]}\n--- console ---\n{self.console[-tail:]}"
-
-
-def kernel(suite: str) -> tuple[Path, str]:
-    """The vmlinuz and release of a suite's kernel, as scripts/kernels.sh left them."""
-    return _kernel_in(KERNELS / suite, suite, Path("/lib/modules"), "scripts/kernels.sh")
 
 
 def _kernel_in(d: Path, name: str, modules: Path, maker: str) -> tuple[Path, str]:
@@ -179,50 +183,31 @@ def _kvm_works(img: Path) -> bool:
 _RUNS: dict[str, Future] = {}
 
 
-def start_matrix():
-    """Boots every kernel of the matrix at once, in the background, each running the
+def start_matrix(hosts: list[Host] = MATRIX):
+    """Boots every host of the matrix at once, in the background, each running the
     scenarios: the session starts them as soon as it has collected a test that needs them
     (conftest.py), so that they run while the host's own tests do. Idempotent."""
-    if _RUNS:
-        return
     from .build import gotls
-    gotls()  # built here: compiling under software emulation takes minutes; the guests find it cached
-    for _, suite, _ in MATRIX:
+    for host in hosts:
+        if host.name in _RUNS:
+            continue
+        # built here: compiling under software emulation takes minutes; the guests find it cached
+        gotls() if host.native else gotls(goarch=host.arch)
         f: Future = Future()
-        _RUNS[suite] = f
+        _RUNS[host.name] = f
 
-        def run(f=f, suite=suite):
+        def run(f=f, host=host):
             try:
-                f.set_result(run_scenarios(suite, SCENARIO_FILE))
+                f.set_result(run_on_host(host))
             except BaseException as e:  # noqa: BLE001 - handed to the test that waits for it
                 f.set_exception(e)
-        threading.Thread(target=run, name=f"guest-{suite}", daemon=True).start()
+        threading.Thread(target=run, name=f"guest-{host.name}", daemon=True).start()
 
 
-def matrix_run(suite: str) -> GuestRun:
-    """The suite's guest run, waited for (started now if start_matrix was not called)."""
-    start_matrix()
-    return _RUNS[suite].result()
-
-
-def run_scenarios(suite: str, tests: str, timeout: float = 1800, env: dict[str, str] | None = None) -> GuestRun:
-    """Boots a suite's kernel and runs `pytest -m kernel_scenario TESTS` inside, with `env`
-    added to its environment."""
-    if not VNG.exists():
-        raise FileNotFoundError(f"{VNG} is missing: scripts/deps.sh installs virtme-ng")
-    img, release = kernel(suite)
-    rw = Path(tempfile.mkdtemp(prefix=f"tlsprof-guest-{suite}-"))
-    try:
-        script = _scenario_script(rw, rw, f"""\
-export TLSPROF_SCENARIOS=1 TLSPROF_SLOW={GUEST_SLOW} TLSPROF_BIN={TLSPROF} TLSPROF_HOOKS_OUT={rw}/hooks.json
-export PATH={os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}
-""", env or {}, ROOT, sys.executable, tests)
-        kvm = kvm_works(img)
-        t0 = time.monotonic()
-        console = _boot(img, rw, script, kvm=kvm, timeout=timeout)
-        return _collect(rw, console, time.monotonic() - t0, suite, release)
-    finally:
-        shutil.rmtree(rw, ignore_errors=True)
+def matrix_run(host: Host) -> GuestRun:
+    """The host's guest run, waited for (started now if start_matrix was not called)."""
+    start_matrix([host])
+    return _RUNS[host.name].result()
 
 
 def run_on_host(host: Host, tests: str = SCENARIO_FILE, timeout: float = 2400,
@@ -232,23 +217,24 @@ def run_on_host(host: Host, tests: str = SCENARIO_FILE, timeout: float = 2400,
     if not VNG.exists():
         raise FileNotFoundError(f"{VNG} is missing: scripts/deps.sh installs virtme-ng")
     img, release = host.kernel()
-    agent = host.tlsprof()
-    if not agent.exists():
-        raise FileNotFoundError(f"{agent} is missing: cargo build --release --target {MUSL[host.arch]}")
+    deb = host.package()
     rw = Path(tempfile.mkdtemp(prefix=f"tlsprof-host-{host.name}-"))
     rw.chmod(0o755)
     try:
         from .build import gotls
         exports = dict(env or {})
-        shutil.copy2(agent, rw / "tlsprof")  # wherever it was built (TLSPROF_BIN_<ARCH>)
+        shutil.copy2(deb, rw / "tlsprof.deb")
         go_server = gotls() if host.native else gotls(goarch=host.arch)
         if go_server:
             shutil.copy2(go_server, rw / "gotls")
             exports["TLSPROF_GOTLS"] = str(GUEST_RUN / "gotls")
         _scenario_script(rw, GUEST_RUN, f"""\
 mkdir -p /var/log/nginx  # nginx opens its compiled-in error log before reading its -c file
+# installed as an operator would (the root is read-only: dpkg writes to the guest's overlays)
+dpkg -i {GUEST_RUN}/tlsprof.deb > {GUEST_RUN}/dpkg.log 2>&1 || cat {GUEST_RUN}/dpkg.log
+/usr/bin/tlsprof --version > {GUEST_RUN}/version 2>&1
 export TLSPROF_SCENARIOS=1 TLSPROF_SLOW={GUEST_SLOW * (1 if host.native else 3)}
-export TLSPROF_BIN={GUEST_RUN}/tlsprof TLSPROF_HOOKS_OUT={GUEST_RUN}/hooks.json
+export TLSPROF_BIN=/usr/bin/tlsprof TLSPROF_HOOKS_OUT={GUEST_RUN}/hooks.json
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTHONDONTWRITEBYTECODE=1
 """, exports, GUEST_TREE, "python3", tests)
         t0 = time.monotonic()
@@ -281,7 +267,8 @@ def _collect(rw: Path, console: str, wall: float, name: str, release: str) -> Gu
     """What a guest left in its run directory: release, pytest's log, junit and hooks; a
     guest that booted another kernel than `release` is an error."""
     read = lambda n: (rw / n).read_text(errors="replace") if (rw / n).exists() else ""  # noqa: E731
-    run = GuestRun(release=read("release").strip(), console=console, pytest_log=read("pytest.log"), wall=wall)
+    run = GuestRun(release=read("release").strip(), console=console, pytest_log=read("pytest.log"), wall=wall,
+                   version=read("version").strip())
     FINISHED.append((name, run))
     if (rw / "junit.xml").exists():
         for case in ET.parse(rw / "junit.xml").getroot().iter("testcase"):
