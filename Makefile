@@ -22,11 +22,11 @@ build: build-deps
 unit: build-deps
 	$(CARGO) test --release --locked
 
-# The host matrix's package: the static x86-64 build in a .deb (scripts/dist.sh), which
-# each Debian guest installs (tests/test_kernels.py); its packaging tools kept with the
-# test dependencies, so that a fresh clone does not build them again.
+# The host matrix's packages: the static x86-64 and arm64 builds in .debs (scripts/dist.sh),
+# which each Debian guest installs (tests/test_kernels.py); the packaging tools kept with
+# the test dependencies, so that a fresh clone does not build them again.
 host-package: test-deps
-	@TLSPROF_DIST_TARGETS=x86_64-unknown-linux-musl TLSPROF_DIST_FORMATS=deb TLSPROF_TOOLS=$${TLSPROF_TESTDEPS:-/var/cache/tlsprof-testdeps}/tools \
+	@TLSPROF_DIST_FORMATS=deb TLSPROF_TOOLS=$${TLSPROF_TESTDEPS:-/var/cache/tlsprof-testdeps}/tools \
 	  bash scripts/dist.sh
 
 # Ends with the 25 slowest tests and the total: every log shows the budget (docs/testing.md).

@@ -36,7 +36,7 @@ TEST=(
   qemu-system-x86 busybox-static kmod    # the kernel matrix: Debian's kernels booted in QEMU (virtme-ng)
   debootstrap qemu-system-arm            # its whole hosts: Debian roots (scripts/roots.sh), an arm64 one
   qemu-user-static binfmt-support        # debootstrap's second stage of the arm64 root
-  musl-tools                             # the static x86-64 build the host matrix installs (its .deb)
+  musl-tools gcc-aarch64-linux-gnu       # the static x86-64 and arm64 builds the host matrix installs
 )
 case "$PURPOSE" in
   build) PKGS=("${BUILD[@]}") ;;
@@ -84,7 +84,7 @@ rust_check() {
   }
 }
 # the standard libraries of the release targets (musl's crt and libc come with them):
-# both for make dist, x86-64's for the host matrix's package (make test)
+# for make dist, and the host matrix's packages (make test)
 rust_targets() {
   command -v rustup >/dev/null || return 0
   for t in "$@"; do
@@ -140,14 +140,11 @@ if [ "$(id -u)" = 0 ] && ! bash "$(dirname "$0")/kernels.sh"; then
   echo "deps: could not fetch Debian's kernels: the kernel matrix tests will fail saying so" >&2
 fi
 # Whole Debian hosts for it: each suite's own root filesystem (scripts/roots.sh, about a
-# minute each the first time, nothing after): amd64's always, arm64's where TLSPROF_HOSTS
-# asks for it ("all", or a name such as bookworm-arm64).
-roots="bullseye-amd64 bookworm-amd64 trixie-amd64"
-case " ${TLSPROF_HOSTS:-} " in *" all "*|*arm64*) roots="$roots bookworm-arm64" ;; esac
-if [ "$(id -u)" = 0 ] && ! TLSPROF_ROOTS=${TLSPROF_ROOTS:-$roots} bash "$(dirname "$0")/roots.sh"; then
+# minute each the first time, five for the arm64 one; nothing after).
+if [ "$(id -u)" = 0 ] && ! bash "$(dirname "$0")/roots.sh"; then
   echo "deps: could not make the Debian roots: the host matrix will fail saying so" >&2
 fi
 
 rust_check
-rust_targets x86_64-unknown-linux-musl
+rust_targets x86_64-unknown-linux-musl aarch64-unknown-linux-musl
 echo "deps ($PURPOSE): ok"

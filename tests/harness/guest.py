@@ -49,11 +49,11 @@ class Host:
     suite: str
     arch: str = "amd64"
     column: str = ""  # the README's column, where it has one
-    # the scenarios it runs, when not all of them (an emulated other architecture)
-    only: tuple[str, ...] = ()
+    # scenarios not run there, and why: (scenario, reason) pairs (each a skipped test)
+    gaps: tuple[tuple[str, str], ...] = ()
 
-    def runs(self, scenario: str) -> bool:
-        return not self.only or scenario in self.only
+    def gap(self, scenario: str) -> str | None:
+        return dict(self.gaps).get(scenario)
 
     @property
     def name(self) -> str:
@@ -73,8 +73,8 @@ class Host:
         return _kernel_in(d, self.name, self.root / "lib/modules", "scripts/roots.sh")
 
     def package(self) -> Path:
-        """The .deb the guest installs: TLSPROF_DEB_<ARCH>, else the one `make dist` left
-        in dist/ (scripts/dist.sh; make test builds the x86-64 one)."""
+        """The .deb the guest installs: TLSPROF_DEB_<ARCH>, else the one scripts/dist.sh
+        left in dist/ (make test builds them: make host-package)."""
         if f"TLSPROF_DEB_{self.arch.upper()}" in os.environ:
             return Path(os.environ[f"TLSPROF_DEB_{self.arch.upper()}"])
         debs = sorted((ROOT / "dist").glob(f"tlsprof_*_{self.arch}.deb"))
@@ -95,13 +95,15 @@ class Host:
 
 
 # The hosts, with the README kernel table's column of those of this machine's architecture.
-HOSTS = [Host("bullseye", column="5.10 (Debian 11)"), Host("bookworm", column="6.1 (Debian 12)"),
+HOSTS = [Host("bullseye", column="5.10 (Debian 11)",
+              gaps=(("test_lighttpd_gnutls", "Debian 11 packages no lighttpd-mod-gnutls"),)),
+         Host("bookworm", column="6.1 (Debian 12)"),
          Host("trixie", column="6.12 (Debian 13)"),
-         # emulated (TCG, ~10x slower than this machine's guests): nginx counted, labelled, timed
-         Host("bookworm", "arm64", only=("test_hooks_reported", "test_nginx_counts_and_labels", "test_exact_mode"))]
-# In every run: this architecture's hosts. The others (arm64, ~18 minutes under TCG) when
-# TLSPROF_HOSTS names them (tests/test_kernels.py).
-MATRIX = [h for h in HOSTS if h.native]
+         Host("bookworm", "arm64", gaps=(
+             ("test_go_server_timed", "arm64: Go handshakes timed but mostly labelled other (not yet understood)"),
+             ("test_kernel_estimate", "arm64: the kernel estimate times no handshake (not yet understood)")))]
+# In every run, all of them.
+MATRIX = HOSTS
 
 
 @dataclass
@@ -244,7 +246,8 @@ export TLSPROF_SCENARIOS=1 TLSPROF_SLOW={GUEST_SLOW * (1 if host.native else 3)}
 export TLSPROF_BIN=/usr/bin/tlsprof TLSPROF_HOOKS_OUT={GUEST_RUN}/hooks.json
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTHONDONTWRITEBYTECODE=1
 """, exports, GUEST_TREE, "python3",
-                         tests + (f" -k {shlex.quote(' or '.join(host.only))}" if host.only else ""))
+                         tests + (f" -k {shlex.quote(' and '.join(f'not {n}' for n, _ in host.gaps))}"
+                                  if host.gaps else ""))
         t0 = time.monotonic()
         console = _boot(img, rw, GUEST_RUN / "run.sh", kvm=kvm_works(img) if host.native else False,
                         timeout=timeout, host=host)
