@@ -297,7 +297,8 @@ class TestExact:
     def test_go_server_timed(self, exact):
         """Go's crypto/tls: the probes on serverHandshake (entry, each return instruction) and
         the read side that follows its goroutine time every handshake the client made,
-        labelled as it negotiated; a refused one is failed."""
+        labelled as it negotiated (but for a goroutine moved before its first read, below);
+        a refused one is failed."""
         assert "via symbols (crypto/tls)" in exact.agent.output(), exact.agent.output()
         port = exact["gotls"].port
         base = exact.agent.mark()
@@ -314,19 +315,24 @@ class TestExact:
                 "tlsprof_handshakes_total", "tlsprof_handshakes_unlabelled_total", "tlsprof_probe_hits_total"))}
             errors = {l["kind"]: v for n, l, v in m if n == "tlsprof_kernel_errors_total" and v}
             raise AssertionError(f"{e}; since the load: {seen}, kernel errors {errors}") from None
-        try:
-            exact.agent.wait_value("tlsprof_handshake_cpu_seconds_count", 6, base=base, **want)
-        except AssertionError as e:
-            m = since(exact.agent.scrape(), base)
-            labels = [(l, v) for n, l, v in m if n in ("tlsprof_handshakes_total", "tlsprof_handshakes_unlabelled_total")
-                      and l.get("comm") == "gotls" and v]
-            raise AssertionError(f"{e}; the Go handshakes' labels: {labels}") from None
+        # Labelled as negotiated, every one but those whose goroutine Go moved to another
+        # thread between serverHandshake's entry and its first read of the connection (an
+        # asynchronous preemption: under emulation, 1 of 6 in about a third of the runs):
+        # their connection is unknown, so they are counted and timed but labelled other, and
+        # counted as unlabelled for no_connection (README, "Go").
+        m = since(exact.agent.scrape(), base)
+        labelled = value(m, "tlsprof_handshake_cpu_seconds_count", **want)
+        moved = value(m, "tlsprof_handshakes_unlabelled_total", comm="gotls", reason="no_connection")
+        labels = [(l, v) for n, l, v in m if n in ("tlsprof_handshakes_total", "tlsprof_handshakes_unlabelled_total")
+                  and l.get("comm") == "gotls" and v]
+        assert labelled + moved == 6 and labelled >= 1, f"the Go handshakes' labels: {labels}"
+        assert handshakes(m, "gotls", result="ok", version="other") == moved, labels
         assert failing_handshakes(port, 2, "DHE-RSA-AES128-GCM-SHA256") == 2
         exact.agent.wait_value("tlsprof_handshakes_total", 2, base=base, comm="gotls", result="failed")
         now = exact.agent.scrape()
         m = since(now, base)
-        assert handshakes(m, "gotls", result="ok", version="TLSv1.3", cert="ecdsa_p256") == 6
-        assert value(m, "tlsprof_handshake_duration_seconds_count", **want) == 6
+        assert handshakes(m, "gotls", result="ok", version="TLSv1.3", cert="ecdsa_p256") == labelled
+        assert value(m, "tlsprof_handshake_duration_seconds_count", **want) == labelled
         assert value(m, "tlsprof_handshake_cpu_seconds_sum", **want) > 0
         assert value(now, "tlsprof_handshake_cpu_method_info", comm="gotls", method="probes") == 1
 
