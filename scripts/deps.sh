@@ -36,13 +36,13 @@ TEST=(
   qemu-system-x86 busybox-static kmod    # the kernel matrix: Debian's kernels booted in QEMU (virtme-ng)
   debootstrap qemu-system-arm            # its whole hosts: Debian roots (scripts/roots.sh), an arm64 one
   qemu-user-static binfmt-support        # debootstrap's second stage of the arm64 root
-  musl-tools gcc-aarch64-linux-gnu       # the static x86-64 and arm64 builds the host matrix installs
 )
 case "$PURPOSE" in
   build) PKGS=("${BUILD[@]}") ;;
   dist) PKGS=("${BUILD[@]}" "${DIST[@]}") ;;
   demo) PKGS=("${BUILD[@]}" "${DEMO[@]}") ;;
-  test) PKGS=("${BUILD[@]}" "${DEMO[@]}" "${TEST[@]}") ;;
+  # the host matrix installs the release's .debs (make host-package): the dist tools too
+  test) PKGS=("${BUILD[@]}" "${DEMO[@]}" "${TEST[@]}" "${DIST[@]}") ;;
   *) echo "deps: usage: deps.sh build|dist|demo|test" >&2; exit 2 ;;
 esac
 

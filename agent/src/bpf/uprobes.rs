@@ -12,16 +12,13 @@ use std::{
 use anyhow::{Context as _, Result};
 use aya::{
     programs::{
-        uprobe::{UProbeAttachLocation, UProbeLink, UProbeLinkId, UProbeScope},
+        uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
         UProbe,
     },
     Ebpf,
 };
 
-use super::{
-    loader::Kernel,
-    shared_uprobes::{self, Released},
-};
+use super::{loader::Kernel, shared_uprobes};
 
 /// The handshake probes: their program names are also the `probe` label of
 /// tlsprof_probe_attach_failures_total.
@@ -62,14 +59,10 @@ enum How {
     Shared(shared_uprobes::Key, OwnedFd),
 }
 
-/// What is removed by dropping it: a process's own uprobe (~0.1 s in the kernel), its perf
-/// event on a shared uprobe (at once), or a shared uprobe no process uses any more (~0.1 s).
-#[allow(dead_code)] // held only to be dropped
-pub(super) enum Removal {
-    Own(UProbeLink),
-    Shared(OwnedFd),
-    Released(Released),
-}
+/// What is removed by dropping it (as hooks::detach_links's links): a process's own uprobe
+/// (~0.1 s in the kernel), its perf event on a shared uprobe (at once), or a shared uprobe
+/// no process uses any more (shared_uprobes::Released, ~0.1 s).
+type Removal = Box<dyn Send>;
 
 /// Loads the uprobe programs (attached later, per process).
 pub(super) fn load(ebpf: &mut Ebpf) -> Result<()> {
@@ -205,19 +198,19 @@ impl Kernel {
     /// go leaves a stale entry (cleaned by hs_detached), not a return without its entry.
     fn removals(&mut self, mut links: Vec<Link>) -> Vec<Removal> {
         links.sort_by_key(|l| !is_return_probe(l.program));
-        let mut out = Vec::with_capacity(links.len());
+        let mut out: Vec<Removal> = Vec::with_capacity(links.len());
         for l in links {
             match l.how {
                 How::Own(id) => {
                     if let Ok(link) = self.uprobe(l.program).take_link(id) {
-                        out.push(Removal::Own(link));
+                        out.push(Box::new(link));
                     }
                 }
                 How::Shared(key, fd) => {
                     if let Some(s) = self.shared_uprobes.as_mut() {
                         s.put(&key);
                     }
-                    out.push(Removal::Shared(fd));
+                    out.push(Box::new(fd));
                 }
             }
         }
@@ -258,7 +251,7 @@ impl Kernel {
     /// the detacher thread (pid 0: no process waits for them).
     pub fn release_idle_uprobes(&mut self) {
         let Some(s) = self.shared_uprobes.as_mut() else { return };
-        let gone: Vec<Removal> = s.release(false).into_iter().map(Removal::Released).collect();
+        let gone: Vec<Removal> = s.release(false).into_iter().map(|r| Box::new(r) as Removal).collect();
         if !gone.is_empty() {
             log::debug!("uprobes: releasing {} shared uprobes no process uses", gone.len());
             self.queue_removals(0, gone);
@@ -284,7 +277,7 @@ impl Kernel {
             .map(|s| s.release(true))
             .unwrap_or_default()
             .into_iter()
-            .map(Removal::Released)
+            .map(|r| Box::new(r) as Removal)
             .collect();
         let m = shared.len();
         detach_all(shared);
