@@ -87,9 +87,10 @@ def test_ab(workdir):
     requests it made are the requests tlsprof counts. ab without -k: nginx answers
     HTTP/1.0 by closing first, and ab closes with nginx's close_notify unread, so its
     kernel resets; but ab closes as soon as it has read Content-Length bytes, racing
-    nginx's close, and now and then its FIN goes first. Whatever mix the kernel makes,
-    each connection's ending is the one its packets show, and tlsprof's TIME_WAIT entries
-    are what ss shows."""
+    nginx's close: now and then its FIN goes first, and now and then the two FINs cross
+    (the server closed first in its own view: harness/capture.py). Whatever mix the kernel
+    makes, each connection's ending is the one its packets show, and tlsprof's TIME_WAIT
+    entries are what ss shows."""
     nginx = Nginx(workdir, workers=1)
     try:
         with Agent("--pid", str(nginx.pid)) as agent:

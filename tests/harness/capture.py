@@ -1,7 +1,14 @@
 """Who ended each connection, from the packets themselves: a packet socket on loopback
 reads the TCP headers (never the payload) of every segment to or from a server port, and
-says per connection which side sent the first FIN and whether a reset went either way.
-The truth for tlsprof's closed_by, outside tlsprof and outside the server."""
+says per connection which side closed first and whether a reset went either way.
+The truth for tlsprof's closed_by, outside tlsprof and outside the server.
+
+"Closed first" is the server's view, as its TCP state machine has it: the client closed
+first when the server took in the client's FIN before it sent its own, which the server's
+FIN tells by acknowledging the client's. When both close at once (ab without keep-alive
+closes as nginx does), both FINs cross: the client's may reach the wire first while the
+server, which had already closed, sends a FIN that does not acknowledge it; that is the
+server closing first, whatever order the two segments were captured in."""
 from __future__ import annotations
 
 import socket
@@ -17,7 +24,8 @@ FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
 class Closes:
     """with Closes(port) as cap: ...load...; then cap.by() gives
     {"server": n, "client": n, "reset": n, "open": n}, under tlsprof's rule: the client's
-    FIN first makes "client" whatever follows; otherwise any reset makes "reset"; otherwise
+    FIN first (taken in by the server before it sent its own) makes "client" whatever
+    follows; otherwise any reset makes "reset"; otherwise
     the server's FIN first makes "server". "open" counts connections with no FIN or reset
     yet. Only connections whose SYN was seen count."""
 
@@ -67,7 +75,7 @@ class Closes:
             tcp = 54
         else:
             return
-        sport, dport = struct.unpack_from("!HH", frame, tcp)
+        sport, dport, seq, ack = struct.unpack_from("!HHII", frame, tcp)
         flags = frame[tcp + 13]
         if dport == self.port:
             peer, from_client = (src, sport), True
@@ -76,25 +84,45 @@ class Closes:
         else:
             return
         if from_client and flags & SYN and not flags & ACK:
-            self._by_peer[peer] = {"first_fin": None, "reset": False}
+            self._by_peer[peer] = {"client_fin": None, "server_fin_ack": None, "reset": False}
             self.conns.append(self._by_peer[peer])
         c = self._by_peer.get(peer)
         if c is None:
             return
-        if flags & FIN and c["first_fin"] is None:
-            c["first_fin"] = "client" if from_client else "server"
+        if flags & FIN and from_client and c["client_fin"] is None:
+            # the FIN's own sequence number: after the segment's payload
+            if ethertype == 0x0800:
+                end = 14 + struct.unpack_from("!H", frame, 16)[0]
+            else:
+                end = 54 + struct.unpack_from("!H", frame, 18)[0]
+            c["client_fin"] = (seq + end - (tcp + (frame[tcp + 12] >> 4) * 4)) & 0xFFFFFFFF
+        if flags & FIN and not from_client and c["server_fin_ack"] is None:
+            c["server_fin_ack"] = ack  # set when the server sent it: what it had taken in
         if flags & RST:
             c["reset"] = True
 
     def by(self) -> dict:
         counts = {"server": 0, "client": 0, "reset": 0, "open": 0}
         for c in self.conns:
-            if c["first_fin"] == "client":
+            first = _first_fin(c)
+            if first == "client":
                 counts["client"] += 1
             elif c["reset"]:
                 counts["reset"] += 1
-            elif c["first_fin"] == "server":
+            elif first == "server":
                 counts["server"] += 1
             else:
                 counts["open"] += 1
         return counts
+
+
+def _first_fin(c: dict) -> str | None:
+    """Which side closed first in the server's view: the client's FIN counts first when the
+    server sent none, or sent one acknowledging it (serial arithmetic on 32-bit numbers)."""
+    if c["client_fin"] is not None:
+        if c["server_fin_ack"] is None:
+            return "client"
+        if 0 < (c["server_fin_ack"] - c["client_fin"]) & 0xFFFFFFFF < 1 << 31:
+            return "client"
+        return "server"
+    return "server" if c["server_fin_ack"] is not None else None
