@@ -1,12 +1,7 @@
 //! Counting handshakes: the join of what the probes timed with what the wire showed on the
-//! same connection, and which of the two counts a handshake in each mode.
-//!
-//! - Default mode: a server's handshakes are counted from the wire, when a capture ends
-//!   (wire/tracker.rs), for servers with and without probes; the probes, while attached,
-//!   only time them (CPU and duration histograms, labelled from the wire).
-//! - `--exact` (or a kernel without the wire capture): the probes count what they see; the
-//!   wire counts only the processes without probes.
-//! - Client-role handshakes are seen by the probes only: they count them in both modes.
+//! same connection. Which of the two counts a handshake is the mode's (mode.rs); the
+//! probes, where they do not count, time (CPU and duration histograms, labelled from the
+//! wire).
 //!
 //! Plain code over decoded events: the kernel is not needed to test it.
 use std::{
@@ -17,6 +12,7 @@ use std::{
 
 use super::{
     estimate::Estimates,
+    mode::Mode,
     targets::{UNLABELLED_INCOMPLETE, UNLABELLED_NO_CONNECTION},
 };
 use crate::{
@@ -70,21 +66,21 @@ pub struct Handshakes {
     /// The kernel estimate's parts, per connection, until its capture ends.
     estimates: Estimates,
     pub summary: BTreeMap<SummaryKey, Summary>,
-    /// The probes count handshakes (--exact, or no wire capture).
-    exact: bool,
+    /// Who counts a handshake.
+    mode: Mode,
     /// The wire is captured (tcp_sendmsg_locked): handshakes can be labelled.
     wire_counts: bool,
 }
 
 impl Handshakes {
-    pub fn new(metrics: Arc<Metrics>, exact: bool, wire_counts: bool) -> Self {
+    pub fn new(metrics: Arc<Metrics>, mode: Mode, wire_counts: bool) -> Self {
         Self {
             metrics,
             wire: Tracker::default(),
             pending: VecDeque::new(),
             estimates: Estimates::default(),
             summary: BTreeMap::new(),
-            exact,
+            mode,
             wire_counts,
         }
     }
@@ -112,8 +108,8 @@ impl Handshakes {
             };
             self.metrics.protocols.get_or_create(&labels).inc();
         }
-        if self.exact && procs.has_probes(h.tgid).unwrap_or(true) {
-            return; // --exact: the probes count this process's handshakes
+        if !self.mode.wire_counts(procs.has_probes(h.tgid)) {
+            return; // the probes count this process's handshakes
         }
         if !procs.known(h.tgid) || (!h.hello && !h.alert) {
             return;
@@ -157,7 +153,7 @@ impl Handshakes {
         if e.estimate != 0 {
             return self.estimates.add(&e, now); // measured once its capture ends (flush)
         }
-        if !self.exact
+        if !self.mode.measures_before_window()
             && e.role != hs::HS_ROLE_CLIENT
             && e.conn_start != 0
             && e.conn_start < procs.window_start_ns(e.tgid)
@@ -206,16 +202,14 @@ impl Handshakes {
         self.wire.dropped.export(&self.metrics);
     }
 
-    /// A handshake the probes timed. With --exact they count it too; otherwise a server's
-    /// handshakes are counted from the wire (on_wire_handshake) and this only measures it.
+    /// A handshake the probes timed, counted too where the mode says the probes count.
     fn count(&mut self, e: &hs::hs_event, n: &Negotiated, unlabelled: Option<&str>, procs: &impl ProcInfo) {
         let comm = procs.name(e.tgid);
         let role = hs::role_label(e.role);
         let result = hs::result_label(e.result);
         let cpu = e.cpu_ns as f64 / 1e9;
         let p = ParamLabels::new(&comm, role, n);
-        // the estimate never counts: the wire counts the handshakes of processes without probes
-        let counts = (self.exact && e.estimate == 0) || e.role == hs::HS_ROLE_CLIENT;
+        let counts = self.mode.probes_count(e.role == hs::HS_ROLE_CLIENT, e.estimate != 0);
         if counts {
             self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
             if let Some(reason) = unlabelled {
@@ -292,6 +286,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::agent::mode::ExactWhy;
     use crate::{
         bpf::wire::{WIRE_END_CLOSED, WIRE_END_FINISHED, WIRE_EV_DATA, WIRE_EV_END},
         metrics::HandshakeLabels,
@@ -407,7 +402,7 @@ mod tests {
     #[test]
     fn default_mode_counts_from_the_wire_and_times_from_the_probes() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), false, true);
+        let mut h = Handshakes::new(m.clone(), Mode::Default, true);
         let (p, t0) = (procs(), Instant::now());
         // the wire ends first, the probe event comes after: counted once, timed once
         h.on_wire(captured(NGINX, 200, WIRE_END_FINISHED), &p, t0);
@@ -432,7 +427,7 @@ mod tests {
     #[test]
     fn servers_without_probes_and_unknown_processes() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), false, true);
+        let mut h = Handshakes::new(m.clone(), Mode::Default, true);
         let (p, t0) = (procs(), Instant::now());
         h.on_wire(captured(GNUTLS, 200, WIRE_END_FINISHED), &p, t0);
         // closed after its ServerHello: the server's part did not finish
@@ -447,7 +442,7 @@ mod tests {
     #[test]
     fn exact_mode_counts_from_the_probes() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), true, true);
+        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::Asked), true);
         let (p, t0) = (procs(), Instant::now());
         h.on_wire(captured(NGINX, 200, WIRE_END_FINISHED), &p, t0);
         h.on_wire(captured(GNUTLS, 201, WIRE_END_FINISHED), &p, t0);
@@ -484,15 +479,15 @@ mod tests {
 
     #[test]
     fn client_handshakes_are_counted_by_the_probes_in_every_mode() {
-        for exact in [false, true] {
+        for mode in [Mode::Default, Mode::Exact(ExactWhy::Asked)] {
             let m = Arc::new(Metrics::new());
-            let mut h = Handshakes::new(m.clone(), exact, true);
+            let mut h = Handshakes::new(m.clone(), mode, true);
             let (p, t0) = (procs(), Instant::now());
             h.on_probe(probe(hs::HS_ROLE_CLIENT, hs::HS_RESULT_OK, 0, 300_000), &p, t0);
             assert_eq!(
                 count(&m, "nginx", "client", "ok", &Negotiated::UNKNOWN),
                 1,
-                "exact {exact}"
+                "{mode:?}"
             );
             assert_eq!(unlabelled(&m, "nginx", UNLABELLED_NO_CONNECTION), 1);
         }
@@ -507,7 +502,7 @@ mod tests {
     #[test]
     fn waiting_handshakes_are_bounded() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), true, true);
+        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::Asked), true);
         let (p, t0) = (procs(), Instant::now());
         // handshakes whose connections' bytes never come
         for conn in 0..MAX_PENDING as u64 + 3 {
@@ -529,7 +524,7 @@ mod tests {
     #[test]
     fn the_summary_is_bounded() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), true, false);
+        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture), false);
         for i in 0..MAX_SUMMARY_ROWS + 2 {
             h.failed_without_tls(&format!("p{i}"), 1);
         }
@@ -544,7 +539,7 @@ mod tests {
     #[test]
     fn without_the_wire_nothing_waits() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), true, false);
+        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture), false);
         let (p, t0) = (procs(), Instant::now());
         h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 200, 500_000), &p, t0);
         assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 1);

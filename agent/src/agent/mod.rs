@@ -5,10 +5,15 @@
 mod budget;
 pub mod duty;
 mod estimate;
+mod gauges;
 mod handshakes;
 mod health;
+mod inspect;
+mod mode;
 mod no_probes;
 mod ports;
+mod probes;
+mod ready;
 mod targets;
 
 use std::{
@@ -22,7 +27,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use self::{budget::Budget, handshakes::Handshakes, health::Health, ports::Ports, targets::Targets};
+use self::{budget::Budget, handshakes::Handshakes, health::Health, mode::Mode, ports::Ports, targets::Targets};
 use crate::{
     bpf::{
         calib::HitCost,
@@ -103,7 +108,7 @@ impl Agent {
     }
 
     fn refresh_ports(&mut self) {
-        let traced = self.targets.traced.iter().map(|(pid, t)| (*pid, t.name.as_str()));
+        let traced = self.targets.named();
         for (comm, n) in self.ports.refresh(traced, &mut self.kernel) {
             self.handshakes.failed_without_tls(&comm, n);
         }
@@ -188,18 +193,18 @@ impl Agent {
 /// hit, the hook serving each kernel capability, and every probe at zero (a capability's
 /// first program at one where nothing serves it), so that dashboards and alerts see the
 /// series and rate() sees the first failure.
-fn export_setup(m: &Metrics, args: &RunArgs, exact: bool, k: &Kernel, hit_cost: Option<HitCost>) {
+fn export_setup(m: &Metrics, args: &RunArgs, mode: Mode, k: &Kernel, hit_cost: Option<HitCost>) {
     m.mode_info
         .get_or_create(&ModeLabels {
-            mode: if exact { "exact" } else { "default" }.into(),
-            overhead_budget: if exact {
-                "none".into()
-            } else {
+            mode: mode.label().into(),
+            overhead_budget: if mode.budgeted() {
                 format!("{}", args.overhead_budget)
+            } else {
+                "none".into()
             },
         })
         .set(1);
-    if !exact {
+    if mode.budgeted() {
         for figure in sampled_figures() {
             m.sampled_figures.get_or_create(&FigureLabels { figure }).set(1);
         }
@@ -251,14 +256,14 @@ pub fn run(mut args: RunArgs) -> Result<()> {
         (None, None) => Some(preflight::listen(args.listen)?),
         _ => None,
     };
-    targets::check_pids(&args.targets.pids)?;
+    inspect::check_pids(&args.targets.pids)?;
     preflight::raise_fd_limit();
     preflight::bpf_stats();
 
     let sample_hz = args.targets.sample_hz();
     let mut kernel = Kernel::load(&btf, sample_hz, args.exact, &args.avoid_hooks)?;
-    let exact = args.exact || !kernel.served.wire_counts();
-    if !args.exact && exact {
+    let mode = Mode::new(args.exact, kernel.served.wire_counts());
+    if mode == Mode::Exact(mode::ExactWhy::NoWireCapture) {
         log::warn!(
             "without a hook on the server's sends (send_capture) the handshakes can only be counted by the handshake probes: they stay \
              attached (as with --exact) and --overhead-budget is not applied"
@@ -276,7 +281,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
         args.flamegraph.is_some(),
         sample_hz > 0,
     );
-    export_setup(&metrics, &args, exact, &kernel, hit_cost);
+    export_setup(&metrics, &args, mode, &kernel, hit_cost);
     if let Some(listener) = listener {
         let scheme = if web.tls.is_some() { "https" } else { "http" };
         let auth = if web.users.is_empty() { "" } else { " (basic auth)" };
@@ -287,9 +292,9 @@ pub fn run(mut args: RunArgs) -> Result<()> {
 
     let metrics_out = args.metrics_out.take();
     let mut agent = Agent {
-        targets: Targets::new(&args, exact),
+        targets: Targets::new(&args, mode),
         ports: Ports::new(metrics.clone()),
-        handshakes: Handshakes::new(metrics.clone(), exact, kernel.served.wire_counts()),
+        handshakes: Handshakes::new(metrics.clone(), mode, kernel.served.wire_counts()),
         budget: Budget::new(hit_cost),
         health: Health::default(),
         metrics,

@@ -1,34 +1,35 @@
-//! Target selection and attach planning: which processes are traced, what is attached to
-//! each (handshake probes where OpenSSL is found, else CPU and connections only), and
-//! forgetting them when they exit or exec. Readiness: the `attached to` log lines and the
-//! --ready-file, once a process's listening ports are watched too.
+//! Target selection: which processes are traced, what is attached to each (handshake
+//! probes where a TLS library's entry points are found: inspect.rs finds them, probes.rs
+//! attaches them; else CPU and connections only), and forgetting them when they exit or
+//! exec. Readiness (ready.rs) once a process's listening ports are watched too.
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
-    path::{Path, PathBuf},
+    collections::{BTreeSet, HashMap},
     time::Instant,
 };
 
-use anyhow::{bail, Context as _, Result};
 
 use super::{
-    budget::{self, Probes},
     duty::Duty,
+    gauges::{self, Attached},
+    ready::Ready,
+    inspect::{tls_files, HookCache, TlsFiles},
     handshakes::ProcInfo,
-    no_probes::{self, NoProbes, Said},
+    mode::Mode,
+    no_probes::{NoProbes, Said},
+    probes::{Plan, Probes, Probing},
 };
 use crate::{
-    bounds::{self, Dropped},
-    bpf::{loader::Kernel, proc::PROC_TRACED_ENTRIES, uprobes::Link},
+    bounds::Dropped,
+    bpf::{loader::Kernel, proc::PROC_TRACED_ENTRIES},
     cli::RunArgs,
-    clock::ktime_ns,
     cpu::Profiler,
     discovery::{
-        handshake::{self, Candidate, HandshakeHooks, HookMode},
+        handshake::HookMode,
         procfs::{self, ProcStat},
         select::Selector,
         stacks::{self, StackMemo},
     },
-    metrics::{CommLabels, MethodLabels, Metrics, ProbeLabels, ReasonLabels},
+    metrics::{Metrics, ProbeLabels, ReasonLabels},
 };
 
 /// Why a handshake's negotiated labels are `other` (tlsprof_handshakes_unlabelled_total).
@@ -42,10 +43,9 @@ pub struct Traced {
     /// /proc/PID/comm when attached: a change means a new program (exec).
     pub comm: String,
     start_time: u64,
-    /// Its handshake probes, where a TLS library was found (None: CPU and connections only).
-    pub probes: Option<Probes>,
-    /// Why no probe attached at first (the kernel estimates its handshakes' CPU); None: probes.
-    why_no_probes: Option<NoProbes>,
+    /// Its handshake probes, or why it has none (CPU and connections only; the kernel
+    /// estimates its handshakes' CPU).
+    probing: Probing,
 }
 
 /// A selected process with no TLS stack (yet): looked at again when its memory map grows.
@@ -62,9 +62,6 @@ pub const MAX_TRACED: usize = PROC_TRACED_ENTRIES as usize / 2;
 /// Selected processes without a TLS stack (yet), watched for their memory map to grow, at
 /// most; beyond, one is examined again at every scan, counted: {table="watched_processes"}.
 pub const MAX_WATCHED: usize = 16_384;
-/// Files whose OpenSSL hooks are known (ELF analysis), at most; beyond, an arbitrary one
-/// is forgotten (read again if needed), counted: {table="hook_cache"}.
-pub const MAX_HOOK_FILES: usize = 1024;
 /// Names of processes that exited lately (cleared every minute), at most; beyond, the late
 /// events of one more are named from /proc or `unknown`, counted: {table="recent_exits"}.
 pub const MAX_RECENT_EXITS: usize = 16_384;
@@ -75,76 +72,6 @@ pub const MAX_NAMES: usize = 4096;
 /// Processes forgotten before their kernel map entries are swept at the next scan, at
 /// most: beyond, they are swept at once (nothing is lost).
 pub const MAX_UNSWEPT: usize = 1024;
-
-/// A file's identity: device, inode, size, mtime.
-type FileId = (u64, u64, u64, i64);
-
-/// What ELF analysis made of a file: its hooks, or why it could not be analysed.
-type Analysis = Result<Vec<HandshakeHooks>, (NoProbes, String)>;
-
-/// ELF analysis of files by identity, at most MAX_HOOK_FILES.
-#[derive(Default)]
-struct HookCache {
-    files: HashMap<FileId, Analysis>,
-    /// Entries forgotten at the bound, not exported yet.
-    evicted: u64,
-}
-
-impl HookCache {
-    /// What is known of a file, else what `analyze` says of it, remembered.
-    fn get_or_analyze(&mut self, id: FileId, analyze: impl FnOnce() -> Analysis) -> Analysis {
-        if let Some(h) = self.files.get(&id) {
-            return h.clone();
-        }
-        self.evicted += bounds::make_room(&mut self.files, MAX_HOOK_FILES);
-        self.files.entry(id).or_insert_with(analyze).clone()
-    }
-}
-
-/// What a process's files offer the handshake probes.
-#[derive(Default)]
-struct TlsFiles {
-    /// Every candidate file's hooks: (file, one library's hooks).
-    hooks: Vec<(Candidate, HandshakeHooks)>,
-    /// Where none were found, why, if the files say: a TLS library unreadable, or read
-    /// without its handshake functions (else its stack has no entry point, or none is known).
-    why_none: Option<(NoProbes, String)>,
-}
-
-/// The handshake hooks of every candidate file of a process.
-fn tls_files(pid: u32, cache: &mut HookCache, mode: HookMode) -> std::io::Result<TlsFiles> {
-    let (found, unreadable) = handshake::candidates(pid)?;
-    let mut out = TlsFiles::default();
-    for c in found {
-        let analysis = cache.get_or_analyze(c.identity, || {
-            handshake::handshake_hooks(&c.host_path, mode).map_err(|e| match e {
-                handshake::ElfError::Open { .. } => (NoProbes::FileUnreadable, e.to_string()),
-                handshake::ElfError::Parse { .. } => (NoProbes::SymbolNotFound, e.to_string()),
-            })
-        });
-        // the executable need hold no TLS code: only a TLS library's file says why not
-        let library = handshake::library_of_file(&c.path).map(|l| l.name);
-        match analysis {
-            Ok(hooks) if !hooks.is_empty() => out.hooks.extend(hooks.into_iter().map(|h| (c.clone(), h))),
-            Ok(_) => {
-                if let Some(lib) = library {
-                    let why = format!("{} ({lib}): its handshake functions are not among its symbols", c.path);
-                    out.why_none.get_or_insert((NoProbes::SymbolNotFound, why));
-                }
-            }
-            Err(why) => {
-                log::debug!("{}", why.1);
-                if library.is_some() {
-                    out.why_none.get_or_insert(why);
-                }
-            }
-        }
-    }
-    if let Some(u) = unreadable.first() {
-        out.why_none = Some((NoProbes::FileUnreadable, format!("cannot open {}: {}", u.path, u.error)));
-    }
-    Ok(out)
-}
 
 /// The "attached to" line of a process traced without probes (`what`: its stack, if said).
 fn estimated(pid: u32, comm: &str, what: &str, why: NoProbes) -> String {
@@ -159,11 +86,11 @@ pub struct Targets {
     hooks: HookMode,
     /// --no-handshake-probes: the kernel estimates every process's handshake CPU.
     no_probes: bool,
-    exact: bool,
+    mode: Mode,
     overhead_budget: f64,
     strict: bool,
     self_pid: u32,
-    pub traced: HashMap<u32, Traced>,
+    traced: HashMap<u32, Traced>,
     watched: HashMap<u32, Watched>,
     hooks_cache: HookCache,
     stack_memo: StackMemo,
@@ -173,11 +100,8 @@ pub struct Targets {
     ever_attached: BTreeSet<String>,
     /// Processes forgotten since the kernel maps were last swept.
     exited: Vec<u32>,
-    /// "attached to" lines waiting for the processes' ports to be watched (say_ready).
-    ready: Vec<String>,
-    ready_file: Option<PathBuf>,
-    /// What the ready file says now.
-    ready_written: Option<BTreeMap<u32, String>>,
+    /// Readiness: the "attached to" lines and the ready file.
+    ready: Ready,
     /// --strict: the first attach failure, which ends the run.
     pub fatal: Option<String>,
     /// Why processes have no probes, said once per name and reason.
@@ -187,12 +111,12 @@ pub struct Targets {
 }
 
 impl Targets {
-    pub fn new(args: &RunArgs, exact: bool) -> Self {
+    pub fn new(args: &RunArgs, mode: Mode) -> Self {
         Self {
             selector: Selector::new(&args.targets),
             hooks: args.hooks,
             no_probes: args.no_handshake_probes,
-            exact,
+            mode,
             overhead_budget: args.overhead_budget,
             strict: args.strict,
             self_pid: std::process::id(),
@@ -203,9 +127,7 @@ impl Targets {
             recent_exits: HashMap::new(),
             ever_attached: BTreeSet::new(),
             exited: Vec::new(),
-            ready: Vec::new(),
-            ready_file: args.ready_file.clone(),
-            ready_written: None,
+            ready: Ready::new(args.ready_file.clone()),
             fatal: None,
             said: Said::default(),
             dropped: Dropped::default(),
@@ -326,8 +248,8 @@ impl Targets {
                 });
                 let msg = estimated(pid, &st.comm, &format!("TLS stack {stack}, "), why);
                 self.said.say(pid, &name, why, &detail);
-                if self.track(pid, st, name, (None, Some(why)), k, prof, m) {
-                    self.ready.push(msg);
+                if self.track(pid, st, name, Probing::Without(why), k, prof, m) {
+                    self.ready.add(msg);
                 }
                 return;
             }
@@ -339,7 +261,7 @@ impl Targets {
             return;
         }
         self.watched.remove(&pid);
-        let mut plan: Vec<(&'static str, u64, PathBuf)> = Vec::new();
+        let mut plan: Plan = Vec::new();
         let mut attached = Vec::new();
         for (file, h) in &files.hooks {
             plan.extend(
@@ -352,24 +274,40 @@ impl Targets {
                 st.comm, file.path, h.source, h.library
             ));
         }
-        let (links, refused) = self.attach_first(pid, &st.comm, &plan, k, m);
-        let why = match refused {
-            Some(e) if links.is_empty() => {
+        let stepped = files.hooks.iter().any(|(_, h)| h.stepped);
+        let duty = self
+            .mode
+            .budgeted()
+            .then(|| Duty::new(self.overhead_budget, Instant::now(), 0.0));
+        // Each failure is counted, the first said once (re-attaching in a later cycle may
+        // race the process's exit: that is only logged).
+        let mut refused = None;
+        let (strict, fatal) = (self.strict, &mut self.fatal);
+        let probes = Probes::attach(k, pid, plan, stepped, duty, |prog, e| {
+            m.attach_failures
+                .get_or_create(&ProbeLabels { probe: prog.into() })
+                .inc();
+            if strict {
+                fatal.get_or_insert(format!("{pid} ({}): {e:#}", st.comm));
+            }
+            refused.get_or_insert(format!("{e:#}"));
+        });
+        let probing = match (probes, refused) {
+            (Some(p), refused) => {
+                if let Some(e) = refused {
+                    log::warn!("{pid} ({}): some handshake probes refused: {e}", st.comm);
+                }
+                Probing::Probes(p)
+            }
+            (None, refused) => {
+                let e = refused.unwrap_or_default();
                 self.said.say(pid, &name, NoProbes::AttachRefused, &e);
                 attached = vec![estimated(pid, &st.comm, "", NoProbes::AttachRefused)];
-                Some(NoProbes::AttachRefused)
+                Probing::Without(NoProbes::AttachRefused)
             }
-            Some(e) => {
-                log::warn!("{pid} ({}): some handshake probes refused: {e}", st.comm);
-                None
-            }
-            None => None,
         };
-        let duty = (!self.exact && !links.is_empty()).then(|| Duty::new(self.overhead_budget, Instant::now(), 0.0));
-        let go = plan.iter().any(|(prog, _, _)| prog.starts_with("hs_go_"));
-        let stepped = files.hooks.iter().any(|(_, h)| h.stepped);
-        let probes = Probes::new(plan, links, duty, stepped, ktime_ns());
-        if self.track(pid, st, name, (Some(probes), why), k, prof, m) {
+        let go = probing.probes().is_some_and(Probes::go);
+        if self.track(pid, st, name, probing, k, prof, m) {
             // logged once everything is in place: operators read it as "ready"
             self.ready.extend(attached);
             if go {
@@ -378,47 +316,21 @@ impl Targets {
         }
     }
 
-    /// Attaches a process's handshake probes for the first time: each failure is counted,
-    /// the first returned to be said once (re-attaching in a later cycle may race its exit:
-    /// budget.rs only logs it).
-    fn attach_first(
-        &mut self,
-        pid: u32,
-        comm: &str,
-        plan: &[(&'static str, u64, PathBuf)],
-        k: &mut Kernel,
-        m: &Metrics,
-    ) -> (Vec<Link>, Option<String>) {
-        let mut first = None;
-        let links = budget::attach_plan(k, pid, plan, |prog, e| {
-            m.attach_failures
-                .get_or_create(&ProbeLabels { probe: prog.into() })
-                .inc();
-            if self.strict {
-                self.fatal.get_or_insert(format!("{pid} ({comm}): {e:#}"));
-            }
-            first.get_or_insert(format!("{e:#}"));
-        });
-        (links, first)
-    }
-
     /// Starts following a process: forks, CPU, listening ports.
     fn track(
         &mut self,
         pid: u32,
         st: ProcStat,
         name: String,
-        (probes, why_no_probes): (Option<Probes>, Option<NoProbes>),
+        probing: Probing,
         k: &mut Kernel,
         prof: &mut Profiler,
         m: &Metrics,
     ) -> bool {
-        let probed = probes.as_ref().is_some_and(|p| !p.links.is_empty());
+        let probed = probing.attached();
         if !k.trace(pid, !probed) {
             // the kernel's traced map is full (Kernel counts it): not attached after all
-            if let Some(p) = probes {
-                k.detach_later(pid, p.links);
-            }
+            probing.release(pid, k);
             return false;
         }
         if self.first_attach(&name) {
@@ -438,8 +350,7 @@ impl Targets {
                 name,
                 comm: st.comm,
                 start_time: st.start_time,
-                probes,
-                why_no_probes,
+                probing,
             },
         );
         self.export_gauges(m);
@@ -451,7 +362,7 @@ impl Targets {
         let links = self
             .traced
             .values_mut()
-            .filter_map(|t| Some(std::mem::take(&mut t.probes.as_mut()?.links)))
+            .filter_map(|t| Some(t.probing.probes_mut()?.take_links()))
             .flatten()
             .collect();
         k.detach_now(links);
@@ -460,7 +371,7 @@ impl Targets {
     fn forget(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {
         if let Some(t) = self.traced.remove(&pid) {
             log::debug!("forgetting {pid} ({})", t.name);
-            k.detach_later(pid, t.probes.map(|p| p.links).unwrap_or_default());
+            t.probing.release(pid, k);
             prof.remove(pid, k.oncpu_ns(pid));
             self.remember_exit(pid, t.name);
             self.exited.push(pid);
@@ -511,85 +422,56 @@ impl Targets {
         true
     }
 
-    /// Says which processes are ready: the "attached to" lines, once their listening ports
-    /// are watched too (the default mode counts handshakes there), and the ready file.
+    /// Says which processes are ready (ready.rs), once their listening ports are watched
+    /// too (the default mode counts handshakes there).
     pub fn say_ready(&mut self) {
-        for msg in std::mem::take(&mut self.ready) {
-            log::debug!("{msg}");
-        }
-        let Some(path) = &self.ready_file else { return };
-        let now: BTreeMap<u32, String> = self.traced.iter().map(|(p, t)| (*p, t.name.clone())).collect();
-        if self.ready_written.as_ref() == Some(&now) {
-            return;
-        }
-        let text: String = now.iter().map(|(p, n)| format!("{p} {n}\n")).collect();
-        match write_atomically(path, &text) {
-            Ok(()) => self.ready_written = Some(now),
-            Err(e) => log::warn!("cannot write {}: {e:#}", path.display()),
-        }
+        self.ready.say(self.traced.iter().map(|(p, t)| (*p, t.name.clone())).collect());
     }
 
     /// Removes the ready file (at exit: nothing is attached any more).
     pub fn unready(&self) {
-        if let Some(path) = &self.ready_file {
-            let _ = std::fs::remove_file(path);
-        }
+        self.ready.remove();
     }
 
     /// tlsprof_attached_processes, tlsprof_handshake_cpu_method_info and
-    /// tlsprof_attached_probes.
+    /// tlsprof_attached_probes (gauges.rs).
     pub fn export_gauges(&self, m: &Metrics) {
-        let mut per_comm: BTreeMap<&str, i64> = BTreeMap::new();
-        let mut per_method: BTreeMap<(&str, Option<NoProbes>), i64> = BTreeMap::new();
-        let mut probes = 0;
-        for t in self.traced.values() {
-            *per_comm.entry(&t.name).or_default() += 1;
-            *per_method.entry((&t.name, t.why_no_probes)).or_default() += 1;
-            probes += t.probes.as_ref().map_or(0, |p| p.links.len()) as i64;
-        }
-        // Names no longer traced go to zero rather than vanish, so rates and alerts stay sane.
-        for comm in &self.ever_attached {
-            if !per_comm.contains_key(comm.as_str()) {
-                m.attached_processes
-                    .get_or_create(&CommLabels { comm: comm.clone() })
-                    .set(0);
-            }
-            for why in std::iter::once(None).chain(NoProbes::ALL.map(Some)) {
-                if !per_method.contains_key(&(comm.as_str(), why)) {
-                    let (method, reason) = no_probes::labels(why);
-                    let labels = MethodLabels {
-                        comm: comm.clone(),
-                        method: method.into(),
-                        reason: reason.into(),
-                    };
-                    // only where it was ever set: a name gets one series per method it had
-                    if m.handshake_cpu_method.exists(&labels) {
-                        m.handshake_cpu_method.get_or_create(&labels).set(0);
-                    }
-                }
-            }
-        }
-        for ((comm, why), n) in per_method {
-            let (method, reason) = no_probes::labels(why);
-            m.handshake_cpu_method
-                .get_or_create(&MethodLabels {
-                    comm: comm.into(),
-                    method: method.into(),
-                    reason: reason.into(),
-                })
-                .set(n);
-        }
-        for (comm, n) in per_comm {
-            m.attached_processes
-                .get_or_create(&CommLabels { comm: comm.into() })
-                .set(n);
-        }
-        m.attached_probes.set(probes);
+        let traced = self.traced.values().map(|t| Attached {
+            name: &t.name,
+            why_no_probes: t.probing.why_none(),
+            probes: t.probing.probes().map_or(0, Probes::count),
+        });
+        gauges::export(m, traced, &self.ever_attached);
     }
 
     /// Names of processes that exited are kept a while, for their late events.
     pub fn clear_recent_exits(&mut self) {
         self.recent_exits.clear();
+    }
+
+    /// Each traced process and its name.
+    pub fn named(&self) -> impl Iterator<Item = (u32, &str)> {
+        self.traced.iter().map(|(pid, t)| (*pid, t.name.as_str()))
+    }
+
+    /// A traced process's probes, if it has any.
+    pub fn probes_mut(&mut self, pid: u32) -> Option<&mut Probes> {
+        self.traced.get_mut(&pid)?.probing.probes_mut()
+    }
+
+    /// Each process with probes: pid, name, comm and its probes.
+    pub fn probed_mut(&mut self) -> impl Iterator<Item = (u32, &str, &str, &mut Probes)> {
+        self.traced.iter_mut().filter_map(|(pid, t)| {
+            let p = t.probing.probes_mut()?;
+            Some((*pid, t.name.as_str(), t.comm.as_str(), p))
+        })
+    }
+
+    /// Each process with probes: its name and probes.
+    pub fn probed(&self) -> impl Iterator<Item = (&str, &Probes)> {
+        self.traced
+            .values()
+            .filter_map(|t| Some((t.name.as_str(), t.probing.probes()?)))
     }
 
     /// The names the traced processes are reported under, sorted, once each.
@@ -619,57 +501,15 @@ impl ProcInfo for Targets {
     }
 
     fn has_probes(&self, tgid: u32) -> Option<bool> {
-        self.traced.get(&tgid).map(|t| t.probes.is_some())
+        self.traced.get(&tgid).map(|t| t.probing.probes().is_some())
     }
 
     fn window_start_ns(&self, tgid: u32) -> u64 {
         self.traced
             .get(&tgid)
-            .and_then(|t| t.probes.as_ref())
-            .map_or(0, |p| p.window_start_ns)
+            .and_then(|t| t.probing.probes())
+            .map_or(0, Probes::window_start_ns)
     }
-}
-
-fn write_atomically(path: &Path, text: &str) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).context("renaming it")?;
-    Ok(())
-}
-
-/// `--pid` must name a live process that carries a TLS stack, itself or in a child.
-pub fn check_pids(pids: &[u32]) -> Result<()> {
-    let mut cache = HookCache::default();
-    let mut memo = StackMemo::default();
-    let mut has_tls = |pid: u32, cache: &mut HookCache| -> Result<bool> {
-        let files = tls_files(pid, cache, HookMode::Auto)?;
-        Ok(!files.hooks.is_empty() || stacks::process_tls_stack(pid, &mut memo).is_some())
-    };
-    for &pid in pids {
-        let st = procfs::stat(pid).map_err(|_| anyhow::anyhow!("no process with pid {pid}"))?;
-        if has_tls(pid, &mut cache).with_context(|| format!("cannot read /proc/{pid}/maps of {pid} ({})", st.comm))? {
-            continue;
-        }
-        let stats: HashMap<u32, ProcStat> = procfs::pids()?
-            .into_iter()
-            .filter_map(|p| Some((p, procfs::stat(p).ok()?)))
-            .collect();
-        let sel = Selector::descendants_of(pid);
-        let parent_of = |p: u32| stats.get(&p).map(|s| s.ppid);
-        let child_has_tls = stats
-            .iter()
-            .filter(|(p, s)| **p != pid && sel.selects(**p, &s.comm, parent_of))
-            .any(|(p, _)| has_tls(*p, &mut cache).unwrap_or(false));
-        if !child_has_tls {
-            bail!(
-                "process {pid} ({}) maps no TLS library (libssl, libgnutls, libmbedtls, …) and its executable \
-                 carries no TLS code found by symbols (OpenSSL, mbed TLS or Go's crypto/tls linked in; a \
-                 stripped executable hides it): nothing to trace",
-                st.comm
-            );
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -678,7 +518,7 @@ mod tests {
     use crate::cli::TargetArgs;
 
     fn targets() -> Targets {
-        Targets::new(&RunArgs::embedded(TargetArgs::default()), false)
+        Targets::new(&RunArgs::embedded(TargetArgs::default()), Mode::Default)
     }
 
     fn traced(name: &str) -> Traced {
@@ -686,8 +526,7 @@ mod tests {
             name: name.into(),
             comm: name.into(),
             start_time: 0,
-            probes: None,
-            why_no_probes: Some(NoProbes::NoEntryPoint),
+            probing: Probing::Without(NoProbes::NoEntryPoint),
         }
     }
 
@@ -737,16 +576,5 @@ mod tests {
             })
             .get();
         assert_eq!(exported, 4);
-    }
-
-    #[test]
-    fn the_hook_cache_is_bounded() {
-        let mut c = HookCache::default();
-        for i in 0..MAX_HOOK_FILES as u64 + 7 {
-            assert!(c.get_or_analyze((1, i, 0, 0), || Ok(Vec::new())).unwrap().is_empty());
-        }
-        assert_eq!((c.files.len(), c.evicted), (MAX_HOOK_FILES, 7));
-        let last = (1, MAX_HOOK_FILES as u64 + 6, 0, 0);
-        assert!(c.get_or_analyze(last, || panic!("analyzed again")).unwrap().is_empty());
     }
 }

@@ -1,0 +1,93 @@
+//! The run's mode and its counting policy: the one place that decides which of tlsprof's
+//! two sources counts a handshake, the wire (what servers send, wire/tracker.rs) or the
+//! handshake probes (what the TLS library's calls return), and whether the probes come and
+//! go under the overhead budget.
+//!
+//! - Default: the probes come and go under the budget and only time handshakes; the wire
+//!   counts every server's handshakes, probed or not.
+//! - Exact (`--exact`, or a kernel whose sends cannot be captured): the probes stay
+//!   attached and count what they see; the wire counts only the processes without probes.
+//! - Client-role handshakes are seen by the probes only: they count them in both modes.
+//! - The kernel estimate (processes without probes) never counts: the wire does.
+
+/// Why the probes count handshakes and stay attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExactWhy {
+    /// `--exact`.
+    Asked,
+    /// No hook on the server's sends: the wire cannot count.
+    NoWireCapture,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Default,
+    Exact(ExactWhy),
+}
+
+impl Mode {
+    /// From `--exact` and whether the kernel captures the server's sends.
+    pub fn new(asked_exact: bool, wire_capture: bool) -> Self {
+        match (asked_exact, wire_capture) {
+            (true, _) => Mode::Exact(ExactWhy::Asked),
+            (false, false) => Mode::Exact(ExactWhy::NoWireCapture),
+            (false, true) => Mode::Default,
+        }
+    }
+
+    /// tlsprof_mode_info{mode}.
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Default => "default",
+            Mode::Exact(_) => "exact",
+        }
+    }
+
+    /// The probes come and go under the overhead budget (else they stay attached).
+    pub fn budgeted(self) -> bool {
+        self == Mode::Default
+    }
+
+    /// A server handshake its wire capture ended with, in a process with handshake probes
+    /// (`probed`: None when the process is not traced): does the wire count it?
+    pub fn wire_counts(self, probed: Option<bool>) -> bool {
+        match self {
+            Mode::Default => true,
+            Mode::Exact(_) => probed == Some(false),
+        }
+    }
+
+    /// A handshake the probes timed (`client`: the process was the client; `estimate`: the
+    /// kernel estimate's, not a probe's): do they count it too?
+    pub fn probes_count(self, client: bool, estimate: bool) -> bool {
+        client || (matches!(self, Mode::Exact(_)) && !estimate)
+    }
+
+    /// A server handshake the probes timed on a connection accepted before their window
+    /// opened (their first calls on it may have been missed): is it measured? Only where
+    /// the probes never leave, and so count every handshake.
+    pub fn measures_before_window(self) -> bool {
+        matches!(self, Mode::Exact(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_handshake_is_counted_by_exactly_one_source() {
+        for mode in [Mode::Default, Mode::Exact(ExactWhy::Asked), Mode::Exact(ExactWhy::NoWireCapture)] {
+            // a server with probes: the wire or the probes, never both, never neither
+            assert!(mode.wire_counts(Some(true)) ^ mode.probes_count(false, false), "{mode:?}");
+            // a server without probes: the wire, and never the estimate
+            assert!(mode.wire_counts(Some(false)) && !mode.probes_count(false, true), "{mode:?}");
+            // a client: the probes
+            assert!(mode.probes_count(true, false), "{mode:?}");
+        }
+        assert!(Mode::new(false, true).budgeted());
+        assert_eq!(Mode::new(false, false), Mode::Exact(ExactWhy::NoWireCapture));
+        assert_eq!(Mode::new(true, false), Mode::Exact(ExactWhy::Asked));
+        assert!(!Mode::Exact(ExactWhy::Asked).wire_counts(None), "an untraced process under --exact");
+    }
+}

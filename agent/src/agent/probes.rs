@@ -1,0 +1,193 @@
+//! A traced process's handshake probes, and the one owner of whether they are attached:
+//! only this module attaches and detaches them (at first, as the overhead budget says, when
+//! the process goes, at exit), and only it tells the kernel (hs_detached) and the CPU split
+//! (Profiler::set_probes) that they came or went. The rest ask: `Probing::attached`,
+//! `Probing::why_none`, `Probes::window_start_ns`.
+use std::{path::PathBuf, time::Instant};
+
+use super::{duty::Duty, no_probes::NoProbes};
+use crate::{
+    bpf::{
+        handshake::hs_hits,
+        loader::Kernel,
+        uprobes::{is_return_probe, Link},
+    },
+    clock::ktime_ns,
+    cpu::Profiler,
+};
+
+/// The probes to attach: program, file offset, file.
+pub type Plan = Vec<(&'static str, u64, PathBuf)>;
+
+/// What a traced process has for its handshakes: probes, or the reason it has none (its
+/// handshake CPU is then the kernel's estimate).
+pub enum Probing {
+    Probes(Probes),
+    Without(NoProbes),
+}
+
+impl Probing {
+    pub fn probes(&self) -> Option<&Probes> {
+        match self {
+            Probing::Probes(p) => Some(p),
+            Probing::Without(_) => None,
+        }
+    }
+
+    pub fn probes_mut(&mut self) -> Option<&mut Probes> {
+        match self {
+            Probing::Probes(p) => Some(p),
+            Probing::Without(_) => None,
+        }
+    }
+
+    /// Why it has no probes; None: it has.
+    pub fn why_none(&self) -> Option<NoProbes> {
+        match self {
+            Probing::Probes(_) => None,
+            Probing::Without(why) => Some(*why),
+        }
+    }
+
+    /// Its probes are attached now (the overhead budget detaches them for part of a cycle).
+    pub fn attached(&self) -> bool {
+        self.probes().is_some_and(|p| !p.links.is_empty())
+    }
+
+    /// Its probes go, with the process (detached by the detacher thread).
+    pub fn release(self, pid: u32, k: &mut Kernel) {
+        if let Probing::Probes(p) = self {
+            k.detach_later(pid, p.links);
+        }
+    }
+}
+
+/// A process's handshake probes: what to attach, what is attached, and its budget.
+pub struct Probes {
+    plan: Plan,
+    links: Vec<Link>,
+    /// The overhead budget's duty cycle (default mode).
+    pub duty: Option<Duty>,
+    /// When the probes were last attached (bpf_ktime_get_ns clock): a handshake on a
+    /// connection accepted before that may have had calls they missed.
+    window_start_ns: u64,
+    /// Hit counters (hs_hits) already exported: the highest read of each (budget.rs).
+    pub hits_seen: hs_hits,
+    /// The probes' CPU cost so far (hits x the cost of one trap, plus their programs' run
+    /// time; budget.rs).
+    pub probe_cpu: f64,
+    /// When they were handed to the detacher thread.
+    detach_sent: Option<Instant>,
+    /// Some entry probe is single-stepped by the kernel: an entry hit costs the stepped
+    /// calibration, else the emulated one.
+    pub stepped: bool,
+}
+
+impl Probes {
+    /// Attaches a process's probes for the first time; `failed` hears of each that did
+    /// not attach. None: none did. `duty`: the budget's cycle, in the default mode.
+    pub fn attach(
+        k: &mut Kernel,
+        pid: u32,
+        plan: Plan,
+        stepped: bool,
+        duty: Option<Duty>,
+        failed: impl FnMut(&'static str, anyhow::Error),
+    ) -> Option<Probes> {
+        let links = attach_plan(k, pid, &plan, failed);
+        (!links.is_empty()).then(|| Probes {
+            plan,
+            links,
+            duty,
+            window_start_ns: ktime_ns(),
+            hits_seen: hs_hits::default(),
+            probe_cpu: 0.0,
+            detach_sent: None,
+            stepped,
+        })
+    }
+
+    pub fn window_start_ns(&self) -> u64 {
+        self.window_start_ns
+    }
+
+    /// How many are attached now.
+    pub fn count(&self) -> usize {
+        self.links.len()
+    }
+
+    /// Whether a Go program's (its goroutines' stretches open and close at its reads).
+    pub fn go(&self) -> bool {
+        self.plan.iter().any(|(prog, _, _)| prog.starts_with("hs_go_"))
+    }
+
+    /// The budget's off part begins: handed to the detacher thread.
+    pub fn detach(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {
+        let links = std::mem::take(&mut self.links);
+        log::debug!("budget: detaching {} probes from {pid}", links.len());
+        self.detach_sent = Some(Instant::now());
+        k.detach_later(pid, links);
+        prof.set_probes(pid, false);
+    }
+
+    /// The detacher thread removed them: a thread that was inside a handshake call then
+    /// will not return through the probe (hs_detached, in the kernel).
+    pub fn detached(&mut self, pid: u32, k: &mut Kernel) {
+        k.mark_detached(pid);
+        if let (Some(d), Some(sent)) = (self.duty.as_mut(), self.detach_sent.take()) {
+            d.detached();
+            log::debug!(
+                "budget: probes of {pid} detached in {:.0} ms",
+                sent.elapsed().as_secs_f64() * 1e3
+            );
+        }
+    }
+
+    /// The budget's on part begins: attached again. False when none would attach (the
+    /// next cycle tries again).
+    pub fn reattach(&mut self, pid: u32, comm: &str, k: &mut Kernel, prof: &mut Profiler) -> bool {
+        let t0 = Instant::now();
+        self.links = attach_plan(k, pid, &self.plan, |_, e| {
+            log::debug!("re-attaching to {pid} ({comm}): {e:#}")
+        });
+        if self.links.is_empty() {
+            log::debug!("budget: no probe of {pid} attached again; next cycle tries again");
+            return false;
+        }
+        log::debug!(
+            "budget: attached {} probes to {pid} in {:.1} ms",
+            self.links.len(),
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+        self.window_start_ns = ktime_ns();
+        prof.set_probes(pid, true);
+        true
+    }
+
+    /// Shutting down: the links, for Kernel::detach_now to remove with every other's.
+    pub fn take_links(&mut self) -> Vec<Link> {
+        std::mem::take(&mut self.links)
+    }
+}
+
+/// Attaches the probes of a plan to a process; `failed` hears of each that did not attach.
+fn attach_plan(
+    k: &mut Kernel,
+    pid: u32,
+    plan: &[(&'static str, u64, PathBuf)],
+    mut failed: impl FnMut(&'static str, anyhow::Error),
+) -> Vec<Link> {
+    let mut links = Vec::new();
+    // Return probes first: a call under way while the rest attach then shows a return
+    // without its entry (counted, ignored), never an entry without its return, which would
+    // leave the thread's call open (bpf/handshake.bpf.h, hs_enter).
+    let mut plan: Vec<_> = plan.iter().collect();
+    plan.sort_by_key(|(prog, _, _)| !is_return_probe(prog));
+    for (prog, off, path) in plan {
+        match k.attach_uprobe(prog, *off, path, pid) {
+            Ok(l) => links.push(l),
+            Err(e) => failed(prog, e),
+        }
+    }
+    links
+}
