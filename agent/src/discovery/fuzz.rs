@@ -14,7 +14,7 @@ use super::{
     procfs::parse_stat,
 };
 use crate::{
-    cpu::symbols::fuzz::{elf_input, Scratch},
+    discovery::elf_fuzz::{elf_input, Scratch},
     wire::tls::fuzz::{config, run_case},
 };
 

@@ -143,7 +143,7 @@ mod tests {
     /// it needs: the unit tests also run unprivileged, where the kernel refuses it).
     #[test]
     fn deleted_file_opens_through_map_files() {
-        let dir = crate::cpu::symbols::fuzz::Scratch::new("maps-deleted");
+        let dir = crate::discovery::elf_fuzz::Scratch::new("maps-deleted");
         let path = dir.0.join("libgone.so");
         std::fs::write(&path, b"the mapped bytes").unwrap();
         let file = std::fs::File::open(&path).unwrap();
@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn path_not_utf8() {
         use std::os::unix::ffi::OsStrExt as _;
-        let dir = crate::cpu::symbols::fuzz::Scratch::new("maps-utf8");
+        let dir = crate::discovery::elf_fuzz::Scratch::new("maps-utf8");
         let path = dir.0.join(std::ffi::OsStr::from_bytes(b"lib\xffname.so"));
         std::fs::write(&path, [0u8; 4096]).unwrap();
         let file = std::fs::File::open(&path).unwrap();

@@ -3,7 +3,8 @@
 use std::{collections::HashMap, path::Path};
 
 pub use super::basename;
-use crate::{bounds, cpu::symbols::FileSyms};
+use super::elf::FileSyms;
+use crate::bounds;
 
 /// Library file names that are TLS protocol stacks (a process mapping one has TLS).
 const TLS_STACKS: &[(&str, &str)] = &[

@@ -1,6 +1,6 @@
 //! Kernel addresses: /proc/kallsyms, each function classed once (networking, kernel TLS,
 //! tlsprof's own probes, other).
-use super::prim::{classify_name, Prim};
+use crate::discovery::prim::{classify_name, Prim};
 
 /// Kernel function classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,21 +2,18 @@
 //! kernel networking, and names for flame graphs.
 //!
 //! User space: each executable mapping of a process is read from its ELF file (through
-//! /proc/PID/map_files, so containers and replaced files work): elf.rs. Kernel:
-//! /proc/kallsyms: kallsyms.rs.
-mod elf;
+//! /proc/PID/map_files, so containers and replaced files work): discovery/elf.rs, which
+//! this module asks. Kernel: /proc/kallsyms: kallsyms.rs.
 #[cfg(test)]
-pub(crate) mod fuzz;
+mod fuzz;
 mod kallsyms;
-mod prim;
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
 use crate::discovery::maps;
 
-pub use elf::FileSyms;
+pub use crate::discovery::{elf::FileSyms, prim::Prim};
 pub use kallsyms::{KClass, Kallsyms};
-pub use prim::Prim;
 
 /// One executable mapping of a process.
 #[derive(Clone)]

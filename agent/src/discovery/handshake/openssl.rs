@@ -273,7 +273,7 @@ mod tests {
     /// of the address space overflowed `address + size` and `addr - address + offset`.
     #[test]
     fn segments_at_the_top_of_the_address_space() {
-        use crate::cpu::symbols::fuzz::elf_with_segment;
+        use crate::discovery::elf_fuzz::elf_with_segment;
         let data = elf_with_segment(0x40, u64::MAX - 0x0f, 0x10);
         let image = Image::parse(&data).unwrap();
         assert_eq!(image.file_offset(u64::MAX), Some(0x4f));

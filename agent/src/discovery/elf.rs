@@ -434,7 +434,7 @@ mod tests {
     /// `vaddr - start + offset` (a panic; in release builds a wrapped, wrong address).
     #[test]
     fn segments_at_the_top_of_the_address_space() {
-        use crate::cpu::symbols::fuzz::{elf_with_segment, Scratch};
+        use crate::discovery::elf_fuzz::{elf_with_segment, Scratch};
         let dir = Scratch::new("elf-top");
         let path = dir.0.join("top");
         std::fs::write(&path, elf_with_segment(0, u64::MAX, 0x10)).unwrap();
