@@ -10,6 +10,7 @@ use crate::{
     bounds,
     discovery::{
         handshake::{self, Candidate, HandshakeHooks, HookMode},
+        maps,
         procfs::{self, ProcStat},
         select::Selector,
         stacks::{self, StackMemo},
@@ -56,8 +57,8 @@ pub struct TlsFiles {
 }
 
 /// The handshake hooks of every candidate file of a process.
-pub fn tls_files(pid: u32, cache: &mut HookCache, mode: HookMode) -> std::io::Result<TlsFiles> {
-    let (found, unreadable) = handshake::candidates(pid)?;
+pub fn tls_files(pid: u32, maps: &str, cache: &mut HookCache, mode: HookMode) -> TlsFiles {
+    let (found, unreadable) = handshake::candidates(pid, maps);
     let mut out = TlsFiles::default();
     for c in found {
         let analysis = cache.get_or_analyze(c.identity, || {
@@ -87,7 +88,7 @@ pub fn tls_files(pid: u32, cache: &mut HookCache, mode: HookMode) -> std::io::Re
     if let Some(u) = unreadable.first() {
         out.why_none = Some((NoProbes::FileUnreadable, format!("cannot open {}: {}", u.path, u.error)));
     }
-    Ok(out)
+    out
 }
 
 /// `--pid` must name a live process that carries a TLS stack, itself or in a child.
@@ -95,8 +96,9 @@ pub fn check_pids(pids: &[u32]) -> Result<()> {
     let mut cache = HookCache::default();
     let mut memo = StackMemo::default();
     let mut has_tls = |pid: u32, cache: &mut HookCache| -> Result<bool> {
-        let files = tls_files(pid, cache, HookMode::Auto)?;
-        Ok(!files.hooks.is_empty() || stacks::process_tls_stack(pid, &mut memo).is_some())
+        let maps = maps::read(&pid.to_string())?;
+        let files = tls_files(pid, &maps, cache, HookMode::Auto);
+        Ok(!files.hooks.is_empty() || stacks::process_tls_stack(pid, &maps, &mut memo).is_some())
     };
     for &pid in pids {
         let st = procfs::stat(pid).map_err(|_| anyhow::anyhow!("no process with pid {pid}"))?;

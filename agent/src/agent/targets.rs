@@ -25,6 +25,7 @@ use crate::{
     cpu::Profiler,
     discovery::{
         handshake::HookMode,
+        maps,
         procfs::{self, ProcStat},
         select::Selector,
         stacks::{self, StackMemo},
@@ -225,22 +226,24 @@ impl Targets {
         // Named now, beside the comm just read: attaching takes a while, and a process that
         // renames itself meanwhile would be named from two different moments.
         let name = procfs::process_name(pid, &st.comm);
+        // The process's memory map, read once for everything that looks at it here.
+        let maps = maps::read(&pid.to_string()).unwrap_or_else(|e| {
+            log::debug!("cannot read the memory map of {pid} ({}): {e}", st.comm);
+            String::new()
+        });
         let files = if self.no_probes {
             TlsFiles {
                 why_none: Some((NoProbes::Disabled, "--no-handshake-probes".into())),
                 ..TlsFiles::default()
             }
         } else {
-            tls_files(pid, &mut self.hooks_cache, self.hooks).unwrap_or_else(|e| {
-                log::debug!("cannot read the memory map of {pid} ({}): {e}", st.comm);
-                TlsFiles::default()
-            })
+            tls_files(pid, &maps, &mut self.hooks_cache, self.hooks)
         };
         if files.hooks.is_empty() {
             // A TLS stack without an entry point to probe (NSS, Go, a server's own), a TLS
             // library that cannot be read or has lost its symbols, or --no-handshake-probes:
             // CPU and connections, handshake CPU from the kernel.
-            if let Some(stack) = stacks::process_tls_stack(pid, &mut self.stack_memo) {
+            if let Some(stack) = stacks::process_tls_stack(pid, &maps, &mut self.stack_memo) {
                 self.watched.remove(&pid);
                 let (why, detail) = files.why_none.unwrap_or_else(|| {
                     let detail = format!("its TLS stack ({stack}) has no entry point tlsprof probes");
@@ -248,7 +251,7 @@ impl Targets {
                 });
                 let msg = estimated(pid, &st.comm, &format!("TLS stack {stack}, "), why);
                 self.said.say(pid, &name, why, &detail);
-                if self.track(pid, st, name, Probing::Without(why), k, prof, m) {
+                if self.track(pid, st, name, Probing::Without(why), &maps, k, prof, m) {
                     self.ready.add(msg);
                 }
                 return;
@@ -307,7 +310,7 @@ impl Targets {
             }
         };
         let go = probing.probes().is_some_and(Probes::go);
-        if self.track(pid, st, name, probing, k, prof, m) {
+        if self.track(pid, st, name, probing, &maps, k, prof, m) {
             // logged once everything is in place: operators read it as "ready"
             self.ready.extend(attached);
             if go {
@@ -323,6 +326,7 @@ impl Targets {
         st: ProcStat,
         name: String,
         probing: Probing,
+        maps: &str,
         k: &mut Kernel,
         prof: &mut Profiler,
         m: &Metrics,
@@ -342,7 +346,7 @@ impl Targets {
                 });
             }
         }
-        prof.add(pid, &name, probed);
+        prof.add(pid, &name, probed, maps);
         prof.set_probes(pid, probed);
         self.traced.insert(
             pid,

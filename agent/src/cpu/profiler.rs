@@ -100,7 +100,8 @@ impl Profiler {
 
     /// Starts accounting a process (the kernel sums its on-CPU time from when the agent
     /// added it to the traced set).
-    pub fn add(&mut self, pid: u32, comm: &str, probed: bool) {
+    /// `maps`: its memory map, as the caller read it.
+    pub fn add(&mut self, pid: u32, comm: &str, probed: bool, maps: &str) {
         if self.procs.contains_key(&pid) {
             return;
         }
@@ -114,7 +115,7 @@ impl Profiler {
                 });
             }
         }
-        let maps = self.files.mappings(pid).unwrap_or_default();
+        let maps = self.files.mappings_in(pid, maps);
         for m in &maps {
             let Some(f) = &m.file else { continue };
             if !f.has_tls_code() {

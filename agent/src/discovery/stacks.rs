@@ -85,10 +85,9 @@ impl StackMemo {
 
 /// The TLS stack a process carries: a TLS library it maps (by name), else TLS code linked
 /// into its executable (OpenSSL or mbed TLS found by symbols, Go's crypto/tls).
-pub fn process_tls_stack(pid: u32, memo: &mut StackMemo) -> Option<&'static str> {
+pub fn process_tls_stack(pid: u32, maps: &str, memo: &mut StackMemo) -> Option<&'static str> {
     use std::os::unix::fs::MetadataExt as _;
-    let maps = super::maps::read(&pid.to_string()).ok()?;
-    if let Some(s) = super::maps::files(&maps).iter().find_map(|p| stack_of_library(p)) {
+    if let Some(s) = super::maps::files(maps).iter().find_map(|p| stack_of_library(p)) {
         return Some(s);
     }
     let exe = format!("/proc/{pid}/exe");

@@ -51,11 +51,15 @@ impl FileCache {
         }
     }
 
-    /// The executable mappings of a process.
+    /// The executable mappings of a process, its memory map read now.
     pub fn mappings(&mut self, pid: u32) -> std::io::Result<Vec<Mapping>> {
-        let text = maps::read(&pid.to_string())?;
+        Ok(self.mappings_in(pid, &maps::read(&pid.to_string())?))
+    }
+
+    /// The executable mappings of a process, from its memory map (`text`).
+    pub fn mappings_in(&mut self, pid: u32, text: &str) -> Vec<Mapping> {
         let mut out = Vec::new();
-        for m in maps::parse(&text).filter(|m| m.executable()) {
+        for m in maps::parse(text).filter(|m| m.executable()) {
             let (start, end, offset) = (m.start, m.end, m.offset);
             let Some(path) = m.file() else {
                 // [vdso], JIT code, anonymous memory
@@ -104,7 +108,7 @@ impl FileCache {
             });
         }
         out.sort_unstable_by_key(|m| m.start);
-        Ok(out)
+        out
     }
 
     /// Drops files no process maps any more (those only the cache holds).

@@ -226,8 +226,7 @@ fn mapped_library(pid: u32, m: &super::maps::MapEntry, name: &str) -> Result<Can
 
 /// The executable (a library may be linked into it, as OpenSSL is in node) and every
 /// library file of LIBRARIES it maps; those it could not open apart.
-pub fn candidates(pid: u32) -> io::Result<(Vec<Candidate>, Vec<Unreadable>)> {
-    let maps = super::maps::read(&pid.to_string())?;
+pub fn candidates(pid: u32, maps: &str) -> (Vec<Candidate>, Vec<Unreadable>) {
     let (mut found, mut unreadable) = (Vec::new(), Vec::new());
     // /proc/PID/exe resolves to the executable even inside a container or after it was replaced.
     if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
@@ -235,7 +234,7 @@ pub fn candidates(pid: u32) -> io::Result<(Vec<Candidate>, Vec<Unreadable>)> {
         let name = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
         found.extend(candidate(name, PathBuf::from(format!("/proc/{pid}/exe"))).ok());
     }
-    for m in super::maps::first_mappings(&maps) {
+    for m in super::maps::first_mappings(maps) {
         let Some(name) = m.name().filter(|n| library_of_file(n).is_some()) else {
             continue;
         };
@@ -244,7 +243,7 @@ pub fn candidates(pid: u32) -> io::Result<(Vec<Candidate>, Vec<Unreadable>)> {
             Err(u) => unreadable.push(u),
         }
     }
-    Ok((found, unreadable))
+    (found, unreadable)
 }
 
 #[derive(Debug, Error)]
