@@ -29,10 +29,9 @@ pub const TABLES: &[&str] = &[
     "port_names",
     "unhandshaken_ports",
     "unsettled_connections",
-    // processes (agent/targets.rs, discovery/stacks.rs)
+    // processes (agent/targets.rs) and the files they map (discovery/files.rs)
     "watched_processes",
-    "hook_cache",
-    "stack_memo",
+    "elf_files",
     "recent_exits",
     "attached_names",
     // CPU attribution (cpu/)
@@ -83,17 +82,6 @@ impl Dropped {
     }
 }
 
-/// Makes room for one more entry in a cache at its bound (`cap` entries) by evicting
-/// arbitrary ones: a cache entry is only work saved. Returns how many were evicted.
-pub fn make_room<K: Eq + Hash + Clone, V>(map: &mut HashMap<K, V>, cap: usize) -> u64 {
-    let over = (map.len() + 1).saturating_sub(cap);
-    let evict: Vec<K> = map.keys().take(over).cloned().collect();
-    for k in &evict {
-        map.remove(k);
-    }
-    evict.len() as u64
-}
-
 /// Makes room for one more entry in a table at its bound (`cap` entries) by taking out its
 /// oldest entries by `age` (smallest first): a sixteenth of the table at once, so that a
 /// table kept at its bound is sorted once per `cap / 16` inserts, not at each. Returns what
@@ -116,18 +104,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn make_room_keeps_a_cache_under_its_cap() {
-        let mut m: HashMap<u32, ()> = HashMap::new();
-        let mut evicted = 0;
-        for i in 0..100 {
-            evicted += make_room(&mut m, 10);
-            m.insert(i, ());
-            assert!(m.len() <= 10);
-        }
-        assert_eq!((m.len(), evicted), (10, 90));
-    }
 
     #[test]
     fn evict_oldest_takes_the_oldest_sixteenth() {

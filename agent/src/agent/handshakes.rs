@@ -484,11 +484,7 @@ mod tests {
             let mut h = Handshakes::new(m.clone(), mode, true);
             let (p, t0) = (procs(), Instant::now());
             h.on_probe(probe(hs::HS_ROLE_CLIENT, hs::HS_RESULT_OK, 0, 300_000), &p, t0);
-            assert_eq!(
-                count(&m, "nginx", "client", "ok", &Negotiated::UNKNOWN),
-                1,
-                "{mode:?}"
-            );
+            assert_eq!(count(&m, "nginx", "client", "ok", &Negotiated::UNKNOWN), 1, "{mode:?}");
             assert_eq!(unlabelled(&m, "nginx", UNLABELLED_NO_CONNECTION), 1);
         }
     }

@@ -1,50 +1,19 @@
 //! What a process's files offer the handshake probes: its TLS libraries and executable
-//! (discovery/handshake), analysed once per file identity (HookCache), and the check that
+//! (discovery/handshake), analysed once per file (discovery/files.rs), and the check that
 //! `--pid` names a process with a TLS stack.
 use std::collections::HashMap;
 
 use anyhow::{bail, Context as _, Result};
 
 use super::no_probes::NoProbes;
-use crate::{
-    bounds,
-    discovery::{
-        handshake::{self, Candidate, HandshakeHooks, HookMode},
-        maps,
-        procfs::{self, ProcStat},
-        select::Selector,
-        stacks::{self, StackMemo},
-    },
+use crate::discovery::{
+    files::{ElfFiles, HooksFailure},
+    handshake::{self, Candidate, HandshakeHooks, HookMode},
+    maps,
+    procfs::{self, ProcStat},
+    select::Selector,
+    stacks,
 };
-
-/// Files whose OpenSSL hooks are known (ELF analysis), at most; beyond, an arbitrary one
-/// is forgotten (read again if needed), counted: {table="hook_cache"}.
-pub const MAX_HOOK_FILES: usize = 1024;
-
-/// A file's identity: device, inode, size, mtime.
-type FileId = (u64, u64, u64, i64);
-
-/// What ELF analysis made of a file: its hooks, or why it could not be analysed.
-type Analysis = Result<Vec<HandshakeHooks>, (NoProbes, String)>;
-
-/// ELF analysis of files by identity, at most MAX_HOOK_FILES.
-#[derive(Default)]
-pub struct HookCache {
-    files: HashMap<FileId, Analysis>,
-    /// Entries forgotten at the bound, not exported yet.
-    pub evicted: u64,
-}
-
-impl HookCache {
-    /// What is known of a file, else what `analyze` says of it, remembered.
-    pub fn get_or_analyze(&mut self, id: FileId, analyze: impl FnOnce() -> Analysis) -> Analysis {
-        if let Some(h) = self.files.get(&id) {
-            return h.clone();
-        }
-        self.evicted += bounds::make_room(&mut self.files, MAX_HOOK_FILES);
-        self.files.entry(id).or_insert_with(analyze).clone()
-    }
-}
 
 /// What a process's files offer the handshake probes.
 #[derive(Default)]
@@ -57,16 +26,16 @@ pub struct TlsFiles {
 }
 
 /// The handshake hooks of every candidate file of a process.
-pub fn tls_files(pid: u32, maps: &str, cache: &mut HookCache, mode: HookMode) -> TlsFiles {
+pub fn tls_files(pid: u32, maps: &str, files: &ElfFiles, mode: HookMode) -> TlsFiles {
     let (found, unreadable) = handshake::candidates(pid, maps);
     let mut out = TlsFiles::default();
     for c in found {
-        let analysis = cache.get_or_analyze(c.identity, || {
-            handshake::handshake_hooks(&c.host_path, mode).map_err(|e| match e {
-                handshake::ElfError::Open { .. } => (NoProbes::FileUnreadable, e.to_string()),
-                handshake::ElfError::Parse { .. } => (NoProbes::SymbolNotFound, e.to_string()),
-            })
-        });
+        let analysis = files
+            .hooks(c.file, c.version, || handshake::read_hooks(&c.host_path, mode))
+            .map_err(|(kind, why)| match kind {
+                HooksFailure::Unreadable => (NoProbes::FileUnreadable, why),
+                HooksFailure::Unparsable => (NoProbes::SymbolNotFound, why),
+            });
         // the executable need hold no TLS code: only a TLS library's file says why not
         let library = handshake::library_of_file(&c.path).map(|l| l.name);
         match analysis {
@@ -93,16 +62,15 @@ pub fn tls_files(pid: u32, maps: &str, cache: &mut HookCache, mode: HookMode) ->
 
 /// `--pid` must name a live process that carries a TLS stack, itself or in a child.
 pub fn check_pids(pids: &[u32]) -> Result<()> {
-    let mut cache = HookCache::default();
-    let mut memo = StackMemo::default();
-    let mut has_tls = |pid: u32, cache: &mut HookCache| -> Result<bool> {
+    let elf = ElfFiles::new(Vec::new(), false);
+    let has_tls = |pid: u32| -> Result<bool> {
         let maps = maps::read(&pid.to_string())?;
-        let files = tls_files(pid, &maps, cache, HookMode::Auto);
-        Ok(!files.hooks.is_empty() || stacks::process_tls_stack(pid, &maps, &mut memo).is_some())
+        let files = tls_files(pid, &maps, &elf, HookMode::Auto);
+        Ok(!files.hooks.is_empty() || stacks::process_tls_stack(pid, &maps, &elf).is_some())
     };
     for &pid in pids {
         let st = procfs::stat(pid).map_err(|_| anyhow::anyhow!("no process with pid {pid}"))?;
-        if has_tls(pid, &mut cache).with_context(|| format!("cannot read /proc/{pid}/maps of {pid} ({})", st.comm))? {
+        if has_tls(pid).with_context(|| format!("cannot read /proc/{pid}/maps of {pid} ({})", st.comm))? {
             continue;
         }
         let stats: HashMap<u32, ProcStat> = procfs::pids()?
@@ -114,7 +82,7 @@ pub fn check_pids(pids: &[u32]) -> Result<()> {
         let child_has_tls = stats
             .iter()
             .filter(|(p, s)| **p != pid && sel.selects(**p, &s.comm, parent_of))
-            .any(|(p, _)| has_tls(*p, &mut cache).unwrap_or(false));
+            .any(|(p, _)| has_tls(*p).unwrap_or(false));
         if !child_has_tls {
             bail!(
                 "process {pid} ({}) maps no TLS library (libssl, libgnutls, libmbedtls, …) and its executable \
@@ -125,20 +93,4 @@ pub fn check_pids(pids: &[u32]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_hook_cache_is_bounded() {
-        let mut c = HookCache::default();
-        for i in 0..MAX_HOOK_FILES as u64 + 7 {
-            assert!(c.get_or_analyze((1, i, 0, 0), || Ok(Vec::new())).unwrap().is_empty());
-        }
-        assert_eq!((c.files.len(), c.evicted), (MAX_HOOK_FILES, 7));
-        let last = (1, MAX_HOOK_FILES as u64 + 6, 0, 0);
-        assert!(c.get_or_analyze(last, || panic!("analyzed again")).unwrap().is_empty());
-    }
 }

@@ -38,6 +38,7 @@ use crate::{
     },
     cli::RunArgs,
     cpu::{flame, Profiler},
+    discovery::files::ElfFiles,
     metrics::{defs, FigureLabels, HookLabels, Metrics, ModeLabels, ProbeLabels, ScanLabels},
     preflight, web,
 };
@@ -274,10 +275,12 @@ pub fn run(mut args: RunArgs) -> Result<()> {
         .inspect_err(|e| log::debug!("cannot measure the cost of a probe hit here: {e:#}"))
         .ok();
     let metrics = Arc::new(Metrics::with_max_series(args.max_series));
+    // What is known of the files processes map: one cache for the targets and the CPU split.
+    let files = ElfFiles::new(args.targets.debug_dirs.clone(), args.flamegraph.is_some());
     let profiler = Profiler::new(
         metrics.clone(),
         kernel.take_samples().context("cpu_samples taken")?,
-        args.targets.debug_dirs.clone(),
+        files.clone(),
         args.flamegraph.is_some(),
         sample_hz > 0,
     );
@@ -292,7 +295,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
 
     let metrics_out = args.metrics_out.take();
     let mut agent = Agent {
-        targets: Targets::new(&args, mode),
+        targets: Targets::new(&args, mode, files),
         ports: Ports::new(metrics.clone()),
         handshakes: Handshakes::new(metrics.clone(), mode, kernel.served.wire_counts()),
         budget: Budget::new(hit_cost),

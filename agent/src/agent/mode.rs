@@ -77,17 +77,30 @@ mod tests {
 
     #[test]
     fn each_handshake_is_counted_by_exactly_one_source() {
-        for mode in [Mode::Default, Mode::Exact(ExactWhy::Asked), Mode::Exact(ExactWhy::NoWireCapture)] {
+        for mode in [
+            Mode::Default,
+            Mode::Exact(ExactWhy::Asked),
+            Mode::Exact(ExactWhy::NoWireCapture),
+        ] {
             // a server with probes: the wire or the probes, never both, never neither
-            assert!(mode.wire_counts(Some(true)) ^ mode.probes_count(false, false), "{mode:?}");
+            assert!(
+                mode.wire_counts(Some(true)) ^ mode.probes_count(false, false),
+                "{mode:?}"
+            );
             // a server without probes: the wire, and never the estimate
-            assert!(mode.wire_counts(Some(false)) && !mode.probes_count(false, true), "{mode:?}");
+            assert!(
+                mode.wire_counts(Some(false)) && !mode.probes_count(false, true),
+                "{mode:?}"
+            );
             // a client: the probes
             assert!(mode.probes_count(true, false), "{mode:?}");
         }
         assert!(Mode::new(false, true).budgeted());
         assert_eq!(Mode::new(false, false), Mode::Exact(ExactWhy::NoWireCapture));
         assert_eq!(Mode::new(true, false), Mode::Exact(ExactWhy::Asked));
-        assert!(!Mode::Exact(ExactWhy::Asked).wire_counts(None), "an untraced process under --exact");
+        assert!(
+            !Mode::Exact(ExactWhy::Asked).wire_counts(None),
+            "an untraced process under --exact"
+        );
     }
 }

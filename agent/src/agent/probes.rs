@@ -22,21 +22,21 @@ pub type Plan = Vec<(&'static str, u64, PathBuf)>;
 /// What a traced process has for its handshakes: probes, or the reason it has none (its
 /// handshake CPU is then the kernel's estimate).
 pub enum Probing {
-    Probes(Probes),
+    Probes(Box<Probes>),
     Without(NoProbes),
 }
 
 impl Probing {
     pub fn probes(&self) -> Option<&Probes> {
         match self {
-            Probing::Probes(p) => Some(p),
+            Probing::Probes(p) => Some(&**p),
             Probing::Without(_) => None,
         }
     }
 
     pub fn probes_mut(&mut self) -> Option<&mut Probes> {
         match self {
-            Probing::Probes(p) => Some(p),
+            Probing::Probes(p) => Some(&mut **p),
             Probing::Without(_) => None,
         }
     }

@@ -7,16 +7,15 @@ use std::{
     time::Instant,
 };
 
-
 use super::{
     duty::Duty,
     gauges::{self, Attached},
-    ready::Ready,
-    inspect::{tls_files, HookCache, TlsFiles},
     handshakes::ProcInfo,
+    inspect::{tls_files, TlsFiles},
     mode::Mode,
     no_probes::{NoProbes, Said},
     probes::{Plan, Probes, Probing},
+    ready::Ready,
 };
 use crate::{
     bounds::Dropped,
@@ -24,11 +23,12 @@ use crate::{
     cli::RunArgs,
     cpu::Profiler,
     discovery::{
+        files::ElfFiles,
         handshake::HookMode,
         maps,
         procfs::{self, ProcStat},
         select::Selector,
-        stacks::{self, StackMemo},
+        stacks,
     },
     metrics::{Metrics, ProbeLabels, ReasonLabels},
 };
@@ -47,6 +47,14 @@ pub struct Traced {
     /// Its handshake probes, or why it has none (CPU and connections only; the kernel
     /// estimates its handshakes' CPU).
     probing: Probing,
+}
+
+/// A selected process as examined: its stat, name and memory map.
+struct Examined {
+    pid: u32,
+    st: ProcStat,
+    name: String,
+    maps: String,
 }
 
 /// A selected process with no TLS stack (yet): looked at again when its memory map grows.
@@ -93,8 +101,8 @@ pub struct Targets {
     self_pid: u32,
     traced: HashMap<u32, Traced>,
     watched: HashMap<u32, Watched>,
-    hooks_cache: HookCache,
-    stack_memo: StackMemo,
+    /// What is known of the files processes map (shared with the CPU split).
+    files: ElfFiles,
     /// Names of processes that exited lately, for events that arrive after the exit.
     recent_exits: HashMap<u32, String>,
     /// Every process name attached so far: its gauges go to 0, not away, when the last goes.
@@ -112,7 +120,7 @@ pub struct Targets {
 }
 
 impl Targets {
-    pub fn new(args: &RunArgs, mode: Mode) -> Self {
+    pub fn new(args: &RunArgs, mode: Mode, files: ElfFiles) -> Self {
         Self {
             selector: Selector::new(&args.targets),
             hooks: args.hooks,
@@ -123,8 +131,7 @@ impl Targets {
             self_pid: std::process::id(),
             traced: HashMap::new(),
             watched: HashMap::new(),
-            hooks_cache: HookCache::default(),
-            stack_memo: StackMemo::default(),
+            files,
             recent_exits: HashMap::new(),
             ever_attached: BTreeSet::new(),
             exited: Vec::new(),
@@ -181,10 +188,7 @@ impl Targets {
 
     /// What the bounds dropped since the last export: tlsprof_table_full_total.
     fn export_dropped(&mut self, m: &Metrics) {
-        self.dropped
-            .add("hook_cache", std::mem::take(&mut self.hooks_cache.evicted));
-        self.dropped
-            .add("stack_memo", std::mem::take(&mut self.stack_memo.evicted));
+        self.files.take_dropped(&mut self.dropped);
         self.dropped.export(m);
     }
 
@@ -237,13 +241,13 @@ impl Targets {
                 ..TlsFiles::default()
             }
         } else {
-            tls_files(pid, &maps, &mut self.hooks_cache, self.hooks)
+            tls_files(pid, &maps, &self.files, self.hooks)
         };
         if files.hooks.is_empty() {
             // A TLS stack without an entry point to probe (NSS, Go, a server's own), a TLS
             // library that cannot be read or has lost its symbols, or --no-handshake-probes:
             // CPU and connections, handshake CPU from the kernel.
-            if let Some(stack) = stacks::process_tls_stack(pid, &maps, &mut self.stack_memo) {
+            if let Some(stack) = stacks::process_tls_stack(pid, &maps, &self.files) {
                 self.watched.remove(&pid);
                 let (why, detail) = files.why_none.unwrap_or_else(|| {
                     let detail = format!("its TLS stack ({stack}) has no entry point tlsprof probes");
@@ -251,7 +255,7 @@ impl Targets {
                 });
                 let msg = estimated(pid, &st.comm, &format!("TLS stack {stack}, "), why);
                 self.said.say(pid, &name, why, &detail);
-                if self.track(pid, st, name, Probing::Without(why), &maps, k, prof, m) {
+                if self.track(Examined { pid, st, name, maps }, Probing::Without(why), k, prof, m) {
                     self.ready.add(msg);
                 }
                 return;
@@ -300,7 +304,7 @@ impl Targets {
                 if let Some(e) = refused {
                     log::warn!("{pid} ({}): some handshake probes refused: {e}", st.comm);
                 }
-                Probing::Probes(p)
+                Probing::Probes(Box::new(p))
             }
             (None, refused) => {
                 let e = refused.unwrap_or_default();
@@ -310,7 +314,7 @@ impl Targets {
             }
         };
         let go = probing.probes().is_some_and(Probes::go);
-        if self.track(pid, st, name, probing, &maps, k, prof, m) {
+        if self.track(Examined { pid, st, name, maps }, probing, k, prof, m) {
             // logged once everything is in place: operators read it as "ready"
             self.ready.extend(attached);
             if go {
@@ -320,17 +324,8 @@ impl Targets {
     }
 
     /// Starts following a process: forks, CPU, listening ports.
-    fn track(
-        &mut self,
-        pid: u32,
-        st: ProcStat,
-        name: String,
-        probing: Probing,
-        maps: &str,
-        k: &mut Kernel,
-        prof: &mut Profiler,
-        m: &Metrics,
-    ) -> bool {
+    fn track(&mut self, e: Examined, probing: Probing, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
+        let Examined { pid, st, name, maps } = e;
         let probed = probing.attached();
         if !k.trace(pid, !probed) {
             // the kernel's traced map is full (Kernel counts it): not attached after all
@@ -346,7 +341,7 @@ impl Targets {
                 });
             }
         }
-        prof.add(pid, &name, probed, maps);
+        prof.add(pid, &name, probed, &maps);
         prof.set_probes(pid, probed);
         self.traced.insert(
             pid,
@@ -429,7 +424,8 @@ impl Targets {
     /// Says which processes are ready (ready.rs), once their listening ports are watched
     /// too (the default mode counts handshakes there).
     pub fn say_ready(&mut self) {
-        self.ready.say(self.traced.iter().map(|(p, t)| (*p, t.name.clone())).collect());
+        self.ready
+            .say(self.traced.iter().map(|(p, t)| (*p, t.name.clone())).collect());
     }
 
     /// Removes the ready file (at exit: nothing is attached any more).
@@ -522,7 +518,11 @@ mod tests {
     use crate::cli::TargetArgs;
 
     fn targets() -> Targets {
-        Targets::new(&RunArgs::embedded(TargetArgs::default()), Mode::Default)
+        Targets::new(
+            &RunArgs::embedded(TargetArgs::default()),
+            Mode::Default,
+            ElfFiles::new(Vec::new(), false),
+        )
     }
 
     fn traced(name: &str) -> Traced {

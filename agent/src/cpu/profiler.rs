@@ -11,9 +11,10 @@ use aya::maps::{MapData, RingBuf};
 use super::{
     classify::classify,
     flame::{fold, Folded},
-    symbols::{self, FileCache, Kallsyms, Mapping, Prim},
+    symbols::{self, Kallsyms, Mapping, Prim},
     Category,
 };
+use crate::discovery::files::ElfFiles;
 use crate::{
     bounds,
     bpf::{cpu as pc, read_record},
@@ -62,7 +63,8 @@ pub struct Profiler {
     metrics: Arc<Metrics>,
     samples: RingBuf<MapData>,
     kallsyms: Option<Kallsyms>,
-    files: FileCache,
+    /// What is known of the files processes map (shared with the agent's targets).
+    files: ElfFiles,
     procs: HashMap<u32, ProcState>,
     pub folded: Option<Folded>,
     /// Libraries already exported in tlsprof_tls_library_info.
@@ -75,7 +77,7 @@ impl Profiler {
     pub fn new(
         metrics: Arc<Metrics>,
         samples: RingBuf<MapData>,
-        debug_dirs: Vec<std::path::PathBuf>,
+        files: ElfFiles,
         flamegraph: bool,
         enabled: bool,
     ) -> Self {
@@ -90,7 +92,7 @@ impl Profiler {
             metrics,
             samples,
             kallsyms,
-            files: FileCache::new(debug_dirs, flamegraph),
+            files,
             procs: HashMap::new(),
             folded: flamegraph.then(Folded::default),
             libs_exported: HashSet::new(),
@@ -115,7 +117,7 @@ impl Profiler {
                 });
             }
         }
-        let maps = self.files.mappings_in(pid, maps);
+        let maps = symbols::mappings_in(&self.files, pid, maps);
         for m in &maps {
             let Some(f) = &m.file else { continue };
             if !f.has_tls_code() {
@@ -160,7 +162,6 @@ impl Profiler {
 
     /// Mappings left without their file at the symbol cache's bound.
     fn export_dropped(&mut self) {
-        bounds::count(&self.metrics, "symbol_files", std::mem::take(&mut self.files.dropped));
         if let Some(f) = &mut self.folded {
             bounds::count(&self.metrics, "flame_stacks", std::mem::take(&mut f.dropped));
         }
@@ -215,7 +216,7 @@ impl Profiler {
         // A leaf outside every known mapping: the process mapped new code (dlopen, JIT).
         if let Some(&ip) = s.user_frames().first() {
             if symbols::find(&st.maps, ip).is_none() && st.maps_read.elapsed() > Duration::from_secs(1) {
-                if let Ok(m) = self.files.mappings(s.tgid) {
+                if let Ok(m) = symbols::mappings(&self.files, s.tgid) {
                     st.maps = m;
                 }
                 st.maps_read = Instant::now();

@@ -6,6 +6,7 @@
 pub mod elf;
 #[cfg(test)]
 pub(crate) mod elf_fuzz;
+pub mod files;
 #[cfg(test)]
 mod fuzz;
 pub mod gopclntab;

@@ -1,10 +1,12 @@
 //! Which TLS stack a process carries: a TLS library it maps (by name), or TLS code linked
 //! into its executable (found by symbols).
-use std::{collections::HashMap, path::Path};
+use std::path::Path;
 
 pub use super::basename;
-use super::elf::FileSyms;
-use crate::bounds;
+use super::{
+    elf::FileSyms,
+    files::{ElfFiles, FileKey},
+};
 
 /// Library file names that are TLS protocol stacks (a process mapping one has TLS).
 const TLS_STACKS: &[(&str, &str)] = &[
@@ -57,42 +59,16 @@ pub fn is_tls_code_library(path: &str) -> bool {
     stack_of_library(path).is_some() || TLS_CODE.iter().any(|lib| lib_matches(base, lib))
 }
 
-/// Executables whose TLS stack is remembered, at most; beyond, an arbitrary one is
-/// forgotten (read again if needed), counted by the owner:
-/// tlsprof_table_full_total{table="stack_memo"}.
-pub const MAX_STACK_MEMO: usize = 4096;
-
-/// Which TLS stack each executable carries, by (device, inode), so that a process is
-/// examined without re-reading its executable's symbols.
-#[derive(Default)]
-pub struct StackMemo {
-    exes: HashMap<(u64, u64), Option<&'static str>>,
-    /// Entries forgotten at the bound, not exported yet.
-    pub evicted: u64,
-}
-
-impl StackMemo {
-    /// What is remembered of an executable, else what `read` says of it, remembered within
-    /// MAX_STACK_MEMO.
-    fn get_or_read(&mut self, key: (u64, u64), read: impl FnOnce() -> Option<&'static str>) -> Option<&'static str> {
-        if let Some(s) = self.exes.get(&key) {
-            return *s;
-        }
-        self.evicted += bounds::make_room(&mut self.exes, MAX_STACK_MEMO);
-        *self.exes.entry(key).or_insert_with(read)
-    }
-}
-
 /// The TLS stack a process carries: a TLS library it maps (by name), else TLS code linked
-/// into its executable (OpenSSL or mbed TLS found by symbols, Go's crypto/tls).
-pub fn process_tls_stack(pid: u32, maps: &str, memo: &mut StackMemo) -> Option<&'static str> {
-    use std::os::unix::fs::MetadataExt as _;
+/// into its executable (OpenSSL or mbed TLS found by symbols, Go's crypto/tls), as `files`
+/// knows it or reads it (`maps`: its memory map).
+pub fn process_tls_stack(pid: u32, maps: &str, files: &ElfFiles) -> Option<&'static str> {
     if let Some(s) = super::maps::files(maps).iter().find_map(|p| stack_of_library(p)) {
         return Some(s);
     }
     let exe = format!("/proc/{pid}/exe");
     let md = std::fs::metadata(&exe).ok()?;
-    memo.get_or_read((md.dev(), md.ino()), || {
+    files.stack(FileKey::of(&md), || {
         let path = std::fs::read_link(&exe).ok()?;
         FileSyms::load(&path.to_string_lossy(), Path::new(&exe), &[], false)?.stack
     })
@@ -101,18 +77,6 @@ pub fn process_tls_stack(pid: u32, maps: &str, memo: &mut StackMemo) -> Option<&
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_memo_is_bounded() {
-        let mut memo = StackMemo::default();
-        for i in 0..MAX_STACK_MEMO as u64 + 10 {
-            assert_eq!(memo.get_or_read((1, i), || Some("openssl")), Some("openssl"));
-        }
-        assert_eq!((memo.exes.len(), memo.evicted), (MAX_STACK_MEMO, 10));
-        // remembered: not read again
-        let last = (1, MAX_STACK_MEMO as u64 + 9);
-        assert_eq!(memo.get_or_read(last, || panic!("read again")), Some("openssl"));
-    }
 
     #[test]
     fn library_names() {

@@ -19,6 +19,8 @@ use std::{
 use object::{Object, ObjectSegment, ObjectSymbol};
 use thiserror::Error;
 
+use super::files::{FileKey, Hooks, HooksFailure};
+
 mod entry;
 pub mod gnutls;
 pub mod gotls;
@@ -183,8 +185,10 @@ pub struct Candidate {
     pub path: String,
     /// Path the agent opens and attaches to.
     pub host_path: PathBuf,
-    /// (device, inode, size, mtime): the cache key for ELF analysis.
-    pub identity: (u64, u64, u64, i64),
+    /// The file, as discovery/files.rs knows it.
+    pub file: FileKey,
+    /// Its (size, mtime): a file rewritten in place is analysed again.
+    pub version: (u64, i64),
 }
 
 /// A TLS library file a process maps that the agent could not open: its name, and why.
@@ -199,7 +203,8 @@ fn candidate(path: &str, host_path: PathBuf) -> io::Result<Candidate> {
     Ok(Candidate {
         path: path.to_string(),
         host_path,
-        identity: (md.dev(), md.ino(), md.size(), md.mtime()),
+        file: FileKey::of(&md),
+        version: (md.size(), md.mtime()),
     })
 }
 
@@ -214,7 +219,7 @@ fn mapped_library(pid: u32, m: &super::maps::MapEntry, name: &str) -> Result<Can
     };
     let by_name = PathBuf::from(format!("/proc/{pid}/root{name}"));
     if !m.deleted() {
-        if let Some(c) = candidate(name, by_name).ok().filter(|c| c.identity.1 == m.inode) {
+        if let Some(c) = candidate(name, by_name).ok().filter(|c| c.file.ino() == m.inode) {
             return Ok(c);
         }
     }
@@ -376,6 +381,17 @@ pub fn handshake_hooks(path: &Path, mode: HookMode) -> Result<Vec<HandshakeHooks
     })?;
     let image = Image::parse(&map).map_err(|source| ElfError::Parse { path: shown, source })?;
     Ok(image.hooks(mode))
+}
+
+/// A file's hooks as discovery/files.rs keeps them: the failure's kind and message.
+pub fn read_hooks(path: &Path, mode: HookMode) -> Hooks {
+    handshake_hooks(path, mode).map_err(|e| {
+        let kind = match e {
+            ElfError::Open { .. } => HooksFailure::Unreadable,
+            ElfError::Parse { .. } => HooksFailure::Unparsable,
+        };
+        (kind, e.to_string())
+    })
 }
 
 /// Test helper: the hooks found in an installed file, None when it is not installed.
