@@ -101,8 +101,11 @@ where
         if !series.contains(&labels) {
             series.insert(labels.clone());
         }
+        // Created under the lock, so that the list and the family agree (a `remove`
+        // between the two would leave a series out of the list).
+        let m = self.family.get_or_create(&labels);
         drop(series);
-        self.family.get_or_create(&labels)
+        m
     }
 
     /// Whether the series of `labels` exists (as given, not folded).
@@ -136,7 +139,30 @@ where
 
 #[cfg(test)]
 mod tests {
-    use crate::metrics::{ClosedByLabels, Metrics};
+    use crate::metrics::{ClosedByLabels, Metrics, PortLabels};
+
+    #[test]
+    fn lists_its_series() {
+        let m = Metrics::with_max_series(2);
+        let port = |p: &str| PortLabels {
+            comm: "nginx".into(),
+            port: p.into(),
+        };
+        for p in ["1", "2", "3", "2"] {
+            m.time_wait.get_or_create(&port(p)).inc();
+        }
+        let list = || {
+            let mut seen = Vec::new();
+            m.time_wait
+                .each(|l, c| seen.push((l.comm.clone(), l.port.clone(), c.get())));
+            seen.sort();
+            seen
+        };
+        let s = |a: &str, b: &str, n| (a.to_string(), b.to_string(), n);
+        assert_eq!(list(), [s("nginx", "1", 1), s("nginx", "2", 2), s("other", "other", 1)]);
+        assert!(m.time_wait.remove(&port("1")));
+        assert_eq!(list(), [s("nginx", "2", 2), s("other", "other", 1)]);
+    }
 
     #[test]
     fn folds_past_the_cap_and_counts() {
