@@ -387,6 +387,12 @@ def test_top_and_report_read_the_https_endpoint(pki, tmp_path):
             rogue = ["--cert-file", str(pki / "rogue.crt"), "--key-file", str(pki / "rogue.key")]
             assert "does it need a client certificate" in fails("--url", url, *tls[:2], *rogue)
             assert "is it https://?" in fails("--url", bare.replace("https:", "http:"))
+            assert "not valid for this host name (--server-name)" in fails("--url", url, *tls, "--server-name",
+                                                                           "elsewhere.example")
+            # the name checked is --server-name's, not the URL's host (the certificate has localhost)
+            r = subprocess.run([str(TLSPROF), "top", "--once", "--interval", "0.2", "--url", url, *tls,
+                                "--server-name", "localhost"], capture_output=True, text=True, timeout=30)
+            assert r.returncode == 0 and "tlsprof top:" in r.stdout, r.stderr
             # each refusal counted by the agent: the two 401s, the three refused handshakes
             assert refused(agent, "unauthorized") >= 2 and refused(agent, "tls") >= 3
     finally:
