@@ -4,6 +4,7 @@ a second or grow the agent past its bounds; TLS with client certificates and bas
 through --web.config.file, accepted and refused, by curl and by a real Prometheus."""
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.agent import Agent, run_tlsprof
+from harness.agent import TLSPROF, Agent, run_tlsprof
+from harness.clients import keepalive_connections
 from harness.metrics import parse_metrics, value
 from harness.procs import wait_for
 from harness.servers import Nginx
@@ -234,7 +236,7 @@ def client_context(pki: Path, cert: str | None = "client") -> ssl.SSLContext:
 
 
 @contextmanager
-def secured_agent(pki: Path, client_auth: str = "RequireAndVerifyClientCert"):
+def secured_agent(pki: Path, client_auth: str = "RequireAndVerifyClientCert", args: tuple = ()):
     cfg = pki / "web.yml"
     cfg.write_text(
         "tls_server_config:\n"
@@ -242,7 +244,7 @@ def secured_agent(pki: Path, client_auth: str = "RequireAndVerifyClientCert"):
         f"  client_auth_type: {client_auth}\n  client_ca_file: ca.crt\n"
         f"basic_auth_users:\n  alice: '{bcrypt_hash('wonderland')}'\n"
     )
-    agent = Agent("--web.config.file", str(cfg), ssl_context=client_context(pki), auth=("alice", "wonderland"))
+    agent = Agent("--web.config.file", str(cfg), *args, ssl_context=client_context(pki), auth=("alice", "wonderland"))
     try:
         yield agent
     finally:
@@ -312,6 +314,89 @@ def test_prometheus_scrapes_through_the_web_config(pki, tmp_path):
         finally:
             good.stop()
             bad.stop()
+
+
+def top_row(out: str, first: str) -> list[str]:
+    """The cells of the line of `tlsprof top --once` output that starts with `first`."""
+    return next((line.split() for line in out.splitlines() if line.split()[:1] == [first]), [])
+
+
+@pytest.mark.skipif(not shutil.which("htpasswd"), reason="htpasswd (apache2-utils) not installed")
+def test_top_and_report_read_the_https_endpoint(pki, tmp_path):
+    """`top --url` and `report --url` read an agent served as the Kubernetes DaemonSet
+    serves it (TLS, a client CA, basic auth) with what a Prometheus scrape configuration
+    gives (a CA file, a client certificate and key, basic auth from the URL or the flags),
+    and count what the client did; a wrong password, a missing CA or client certificate,
+    plain HTTP on the TLS port each give one line and a non-zero exit."""
+    n = Nginx(tmp_path / "n")
+    tls = ["--ca-file", str(pki / "ca.crt"), "--cert-file", str(pki / "client.crt"),
+           "--key-file", str(pki / "client.key")]
+    try:
+        with secured_agent(pki, args=("--pid", str(n.pid))) as agent:
+            agent.wait_attached([n.pid])
+            url = f"https://alice:wonderland@127.0.0.1:{agent.port}/metrics"
+            p = subprocess.Popen([str(TLSPROF), "top", "--once", "--interval", "3", "--comm", "nginx",
+                                  "--url", url, *tls], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            line = p.stderr.readline()
+            assert "measuring" in line, line + p.stderr.read()
+            c = keepalive_connections(n.port, 30, 4, end="close")
+            out, err = p.communicate(timeout=30)
+            assert p.returncode == 0, err
+            assert c == {"requests": 120, "connections": 30, "failed": 0}
+            window = float(out.split(" s window")[0].rsplit(" ", 1)[1])
+            r = top_row(out, "nginx")
+            assert r and abs(float(r[1]) * window - 30) < 0.5 and r[10] == "4.0", out
+            port = top_row(out, str(n.port))
+            assert port and abs(float(port[1]) * window - 30) < 0.5 and port[6] == "100%", out
+
+            # report: the user from --username, the password from a file, curl's flag names
+            password = tmp_path / "password"
+            password.write_text("wonderland\n")
+            report = tmp_path / "report.json"
+            p = subprocess.Popen([str(TLSPROF), "report", "--comm", "nginx", "--seconds", "60", "--until-eof",
+                                  "--no-calibrate", "-o", str(tmp_path / "report.md"), "--json", str(report),
+                                  "--url", f"https://127.0.0.1:{agent.port}/metrics", "--ca-file", str(pki / "ca.crt"),
+                                  "--cert", str(pki / "client.crt"), "--key", str(pki / "client.key"),
+                                  "--username", "alice", "--password-file", str(password)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            seen = ""
+            while "observing" not in seen:
+                line = p.stderr.readline()
+                assert line, seen + p.communicate(timeout=30)[1]
+                seen += line
+            c = keepalive_connections(n.port, 25, 2, end="close")
+            _, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err
+            assert c == {"requests": 50, "connections": 25, "failed": 0}
+            nginx = next(x for x in json.loads(report.read_text())["processes"] if x["comm"] == "nginx")
+            assert nginx["full"] + nginx["resumed"] == 25, nginx
+
+            def fails(*args: str) -> str:
+                r = subprocess.run([str(TLSPROF), "top", "--once", "--interval", "0.2", *args], capture_output=True,
+                                   text=True, timeout=30)
+                lines = r.stderr.strip().splitlines()
+                assert r.returncode != 0 and len(lines) == 1, (args, r.stderr)
+                assert "wonderland" not in lines[0] and "guess" not in lines[0], "no password in messages"
+                return lines[0]
+            bare = f"https://127.0.0.1:{agent.port}/metrics"
+            assert "the user name or password is wrong" in fails(
+                "--url", f"https://alice:guess@127.0.0.1:{agent.port}/metrics", *tls)
+            assert "it needs a user name and password" in fails("--url", bare, *tls)
+            assert "not signed by a CA tlsprof trusts (--ca-file)" in fails("--url", url, *tls[2:])
+            assert "does it need a client certificate" in fails("--url", url, *tls[:2])
+            rogue = ["--cert-file", str(pki / "rogue.crt"), "--key-file", str(pki / "rogue.key")]
+            assert "does it need a client certificate" in fails("--url", url, *tls[:2], *rogue)
+            assert "is it https://?" in fails("--url", bare.replace("https:", "http:"))
+            assert "not valid for this host name (--server-name)" in fails("--url", url, *tls, "--server-name",
+                                                                           "elsewhere.example")
+            # the name checked is --server-name's, not the URL's host (the certificate has localhost)
+            r = subprocess.run([str(TLSPROF), "top", "--once", "--interval", "0.2", "--url", url, *tls,
+                                "--server-name", "localhost"], capture_output=True, text=True, timeout=30)
+            assert r.returncode == 0 and "tlsprof top:" in r.stdout, r.stderr
+            # each refusal counted by the agent: the two 401s, the three refused handshakes
+            assert refused(agent, "unauthorized") >= 2 and refused(agent, "tls") >= 3
+    finally:
+        n.stop()
 
 
 def test_web_config_errors_are_one_line(tmp_path):

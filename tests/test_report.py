@@ -380,6 +380,9 @@ def test_bad_input():
         (["--pid", "1", "--seconds", "0"], "--seconds"),
         (["--pid", "1", "--seconds", "1", "-o", "/nonexistent/dir/r.md"], "cannot write"),
         (["--url", "http://127.0.0.1:1/metrics", "--seconds", "1"], "cannot reach"),
+        (["--url", "https://127.0.0.1:1/metrics", "--seconds", "1"], "cannot reach"),
+        (["--url", "http://127.0.0.1:1/metrics", "--ca-file", "/etc/hostname", "--seconds", "1"],
+         "--ca-file is for an https:// --url"),
     ]:
         p = subprocess.run([str(TLSPROF), "report", *args], capture_output=True, text=True, timeout=30)
         assert p.returncode != 0, args

@@ -198,3 +198,8 @@ def test_top_bad_input(tmp_path):
     p = subprocess.run([str(TLSPROF), "top", "--once", "--url", "http://127.0.0.1:1/metrics"], capture_output=True,
                        text=True, timeout=30)
     assert p.returncode != 0 and "cannot reach" in p.stderr, p.stderr
+    # --url: https:// too (tests/test_endpoint.py reads an agent through it), and nothing else
+    for url, words in [("https://127.0.0.1:1/metrics", "cannot reach"),
+                       ("ftp://127.0.0.1/metrics", "not an http:// or https:// URL")]:
+        p = subprocess.run([str(TLSPROF), "top", "--once", "--url", url], capture_output=True, text=True, timeout=30)
+        assert p.returncode != 0 and words in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

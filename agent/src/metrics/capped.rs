@@ -2,11 +2,16 @@
 //! rename itself (comm), listen on thousands of ports (port) or map a library under any
 //! file name (library). Past the cap, a new label set goes to its folded form (those labels
 //! `other`, the rest kept), counted in tlsprof_series_folded_total{metric} and said once in
-//! the log; the series already there keep counting.
+//! the log; the series already there keep counting. It lists its series, for the views to
+//! read the values in process (`each`): prometheus-client keeps a family's to its encoder.
 use std::{
+    collections::HashSet,
     hash::Hash,
     ops::Deref,
-    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Mutex,
+    },
 };
 
 use prometheus_client::metrics::{
@@ -39,7 +44,8 @@ pub struct Capped<L, M, C = fn() -> M> {
     family: Family<L, M, C>,
     name: &'static str,
     cap: usize,
-    series: AtomicUsize,
+    /// The label sets of its series (the family's keys).
+    series: Mutex<HashSet<L>>,
     warned: AtomicBool,
     folded: Family<MetricLabels, Counter>,
 }
@@ -59,7 +65,7 @@ where
             family,
             name,
             cap,
-            series: AtomicUsize::new(0),
+            series: Mutex::new(HashSet::new()),
             warned: AtomicBool::new(false),
             folded: folded.clone(),
         }
@@ -70,7 +76,8 @@ where
         if let Some(m) = self.family.get(labels) {
             return m;
         }
-        let labels = if self.series.load(Ordering::Relaxed) >= self.cap {
+        let mut series = self.series.lock().unwrap();
+        let labels = if series.len() >= self.cap && !series.contains(labels) {
             let folded = labels.folded();
             if folded != *labels {
                 self.folded
@@ -91,11 +98,14 @@ where
         } else {
             labels.clone()
         };
-        if let Some(m) = self.family.get(&labels) {
-            return m;
+        if !series.contains(&labels) {
+            series.insert(labels.clone());
         }
-        self.series.fetch_add(1, Ordering::Relaxed);
-        self.family.get_or_create(&labels)
+        // Created under the lock, so that the list and the family agree (a `remove`
+        // between the two would leave a series out of the list).
+        let m = self.family.get_or_create(&labels);
+        drop(series);
+        m
     }
 
     /// Whether the series of `labels` exists (as given, not folded).
@@ -105,23 +115,54 @@ where
 
     /// Drops a series (a gauge whose subject is gone).
     pub fn remove(&self, labels: &L) -> bool {
-        let removed = self.family.remove(labels);
-        if removed {
-            self.series.fetch_sub(1, Ordering::Relaxed);
+        let mut series = self.series.lock().unwrap();
+        series.remove(labels);
+        self.family.remove(labels)
+    }
+
+    /// Calls `f` with each series: its labels and its metric.
+    pub fn each(&self, mut f: impl FnMut(&L, &M)) {
+        let series = self.series.lock().unwrap();
+        for labels in series.iter() {
+            if let Some(m) = self.family.get(labels) {
+                f(labels, &m);
+            }
         }
-        removed
     }
 
     /// Series this metric has (the folded ones included).
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.series.load(Ordering::Relaxed)
+        self.series.lock().unwrap().len()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::metrics::{ClosedByLabels, Metrics};
+    use crate::metrics::{ClosedByLabels, Metrics, PortLabels};
+
+    #[test]
+    fn lists_its_series() {
+        let m = Metrics::with_max_series(2);
+        let port = |p: &str| PortLabels {
+            comm: "nginx".into(),
+            port: p.into(),
+        };
+        for p in ["1", "2", "3", "2"] {
+            m.time_wait.get_or_create(&port(p)).inc();
+        }
+        let list = || {
+            let mut seen = Vec::new();
+            m.time_wait
+                .each(|l, c| seen.push((l.comm.clone(), l.port.clone(), c.get())));
+            seen.sort();
+            seen
+        };
+        let s = |a: &str, b: &str, n| (a.to_string(), b.to_string(), n);
+        assert_eq!(list(), [s("nginx", "1", 1), s("nginx", "2", 2), s("other", "other", 1)]);
+        assert!(m.time_wait.remove(&port("1")));
+        assert_eq!(list(), [s("nginx", "2", 2), s("other", "other", 1)]);
+    }
 
     #[test]
     fn folds_past_the_cap_and_counts() {

@@ -1,7 +1,7 @@
 //! Every metric tlsprof exports, declared once: name, type, unit, help and label set. The
-//! exporter registers them from here (mod.rs), the views read them back by these names
-//! (views/snapshot.rs), and a test checks docs/metrics.md, the dashboards and the rules
-//! against this list.
+//! exporter registers them from here (mod.rs), the views decode a running agent's
+//! exposition by these names (views/model.rs), and a test checks docs/metrics.md, the
+//! dashboards and the rules against this list.
 use std::marker::PhantomData;
 
 use super::labels::*;

@@ -8,6 +8,12 @@ pub trait LabelNames {
     const NAMES: &'static [&'static str];
 }
 
+/// A label set made again from an exposition's labels (views/model.rs decodes with it);
+/// a label missing is empty.
+pub trait FromLabels {
+    fn from_labels(label: impl Fn(&str) -> String) -> Self;
+}
+
 macro_rules! label_set {
     ($(#[$m:meta])* $name:ident { $($field:ident),* $(,)? }) => {
         $(#[$m])*
@@ -18,6 +24,12 @@ macro_rules! label_set {
 
         impl LabelNames for $name {
             const NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
+        }
+
+        impl FromLabels for $name {
+            fn from_labels(label: impl Fn(&str) -> String) -> Self {
+                Self { $($field: label(stringify!($field))),* }
+            }
         }
 
         impl super::capped::Fold for $name {

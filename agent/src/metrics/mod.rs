@@ -1,16 +1,19 @@
 //! The metrics tlsprof exports (documented in docs/metrics.md): declared in defs.rs, their
 //! label sets in labels.rs, registered and rendered here; text.rs reads an exposition back.
+//! The views read the same structures in process (views/model.rs): the capped families list
+//! their series, and histogram.rs's histograms give their counts.
 pub mod capped;
 pub mod defs;
+pub mod histogram;
 pub mod labels;
 pub mod text;
 
 use prometheus_client::{
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::{Metric, Registry},
 };
 
-pub use self::{capped::Capped, labels::*};
+pub use self::{capped::Capped, histogram::Histogram, labels::*};
 use self::{
     defs::{Def, Unit},
     text::openmetrics_to_text,
@@ -149,7 +152,8 @@ pub struct Metrics {
     pub probe_hit_cost: Family<ProbeLabels, FGauge>,
     pub kernel_hooks: Family<HookLabels, Gauge>,
     pub table_full: Family<TableLabels, Counter>,
-    pub scan_duration: HistFamily<ScanLabels>,
+    /// Capped only to list its series for the views: its labels are tlsprof's own.
+    pub scan_duration: Capped<ScanLabels, Histogram, fn() -> Histogram>,
     pub scrapes_refused: Family<RefusalLabels, Counter>,
 }
 
@@ -231,7 +235,7 @@ impl Metrics {
             probe_hit_cost: register(&mut r, &PROBE_HIT_COST, Family::default()),
             kernel_hooks: register(&mut r, &KERNEL_HOOK_INFO, Family::default()),
             table_full: register(&mut r, &TABLE_FULL, Family::default()),
-            scan_duration: register(&mut r, &SCAN_DURATION, hist(scan_histogram)),
+            scan_duration: capped(&mut r, &SCAN_DURATION, hist(scan_histogram), usize::MAX, &folded),
             // Fed by the capped metrics, which share `folded`.
             scrapes_refused: {
                 register(&mut r, &SERIES_FOLDED, folded);

@@ -36,6 +36,7 @@ pub struct Sample {
 }
 
 impl Sample {
+    #[cfg(test)]
     pub fn label(&self, key: &str) -> &str {
         self.labels
             .iter()
@@ -114,13 +115,17 @@ fn parse_line(line: &str) -> Result<Sample> {
         let end = end.context("unterminated label set")?;
         rest = &body[end + 1..];
     }
-    let value = rest.split_whitespace().next().context("no value")?;
-    let value = match value {
+    let value = parse_value(rest.split_whitespace().next().context("no value")?)?;
+    Ok(Sample { name, labels, value })
+}
+
+/// A sample's value, or a bucket's `le`.
+pub fn parse_value(v: &str) -> Result<f64> {
+    Ok(match v {
         "+Inf" => f64::INFINITY,
         "-Inf" => f64::NEG_INFINITY,
         v => v.parse::<f64>().with_context(|| format!("bad value {v}"))?,
-    };
-    Ok(Sample { name, labels, value })
+    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! The metrics `top` and `report` watch: from an agent started in this process (attached
-//! like `tlsprof run`, without an HTTP endpoint) or from a running agent's /metrics.
+//! The figures `top` and `report` watch: from an agent started in this process (attached
+//! like `tlsprof run`, without an HTTP endpoint) or from a running agent's /metrics
+//! (remote.rs).
 use std::{
     sync::{mpsc, Arc},
     thread::JoinHandle,
@@ -8,7 +9,10 @@ use std::{
 
 use anyhow::{anyhow, Context as _, Result};
 
-use super::snapshot::{Snapshot, Source};
+use super::{
+    remote::{Remote, RemoteArgs, Source},
+    snapshot::Snapshot,
+};
 use crate::{
     agent,
     cli::{RunArgs, TargetArgs},
@@ -19,10 +23,8 @@ use crate::{
 pub struct ViewArgs {
     #[command(flatten)]
     pub targets: TargetArgs,
-    /// Read a running agent's metrics (http://HOST:PORT/metrics) instead of attaching
-    /// probes from this process; --pid and --comm then filter by process name.
-    #[arg(long, value_name = "URL")]
-    pub url: Option<String>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
     /// Log what tlsprof attaches to and why (on stderr once the view is down).
     #[arg(short, long)]
     pub verbose: bool,
@@ -37,14 +39,14 @@ pub struct Live {
 
 impl Live {
     pub fn start(args: &ViewArgs) -> Result<Live> {
-        if let Some(url) = &args.url {
+        if let Some(url) = &args.remote.url {
             let mut comms = args.targets.comms.clone();
             for pid in &args.targets.pids {
                 let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
                     .with_context(|| format!("no process with pid {pid}"))?;
                 comms.push(comm.trim().to_string());
             }
-            let source = Source::remote(url)?;
+            let source = Source::Remote(Remote::new(url, &args.remote)?);
             source.fetch()?;
             return Ok(Live {
                 source,

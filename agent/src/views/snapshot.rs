@@ -1,146 +1,43 @@
-//! What `tlsprof top` and `tlsprof report` read: the agent's own metrics (from the agent
-//! running in this process, or from a running agent's /metrics), taken twice and turned
-//! into per-process rates over the time between.
+//! Two readings of the agent's figures (model.rs) turned into what happened between them,
+//! per process name: the window `top` and `report` show.
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::{Read as _, Write as _},
-    net::{TcpStream, ToSocketAddrs as _},
-    sync::Arc,
-    time::{Duration, Instant},
+    time::Instant,
 };
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::Result;
 
-use crate::metrics::{
-    defs,
-    text::{parse, Sample},
-    Metrics,
+use super::{
+    model::{ConfigKey, Figures, ProcFigures},
+    remote::Source,
 };
+use crate::metrics::histogram::HistogramValue;
 
-/// Where the metrics come from.
-pub enum Source {
-    /// The agent running in this process.
-    Local(Arc<Metrics>),
-    /// A running agent's /metrics endpoint (http://host:port/metrics).
-    Remote { host: String, port: u16, path: String },
-}
-
-impl Source {
-    pub fn remote(url: &str) -> Result<Self> {
-        let rest = url
-            .strip_prefix("http://")
-            .with_context(|| format!("{url}: only http:// URLs are read (the agent serves plain HTTP)"))?;
-        let (hostport, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], rest[i..].to_string()),
-            None => (rest, "/metrics".to_string()),
-        };
-        let (host, port) = match hostport.rsplit_once(':') {
-            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
-                h.to_string(),
-                p.parse::<u16>().with_context(|| format!("{url}: bad port"))?,
-            ),
-            _ => (hostport.to_string(), 80),
-        };
-        Ok(Source::Remote { host, port, path })
-    }
-
-    pub fn fetch(&self) -> Result<Vec<Sample>> {
-        match self {
-            Source::Local(m) => parse(&m.render_text()),
-            Source::Remote { host, port, path } => {
-                let h = host.trim_start_matches('[').trim_end_matches(']');
-                let addr = (h, *port)
-                    .to_socket_addrs()
-                    .with_context(|| format!("cannot resolve {host}"))?
-                    .next()
-                    .with_context(|| format!("cannot resolve {host}"))?;
-                let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-                    .with_context(|| format!("cannot reach the agent at http://{host}:{port}{path}"))?;
-                s.set_read_timeout(Some(Duration::from_secs(5)))?;
-                s.set_write_timeout(Some(Duration::from_secs(5)))?;
-                write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: text/plain\r\n\r\n")?;
-                let mut body = Vec::new();
-                s.take(256 << 20).read_to_end(&mut body)?;
-                let text = String::from_utf8_lossy(&body);
-                let (head, body) = text.split_once("\r\n\r\n").context("no HTTP response")?;
-                let status = head.lines().next().unwrap_or("");
-                if status.split_whitespace().nth(1) != Some("200") {
-                    bail!("http://{host}:{port}{path} answered {status}");
-                }
-                let samples = parse(body)?;
-                if !samples.iter().any(|s| s.name.starts_with("tlsprof_")) {
-                    bail!("http://{host}:{port}{path} has no tlsprof metrics");
-                }
-                Ok(samples)
-            }
-        }
-    }
-}
-
-/// A series: its name and labels.
-type SeriesKey<'a> = (&'a str, Vec<(&'a str, &'a str)>);
-/// A negotiated configuration: version, cipher, group, cert, resumed.
-type ConfigKey = (String, String, String, String, bool);
-
-/// The metrics at one moment.
+/// The agent's figures at one moment.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     pub at: Instant,
-    pub samples: Vec<Sample>,
+    pub figures: Figures,
 }
 
 impl Snapshot {
     pub fn take(source: &Source) -> Result<Self> {
         Ok(Snapshot {
             at: Instant::now(),
-            samples: source.fetch()?,
+            figures: source.fetch()?,
         })
     }
 
-    /// The sum of the counters that move while connections come and go (handshakes,
-    /// connections accepted and ended, exchanges): the same in two snapshots when nothing
-    /// happened between them.
+    /// The sum of the counters that move while connections come and go: the same in two
+    /// snapshots when nothing happened between them.
     pub fn activity(&self) -> f64 {
-        let moving = [
-            defs::HANDSHAKES.name,
-            defs::TCP_CONNECTIONS_ACCEPTED.name,
-            defs::TCP_CONNECTIONS.name,
-            defs::EXCHANGES.name,
-        ];
-        self.samples
-            .iter()
-            .filter(|s| defs::of_sample(&s.name).is_some_and(|d| moving.contains(&d.name)))
-            .map(|s| s.value)
-            .sum()
+        self.figures.activity
     }
 
     /// How many scans of /proc the agent had completed: its clock for what it counts per
     /// scan.
     pub fn scans(&self) -> f64 {
-        self.samples
-            .iter()
-            .filter(|s| {
-                defs::of_sample(&s.name).is_some_and(|d| d.name == defs::SCAN_DURATION.name)
-                    && s.name.ends_with("_count")
-                    && s.label("scan") == "processes"
-            })
-            .map(|s| s.value)
-            .sum()
-    }
-
-    fn index(&self) -> BTreeMap<SeriesKey<'_>, f64> {
-        self.samples
-            .iter()
-            .map(|s| {
-                (
-                    (
-                        s.name.as_str(),
-                        s.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
-                    ),
-                    s.value,
-                )
-            })
-            .collect()
+        self.figures.scans
     }
 }
 
@@ -179,7 +76,6 @@ impl Config {
 /// Connections of one listening port in a window.
 #[derive(Debug, Clone, Default)]
 pub struct Port {
-    pub accepted: f64,
     /// Ended connections by who closed first (server, client, reset).
     pub closed_by: BTreeMap<String, f64>,
     pub time_wait: f64,
@@ -260,15 +156,12 @@ pub const TLS_CATEGORIES: [&str; 3] = ["handshake", "crypto", "tls_library"];
 #[derive(Debug, Clone, Default)]
 pub struct Proc {
     pub comm: String,
-    pub attached: f64,
     pub full: f64,
     pub resumed: f64,
     pub failed: f64,
     pub process_cpu: f64,
     /// CPU seconds by category (handshake, crypto, tls_library, kernel_net, probes, other).
     pub cpu: BTreeMap<String, f64>,
-    /// CPU seconds in TLS code by crypto primitive.
-    pub crypto: BTreeMap<String, f64>,
     pub configs: Vec<Config>,
     pub ports: BTreeMap<String, Port>,
     /// TLS libraries the process maps: (library, symbols).
@@ -355,164 +248,124 @@ pub fn wanted(comms: &[String], comm: &str) -> bool {
     comms.is_empty() || comms.iter().any(|c| c == comm)
 }
 
-/// Adds an increase to a figure kept by a label's value.
-fn add(by: &mut BTreeMap<String, f64>, key: &str, d: f64) {
-    *by.entry(key.into()).or_default() += d;
+/// A counter's increase: a series new since the window began counts from zero, and a
+/// reset (the agent restarted) counts from zero again.
+fn inc(now: f64, before: f64) -> f64 {
+    if now >= before {
+        now - before
+    } else {
+        now
+    }
 }
 
-/// The configuration a handshake series' labels name, in a process's table.
-fn config<'a>(
-    configs: &'a mut BTreeMap<String, BTreeMap<ConfigKey, Config>>,
-    comm: &str,
-    s: &Sample,
-) -> &'a mut Config {
-    let key = (
-        s.label("version").to_string(),
-        s.label("cipher").to_string(),
-        s.label("group").to_string(),
-        s.label("cert").to_string(),
-        s.label("resumed") == "true",
-    );
-    configs
-        .entry(comm.to_string())
-        .or_default()
-        .entry(key.clone())
-        .or_insert_with(|| Config {
-            version: key.0,
-            cipher: key.1,
-            group: key.2,
-            cert: key.3,
-            resumed: key.4,
-            ..Default::default()
+/// The increases of the counters kept by a label's value.
+fn incs(now: &BTreeMap<String, f64>, before: Option<&BTreeMap<String, f64>>) -> BTreeMap<String, f64> {
+    now.iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                inc(*v, before.and_then(|b| b.get(k)).copied().unwrap_or(0.0)),
+            )
         })
+        .collect()
+}
+
+/// A histogram's increase: (sum, count, buckets by upper bound).
+fn hist_inc(now: &HistogramValue, before: Option<&HistogramValue>) -> (f64, f64, Vec<(f64, f64)>) {
+    let b = before.cloned().unwrap_or_default();
+    let buckets = now
+        .buckets
+        .iter()
+        .map(|&(le, n)| {
+            let old = b.buckets.iter().find(|(l, _)| *l == le).map_or(0.0, |(_, o)| *o);
+            (le, inc(n, old))
+        })
+        .collect();
+    (inc(now.sum, b.sum), inc(now.count, b.count), buckets)
+}
+
+/// The configuration a handshake series names, in a process's table.
+fn config<'a>(configs: &'a mut BTreeMap<ConfigKey, Config>, key: &ConfigKey) -> &'a mut Config {
+    configs.entry(key.clone()).or_insert_with(|| Config {
+        version: key.0.clone(),
+        cipher: key.1.clone(),
+        group: key.2.clone(),
+        cert: key.3.clone(),
+        resumed: key.4,
+        ..Default::default()
+    })
+}
+
+impl Proc {
+    /// What one process name did between two readings of its figures.
+    fn between(comm: &str, a: Option<&ProcFigures>, b: &ProcFigures, tw_sockets: &BTreeMap<String, f64>) -> Proc {
+        let mut p = Proc {
+            comm: comm.to_string(),
+            cpu_methods: b.cpu_methods.clone(),
+            libraries: b.libraries.clone(),
+            process_cpu: inc(b.process_cpu, a.map_or(0.0, |a| a.process_cpu)),
+            cpu: incs(&b.cpu, a.map(|a| &a.cpu)),
+            ..Default::default()
+        };
+        let mut configs = BTreeMap::new();
+        for (key, &n) in &b.handshakes {
+            let d = inc(n, a.and_then(|a| a.handshakes.get(key)).copied().unwrap_or(0.0));
+            let (result, cfg) = key;
+            match (result.as_str(), cfg.4) {
+                ("ok", true) => p.resumed += d,
+                ("ok", false) => p.full += d,
+                _ => p.failed += d,
+            }
+            if result == "ok" {
+                config(&mut configs, cfg).handshakes += d;
+            }
+        }
+        for (key, &(timed, cpu)) in &b.handshake_cpu {
+            let (t0, c0) = a.and_then(|a| a.handshake_cpu.get(key)).copied().unwrap_or_default();
+            let c = config(&mut configs, key);
+            c.timed += inc(timed, t0);
+            c.cpu += inc(cpu, c0);
+        }
+        p.configs = configs
+            .into_values()
+            .filter(|c| c.handshakes > 0.0 || c.timed > 0.0)
+            .collect();
+        for (port, now) in &b.ports {
+            let before = a.and_then(|a| a.ports.get(port));
+            let old = |f: fn(&super::model::PortFigures) -> f64| before.map_or(0.0, f);
+            let (lifetime_sum, lifetime_count, _) = hist_inc(&now.lifetime, before.map(|b| &b.lifetime));
+            let (requests, ended, request_buckets) = hist_inc(&now.requests, before.map(|b| &b.requests));
+            p.ports.insert(
+                port.clone(),
+                Port {
+                    closed_by: incs(&now.closed_by, before.map(|b| &b.closed_by)),
+                    time_wait: inc(now.time_wait, old(|b| b.time_wait)),
+                    time_wait_sockets: tw_sockets.get(port).copied().unwrap_or(0.0),
+                    requests,
+                    ended,
+                    exchanges: inc(now.exchanges, old(|b| b.exchanges)),
+                    request_buckets,
+                    protocols: incs(&now.protocols, before.map(|b| &b.protocols)),
+                    lifetime_sum,
+                    lifetime_count,
+                },
+            );
+        }
+        p
+    }
 }
 
 impl Window {
     pub fn between(a: &Snapshot, b: &Snapshot, comms: &[String]) -> Window {
         let seconds = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
-        let before = a.index();
-        // A counter's increase: a series new since `a` counts from zero, and a reset
-        // (the agent restarted) counts from zero again.
-        let delta = |s: &Sample| -> f64 {
-            let key = (
-                s.name.as_str(),
-                s.labels
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_str()))
-                    .collect::<Vec<_>>(),
-            );
-            match before.get(&key) {
-                Some(&old) if s.value >= old => s.value - old,
-                _ => s.value,
-            }
-        };
-        let mut procs: BTreeMap<String, Proc> = BTreeMap::new();
-        let mut tw_sockets: BTreeMap<String, f64> = BTreeMap::new();
-        let mut configs: BTreeMap<String, BTreeMap<ConfigKey, Config>> = BTreeMap::new();
-        for s in &b.samples {
-            let Some(d) = defs::of_sample(&s.name) else { continue };
-            let comm = s.label("comm");
-            if d.name == defs::TCP_TIME_WAIT_SOCKETS.name {
-                *tw_sockets.entry(s.label("port").to_string()).or_default() += s.value;
-                continue;
-            }
-            if comm.is_empty() || !wanted(comms, comm) {
-                continue;
-            }
-            let p = procs.entry(comm.to_string()).or_insert_with(|| Proc {
-                comm: comm.to_string(),
-                ..Default::default()
-            });
-            let port = || s.label("port").to_string();
-            let is = |def: &defs::Spec| d.name == def.name;
-            let series = |suffix: &str| s.name == d.series(suffix);
-            if is(&defs::ATTACHED_PROCESSES) {
-                p.attached = s.value;
-            } else if is(&defs::HANDSHAKE_CPU_METHOD) {
-                if s.value > 0.0 {
-                    p.cpu_methods.insert(s.label("method").into());
-                }
-            } else if is(&defs::TLS_LIBRARY_INFO) {
-                p.libraries
-                    .insert((s.label("library").into(), s.label("symbols").into()));
-            } else if is(&defs::HANDSHAKES) && s.label("role") == "server" {
-                let d = delta(s);
-                match (s.label("result"), s.label("resumed")) {
-                    ("ok", "true") => p.resumed += d,
-                    ("ok", _) => p.full += d,
-                    _ => p.failed += d,
-                }
-                if s.label("result") == "ok" {
-                    config(&mut configs, comm, s).handshakes += d;
-                }
-            } else if is(&defs::HANDSHAKE_CPU) && s.label("role") == "server" && !series("bucket") {
-                let c = config(&mut configs, comm, s);
-                if series("sum") {
-                    c.cpu += delta(s);
-                } else {
-                    c.timed += delta(s);
-                }
-            } else if is(&defs::PROCESS_CPU) {
-                p.process_cpu += delta(s);
-            } else if is(&defs::CPU) {
-                add(&mut p.cpu, s.label("category"), delta(s));
-            } else if is(&defs::CRYPTO_CPU) {
-                add(&mut p.crypto, s.label("primitive"), delta(s));
-            } else if is(&defs::TCP_CONNECTIONS_ACCEPTED) {
-                p.ports.entry(port()).or_default().accepted += delta(s);
-            } else if is(&defs::TCP_CONNECTIONS) {
-                add(
-                    &mut p.ports.entry(port()).or_default().closed_by,
-                    s.label("closed_by"),
-                    delta(s),
-                );
-            } else if is(&defs::CONNECTION_PROTOCOLS) {
-                add(
-                    &mut p.ports.entry(port()).or_default().protocols,
-                    s.label("protocol"),
-                    delta(s),
-                );
-            } else if is(&defs::TCP_CONNECTION_DURATION) && !series("bucket") {
-                let v = p.ports.entry(port()).or_default();
-                if series("sum") {
-                    v.lifetime_sum += delta(s);
-                } else {
-                    v.lifetime_count += delta(s);
-                }
-            } else if is(&defs::EXCHANGES) {
-                p.ports.entry(port()).or_default().exchanges += delta(s);
-            } else if is(&defs::TCP_TIME_WAIT) {
-                p.ports.entry(port()).or_default().time_wait += delta(s);
-            } else if is(&defs::REQUESTS_PER_CONNECTION) {
-                let v = p.ports.entry(port()).or_default();
-                if series("sum") {
-                    v.requests += delta(s);
-                } else if series("count") {
-                    v.ended += delta(s);
-                } else {
-                    let le = s.label("le").parse::<f64>().unwrap_or(f64::INFINITY);
-                    v.request_buckets.push((le, delta(s)));
-                }
-            }
-        }
-        for (comm, cs) in configs {
-            if let Some(p) = procs.get_mut(&comm) {
-                p.configs = cs
-                    .into_values()
-                    .filter(|c| c.handshakes > 0.0 || c.timed > 0.0)
-                    .collect();
-            }
-        }
-        for p in procs.values_mut() {
-            for (port, v) in p.ports.iter_mut() {
-                v.time_wait_sockets = tw_sockets.get(port).copied().unwrap_or(0.0);
-                v.request_buckets.sort_by(|x, y| x.0.total_cmp(&y.0));
-            }
-        }
-        Window {
-            seconds,
-            procs: procs.into_values().collect(),
-        }
+        let procs = b
+            .figures
+            .procs
+            .iter()
+            .filter(|(comm, _)| !comm.is_empty() && wanted(comms, comm))
+            .map(|(comm, now)| Proc::between(comm, a.figures.procs.get(comm), now, &b.figures.time_wait_sockets))
+            .collect();
+        Window { seconds, procs }
     }
 
     #[cfg(test)]
@@ -527,7 +380,9 @@ mod tests {
 
     #[test]
     fn window_takes_increases_from_the_agents_own_metrics() {
-        use crate::metrics::{ClosedByLabels, ParamLabels, PortLabels};
+        use std::time::Duration;
+
+        use crate::metrics::{ClosedByLabels, Metrics, ParamLabels, PortLabels};
         let m = Metrics::new();
         let n = crate::wire::Negotiated::UNKNOWN;
         let p = ParamLabels::new("nginx", "server", &n);
@@ -535,7 +390,7 @@ mod tests {
         m.handshake_cpu.get_or_create(&p).observe(0.001);
         let a = Snapshot {
             at: Instant::now(),
-            samples: parse(&m.render_text()).unwrap(),
+            figures: Figures::of(&m),
         };
         m.handshakes.get_or_create(&p.with_result("ok")).inc_by(4);
         m.handshakes.get_or_create(&p.with_result("failed")).inc_by(2);
@@ -558,7 +413,7 @@ mod tests {
             .inc_by(3);
         let b = Snapshot {
             at: a.at + Duration::from_secs(2),
-            samples: parse(&m.render_text()).unwrap(),
+            figures: Figures::of(&m),
         };
         let w = Window::between(&a, &b, &[]);
         assert_eq!(w.seconds, 2.0);

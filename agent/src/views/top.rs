@@ -463,7 +463,6 @@ mod tests {
         p.ports.insert(
             "65535".into(),
             Port {
-                accepted: 99999.0,
                 time_wait: 99999.0,
                 ..Default::default()
             },

@@ -1,0 +1,474 @@
+//! The typed model between the agent and its views: what `top` and `report` read of the
+//! agent's metrics at one moment, per process name and listening port, cumulative as the
+//! counters are (snapshot.rs turns two into a window). It is filled from the agent's own
+//! structures in process (`Figures::of`: the families and histograms the exporter renders,
+//! not their text), or from a running agent's exposition, decoded once (`Figures::decode`).
+//! Both go through `read!` below, the one table of which metric feeds which figure.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use anyhow::{bail, Result};
+use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
+
+use crate::metrics::{
+    defs::{self, Kind},
+    histogram::{Histogram, HistogramValue},
+    labels::*,
+    text, FGauge, Metrics,
+};
+
+/// A negotiated configuration: version, cipher, group, cert, resumed.
+pub type ConfigKey = (String, String, String, String, bool);
+
+/// The agent's figures at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Figures {
+    pub procs: BTreeMap<String, ProcFigures>,
+    /// Sockets in TIME_WAIT now, by local port (a gauge).
+    pub time_wait_sockets: BTreeMap<String, f64>,
+    /// Scans of /proc the agent has completed: its clock for what it counts per scan.
+    pub scans: f64,
+    /// The sum of the counters that move while connections come and go (handshakes of
+    /// either role, connections accepted and ended, exchanges): the same at two moments
+    /// when nothing happened between them.
+    pub activity: f64,
+}
+
+/// One process name's figures (its series of every metric the views read).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcFigures {
+    /// How its handshakes' CPU is measured now: `probes`, `kernel_estimate`.
+    pub cpu_methods: BTreeSet<String>,
+    /// TLS libraries it maps: (library, symbols).
+    pub libraries: BTreeSet<(String, String)>,
+    /// Server handshakes by result (`ok`, `failed`) and negotiated configuration.
+    pub handshakes: BTreeMap<(String, ConfigKey), f64>,
+    /// Server handshakes timed, and their summed CPU seconds, by configuration.
+    pub handshake_cpu: BTreeMap<ConfigKey, (f64, f64)>,
+    pub process_cpu: f64,
+    /// CPU seconds by category (handshake, crypto, tls_library, kernel_net, probes, other).
+    pub cpu: BTreeMap<String, f64>,
+    pub ports: BTreeMap<String, PortFigures>,
+}
+
+/// One listening port's figures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PortFigures {
+    /// Ended connections by who closed first (server, client, reset).
+    pub closed_by: BTreeMap<String, f64>,
+    /// TLS handshakes by the application protocol the server chose.
+    pub protocols: BTreeMap<String, f64>,
+    pub exchanges: f64,
+    pub time_wait: f64,
+    /// Lifetime of the connections that ended, in seconds.
+    pub lifetime: HistogramValue,
+    /// Exchanges carried by the connections that ended.
+    pub requests: HistogramValue,
+}
+
+/// A metric's value as the model takes it: a counter's or gauge's as f64, a histogram's
+/// whole.
+pub trait Value {
+    type Out;
+    fn value(&self) -> Self::Out;
+}
+
+impl Value for Counter {
+    type Out = f64;
+    fn value(&self) -> f64 {
+        self.get() as f64
+    }
+}
+
+impl Value for Counter<f64> {
+    type Out = f64;
+    fn value(&self) -> f64 {
+        self.get()
+    }
+}
+
+impl Value for Gauge {
+    type Out = f64;
+    fn value(&self) -> f64 {
+        self.get() as f64
+    }
+}
+
+impl Value for FGauge {
+    type Out = f64;
+    fn value(&self) -> f64 {
+        self.get()
+    }
+}
+
+impl Value for Histogram {
+    type Out = HistogramValue;
+    fn value(&self) -> HistogramValue {
+        self.get()
+    }
+}
+
+/// One series of an exposition, decoded: its labels (a histogram's without `le`) and its
+/// value, or a histogram's values.
+#[derive(Debug, Default)]
+struct Series {
+    labels: Labels,
+    value: f64,
+    histogram: HistogramValue,
+}
+
+impl Series {
+    fn label(&self, key: &str) -> String {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// An exposition's labels: (name, value).
+type Labels = Vec<(String, String)>;
+
+/// A decoded series' value, as the model's method for its metric takes it.
+trait FromSeries {
+    fn from_series(s: &Series) -> Self;
+}
+
+impl FromSeries for f64 {
+    fn from_series(s: &Series) -> f64 {
+        s.value
+    }
+}
+
+impl FromSeries for HistogramValue {
+    fn from_series(s: &Series) -> HistogramValue {
+        s.histogram.clone()
+    }
+}
+
+/// What the views read of each metric: the field of `Metrics` that holds it and the method
+/// of `Figures` that takes each of its series (its labels as the exporter's own label set,
+/// and its value). In process the fields' series are walked; an exposition's series are
+/// matched to the metric by name, here and nowhere else.
+macro_rules! read {
+    ($($def:ident: $field:ident => $method:ident),* $(,)?) => {
+        impl Figures {
+            /// The figures of the agent running in this process, from its own structures.
+            pub fn of(m: &Metrics) -> Figures {
+                let mut f = Figures::default();
+                $( m.$field.each(|labels, metric| f.$method(labels, metric.value())); )*
+                f
+            }
+
+            /// Gives a decoded series of the metric `spec` to the method that takes it.
+            fn take(&mut self, spec: &defs::Spec, s: &Series) {
+                $( if spec.name == defs::$def.name {
+                    return self.$method(&FromLabels::from_labels(|k| s.label(k)), FromSeries::from_series(s));
+                } )*
+            }
+        }
+    };
+}
+
+read! {
+    HANDSHAKES: handshakes => handshakes,
+    HANDSHAKE_CPU: handshake_cpu => handshake_cpu,
+    ATTACHED_PROCESSES: attached_processes => attached,
+    HANDSHAKE_CPU_METHOD: handshake_cpu_method => cpu_method,
+    TLS_LIBRARY_INFO: tls_library => library,
+    PROCESS_CPU: process_cpu => process_cpu,
+    CPU: cpu => cpu,
+    TCP_CONNECTIONS_ACCEPTED: connections_accepted => accepted,
+    TCP_CONNECTIONS: connections => closed,
+    CONNECTION_PROTOCOLS: protocols => protocol,
+    TCP_CONNECTION_DURATION: connection_duration => lifetime,
+    EXCHANGES: exchanges => exchanges,
+    TCP_TIME_WAIT: time_wait => time_wait,
+    TCP_TIME_WAIT_SOCKETS: time_wait_sockets => time_wait_sockets,
+    REQUESTS_PER_CONNECTION: requests_per_connection => requests,
+    SCAN_DURATION: scan_duration => scan,
+}
+
+fn config_key(version: &str, cipher: &str, group: &str, cert: &str, resumed: &str) -> ConfigKey {
+    (
+        version.into(),
+        cipher.into(),
+        group.into(),
+        cert.into(),
+        resumed == "true",
+    )
+}
+
+fn add(by: &mut BTreeMap<String, f64>, key: &str, v: f64) {
+    *by.entry(key.into()).or_default() += v;
+}
+
+/// The methods `read!` names: each takes one series of its metric.
+impl Figures {
+    fn proc(&mut self, comm: &str) -> &mut ProcFigures {
+        self.procs.entry(comm.into()).or_default()
+    }
+
+    fn port(&mut self, l: &PortLabels) -> &mut PortFigures {
+        self.proc(&l.comm).ports.entry(l.port.clone()).or_default()
+    }
+
+    fn handshakes(&mut self, l: &HandshakeLabels, v: f64) {
+        self.activity += v;
+        let p = self.proc(&l.comm);
+        if l.role == "server" {
+            let key = config_key(&l.version, &l.cipher, &l.group, &l.cert, &l.resumed);
+            *p.handshakes.entry((l.result.clone(), key)).or_default() += v;
+        }
+    }
+
+    fn handshake_cpu(&mut self, l: &ParamLabels, h: HistogramValue) {
+        let p = self.proc(&l.comm);
+        if l.role == "server" {
+            let key = config_key(&l.version, &l.cipher, &l.group, &l.cert, &l.resumed);
+            let c = p.handshake_cpu.entry(key).or_default();
+            c.0 += h.count;
+            c.1 += h.sum;
+        }
+    }
+
+    /// A process name attached shows before it does anything.
+    fn attached(&mut self, l: &CommLabels, _: f64) {
+        self.proc(&l.comm);
+    }
+
+    fn cpu_method(&mut self, l: &MethodLabels, v: f64) {
+        let p = self.proc(&l.comm);
+        if v > 0.0 {
+            p.cpu_methods.insert(l.method.clone());
+        }
+    }
+
+    fn library(&mut self, l: &LibraryLabels, _: f64) {
+        self.proc(&l.comm)
+            .libraries
+            .insert((l.library.clone(), l.symbols.clone()));
+    }
+
+    fn process_cpu(&mut self, l: &CommLabels, v: f64) {
+        self.proc(&l.comm).process_cpu += v;
+    }
+
+    fn cpu(&mut self, l: &CategoryLabels, v: f64) {
+        add(&mut self.proc(&l.comm).cpu, &l.category, v);
+    }
+
+    /// Connections accepted on a port (the port shows); only their activity is read.
+    fn accepted(&mut self, l: &PortLabels, v: f64) {
+        self.activity += v;
+        self.port(l);
+    }
+
+    fn closed(&mut self, l: &ClosedByLabels, v: f64) {
+        self.activity += v;
+        let port = PortLabels {
+            comm: l.comm.clone(),
+            port: l.port.clone(),
+        };
+        add(&mut self.port(&port).closed_by, &l.closed_by, v);
+    }
+
+    fn protocol(&mut self, l: &ProtocolLabels, v: f64) {
+        let port = PortLabels {
+            comm: l.comm.clone(),
+            port: l.port.clone(),
+        };
+        add(&mut self.port(&port).protocols, &l.protocol, v);
+    }
+
+    fn lifetime(&mut self, l: &PortLabels, h: HistogramValue) {
+        self.port(l).lifetime = h;
+    }
+
+    fn exchanges(&mut self, l: &PortLabels, v: f64) {
+        self.activity += v;
+        self.port(l).exchanges += v;
+    }
+
+    fn time_wait(&mut self, l: &PortLabels, v: f64) {
+        self.port(l).time_wait += v;
+    }
+
+    fn time_wait_sockets(&mut self, l: &OnlyPortLabels, v: f64) {
+        *self.time_wait_sockets.entry(l.port.clone()).or_default() += v;
+    }
+
+    fn requests(&mut self, l: &PortLabels, h: HistogramValue) {
+        self.port(l).requests = h;
+    }
+
+    fn scan(&mut self, l: &ScanLabels, h: HistogramValue) {
+        if l.scan == "processes" {
+            self.scans += h.count;
+        }
+    }
+}
+
+impl Figures {
+    /// The figures of an exposition (Prometheus text format or OpenMetrics), read once:
+    /// each sample to its metric by name, a histogram's samples gathered into one series.
+    pub fn decode(exposition: &str) -> Result<Figures> {
+        let mut series: Vec<(&'static defs::Spec, Series)> = Vec::new();
+        // A histogram's series by metric and labels, at its index in `series`.
+        let mut histograms: HashMap<(&'static str, Labels), usize> = HashMap::new();
+        let mut metrics = 0;
+        for s in text::parse(exposition)? {
+            let Some(spec) = defs::of_sample(&s.name) else { continue };
+            metrics += 1;
+            if spec.kind != Kind::Histogram {
+                series.push((
+                    spec,
+                    Series {
+                        labels: s.labels,
+                        value: s.value,
+                        ..Default::default()
+                    },
+                ));
+                continue;
+            }
+            let le = s.labels.iter().find(|(k, _)| k == "le").map(|(_, v)| v.clone());
+            let labels: Vec<_> = s.labels.into_iter().filter(|(k, _)| k != "le").collect();
+            let at = *histograms.entry((spec.name, labels.clone())).or_insert_with(|| {
+                series.push((
+                    spec,
+                    Series {
+                        labels,
+                        ..Default::default()
+                    },
+                ));
+                series.len() - 1
+            });
+            let h = &mut series[at].1.histogram;
+            if s.name == spec.series("sum") {
+                h.sum = s.value;
+            } else if s.name == spec.series("count") {
+                h.count = s.value;
+            } else {
+                let le = le.as_deref().map_or(Ok(f64::INFINITY), text::parse_value)?;
+                h.buckets.push((le, s.value));
+            }
+        }
+        if metrics == 0 {
+            bail!("no tlsprof metrics in it");
+        }
+        let mut f = Figures::default();
+        for (spec, mut s) in series {
+            s.histogram.buckets.sort_by(|x, y| x.0.total_cmp(&y.0));
+            f.take(spec, &s);
+        }
+        Ok(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Metrics with a series of every metric the views read, some twice.
+    pub fn busy_metrics() -> Metrics {
+        let m = Metrics::new();
+        let n = crate::wire::Negotiated::UNKNOWN;
+        for (comm, k) in [("nginx", 1), ("we ird, x", 3)] {
+            let p = ParamLabels::new(comm, "server", &n);
+            m.handshakes.get_or_create(&p.with_result("ok")).inc_by(10 * k);
+            m.handshakes.get_or_create(&p.with_result("failed")).inc_by(k);
+            m.handshakes
+                .get_or_create(&ParamLabels::new(comm, "client", &n).with_result("ok"))
+                .inc_by(7);
+            m.handshake_cpu.get_or_create(&p).observe(0.001 * k as f64);
+            m.handshake_cpu.get_or_create(&p).observe(0.0025);
+            let c = CommLabels { comm: comm.into() };
+            m.attached_processes.get_or_create(&c).set(2);
+            m.process_cpu.get_or_create(&c).inc_by(1.25);
+            m.cpu
+                .get_or_create(&CategoryLabels {
+                    comm: comm.into(),
+                    category: "handshake".into(),
+                })
+                .inc_by(0.5);
+            m.tls_library
+                .get_or_create(&LibraryLabels {
+                    comm: comm.into(),
+                    library: "libssl.so.3".into(),
+                    symbols: "full".into(),
+                })
+                .set(1);
+            let port = PortLabels {
+                comm: comm.into(),
+                port: "443".into(),
+            };
+            for r in [5.0, 5.0, 2.0] {
+                m.requests_per_connection.get_or_create(&port).observe(r);
+            }
+            m.connection_duration.get_or_create(&port).observe(0.3);
+            m.exchanges.get_or_create(&port).inc_by(12);
+            m.time_wait.get_or_create(&port).inc_by(3);
+            m.connections
+                .get_or_create(&ClosedByLabels {
+                    comm: comm.into(),
+                    port: "443".into(),
+                    closed_by: "server".into(),
+                })
+                .inc_by(3);
+        }
+        m.handshake_cpu_method
+            .get_or_create(&MethodLabels {
+                comm: "nginx".into(),
+                method: "probes".into(),
+                reason: "".into(),
+            })
+            .set(1);
+        m.time_wait_sockets
+            .get_or_create(&OnlyPortLabels { port: "443".into() })
+            .set(4);
+        m.scan_duration
+            .get_or_create(&ScanLabels {
+                scan: "processes".into(),
+            })
+            .observe(0.01);
+        m
+    }
+
+    /// The two ways into the model agree: the agent's structures read in process, and
+    /// their exposition decoded, in either format.
+    #[test]
+    fn in_process_and_decoded_figures_agree() {
+        let m = busy_metrics();
+        let f = Figures::of(&m);
+        assert_eq!(Figures::decode(&m.render_text()).unwrap(), f);
+        assert_eq!(Figures::decode(&m.render_openmetrics()).unwrap(), f);
+        let p = &f.procs["nginx"];
+        assert_eq!(p.handshakes.values().sum::<f64>(), 11.0, "server handshakes only");
+        let cpu = p.handshake_cpu.values().next().unwrap();
+        assert_eq!(cpu.0, 2.0);
+        assert!((cpu.1 - 0.0035).abs() < 1e-12);
+        assert!(p.cpu_methods.contains("probes"));
+        let port = &p.ports["443"];
+        assert_eq!((port.requests.sum, port.requests.count), (12.0, 3.0));
+        assert!(port.requests.buckets.contains(&(5.0, 3.0)));
+        assert_eq!(port.requests.buckets.last(), Some(&(f64::INFINITY, 3.0)));
+        assert_eq!(f.time_wait_sockets["443"], 4.0);
+        assert_eq!(f.scans, 1.0);
+        // handshakes of both roles (11 + 7, 33 + 7), accepted (none), ended, exchanges
+        assert_eq!(f.activity, 18.0 + 40.0 + 3.0 * 2.0 + 12.0 * 2.0);
+        assert!(f.procs.contains_key("we ird, x"));
+    }
+
+    #[test]
+    fn decodes_only_tlsprof_metrics() {
+        assert!(Figures::decode("go_goroutines 8\n")
+            .unwrap_err()
+            .to_string()
+            .contains("no tlsprof metrics"));
+        assert!(Figures::decode("tlsprof_x{a=\"1} 3\n").is_err());
+        assert_eq!(
+            Figures::decode("tlsprof_attached_probes 3\n").unwrap(),
+            Figures::default()
+        );
+    }
+}
