@@ -11,6 +11,8 @@ mod discovery;
 mod logger;
 mod metrics;
 mod preflight;
+#[cfg(test)]
+mod testing;
 mod views;
 mod web;
 mod wire;

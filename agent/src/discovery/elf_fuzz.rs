@@ -103,7 +103,7 @@ pub fn seeds() -> &'static [Seed] {
             .filter_map(|p| {
                 let s = seed(p);
                 if s.is_none() {
-                    eprintln!("fuzz: {p} not there, not mutated");
+                    crate::testing::skipped(format!("fuzz seed {p}: not there, not mutated"));
                 }
                 s
             })

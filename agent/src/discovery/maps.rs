@@ -158,7 +158,7 @@ mod tests {
         assert!(m.deleted());
         match std::fs::read(m.open_path(std::process::id())) {
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                eprintln!("skipped: map_files needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE ({e})")
+                crate::testing::skipped(format!("map_files needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE ({e})"))
             }
             read => assert_eq!(read.unwrap(), b"the mapped bytes"),
         }

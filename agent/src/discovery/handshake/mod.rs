@@ -398,7 +398,7 @@ pub fn read_hooks(path: &Path, mode: HookMode) -> Hooks {
 #[cfg(test)]
 pub fn installed(path: &str) -> Option<Vec<HandshakeHooks>> {
     if !Path::new(path).exists() {
-        eprintln!("skipped: {path} not installed");
+        crate::testing::skipped(format!("{path} not installed"));
         return None;
     }
     Some(handshake_hooks(Path::new(path), HookMode::Auto).unwrap())

@@ -233,7 +233,7 @@ mod tests {
         .filter(|p| {
             let found = p.exists();
             if !found {
-                eprintln!("skipped: {} not present", p.display());
+                crate::testing::skipped(format!("{} not present", p.display()));
             }
             found
         })

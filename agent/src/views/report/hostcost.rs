@@ -345,7 +345,7 @@ mod tests {
     #[test]
     fn measures_with_the_hosts_libcrypto() {
         if !std::path::Path::new("/usr/lib/x86_64-linux-gnu/libcrypto.so.3").exists() {
-            eprintln!("skipped: no libcrypto.so.3");
+            crate::testing::skipped("no libcrypto.so.3");
             return;
         }
         let c = measure("libcrypto.so.3", &["secp384r1".into()], &["rsa2048".into()]).unwrap();

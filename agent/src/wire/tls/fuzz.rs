@@ -87,8 +87,7 @@ pub fn run_case<R>(what: impl FnOnce() -> String + Send + 'static, f: impl FnOnc
     let (done, wait) = mpsc::channel::<()>();
     let dog = std::thread::spawn(move || {
         if let Err(mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(HANG) {
-            eprintln!("fuzz case still running after {HANG:?}, a hang: {}", what());
-            std::process::abort();
+            crate::testing::hung(format!("fuzz case still running after {HANG:?}: {}", what()));
         }
     });
     METER.with(|m| m.set(Some((0, 0))));
