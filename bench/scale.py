@@ -169,13 +169,11 @@ def diff_scans(a, b) -> dict:
 
 def losses(samples) -> dict:
     """Every non-zero loss counter: kernel errors by kind, lost events, full tables. Not
-    `unmatched_return`: a return probe whose call began before the probes were attached
-    (the overhead budget attaches them every cycle, returns first), which loses nothing:
-    that call's handshake is one the window was never to time, and it is counted."""
+    tlsprof_unmatched_returns_total: a return probe whose call began before the probes were
+    attached (the overhead budget attaches them every cycle, returns first), which loses
+    nothing: that call's handshake is one the window was never to time, and it is counted."""
     out = {}
     for n, l, v in samples:
-        if n == "tlsprof_kernel_errors_total" and l.get("kind") == "unmatched_return":
-            continue
         if v and n in ("tlsprof_kernel_errors_total", "tlsprof_table_full_total", "tlsprof_events_lost_total"):
             out[f"{n}{{{','.join(f'{k}={x}' for k, x in l.items())}}}"] = v
     return out

@@ -2,7 +2,7 @@
 use crate::{
     bpf::{
         loader::Kernel,
-        stats::{STATS, STAT_HS_EVENTS_LOST},
+        stats::{STATS, STAT_HS_EVENTS_LOST, STAT_HS_UNMATCHED_RETURN},
     },
     discovery::procfs,
     metrics::{KindLabels, Metrics},
@@ -12,13 +12,16 @@ use crate::{
 pub struct Health {
     /// Kernel failure counters already exported.
     stats_seen: [u64; STATS.len()],
+    /// Return probes without their entry already exported (not a failure).
+    unmatched_seen: u64,
     /// The agent's own CPU seconds already exported.
     cpu_seen: f64,
 }
 
 impl Health {
-    /// tlsprof_kernel_errors_total{kind} (and tlsprof_events_lost_total) from bpf/stats.h;
-    /// tlsprof_table_full_total for what the agent could not put in a full kernel map.
+    /// tlsprof_kernel_errors_total{kind} (and tlsprof_events_lost_total) from bpf/stats.h,
+    /// and apart from them tlsprof_unmatched_returns_total; tlsprof_table_full_total for
+    /// what the agent could not put in a full kernel map.
     pub fn sync_kernel(&mut self, k: &mut Kernel, m: &Metrics) {
         k.full.export(m);
         for (i, &(idx, kind)) in STATS.iter().enumerate() {
@@ -31,6 +34,10 @@ impl Health {
             m.kernel_errors
                 .get_or_create(&KindLabels { kind: kind.into() })
                 .inc_by(delta);
+        }
+        if let Some(v) = k.stat(STAT_HS_UNMATCHED_RETURN) {
+            m.unmatched_returns.inc_by(v.saturating_sub(self.unmatched_seen));
+            self.unmatched_seen = v;
         }
     }
 

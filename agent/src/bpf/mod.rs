@@ -258,6 +258,7 @@ mod layout_tests {
             STAT_PROC_EVENTS_FULL,
             STAT_REQ_RECV_CALLS_FULL,
             STAT_GO_MAP_FULL,
+            STAT_FAILURES,
             STAT_MAX,
             HS_ROLE_SERVER,
             HS_ROLE_CLIENT,

@@ -170,9 +170,16 @@ pub const KERNEL_ERRORS: Def<KindLabels> = Def::new(
     "kernel_errors",
     Counter,
     None,
-    "Kernel-side failure paths taken (events_lost, thread_map_full, ssl_map_full, unmatched_return, \
-     conn_events_lost, conn_storage_full, samples_lost, wire_events_lost, hs_hits_full, hs_last_full, \
+    "Kernel-side failure paths taken (events_lost, thread_map_full, ssl_map_full, conn_events_lost, \
+     conn_storage_full, samples_lost, wire_events_lost, hs_hits_full, hs_last_full, \
      proc_events_full, req_recv_calls_full)",
+);
+pub const UNMATCHED_RETURNS: Def<NoLabels> = Def::new(
+    "unmatched_returns",
+    Counter,
+    None,
+    "Return probes that fired without their entry: the call began before the probes were attached (at start, \
+     or when the overhead budget attaches them again); not a failure",
 );
 pub const PROBE_ATTACH_FAILURES: Def<ProbeLabels> = Def::new(
     "probe_attach_failures",
@@ -377,6 +384,7 @@ pub const ALL: &[&Spec] = &[
     &ATTACHED_PROBES.spec,
     &EVENTS_LOST.spec,
     &KERNEL_ERRORS.spec,
+    &UNMATCHED_RETURNS.spec,
     &PROBE_ATTACH_FAILURES.spec,
     &AGENT_CPU.spec,
     &AGENT_RESIDENT_MEMORY.spec,
