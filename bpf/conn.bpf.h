@@ -18,7 +18,8 @@
  *   orphaned socket whose FIN was acknowledged before the peer's FIN came is handed over
  *   in FIN_WAIT2 and reaches TIME_WAIT only if that FIN follows: the agent finds out
  *   through sock_diag.
- * One event per connection, at close. Requests per connection: requests.bpf.h.
+ * One event per connection, at close. Requests per connection: requests.bpf.h. Each
+ * connection gets an identity at accept (conn_life.id) that every event about it carries.
  */
 #ifndef TLSPROF_CONN_BPF_H
 #define TLSPROF_CONN_BPF_H
@@ -36,14 +37,6 @@ struct {
 	__type(key, struct conn_port);
 	__type(value, struct conn_port_stats);
 } conn_ports SEC(".maps");
-
-/* Exchanges per watched port as they happen (conn.h: CONN_EXCHANGE_SLOTS). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, CONN_EXCHANGE_SLOTS);
-	__type(key, __u32);
-	__type(value, __u64);
-} conn_exchanges SEC(".maps");
 
 /*
  * Each connection's state lives in socket-local storage (freed with the socket), or, where
@@ -114,8 +107,32 @@ static __always_inline void conn_forget(const struct sock *sk)
 	bpf_sk_storage_delete(&conn_store, (struct sock *)sk);
 }
 
-/* The connection closed while its handshake output was being captured (wire.bpf.h). */
-static __always_inline void wire_closed(const struct sock *sk, struct conn_state *c);
+/*
+ * Connection identities (conn_life.id): this CPU's count of connections accepted, with the
+ * CPU in the top 16 bits, so no two CPUs hand out the same. Not a shared atomic counter:
+ * fetching an atomic add's result needs 5.12 (BPF_FETCH), and the 5.10 kernels load this
+ * object too. A per-CPU count is bumped by one program at a time per CPU (6.x runs no
+ * tracing program nested in itself on a CPU; before, only an interrupt between its load and
+ * its store could, and that nesting also loses the connection's state to the last writer).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} conn_ids SEC(".maps");
+
+/* A new connection's identity; 0 (no identity) if the array cannot be read. */
+static __always_inline __u64 conn_new_id(void)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&conn_ids, &zero);
+	if (!n)
+		return 0;
+	__u64 seq = *n + 1;
+	*n = seq;
+	return (__u64)bpf_get_smp_processor_id() << 48 | (seq & ((1ULL << 48) - 1));
+}
 
 static __always_inline void conn_accepted(const struct sock *sk)
 {
@@ -127,13 +144,16 @@ static __always_inline void conn_accepted(const struct sock *sk)
 	if (!ps)
 		return;
 	struct conn_state init = {
-		.start_ns = bpf_ktime_get_ns(),
-		.netns = p.netns,
-		.port = p.port,
-		.slot = (__u16)ps->slot,
-		/* what the client sends from here on is read past this position */
-		.rx_mark = data_read(sk),
+		.life = {
+			.id = conn_new_id(),
+			.start_ns = bpf_ktime_get_ns(),
+			.netns = p.netns,
+			.port = p.port,
+		},
 	};
+	if (!init.life.id)
+		return;
+	req_accepted(&init.req, ps->slot, data_read(sk));
 	if (!conn_create(sk, &init)) {
 		stat_inc(STAT_CONN_STORAGE_FULL);
 		return;
@@ -146,11 +166,11 @@ static __always_inline void conn_closed(const struct sock *sk, struct conn_state
 {
 	__u8 by, tw = CONN_TW_NO;
 
-	if (c->first_fin == CONN_BY_CLIENT) {
+	if (c->life.first_fin == CONN_BY_CLIENT) {
 		/* The client ended it. A reset may follow: a server that answers the client's FIN
 		 * with its own close_notify gets one from a client socket that is gone. */
 		by = CONN_BY_CLIENT;
-	} else if (c->reset) {
+	} else if (c->life.reset) {
 		/* before any FIN (SO_LINGER 0, an abort), or after the server's: the client closed
 		 * with the server's data (close_notify, FIN) unread */
 		by = CONN_BY_RESET;
@@ -171,13 +191,14 @@ static __always_inline void conn_closed(const struct sock *sk, struct conn_state
 		return;
 	}
 	__builtin_memset(e, 0, sizeof(*e));
-	e->duration_ns = bpf_ktime_get_ns() - c->start_ns;
-	e->netns = c->netns;
-	e->port = c->port;
-	e->requests = c->requests;
+	e->conn_id = c->life.id;
+	e->duration_ns = bpf_ktime_get_ns() - c->life.start_ns;
+	e->netns = c->life.netns;
+	e->port = c->life.port;
+	e->requests = req_count(c);
 	e->closed_by = by;
 	e->time_wait = tw;
-	e->tls = c->tls;
+	e->tls = c->life.tls;
 	e->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	e->family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	if (e->family == AF_INET6) {
@@ -218,11 +239,11 @@ static __always_inline int conn_state_changed(const struct sock *sk, int oldstat
 	struct conn_state *c = conn_of(sk);
 	if (!c)
 		return 0;
-	if (oldstate == TCP_ESTABLISHED && !c->first_fin) {
+	if (oldstate == TCP_ESTABLISHED && !c->life.first_fin) {
 		if (newstate == TCP_FIN_WAIT1)
-			c->first_fin = CONN_BY_SERVER;
+			c->life.first_fin = CONN_BY_SERVER;
 		else if (newstate == TCP_CLOSE_WAIT)
-			c->first_fin = CONN_BY_CLIENT;
+			c->life.first_fin = CONN_BY_CLIENT;
 	}
 	if (newstate != TCP_CLOSE)
 		return 0;
@@ -254,7 +275,7 @@ static __always_inline void conn_reset(const struct sock *sk)
 {
 	struct conn_state *c = conn_of(sk);
 	if (c)
-		c->reset = 1;
+		c->life.reset = 1;
 }
 
 /* The resets capability: typed tracepoints, or raw ones (hash mode). tcp_send_reset also
@@ -291,29 +312,21 @@ int conn_send_reset_raw(void *ctx)
 /* The connection carries TLS, and so does its port. */
 static __always_inline void conn_mark_tls(struct conn_state *c)
 {
-	if (c->tls)
+	if (c->life.tls)
 		return;
-	c->tls = 1;
-	struct conn_port p = { .netns = c->netns, .port = c->port };
+	c->life.tls = 1;
+	struct conn_port p = { .netns = c->life.netns, .port = c->life.port };
 	struct conn_port_stats *ps = bpf_map_lookup_elem(&conn_ports, &p);
 	if (ps)
 		ps->flags |= CONN_PORT_TLS;
 }
 
-/* A handshake call read or wrote this connection: links the call to it (hs_threads). */
-static __always_inline void conn_handshake_io(struct conn_state *c, const struct sock *sk, __u32 tid)
+/* A handshake call read or wrote this connection: links the call to it (handshake.bpf.h),
+ * and the connection is TLS, unless the thread's open window is the kernel estimate's. */
+static __always_inline void conn_handshake_io(struct conn_state *c, __u32 tid)
 {
-	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
-	if (t && t->est)
-		return; /* the kernel estimate's window (estimate.bpf.h), not a TLS library call */
-	if (t) {
-		t->io = 1;
-		if (!t->conn_sk) {
-			t->conn_sk = (__u64)sk;
-			t->conn_start = c->start_ns;
-		}
-	}
-	conn_mark_tls(c);
+	if (hs_link_io(tid, c->life.id, c->life.start_ns))
+		conn_mark_tls(c);
 }
 
 #endif

@@ -43,7 +43,7 @@ static __always_inline void est_close(__u32 tid, struct hs_thread *t)
 		.cpu_ns = t->cpu_ns + (t->oncpu_ns ? now - t->oncpu_ns : 0),
 		.calls = 1,
 		.role = HS_ROLE_SERVER,
-		.conn_sk = t->conn_sk,
+		.conn_id = t->conn_id,
 		.conn_start = t->conn_start,
 	};
 	__u32 tgid = t->tgid;
@@ -86,11 +86,7 @@ static __always_inline void est_on_read(struct sock *sk, struct conn_state *c, i
 	/* TLS 1.3, after the server's encrypted flight: the client's answer is a
 	 * change_cipher_spec and a Finished record as long as the server's; bytes read past it
 	 * are a request, which is not the handshake's; so is everything once the capture is over */
-	bool handshake = c->wire != WIRE_DONE;
-	if (c->wire == WIRE_SEALED) {
-		__u32 answer = BPF_CORE_READ((struct tcp_sock *)sk, copied_seq) - c->rx_flight;
-		handshake = c->fin_len && answer <= 6 + 5 + c->fin_len;
-	}
+	bool handshake = wire_client_handshake(c, BPF_CORE_READ((struct tcp_sock *)sk, copied_seq));
 	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
 	if (t) {
 		if (!t->est)
@@ -115,8 +111,8 @@ static __always_inline void est_on_read(struct sock *sk, struct conn_state *c, i
 		.depth = 1,
 		.role = HS_ROLE_SERVER,
 		.est = 1,
-		.conn_sk = (__u64)sk,
-		.conn_start = c->start_ns,
+		.conn_id = c->life.id,
+		.conn_start = c->life.start_ns,
 	};
 	if (!map_insert(&hs_threads, &tid, &nt, BPF_NOEXIST, STAT_HS_THREAD_MAP_FULL))
 		return;

@@ -67,11 +67,10 @@ struct {
 	__type(value, struct go_goroutine);
 } go_goroutines SEC(".maps");
 
-/* The connection (socket) of each Go handshake in progress -> its crypto/tls Conn and
+/* The connection (conn_life.id) of each Go handshake in progress -> its crypto/tls Conn and
  * process: a read of it that returns data resumes the handshake's goroutine. LRU, as above. */
 struct go_sock {
 	__u64 conn;
-	__u64 conn_start; /* conn_state.start_ns: a socket reused for a new connection is not it */
 	__u32 tgid;
 	__u32 pad;
 };
@@ -94,13 +93,13 @@ static __always_inline void go_park(__u32 tid, struct hs_thread *t)
 }
 
 /* A Go handshake stretch links its connection at its first socket I/O. */
-static __always_inline void go_link(struct hs_thread *t, const struct sock *sk, __u64 conn_start)
+static __always_inline void go_link(struct hs_thread *t, const struct conn_state *c)
 {
-	struct go_sock s = { .conn = t->ssl, .conn_start = conn_start, .tgid = t->tgid };
-	t->conn_sk = (__u64)sk;
-	t->conn_start = conn_start;
+	struct go_sock s = { .conn = t->ssl, .tgid = t->tgid };
+	t->conn_id = c->life.id;
+	t->conn_start = c->life.start_ns;
 	t->io = 1;
-	map_insert(&go_socks, &t->conn_sk, &s, BPF_ANY, STAT_GO_MAP_FULL);
+	map_insert(&go_socks, &t->conn_id, &s, BPF_ANY, STAT_GO_MAP_FULL);
 }
 
 /* The thread's open Go stretch, NULL if none (one load while no handshake is in flight). */
@@ -112,8 +111,8 @@ static __always_inline struct hs_thread *go_stretch(__u32 tid)
 	return t && t->go ? t : NULL;
 }
 
-/* A read of watched connection `sk` returned `ret` (conn_state `c`). */
-static __always_inline void go_on_read(const struct sock *sk, const struct conn_state *c, int ret)
+/* A read of watched connection `c` returned `ret`. */
+static __always_inline void go_on_read(const struct conn_state *c, int ret)
 {
 	if (!go_open)
 		return;
@@ -121,9 +120,9 @@ static __always_inline void go_on_read(const struct sock *sk, const struct conn_
 	__u32 tid = (__u32)id;
 	struct hs_thread *t = go_stretch(tid);
 	if (t) {
-		if (!t->conn_sk)
-			go_link(t, sk, c->start_ns);
-		if (t->conn_sk != (__u64)sk)
+		if (!t->conn_id)
+			go_link(t, c);
+		if (t->conn_id != c->life.id)
 			go_park(tid, t); /* another goroutine reads here now */
 		else if (ret == -EAGAIN)
 			go_park(tid, t); /* this one parks until its connection is readable */
@@ -132,11 +131,11 @@ static __always_inline void go_on_read(const struct sock *sk, const struct conn_
 	}
 	if (ret <= 0)
 		return;
-	__u64 key = (__u64)sk;
+	__u64 key = c->life.id;
 	struct go_sock *s = bpf_map_lookup_elem(&go_socks, &key);
 	if (!s)
 		return;
-	if (s->tgid != id >> 32 || s->conn_start != c->start_ns) {
+	if (s->tgid != id >> 32) {
 		/* left by a handshake whose return the probes missed (detached mid-call) */
 		bpf_map_delete_elem(&go_socks, &key);
 		return;
@@ -151,15 +150,15 @@ static __always_inline void go_on_read(const struct sock *sk, const struct conn_
 	hs_open(tid, id >> 32, conn, HS_ROLE_UNKNOWN, 1);
 	t = hs_live_thread(tid);
 	if (t) {
-		t->conn_sk = key;
-		t->conn_start = c->start_ns;
+		t->conn_id = key;
+		t->conn_start = c->life.start_ns;
 		t->io = 1;
 	}
 }
 
-/* A send on watched connection `sk`: a Go stretch of another connection on this thread is
+/* A send on watched connection `c`: a Go stretch of another connection on this thread is
  * over (another goroutine runs here); the first I/O of a stretch links its connection. */
-static __always_inline void go_before_send(const struct sock *sk, const struct conn_state *c)
+static __always_inline void go_before_send(const struct conn_state *c)
 {
 	if (!go_open)
 		return;
@@ -167,9 +166,9 @@ static __always_inline void go_before_send(const struct sock *sk, const struct c
 	struct hs_thread *t = go_stretch(tid);
 	if (!t)
 		return;
-	if (!t->conn_sk)
-		go_link(t, sk, c->start_ns);
-	else if (t->conn_sk != (__u64)sk)
+	if (!t->conn_id)
+		go_link(t, c);
+	else if (t->conn_id != c->life.id)
 		go_park(tid, t);
 }
 
@@ -240,7 +239,7 @@ int BPF_KPROBE(hs_go_return)
 	HS_HIT(tgid, true);
 	struct go_goroutine *found = bpf_map_lookup_elem(&go_goroutines, &gk);
 	if (!found) {
-		stat_inc(STAT_HS_UNMATCHED_RETURN);
+		stat_inc(STAT_HS_UNMATCHED_RETURN); /* not a failure: stats.h */
 		return 0;
 	}
 	__u64 conn = found->conn;
@@ -263,15 +262,15 @@ int BPF_KPROBE(hs_go_return)
 		if (!t)
 			return 0;
 	}
-	__u64 sk = t->conn_sk;
-	if (!sk) {
+	__u64 conn_id = t->conn_id;
+	if (!conn_id) {
 		struct hs_key key = { .ssl = conn, .tgid = tgid };
 		struct hs_state *st = bpf_map_lookup_elem(&hs_conns, &key);
-		sk = st ? st->conn_sk : 0;
+		conn_id = st ? st->conn_id : 0;
 	}
 	hs_call_end(tid, t, outcome, false);
-	if (sk)
-		bpf_map_delete_elem(&go_socks, &sk);
+	if (conn_id)
+		bpf_map_delete_elem(&go_socks, &conn_id);
 	return 0;
 }
 

@@ -17,6 +17,10 @@
  *
  * On-CPU time: sched_switch (sched.bpf.h) stops and restarts the clock of a thread that is
  * inside a handshake call, so time spent switched out is not counted.
+ *
+ * This header holds the handshake state (maps) and what the probes do; the programs are in
+ * hs_calls.bpf.h (a handshake function's entry and return) and hs_objects.bpf.h (the
+ * connection object's role, reset and free).
  */
 #ifndef TLSPROF_HANDSHAKE_BPF_H
 #define TLSPROF_HANDSHAKE_BPF_H
@@ -187,7 +191,7 @@ static __always_inline void hs_emit(__u32 tgid, const struct hs_state *st, __u8 
 	e->role = st->role;
 	e->result = result;
 	e->estimate = estimate;
-	e->conn_sk = st->conn_sk;
+	e->conn_id = st->conn_id;
 	e->conn_start = st->conn_start;
 	e->end_ns = st->last_ns;
 	bpf_ringbuf_submit(e, RB_LAZY(&hs_events, HS_RINGBUF_BYTES));
@@ -239,23 +243,38 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 	return 0;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(hs_enter_server, void *ssl)
+/* A handshake call of thread `tid` read or wrote connection `conn_id` (accepted at
+ * `conn_start`): the call is linked to it. False when the thread's open window is the
+ * kernel estimate's (estimate.bpf.h), not a TLS library call. */
+static __always_inline bool hs_link_io(__u32 tid, __u64 conn_id, __u64 conn_start)
 {
-	return hs_enter(ssl, HS_ROLE_SERVER);
+	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	if (t && t->est)
+		return false;
+	if (t) {
+		t->io = 1;
+		if (!t->conn_id) {
+			t->conn_id = conn_id;
+			t->conn_start = conn_start;
+		}
+	}
+	return true;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(hs_enter_client, void *ssl)
+/* The first send on a connection, by thread `tid` of `tgid` outside any handshake call: a
+ * memory-BIO server's handshake call that just returned on this thread (hs_last) made its
+ * flight, and is linked to the connection. */
+static __always_inline void hs_link_membio(__u32 tid, __u32 tgid, __u64 conn_id, __u64 conn_start)
 {
-	return hs_enter(ssl, HS_ROLE_CLIENT);
-}
-
-/* SSL_do_handshake: the role comes from SSL_set_accept_state/SSL_set_connect_state. */
-SEC("uprobe")
-int BPF_KPROBE(hs_enter_any, void *ssl)
-{
-	return hs_enter(ssl, HS_ROLE_UNKNOWN);
+	struct hs_key *k = bpf_map_lookup_elem(&hs_last, &tid);
+	if (!k)
+		return;
+	struct hs_state *st = bpf_map_lookup_elem(&hs_conns, k);
+	if (st && !st->conn_id && k->tgid == tgid) {
+		st->conn_id = conn_id;
+		st->conn_start = conn_start;
+	}
+	bpf_map_delete_elem(&hs_last, &tid);
 }
 
 /* How a handshake call ended, as its library's return value says (hs_exit_*). */
@@ -275,7 +294,7 @@ static __always_inline void hs_call_end(__u32 tid, struct hs_thread *t, __u8 out
 	__u64 enter_ns = t->enter_ns;
 	__u8 role = t->role;
 	__u8 io = t->io;
-	__u64 conn_sk = t->conn_sk, conn_start = t->conn_start;
+	__u64 conn_id = t->conn_id, conn_start = t->conn_start;
 	hs_thread_done(tid);
 	if (membio && !io && role == HS_ROLE_SERVER) {
 		/* a server handshake on a memory BIO: see cpu_now.after_hs and hs_last */
@@ -299,14 +318,14 @@ static __always_inline void hs_call_end(__u32 tid, struct hs_thread *t, __u8 out
 		st->first_ns = enter_ns;
 	if (role != HS_ROLE_UNKNOWN)
 		st->role = role;
-	if (conn_sk && !st->conn_sk) {
-		st->conn_sk = conn_sk;
+	if (conn_id && !st->conn_id) {
+		st->conn_id = conn_id;
 		st->conn_start = conn_start;
 	}
 	/* A library with no role of its own in the call (gnutls_handshake,
 	 * mbedtls_ssl_handshake): a call that read or wrote an accepted connection of a
 	 * watched port (conn.bpf.h) is the server's. */
-	if (st->role == HS_ROLE_UNKNOWN && st->conn_sk)
+	if (st->role == HS_ROLE_UNKNOWN && st->conn_id)
 		st->role = HS_ROLE_SERVER;
 	st->last_ns = now;
 	st->cpu_ns += cpu;
@@ -329,7 +348,7 @@ static __always_inline int hs_return(__u8 outcome)
 	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
 
 	if (!t) {
-		stat_inc(STAT_HS_UNMATCHED_RETURN);
+		stat_inc(STAT_HS_UNMATCHED_RETURN); /* not a failure: stats.h */
 		return 0;
 	}
 	if (t->depth > 1) {
@@ -340,36 +359,6 @@ static __always_inline int hs_return(__u8 outcome)
 	return 0;
 }
 
-/*
- * One return probe per way a library reads its handshake call's return value
- * (agent/src/discovery/handshake/ says which library uses which).
- */
-
-/* OpenSSL's SSL_do_handshake/SSL_accept/ossl_statem_*: 1 done, 0 "not successful but shut
- * down controlled", < 0 WANT_READ/WANT_WRITE or an error (SSL_free tells which). */
-SEC("uretprobe")
-int BPF_KRETPROBE(hs_exit, int ret)
-{
-	return hs_return(ret == 1 ? HS_CALL_DONE : ret == 0 ? HS_CALL_FAILED : HS_CALL_AGAIN);
-}
-
-/* 0 done, anything else call again or an error the free probe tells apart:
- * gnutls_handshake (GNUTLS_E_AGAIN, GNUTLS_E_INTERRUPTED, non-fatal alerts),
- * mbedtls_ssl_handshake (MBEDTLS_ERR_SSL_WANT_READ/WANT_WRITE/ASYNC_IN_PROGRESS…). */
-SEC("uretprobe")
-int BPF_KRETPROBE(hs_exit_zero_ok, int ret)
-{
-	return hs_return(ret == 0 ? HS_CALL_DONE : HS_CALL_AGAIN);
-}
-
-/* 1 (WOLFSSL_SUCCESS) done, WOLFSSL_FATAL_ERROR (-1) both for "would block" and for a
- * failure: wolfSSL_accept/wolfSSL_connect/wolfSSL_negotiate/wolfSSL_SSL_do_handshake. */
-SEC("uretprobe")
-int BPF_KRETPROBE(hs_exit_one_ok, int ret)
-{
-	return hs_return(ret == 1 ? HS_CALL_DONE : HS_CALL_AGAIN);
-}
-
 static __always_inline int hs_set_role(void *ssl, __u8 role)
 {
 	struct hs_key key = { .ssl = (__u64)ssl, .tgid = bpf_get_current_pid_tgid() >> 32 };
@@ -377,43 +366,6 @@ static __always_inline int hs_set_role(void *ssl, __u8 role)
 	/* a new connection, or an SSL object reused after SSL_clear: start afresh */
 	struct hs_state st = { .role = role };
 	map_insert(&hs_conns, &key, &st, BPF_ANY, STAT_HS_SSL_MAP_FULL);
-	return 0;
-}
-
-SEC("uprobe")
-int BPF_KPROBE(ssl_set_accept_state, void *ssl)
-{
-	return hs_set_role(ssl, HS_ROLE_SERVER);
-}
-
-SEC("uprobe")
-int BPF_KPROBE(ssl_set_connect_state, void *ssl)
-{
-	return hs_set_role(ssl, HS_ROLE_CLIENT);
-}
-
-/* A connection object made ready for a new connection without a role of its own
- * (mbedtls_ssl_session_reset, wolfSSL_clear): its next handshake starts afresh. */
-SEC("uprobe")
-int BPF_KPROBE(ssl_reset, void *ssl)
-{
-	return hs_set_role(ssl, HS_ROLE_UNKNOWN);
-}
-
-/* The connection object is freed (SSL_free, gnutls_deinit, mbedtls_ssl_free, wolfSSL_free):
- * a handshake still unfinished there has failed. */
-SEC("uprobe")
-int BPF_KPROBE(ssl_free, void *ssl)
-{
-	struct hs_key key = { .ssl = (__u64)ssl, .tgid = bpf_get_current_pid_tgid() >> 32 };
-	HS_HIT(key.tgid, false);
-	struct hs_state *st = bpf_map_lookup_elem(&hs_conns, &key);
-
-	if (!st)
-		return 0;
-	if (!st->done && st->calls > 0)
-		hs_emit(key.tgid, st, HS_RESULT_FAILED, 0);
-	bpf_map_delete_elem(&hs_conns, &key);
 	return 0;
 }
 

@@ -33,8 +33,8 @@ struct hs_event {
 	__u8 result;       /* HS_RESULT_* */
 	__u8 estimate;     /* a part of the kernel-only estimate (estimate.bpf.h), not a probed call */
 	__u8 pad[5];
-	__u64 conn_sk;     /* the connection it ran on (wire_event.sk, conn_start), 0 if unknown */
-	__u64 conn_start;
+	__u64 conn_id;     /* the connection it ran on (conn_life.id), 0 if unknown */
+	__u64 conn_start;  /* when that connection was accepted (conn_life.start_ns) */
 	__u64 end_ns;      /* the last call returned (bpf_ktime_get_ns) */
 };
 
@@ -51,7 +51,7 @@ struct hs_thread {
 	__u8 est;        /* not a library call: the kernel estimate's window (estimate.bpf.h) */
 	__u8 go;         /* a Go goroutine's part of its handshake (gotls.bpf.h) */
 	__u8 pad[4];
-	__u64 conn_sk;   /* that connection (conn_state.start_ns identifies it with sk) */
+	__u64 conn_id;   /* that connection (conn_life.id), and when it was accepted */
 	__u64 conn_start;
 };
 
@@ -71,7 +71,7 @@ struct hs_state {
 	__u8 role;
 	__u8 done;      /* the handshake finished; later calls (post-handshake) are not counted */
 	__u8 pad[2];
-	__u64 conn_sk;  /* the connection it runs on, 0 until known */
+	__u64 conn_id;  /* the connection it runs on (conn_life.id), 0 until known */
 	__u64 conn_start;
 };
 

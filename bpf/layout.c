@@ -9,6 +9,7 @@
 #include <linux/types.h>
 #include "stats.h"
 #include "handshake.h"
+#include "requests.h"
 #include "conn.h"
 #include "proc.h"
 #include "cpu.h"
@@ -27,7 +28,7 @@ int main(void)
 	F(hs_event, calls);
 	F(hs_event, role);
 	F(hs_event, result);
-	F(hs_event, conn_sk);
+	F(hs_event, conn_id);
 	F(hs_event, conn_start);
 	F(hs_event, estimate);
 	F(hs_event, end_ns);
@@ -46,7 +47,7 @@ int main(void)
 	F(hs_thread, io);
 	F(hs_thread, est);
 	F(hs_thread, go);
-	F(hs_thread, conn_sk);
+	F(hs_thread, conn_id);
 	F(hs_thread, conn_start);
 	S(hs_key);
 	F(hs_key, ssl);
@@ -58,11 +59,10 @@ int main(void)
 	F(hs_state, calls);
 	F(hs_state, role);
 	F(hs_state, done);
-	F(hs_state, conn_sk);
+	F(hs_state, conn_id);
 	F(hs_state, conn_start);
 	S(req_ctl);
 	F(req_ctl, wire_counts);
-	F(req_ctl, read_links);
 	F(req_ctl, reads);
 	S(conn_port);
 	F(conn_port, netns);
@@ -71,33 +71,41 @@ int main(void)
 	F(conn_port_stats, flags);
 	F(conn_port_stats, slot);
 	F(conn_port_stats, accepted);
+	S(conn_life);
+	F(conn_life, id);
+	F(conn_life, start_ns);
+	F(conn_life, netns);
+	F(conn_life, port);
+	F(conn_life, first_fin);
+	F(conn_life, reset);
+	F(conn_life, tls);
+	S(req_conn);
+	F(req_conn, requests);
+	F(req_conn, slot);
+	F(req_conn, dir);
+	F(req_conn, rx_mark);
+	F(req_conn, rx_tail);
+	S(wire_conn);
+	F(wire_conn, seq);
+	F(wire_conn, left);
+	F(wire_conn, tgid);
+	F(wire_conn, copied);
+	F(wire_conn, state);
+	F(wire_conn, flags);
+	F(wire_conn, hdr);
+	F(wire_conn, hdr_have);
+	F(wire_conn, sealed);
+	F(wire_conn, end);
+	F(wire_conn, why);
+	F(wire_conn, fin_len);
+	F(wire_conn, rx_first);
+	F(wire_conn, rx_flight);
 	S(conn_state);
-	F(conn_state, start_ns);
-	F(conn_state, netns);
-	F(conn_state, port);
-	F(conn_state, first_fin);
-	F(conn_state, reset);
-	F(conn_state, requests);
-	F(conn_state, tls);
-	F(conn_state, dir);
-	F(conn_state, slot);
-	F(conn_state, wire_seq);
-	F(conn_state, wire_left);
-	F(conn_state, wire_tgid);
-	F(conn_state, wire_copied);
+	F(conn_state, life);
+	F(conn_state, req);
 	F(conn_state, wire);
-	F(conn_state, wire_flags);
-	F(conn_state, wire_hdr);
-	F(conn_state, wire_hdr_have);
-	F(conn_state, wire_sealed);
-	F(conn_state, wire_end);
-	F(conn_state, wire_why);
-	F(conn_state, fin_len);
-	F(conn_state, rx_first);
-	F(conn_state, rx_flight);
-	F(conn_state, rx_mark);
-	F(conn_state, rx_tail);
 	S(conn_event);
+	F(conn_event, conn_id);
 	F(conn_event, duration_ns);
 	F(conn_event, saddr);
 	F(conn_event, daddr);
@@ -127,8 +135,7 @@ int main(void)
 	F(proc_traced, exited);
 	F(proc_traced, estimate);
 	S(wire_event);
-	F(wire_event, sk);
-	F(wire_event, conn_start);
+	F(wire_event, conn_id);
 	F(wire_event, tgid);
 	F(wire_event, netns);
 	F(wire_event, port);

@@ -11,18 +11,28 @@
  * I/O itself (memory BIO), are the handshake's, not requests. Per socket read/write: one
  * socket-storage lookup, which finds nothing on sockets that are not watched; while
  * nothing needs the reads the agent detaches the read side (agent/src/bpf/readside.rs), and
- * req_ctl.reads, cleared first, stops a read that still comes before it.
+ * req_ctl.reads, cleared first, stops a read that still comes before it. Its part of a
+ * connection's state: struct req_conn (requests.h).
  */
 #ifndef TLSPROF_REQUESTS_BPF_H
 #define TLSPROF_REQUESTS_BPF_H
 
-#include "wire.h"
+#include "requests.h"
 
 #ifndef MSG_PEEK
 #define MSG_PEEK 2
 #endif
 
-/* Switches the agent sets at run time (req_ctl, conn.h). */
+/* Exchanges per watched port as they happen (conn.h: CONN_EXCHANGE_SLOTS; the agent gives
+ * each port its slot). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CONN_EXCHANGE_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} conn_exchanges SEC(".maps");
+
+/* Switches the agent sets after load (requests.h: why they are not read-only globals). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -30,43 +40,43 @@ struct {
 	__type(value, struct req_ctl);
 } req_ctl SEC(".maps");
 
-/* The end of the capture of a connection's handshake output (wire.bpf.h). */
-static __always_inline void wire_finish(const struct sock *sk, struct conn_state *c, __u8 why);
+/* Set by the agent at load: --exact, a handshake call's reads mark its connection as TLS and
+ * link the call to it (the default mode leaves that to the sends). */
+const volatile __u32 req_read_links = 0;
+
+/* The switches now: one lookup, checked first on every read of the machine, before the
+ * socket's storage (NULL: the array cannot be read, as good as everything off). */
+static __always_inline const struct req_ctl *req_switches(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&req_ctl, &zero);
+}
+
+/* A connection accepted: its requests are counted from what the client sends past `mark`
+ * (tcp copied_seq), with its port's live counter `slot` (conn_port_stats.slot). */
+static __always_inline void req_accepted(struct req_conn *r, __u32 slot, __u32 mark)
+{
+	r->slot = (__u16)slot;
+	r->rx_mark = mark;
+}
+
+/* The application data exchanges of a connection so far. */
+static __always_inline __u32 req_count(const struct conn_state *c)
+{
+	return c->req.requests;
+}
 
 /* One more application data exchange on c: the connection's count, and its port's live
  * one (a per-CPU array slot: no hash lookup, no shared cache line). */
 static __always_inline void req_exchange(struct conn_state *c)
 {
-	c->requests++;
-	if (!c->slot)
+	c->req.requests++;
+	if (!c->req.slot)
 		return;
-	__u32 idx = c->slot - 1;
+	__u32 idx = c->req.slot - 1;
 	__u64 *n = bpf_map_lookup_elem(&conn_exchanges, &idx);
 	if (n)
 		*n += 1; /* this CPU's own: sends run in process context, one at a time per CPU */
-}
-
-static __always_inline bool req_wire_counts(void)
-{
-	__u32 zero = 0;
-	struct req_ctl *ctl = bpf_map_lookup_elem(&req_ctl, &zero);
-	return ctl && ctl->wire_counts;
-}
-
-/* Whether anything needs the read side now (req_ctl.reads): checked first on every read of
- * the machine, before the socket's storage. */
-static __always_inline bool req_reads(void)
-{
-	__u32 zero = 0;
-	struct req_ctl *ctl = bpf_map_lookup_elem(&req_ctl, &zero);
-	return ctl && ctl->reads;
-}
-
-static __always_inline bool req_read_links(void)
-{
-	__u32 zero = 0;
-	struct req_ctl *ctl = bpf_map_lookup_elem(&req_ctl, &zero);
-	return ctl && ctl->read_links;
 }
 
 /*
@@ -75,31 +85,33 @@ static __always_inline bool req_read_links(void)
  * after the capture ended (its Finished), so that a send answering only them (TLS 1.3
  * session tickets) is not a request.
  */
-static __always_inline void count_request(struct conn_state *c, __u32 copied)
+static __always_inline void req_sent(struct conn_state *c, __u32 copied)
 {
-	__s32 adv = (__s32)(copied - c->rx_mark);
+	__s32 adv = (__s32)(copied - c->req.rx_mark);
 	if (adv <= 0)
 		return;
-	if (c->rx_tail) {
-		if ((__u32)adv <= c->rx_tail)
+	if (c->req.rx_tail) {
+		if ((__u32)adv <= c->req.rx_tail)
 			return;
-		c->rx_tail = 0;
+		c->req.rx_tail = 0;
 	}
 	req_exchange(c);
-	c->rx_mark = copied;
+	c->req.rx_mark = copied;
 }
 
-/* The capture ended during this send: what the client sent so far was its handshake. */
-static __always_inline void handshake_over(struct conn_state *c, __u32 copied)
+/*
+ * The capture of the server's handshake output ended during this send (wire.bpf.h), the
+ * client having read up to `copied`: without TLS the server answers a request; with TLS,
+ * what the client sent up to `mark` was its handshake, and `tail` bytes past it still are
+ * (its change_cipher_spec and Finished, yet to come or just read).
+ */
+static __always_inline void req_handshake_over(struct conn_state *c, bool tls, __u32 mark, __u32 tail, __u32 copied)
 {
-	if (!(c->wire_flags & WIRE_F_TLS)) {
-		count_request(c, copied); /* not TLS: the server answers a request */
-		return;
+	if (tls) {
+		c->req.rx_mark = mark;
+		c->req.rx_tail = tail;
 	}
-	c->rx_mark = copied;
-	/* TLS 1.2 resumption: the server's Finished went before the client's, which is still
-	 * to come (change_cipher_spec, and a Finished record as long as the server's) */
-	c->rx_tail = c->wire_why == WIRE_END_FINISHED && copied == c->rx_first ? 6 + 5 + c->fin_len : 0;
+	req_sent(c, copied);
 }
 
 /*
@@ -114,7 +126,7 @@ static __always_inline struct conn_state *app_io(struct conn_state *c, struct so
 	if (!cpu)
 		return NULL;
 	if (cpu->in_hs == tid) {
-		conn_handshake_io(c, sk, tid);
+		conn_handshake_io(c, tid);
 		return NULL;
 	}
 	if (cpu->after_hs == tid) {
@@ -128,25 +140,25 @@ static __always_inline struct conn_state *app_io(struct conn_state *c, struct so
 /* A read of a watched connection returned: `ret` bytes, with recvmsg's `flags`. */
 static __always_inline int req_received(struct sock *sk, int ret, int flags)
 {
-	if (!req_reads())
+	const struct req_ctl *ctl = req_switches();
+	if (!ctl || !ctl->reads)
 		return 0;
 	struct conn_state *c = conn_of(sk);
 	if (!c)
 		return 0;
-	go_on_read(sk, c, ret); /* a Go handshake's goroutine parks or resumes (gotls.bpf.h) */
-	if (req_wire_counts()) {
+	go_on_read(c, ret); /* a Go handshake's goroutine parks or resumes (gotls.bpf.h) */
+	if (ctl->wire_counts) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
-		if (in_handshake_here(tid) && req_read_links())
-			conn_handshake_io(c, sk, tid);
+		if (req_read_links && in_handshake_here(tid))
+			conn_handshake_io(c, tid);
 		/* the capture sees the handshake end: the kernel estimate can be summed */
 		est_on_read(sk, c, ret, flags);
 	} else {
 		bool data = ret > 0 && !(flags & MSG_PEEK);
-		/* the client answered the server's encrypted flight: TLS 1.3's handshake is over */
-		if (data && c->wire == WIRE_SEALED)
-			wire_finish(sk, c, WIRE_END_FINISHED);
+		if (data)
+			wire_read_data(sk, c);
 		if (app_io(c, sk, false) && data)
-			c->dir = CONN_DIR_IN;
+			c->req.dir = CONN_DIR_IN;
 	}
 	return 0;
 }
@@ -190,7 +202,8 @@ struct {
 SEC("kprobe/sock_recvmsg")
 int BPF_KPROBE(req_recv_entry, struct socket *sock, struct msghdr *msg, int flags)
 {
-	if (!req_reads())
+	const struct req_ctl *ctl = req_switches();
+	if (!ctl || !ctl->reads)
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct req_recv_call call = { .sock = (__u64)sock, .flags = flags };
@@ -221,9 +234,9 @@ int BPF_PROG(req_send, struct sock *sk, int ret)
 	struct conn_state *c = conn_of(sk);
 	if (!c || !app_io(c, sk, true) || ret <= 0)
 		return 0;
-	if (c->dir == CONN_DIR_IN)
+	if (c->req.dir == CONN_DIR_IN)
 		req_exchange(c);
-	c->dir = CONN_DIR_OUT;
+	c->req.dir = CONN_DIR_OUT;
 	return 0;
 }
 

@@ -2,8 +2,8 @@
 /*
  * tlsprof's kernel side: the one object the agent loads. Each feature is a header of its
  * own that holds its maps and programs (the types it shares with the agent are in
- * bpf/<feature>.h); later features use the helpers of earlier ones, so the order matters.
- * bpf/README.md maps each file to its user side.
+ * bpf/<feature>.h). One feature calls another through bpf/iface.h's declarations; a feature
+ * that reads another's maps comes after it. bpf/README.md maps each file to its user side.
  */
 /* the kernel's types for the target: arm64's registers and pt_regs differ from x86-64's */
 #if defined(__TARGET_ARCH_arm64)
@@ -19,7 +19,10 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #include "common.bpf.h"    /* failure counters, ring-buffer and map helpers, per-CPU state */
-#include "handshake.bpf.h" /* handshake uprobes: count and time each handshake */
+#include "iface.h"         /* what one feature asks of another */
+#include "handshake.bpf.h" /* handshake probes: state, and what they do */
+#include "hs_calls.bpf.h"  /* ... the probes on handshake calls: entries and returns */
+#include "hs_objects.bpf.h" /* ... and on connection objects: role, reset, free */
 #include "proc.bpf.h"      /* the traced set; forks and exits */
 #include "estimate.bpf.h"  /* handshake CPU from the kernel alone, where no probe times it */
 #include "gotls.bpf.h"     /* Go crypto/tls: a handshake followed across its goroutine's threads */

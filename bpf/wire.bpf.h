@@ -22,7 +22,7 @@
  * its encrypted flight (copied: tcp copied_seq now). */
 static __always_inline __u8 tls13_answer(const struct conn_state *c, __u32 copied)
 {
-	__u32 answer = copied - c->rx_flight;
+	__u32 answer = copied - c->wire.rx_flight;
 	if (answer == 0)
 		return WIRE_END_CLOSED;
 	return answer >= TLS13_MIN_FINISHED ? WIRE_END_FINISHED : WIRE_END_CLIENT_ALERT;
@@ -52,11 +52,10 @@ static __always_inline struct wire_event *wire_ev(const struct sock *sk, const s
 	struct wire_event *e = bpf_map_lookup_elem(&wire_scratch, &zero);
 	if (!e)
 		return NULL;
-	e->sk = (__u64)sk;
-	e->conn_start = c->start_ns;
-	e->tgid = c->wire_tgid;
-	e->netns = c->netns;
-	e->port = c->port;
+	e->conn_id = c->life.id;
+	e->tgid = c->wire.tgid;
+	e->netns = c->life.netns;
+	e->port = c->life.port;
 	e->kind = kind;
 	e->flags = 0;
 	e->len = 0;
@@ -78,11 +77,11 @@ static __always_inline void wire_out(struct wire_event *e, __u32 len)
 /* The capture is over: nothing more of this connection is looked at. */
 static __always_inline void wire_finish(const struct sock *sk, struct conn_state *c, __u8 why)
 {
-	bool tls = c->wire_flags & WIRE_F_TLS;
-	if (c->wire == WIRE_DONE)
+	bool tls = c->wire.flags & WIRE_F_TLS;
+	if (c->wire.state == WIRE_DONE)
 		return;
-	c->wire = WIRE_DONE;
-	c->wire_why = why;
+	c->wire.state = WIRE_DONE;
+	c->wire.why = why;
 	if (!tls)
 		return; /* not TLS: nothing was sent, nothing to say */
 	struct wire_event *e = wire_ev(sk, c, WIRE_EV_END);
@@ -95,17 +94,47 @@ static __always_inline void wire_finish(const struct sock *sk, struct conn_state
 /* The connection closed while its handshake output was being captured (conn.bpf.h). */
 static __always_inline void wire_closed(const struct sock *sk, struct conn_state *c)
 {
-	if (c->wire == WIRE_SEALED)
+	if (c->wire.state == WIRE_SEALED)
 		wire_finish(sk, c, tls13_answer(c, data_read(sk)));
-	else if (c->wire == WIRE_PLAIN)
+	else if (c->wire.state == WIRE_PLAIN)
 		wire_finish(sk, c, WIRE_END_CLOSED);
+}
+
+/* A read of the client's data, where the server's sends do not count requests
+ * (requests.bpf.h): the client answered the server's encrypted flight, TLS 1.3's
+ * handshake is over. */
+static __always_inline void wire_read_data(const struct sock *sk, struct conn_state *c)
+{
+	if (c->wire.state == WIRE_SEALED)
+		wire_finish(sk, c, WIRE_END_FINISHED);
+}
+
+/* The bytes of the client's stream read so far, up to `copied` (tcp copied_seq), are still
+ * its handshake (estimate.bpf.h): the capture is not over, and after the server's TLS 1.3
+ * encrypted flight, no more than the client's change_cipher_spec and Finished were read. */
+static __always_inline bool wire_client_handshake(const struct conn_state *c, __u32 copied)
+{
+	if (c->wire.state == WIRE_SEALED)
+		return c->wire.fin_len && copied - c->wire.rx_flight <= 6 + 5 + c->wire.fin_len;
+	return c->wire.state != WIRE_DONE;
+}
+
+/* The capture ended during this send (the client having read up to `copied`): requests are
+ * counted from here (requests.bpf.h). */
+static __always_inline void wire_hand_over(struct conn_state *c, __u32 copied)
+{
+	bool tls = c->wire.flags & WIRE_F_TLS;
+	/* TLS 1.2 resumption: the server's Finished went before the client's, which is still
+	 * to come (change_cipher_spec, and a Finished record as long as the server's) */
+	__u32 tail = c->wire.why == WIRE_END_FINISHED && copied == c->wire.rx_first ? 6 + 5 + c->wire.fin_len : 0;
+	req_handshake_over(c, tls, copied, tail, copied);
 }
 
 /* Copies plaintext bytes [ptr, ptr + len) of the output to user space, within the cap. */
 static __always_inline void wire_copy(const struct sock *sk, struct conn_state *c, __u64 ptr, __u32 len)
 {
 	for (int i = 0; i < WIRE_MAX_PLAIN / WIRE_CHUNK && len > 0; i++) {
-		__u32 room = WIRE_MAX_PLAIN - c->wire_copied;
+		__u32 room = WIRE_MAX_PLAIN - c->wire.copied;
 		if (room == 0 || room > WIRE_MAX_PLAIN) {
 			wire_finish(sk, c, WIRE_END_CAP);
 			return;
@@ -126,7 +155,7 @@ static __always_inline void wire_copy(const struct sock *sk, struct conn_state *
 		}
 		e->len = n;
 		wire_out(e, n);
-		c->wire_copied += n;
+		c->wire.copied += n;
 		ptr += n;
 		len -= n;
 	}
@@ -143,38 +172,38 @@ static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state
 	__u32 len = (__u32)h[3] << 8 | h[4];
 	bool valid = type >= 20 && type <= 23 && h[1] == 3 && h[2] <= 4 && len > 0 && len <= WIRE_MAX_RECORD;
 
-	if (!(c->wire_flags & WIRE_F_TLS)) {
+	if (!(c->wire.flags & WIRE_F_TLS)) {
 		if (!valid || (type != 22 && type != 21))
 			return WIRE_NOT_TLS; /* the server does not speak TLS first */
-		c->wire_flags |= WIRE_F_TLS;
+		c->wire.flags |= WIRE_F_TLS;
 		conn_mark_tls(c); /* also for servers without handshake probes */
 	} else if (!valid) {
 		return WIRE_END_BAD;
 	}
-	c->wire_left = len;
+	c->wire.left = len;
 	if (type == 23) {
-		c->wire = WIRE_SEALED;
+		c->wire.state = WIRE_SEALED;
 		/* the flight's last record ends with its Finished, and is no more than it, unless the
 		 * flight shares one record: then the longest a Finished can be (a request is longer
 		 * than the difference, so it is still counted) */
-		c->fin_len = len < TLS13_MAX_FINISHED_BODY ? len : TLS13_MAX_FINISHED_BODY;
+		c->wire.fin_len = len < TLS13_MAX_FINISHED_BODY ? len : TLS13_MAX_FINISHED_BODY;
 		struct wire_event *e = wire_ev(sk, c, WIRE_EV_RECORD);
 		if (e) {
 			__builtin_memcpy(e->data, h, 5);
 			e->len = 5;
 			wire_out(e, 5);
 		}
-		if (++c->wire_sealed >= WIRE_MAX_SEALED)
-			c->wire_end = WIRE_END_CAP;
+		if (++c->wire.sealed >= WIRE_MAX_SEALED)
+			c->wire.end = WIRE_END_CAP;
 		return 0;
 	}
-	if (c->wire != WIRE_PLAIN)
+	if (c->wire.state != WIRE_PLAIN)
 		return 0; /* after encryption started only type 23 is expected: keep walking */
 	if (type == 20) {
-		c->wire_flags |= WIRE_F_CCS;
+		c->wire.flags |= WIRE_F_CCS;
 	} else if (type == 21) {
-		c->wire_end = WIRE_END_ALERT;
-	} else if (type == 22 && (c->wire_flags & WIRE_F_CCS)) {
+		c->wire.end = WIRE_END_ALERT;
+	} else if (type == 22 && (c->wire.flags & WIRE_F_CCS)) {
 		/* After change_cipher_spec: TLS 1.2's encrypted Finished ends the server's part;
 		 * a TLS 1.3 ServerHello after a HelloRetryRequest (a record holding exactly one
 		 * message of type 2) does not. */
@@ -183,8 +212,8 @@ static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state
 		if (avail >= 4 && !bpf_probe_read_user(b, 4, (void *)body))
 			hello = b[0] == 2 && ((__u32)b[1] << 16 | (__u32)b[2] << 8 | b[3]) + 4 == len;
 		if (!hello) {
-			c->wire_end = WIRE_END_FINISHED;
-			c->fin_len = len;
+			c->wire.end = WIRE_END_FINISHED;
+			c->wire.fin_len = len;
 		}
 	}
 	return 0;
@@ -211,21 +240,21 @@ static long wire_step(__u32 i, void *ctx)
 	if (off >= n)
 		return 1;
 	__u32 avail = n - off;
-	bool plain = c->wire == WIRE_PLAIN;
-	if (c->wire_left) {
-		__u32 take = c->wire_left < avail ? c->wire_left : avail;
-		c->wire_left -= take;
+	bool plain = c->wire.state == WIRE_PLAIN;
+	if (c->wire.left) {
+		__u32 take = c->wire.left < avail ? c->wire.left : avail;
+		c->wire.left -= take;
 		w->off = off + take;
 		if (plain)
 			w->plain_end = w->off;
-		if (!c->wire_left && c->wire_end) {
-			w->why = c->wire_end;
+		if (!c->wire.left && c->wire.end) {
+			w->why = c->wire.end;
 			return 1;
 		}
 		return 0;
 	}
 	/* a record header, possibly continued from the previous write */
-	__u32 have = c->wire_hdr_have, hdr_at = off;
+	__u32 have = c->wire.hdr_have, hdr_at = off;
 	__u8 h[8] = {};
 	if (have == 0 && avail >= 5) {
 		if (bpf_probe_read_user(h, 5, (void *)(w->ptr + off))) {
@@ -242,24 +271,24 @@ static long wire_step(__u32 i, void *ctx)
 				w->why = WIRE_END_UNSUPPORTED;
 				return 1;
 			}
-			c->wire_hdr[have & 7] = byte;
+			c->wire.hdr[have & 7] = byte;
 			have++;
 			off++;
 		}
 		w->off = off;
-		c->wire_hdr_have = have;
+		c->wire.hdr_have = have;
 		if (have < 5) {
 			if (plain)
 				w->plain_end = off;
 			return 1;
 		}
-		c->wire_hdr_have = 0;
-		__builtin_memcpy(h, c->wire_hdr, 5);
+		c->wire.hdr_have = 0;
+		__builtin_memcpy(h, c->wire.hdr, 5);
 	}
 	w->off = off;
 	w->why = wire_header(w->sk, c, h, w->ptr + off, n - off);
 	if (plain)
-		w->plain_end = c->wire == WIRE_PLAIN ? off : hdr_at;
+		w->plain_end = c->wire.state == WIRE_PLAIN ? off : hdr_at;
 	return w->why ? 1 : 0;
 }
 
@@ -269,7 +298,7 @@ static __always_inline void wire_walked(struct wire_walk_ctx *w, bool plain_star
 	struct conn_state *c = w->c;
 	if (!w->why && w->off < w->n)
 		w->why = WIRE_END_CAP; /* more records in one write than walked */
-	if (plain_start && w->plain_end && (c->wire_flags & WIRE_F_TLS))
+	if (plain_start && w->plain_end && (c->wire.flags & WIRE_F_TLS))
 		wire_copy(w->sk, c, w->ptr, w->plain_end);
 	if (w->why)
 		wire_finish(w->sk, c, w->why == WIRE_NOT_TLS ? 0 : w->why);
@@ -284,7 +313,7 @@ static __always_inline void wire_walked(struct wire_walk_ctx *w, bool plain_star
 static __noinline int wire_walk_loop(const struct sock *sk, struct conn_state *c, __u64 ptr, __u32 n)
 {
 	struct wire_walk_ctx w = { .sk = sk, .c = c, .ptr = ptr, .n = n };
-	bool plain_start = c->wire == WIRE_PLAIN;
+	bool plain_start = c->wire.state == WIRE_PLAIN;
 
 	bpf_loop(WIRE_STEPS, wire_step, &w, 0);
 	wire_walked(&w, plain_start);
@@ -294,7 +323,7 @@ static __noinline int wire_walk_loop(const struct sock *sk, struct conn_state *c
 static __noinline int wire_walk_bounded(const struct sock *sk, struct conn_state *c, __u64 ptr, __u32 n)
 {
 	struct wire_walk_ctx w = { .sk = sk, .c = c, .ptr = ptr, .n = n };
-	bool plain_start = c->wire == WIRE_PLAIN;
+	bool plain_start = c->wire.state == WIRE_PLAIN;
 
 	for (__u32 i = 0; i < WIRE_STEPS; i++) {
 		if (wire_step(i, &w))
@@ -340,7 +369,7 @@ static __always_inline const struct iovec *wire_iovecs(const struct msghdr *msg)
 static __always_inline void wire_unsupported(const struct sock *sk, struct conn_state *c, __u32 copied)
 {
 	wire_finish(sk, c, WIRE_END_UNSUPPORTED);
-	handshake_over(c, copied);
+	wire_hand_over(c, copied);
 }
 
 /* The capture of a server send's handshake output, and the request count
@@ -349,8 +378,8 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 					     const bool bounded)
 {
 	__u32 copied = data_read(sk);
-	if (c->wire == WIRE_DONE) {
-		count_request(c, copied);
+	if (c->wire.state == WIRE_DONE) {
+		req_sent(c, copied);
 		return 0;
 	}
 
@@ -358,48 +387,37 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	__u32 tid = (__u32)id;
 	bool in_hs = in_handshake_here(tid);
 	if (in_hs)
-		conn_handshake_io(c, sk, tid); /* links the handshake call to its connection */
+		conn_handshake_io(c, tid); /* links the handshake call to its connection */
 	__u32 seq = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
-	if (c->wire == WIRE_IDLE) {
-		c->wire = WIRE_PLAIN;
-		c->wire_seq = seq;
-		c->wire_tgid = id >> 32;
-		c->rx_first = copied;
-		c->rx_flight = copied;
+	if (c->wire.state == WIRE_IDLE) {
+		c->wire.state = WIRE_PLAIN;
+		c->wire.seq = seq;
+		c->wire.tgid = id >> 32;
+		c->wire.rx_first = copied;
+		c->wire.rx_flight = copied;
 		/* a memory-BIO server's handshake call just returned on this thread: its flight */
-		if (!in_hs) {
-			struct hs_key *k = bpf_map_lookup_elem(&hs_last, &tid);
-			if (k) {
-				struct hs_state *st = bpf_map_lookup_elem(&hs_conns, k);
-				if (st && !st->conn_sk && k->tgid == id >> 32) {
-					st->conn_sk = (__u64)sk;
-					st->conn_start = c->start_ns;
-				}
-				bpf_map_delete_elem(&hs_last, &tid);
-			}
-		}
+		if (!in_hs)
+			hs_link_membio(tid, id >> 32, c->life.id, c->life.start_ns);
 	}
-	if (c->wire == WIRE_SEALED && copied != c->rx_flight) {
+	if (c->wire.state == WIRE_SEALED && copied != c->wire.rx_flight) {
 		/* The client answered the server's TLS 1.3 flight: the handshake is over. The
 		 * answer is a change_cipher_spec and a Finished as long as the server's; bytes past
 		 * them are a request. */
 		wire_finish(sk, c, tls13_answer(c, copied));
-		c->rx_mark = c->rx_flight;
-		c->rx_tail = 6 + 5 + c->fin_len;
-		count_request(c, copied);
+		req_handshake_over(c, true, c->wire.rx_flight, 6 + 5 + c->wire.fin_len, copied);
 		return 0;
 	}
-	c->rx_flight = copied;
+	c->wire.rx_flight = copied;
 
 	__u64 left = BPF_CORE_READ(msg, msg_iter.count);
-	__s32 skip = (__s32)(c->wire_seq - seq);
+	__s32 skip = (__s32)(c->wire.seq - seq);
 	if (skip < 0) {
 		wire_unsupported(sk, c, copied); /* output sent by a path not seen here */
 		return 0;
 	}
 	if ((__u64)skip >= left)
 		return 0; /* already walked when this send began: the kernel calls once per chunk */
-	c->wire_seq = seq + (__u32)left;
+	c->wire.seq = seq + (__u32)left;
 
 	__u32 type = wire_iter_type(msg);
 	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
@@ -408,8 +426,8 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	    type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
 		__u64 base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
 		wire_walk(sk, c, base + offset + skip, left - skip, bounded);
-		if (c->wire == WIRE_DONE)
-			handshake_over(c, copied);
+		if (c->wire.state == WIRE_DONE)
+			wire_hand_over(c, copied);
 		return 0;
 	}
 	if (type != bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
@@ -420,7 +438,7 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	__u64 nsegs = BPF_CORE_READ(msg, msg_iter.nr_segs);
 	__u64 todo = left;
 	for (int i = 0; i < WIRE_SEGS; i++) {
-		if (i >= nsegs || todo == 0 || c->wire == WIRE_DONE)
+		if (i >= nsegs || todo == 0 || c->wire.state == WIRE_DONE)
 			break;
 		struct iovec v;
 		if (bpf_probe_read_kernel(&v, sizeof(v), &iov[i]))
@@ -442,10 +460,10 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 		skip = 0;
 		wire_walk(sk, c, base, len, bounded);
 	}
-	if (todo && c->wire != WIRE_DONE)
+	if (todo && c->wire.state != WIRE_DONE)
 		wire_finish(sk, c, WIRE_END_CAP);
-	if (c->wire == WIRE_DONE)
-		handshake_over(c, copied);
+	if (c->wire.state == WIRE_DONE)
+		wire_hand_over(c, copied);
 	return 0;
 }
 
@@ -459,7 +477,7 @@ static __always_inline int wire_on_send(const struct sock *sk, const struct msgh
 	if (!c)
 		return 0;
 	est_before_send(sk);
-	go_before_send(sk, c);
+	go_before_send(c);
 	return wire_capture_send(sk, c, msg, bounded);
 }
 
@@ -467,43 +485,33 @@ static __always_inline int wire_on_send(const struct sock *sk, const struct msgh
  * The send-capture capability, cheapest first: the tracepoint (6.14+), fentry, a kprobe
  * (hash mode: its socket is an untyped pointer); each with bpf_loop (5.17+) or a bounded
  * loop. The tracepoint fires once per chunk the kernel queues, fentry and kprobe once per
- * call: wire_seq tells what was walked already either way.
+ * call: wire.seq tells what was walked already either way.
+ *
+ * One body (wire_on_send), and per hook one thin wrapper for each way of walking. The two
+ * cannot be one program with a load-time switch: the bpf_loop walk passes its callback as a
+ * function pointer (a BPF_PSEUDO_FUNC ld_imm64), which kernels before 5.13 reject wherever
+ * it is in a program, reachable or not, and bpf_loop itself is unknown before 5.17; the
+ * bounded walk, verified step by step, is what such kernels load.
  */
-SEC("tp_btf/tcp_sendmsg_locked")
-int BPF_PROG(wire_send, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, int size_goal)
-{
-	return wire_on_send(sk, msg, false);
-}
+#define WIRE_SEND_PROGRAMS(suffix, bounded)                                                              \
+	SEC("tp_btf/tcp_sendmsg_locked")                                                                  \
+	int BPF_PROG(wire_send##suffix, const struct sock *sk, const struct msghdr *msg,                  \
+		     const struct sk_buff *skb, int size_goal)                                            \
+	{                                                                                                 \
+		return wire_on_send(sk, msg, bounded);                                                    \
+	}                                                                                                 \
+	SEC("fentry/tcp_sendmsg_locked")                                                                  \
+	int BPF_PROG(wire_send_fentry##suffix, struct sock *sk, struct msghdr *msg, size_t size)          \
+	{                                                                                                 \
+		return wire_on_send(sk, msg, bounded);                                                    \
+	}                                                                                                 \
+	SEC("kprobe/tcp_sendmsg_locked")                                                                  \
+	int BPF_KPROBE(wire_send_kprobe##suffix, struct sock *sk, struct msghdr *msg)                     \
+	{                                                                                                 \
+		return wire_on_send(sk, msg, bounded);                                                    \
+	}
 
-SEC("tp_btf/tcp_sendmsg_locked")
-int BPF_PROG(wire_send_bounded, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb,
-	     int size_goal)
-{
-	return wire_on_send(sk, msg, true);
-}
-
-SEC("fentry/tcp_sendmsg_locked")
-int BPF_PROG(wire_send_fentry, struct sock *sk, struct msghdr *msg, size_t size)
-{
-	return wire_on_send(sk, msg, false);
-}
-
-SEC("fentry/tcp_sendmsg_locked")
-int BPF_PROG(wire_send_fentry_bounded, struct sock *sk, struct msghdr *msg, size_t size)
-{
-	return wire_on_send(sk, msg, true);
-}
-
-SEC("kprobe/tcp_sendmsg_locked")
-int BPF_KPROBE(wire_send_kprobe, struct sock *sk, struct msghdr *msg)
-{
-	return wire_on_send(sk, msg, false);
-}
-
-SEC("kprobe/tcp_sendmsg_locked")
-int BPF_KPROBE(wire_send_kprobe_bounded, struct sock *sk, struct msghdr *msg)
-{
-	return wire_on_send(sk, msg, true);
-}
+WIRE_SEND_PROGRAMS(, false)         /* wire_send, wire_send_fentry, wire_send_kprobe */
+WIRE_SEND_PROGRAMS(_bounded, true)  /* wire_send_bounded, wire_send_fentry_bounded, ... */
 
 #endif

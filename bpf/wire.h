@@ -15,13 +15,13 @@
 #ifndef TLSPROF_WIRE_H
 #define TLSPROF_WIRE_H
 
-/* conn_state.wire */
+/* wire_conn.state */
 #define WIRE_IDLE 0   /* nothing sent yet */
 #define WIRE_PLAIN 1  /* plaintext records so far: copied */
 #define WIRE_SEALED 2 /* after the first encrypted record: headers only */
 #define WIRE_DONE 3   /* over (or not TLS): nothing more is looked at */
 
-/* conn_state.wire_flags */
+/* wire_conn.flags */
 #define WIRE_F_CCS 1       /* the server sent change_cipher_spec */
 #define WIRE_F_FINISHED 2  /* the current record is TLS 1.2's (encrypted) server Finished */
 #define WIRE_F_TLS 4       /* the output started as TLS records */
@@ -46,9 +46,30 @@
 #define WIRE_MAX_PLAIN 16384 /* plaintext bytes copied per connection at most */
 #define WIRE_MAX_SEALED 12   /* encrypted record headers kept per connection at most */
 
+/* wire.bpf.h's part of a connection's state (conn_state.wire): its handshake output, as
+ * far as it is looked at. */
+struct wire_conn {
+	__u32 seq;       /* output stream position (tcp write_seq) looked at so far */
+	__u32 left;      /* body bytes of the current record not yet sent */
+	__u32 tgid;      /* the process that wrote it */
+	__u16 copied;    /* plaintext bytes copied to user space */
+	__u8 state;      /* WIRE_IDLE/PLAIN/SEALED/DONE */
+	__u8 flags;      /* WIRE_F_* */
+	__u8 hdr[8];     /* a record header split across writes (5 bytes used) */
+	__u8 hdr_have;   /* bytes of it so far */
+	__u8 sealed;     /* encrypted record headers sent */
+	__u8 end;        /* WIRE_END_* to report when the current record ends, 0 if none */
+	__u8 why;        /* why the capture ended (WIRE_END_*; 0: not TLS) */
+	__u16 fin_len;   /* body length of the server's latest Finished-sized record: the
+			  * client's Finished record has the same (same suite, same hash) */
+	__u8 pad[2];
+	/* how far the server had read the client's stream (tcp copied_seq) at its sends: */
+	__u32 rx_first;  /* at the first (its first flight answers the ClientHello) */
+	__u32 rx_flight; /* at the latest while the capture runs */
+};
+
 struct wire_event {
-	__u64 sk;         /* connection identity: socket address and ... */
-	__u64 conn_start; /* ... conn_state.start_ns */
+	__u64 conn_id;    /* conn_life.id */
 	__u32 tgid;       /* the process that wrote (for END: the last one that did) */
 	__u32 netns;
 	__u16 port;       /* local (listening) port */
@@ -59,6 +80,6 @@ struct wire_event {
 	__u8 data[WIRE_CHUNK];
 };
 
-#define WIRE_EVENT_HEADER 32 /* offsetof(struct wire_event, data) */
+#define WIRE_EVENT_HEADER 24 /* offsetof(struct wire_event, data) */
 
 #endif

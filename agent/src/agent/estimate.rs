@@ -25,6 +25,8 @@ pub const SETTLE: Duration = Duration::from_millis(200);
 
 struct Sum {
     tgid: u32,
+    /// When its connection was accepted (hs_event.conn_start).
+    conn_start: u64,
     first_ns: u64,
     last_ns: u64,
     cpu_ns: u64,
@@ -47,7 +49,7 @@ pub struct Estimates {
 impl Estimates {
     /// One part from the kernel (hs_event with `estimate` set).
     pub fn add(&mut self, e: &hs_event, now: Instant) {
-        let id = (e.conn_sk, e.conn_start);
+        let id = e.conn_id;
         if !self.open.contains_key(&id) && self.open.len() >= MAX_OPEN {
             let out = bounds::evict_oldest(&mut self.open, MAX_OPEN, |s| s.since);
             self.evicted += out.len() as u64;
@@ -55,6 +57,7 @@ impl Estimates {
         let first = e.end_ns.saturating_sub(e.duration_ns);
         let s = self.open.entry(id).or_insert(Sum {
             tgid: e.tgid,
+            conn_start: e.conn_start,
             first_ns: first,
             last_ns: e.end_ns,
             cpu_ns: 0,
@@ -93,8 +96,8 @@ impl Estimates {
                 result: if ok { hs::HS_RESULT_OK } else { hs::HS_RESULT_FAILED },
                 estimate: 1,
                 pad: [0; 5],
-                conn_sk: id.0,
-                conn_start: id.1,
+                conn_id: id,
+                conn_start: s.conn_start,
                 end_ns: s.last_ns,
             });
         }
@@ -122,7 +125,7 @@ mod tests {
             result: hs::HS_RESULT_OK,
             estimate: 1,
             pad: [0; 5],
-            conn_sk: conn,
+            conn_id: conn,
             conn_start: 1,
             end_ns,
         }
@@ -138,8 +141,8 @@ mod tests {
         e.add(&part(200, 1_100_000, 100_000, 90_000), t0);
         e.add(&part(100, 3_000_000, 200_000, 150_000), t0);
         assert!(e.finished(false, t0).is_empty(), "no capture ended yet");
-        e.capture_ended((100, 1), true, t0);
-        e.capture_ended((999, 1), true, t0); // a probed connection: no parts
+        e.capture_ended(100, true, t0);
+        e.capture_ended(999, true, t0); // a probed connection: no parts
         assert!(e.finished(false, t0).is_empty(), "its last part may still come");
         let done = e.finished(false, t0 + SETTLE);
         assert_eq!(done.len(), 1);
@@ -148,8 +151,8 @@ mod tests {
             (h.cpu_ns, h.duration_ns, h.calls, h.result),
             (450_000, 2_400_000, 2, hs::HS_RESULT_OK)
         );
-        assert_eq!((h.conn_sk, h.conn_start, h.estimate, h.tgid), (100, 1, 1, 7));
-        e.capture_ended((200, 1), false, t0);
+        assert_eq!((h.conn_id, h.conn_start, h.estimate, h.tgid), (100, 1, 1, 7));
+        e.capture_ended(200, false, t0);
         assert_eq!(e.finished(true, t0)[0].result, hs::HS_RESULT_FAILED);
         assert!(e.open.is_empty());
     }

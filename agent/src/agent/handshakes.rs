@@ -140,7 +140,7 @@ impl Handshakes {
         if self.pending.len() >= MAX_PENDING {
             if let Some((old, _)) = self.pending.pop_front() {
                 bounds::count(&self.metrics, "pending_handshakes", 1);
-                let (l, complete) = self.wire.give_up((old.conn_sk, old.conn_start));
+                let (l, complete) = self.wire.give_up(old.conn_id);
                 self.count(&old, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs);
             }
         }
@@ -160,10 +160,10 @@ impl Handshakes {
         {
             return; // the connection came before the probes' window: its first calls may be missing
         }
-        if e.conn_sk == 0 || !self.wire_counts {
+        if e.conn_id == 0 || !self.wire_counts {
             return self.count(&e, &Negotiated::UNKNOWN, Some(UNLABELLED_NO_CONNECTION), procs);
         }
-        let id = (e.conn_sk, e.conn_start);
+        let id = e.conn_id;
         match self.wire.lookup(id) {
             Lookup::Ready(l, complete) => self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs),
             // a failed handshake may have sent nothing: take what is known
@@ -176,11 +176,11 @@ impl Handshakes {
     /// long (or all, at exit) with what is known.
     pub fn flush(&mut self, all: bool, procs: &impl ProcInfo, now: Instant) {
         for e in self.estimates.finished(all, now) {
-            let (l, complete) = self.wire.give_up((e.conn_sk, e.conn_start));
+            let (l, complete) = self.wire.give_up(e.conn_id);
             self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs);
         }
         for (e, since) in std::mem::take(&mut self.pending) {
-            let id = (e.conn_sk, e.conn_start);
+            let id = e.conn_id;
             match self.wire.lookup(id) {
                 Lookup::Ready(l, complete) => self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs),
                 Lookup::Wait if all || now.duration_since(since) >= tracker::WAIT => {
@@ -293,7 +293,6 @@ mod tests {
         wire::fixtures::resumed12,
     };
 
-    const SK: u64 = 0xffff_8880_0000_1000;
     const NGINX: u32 = 7;
     const GNUTLS: u32 = 8;
 
@@ -322,8 +321,7 @@ mod tests {
 
     fn wire(tgid: u32, conn: u64, kind: u8, flags: u8, data: &[u8]) -> WireEvent {
         WireEvent {
-            sk: SK,
-            conn_start: conn,
+            conn_id: conn,
             tgid,
             netns: 1,
             port: 8443,
@@ -351,7 +349,7 @@ mod tests {
             result,
             estimate: 0,
             pad: [0; 5],
-            conn_sk: if conn == 0 { 0 } else { SK },
+            conn_id: conn,
             conn_start: conn,
             end_ns: 0,
         }

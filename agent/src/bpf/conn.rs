@@ -16,14 +16,14 @@ pub const CONN_TW_YES: u8 = 1;
 pub const CONN_TW_MAYBE: u8 = 2;
 pub const AF_INET: u16 = libc::AF_INET as u16;
 
-/// Value of req_ctl[0]: switches the agent sets at run time.
+/// Value of req_ctl[0] (bpf/requests.h): the switches the agent sets after load, which
+/// cannot be read-only globals: whether the send capture attached is known once the object
+/// is loaded, and `reads` changes at run time. (--exact is the global req_read_links.)
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct req_ctl {
     pub wire_counts: u32,
-    pub read_links: u32,
     pub reads: u32,
-    pub pad: u32,
 }
 
 /// A listening port of a traced process (key of conn_ports).
@@ -56,47 +56,69 @@ unsafe impl aya::Pod for req_ctl {}
 unsafe impl aya::Pod for conn_port {}
 unsafe impl aya::Pod for conn_port_stats {}
 
+/// A connection's state in the kernel, one part per feature (bpf/conn.h, requests.h,
+/// wire.h): mirrors checked by the layout test; only the kernel uses them.
+#[cfg(test)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "mirror of bpf/conn.h, checked by the layout test; only the kernel uses it"
-    )
-)]
-pub struct conn_state {
+pub struct conn_life {
+    pub id: u64,
     pub start_ns: u64,
     pub netns: u32,
     pub port: u16,
     pub first_fin: u8,
     pub reset: u8,
-    pub requests: u32,
     pub tls: u8,
-    pub dir: u8,
+    pub pad: [u8; 7],
+}
+
+#[cfg(test)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct req_conn {
+    pub requests: u32,
     pub slot: u16,
-    pub wire_seq: u32,
-    pub wire_left: u32,
-    pub wire_tgid: u32,
-    pub wire_copied: u16,
-    pub wire: u8,
-    pub wire_flags: u8,
-    pub wire_hdr: [u8; 8],
-    pub wire_hdr_have: u8,
-    pub wire_sealed: u8,
-    pub wire_end: u8,
-    pub wire_why: u8,
-    pub fin_len: u16,
-    pub pad2: [u8; 2],
-    pub rx_first: u32,
-    pub rx_flight: u32,
+    pub dir: u8,
+    pub pad: u8,
     pub rx_mark: u32,
     pub rx_tail: u32,
+}
+
+#[cfg(test)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct wire_conn {
+    pub seq: u32,
+    pub left: u32,
+    pub tgid: u32,
+    pub copied: u16,
+    pub state: u8,
+    pub flags: u8,
+    pub hdr: [u8; 8],
+    pub hdr_have: u8,
+    pub sealed: u8,
+    pub end: u8,
+    pub why: u8,
+    pub fin_len: u16,
+    pub pad: [u8; 2],
+    pub rx_first: u32,
+    pub rx_flight: u32,
+}
+
+#[cfg(test)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct conn_state {
+    pub life: conn_life,
+    pub req: req_conn,
+    pub wire: wire_conn,
 }
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct conn_event {
+    /// The connection's identity (bpf/conn.h conn_life.id), as its other events carry it.
+    pub conn_id: u64,
     pub duration_ns: u64,
     pub saddr: [u8; 16],
     pub daddr: [u8; 16],
@@ -147,6 +169,7 @@ mod tests {
     #[test]
     fn decode_event() {
         let mut raw = Vec::new();
+        raw.extend_from_slice(&0x0001_0000_0000_0007u64.to_le_bytes());
         raw.extend_from_slice(&2_000_000u64.to_le_bytes());
         let mut saddr = [0u8; 16];
         saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
@@ -161,6 +184,7 @@ mod tests {
         raw.extend_from_slice(&AF_INET.to_le_bytes());
         raw.extend_from_slice(&[CONN_BY_SERVER, CONN_TW_MAYBE, 1, 0, 0, 0, 0, 0, 0, 0]);
         let e: conn_event = read_record(&raw).unwrap();
+        assert_eq!((e.conn_id, e.duration_ns), (0x0001_0000_0000_0007, 2_000_000));
         assert_eq!((e.netns, e.requests, e.port, e.dport), (4026531840, 5, 8443, 50000));
         assert_eq!(e.local(), IpAddr::V4(Ipv4Addr::LOCALHOST));
         assert_eq!(e.remote(), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
@@ -172,6 +196,6 @@ mod tests {
         v6.family = libc::AF_INET6 as u16;
         v6.daddr = Ipv6Addr::LOCALHOST.octets();
         assert_eq!(v6.remote(), IpAddr::V6(Ipv6Addr::LOCALHOST));
-        assert!(read_record::<conn_event>(&raw[..63]).is_none());
+        assert!(read_record::<conn_event>(&raw[..71]).is_none());
     }
 }

@@ -16,7 +16,7 @@ pub struct hs_event {
     pub result: u8,
     pub estimate: u8,
     pub pad: [u8; 5],
-    pub conn_sk: u64,
+    pub conn_id: u64,
     pub conn_start: u64,
     pub end_ns: u64,
 }
@@ -52,7 +52,7 @@ pub struct hs_thread {
     pub est: u8,
     pub go: u8,
     pub pad: [u8; 4],
-    pub conn_sk: u64,
+    pub conn_id: u64,
     pub conn_start: u64,
 }
 
@@ -74,7 +74,7 @@ pub struct hs_state {
     pub role: u8,
     pub done: u8,
     pub pad: [u8; 2],
-    pub conn_sk: u64,
+    pub conn_id: u64,
     pub conn_start: u64,
 }
 
@@ -114,13 +114,13 @@ mod tests {
         raw.extend_from_slice(&4242u32.to_le_bytes());
         raw.extend_from_slice(&3u32.to_le_bytes());
         raw.extend_from_slice(&[HS_ROLE_SERVER, HS_RESULT_FAILED, 1, 0, 0, 0, 0, 0]);
-        raw.extend_from_slice(&0xffff_8880_1234_5678u64.to_le_bytes());
+        raw.extend_from_slice(&0x0003_0000_0000_002au64.to_le_bytes());
         raw.extend_from_slice(&99u64.to_le_bytes());
         raw.extend_from_slice(&123_456u64.to_le_bytes());
         let e: hs_event = read_record(&raw).unwrap();
         assert_eq!(
-            (e.conn_sk, e.conn_start, e.end_ns, e.estimate),
-            (0xffff_8880_1234_5678, 99, 123_456, 1)
+            (e.conn_id, e.conn_start, e.end_ns, e.estimate),
+            (0x0003_0000_0000_002a, 99, 123_456, 1)
         );
         assert_eq!(
             (e.duration_ns, e.cpu_ns, e.tgid, e.calls),

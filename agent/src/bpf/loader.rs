@@ -137,9 +137,11 @@ pub struct Kernel {
     conn_exchanges: PerCpuArray<MapData, u64>,
     free_slots: Vec<u32>,
     traced: BpfHashMap<MapData, u32, proc_traced>,
-    /// The switches of the connection programs (requests.bpf.h), as last written.
+    /// The switches of the connection programs (requests.bpf.h), as last written, and
+    /// --exact (a read-only global of the object's).
     req_ctl: Array<MapData, cn::req_ctl>,
     ctl: cn::req_ctl,
+    exact: bool,
     /// The read side's programs, attached while something needs them.
     read_side: ReadSide,
     /// Traced processes that need the read side (the kernel estimates their handshakes, or
@@ -165,10 +167,12 @@ where
     T::try_from(map).with_context(|| format!("BPF map {name}"))
 }
 
-/// Loads the object with its load-time settings; programs are loaded later, one by one.
-fn load_object(cpus: usize, sample_hz: u64, storage: Storage) -> Result<Ebpf> {
+/// Loads the object with its load-time settings (read-only globals: fixed once loaded);
+/// programs are loaded later, one by one.
+fn load_object(cpus: usize, sample_hz: u64, exact: bool, storage: Storage) -> Result<Ebpf> {
     let cpu_accounting = u32::from(sample_hz > 0);
     let conn_hash = u32::from(storage == Storage::Hash);
+    let read_links = u32::from(exact);
     let sizes = MapSizes::here(cpus);
     let mut loader = EbpfLoader::new();
     loader
@@ -186,6 +190,7 @@ fn load_object(cpus: usize, sample_hz: u64, storage: Storage) -> Result<Ebpf> {
         .map_max_entries("cpu_samples", sample_ring_bytes(cpus, sample_hz))
         .override_global("cpu_accounting", &cpu_accounting, true)
         .override_global("conn_hash", &conn_hash, true)
+        .override_global("req_read_links", &read_links, true)
         .load(super::OBJECT)
         .context("cannot load tlsprof's BPF programs into the kernel")
 }
@@ -324,10 +329,10 @@ impl Kernel {
         } else {
             Storage::Socket
         };
-        let mut ebpf = load_object(cpus.len(), sample_hz, first)?;
+        let mut ebpf = load_object(cpus.len(), sample_hz, exact, first)?;
         let mut served = attach_capabilities(&mut ebpf, btf, first, avoid)?;
         if first == Storage::Socket && served.connections_short() {
-            let mut hash = load_object(cpus.len(), sample_hz, Storage::Hash)?;
+            let mut hash = load_object(cpus.len(), sample_hz, exact, Storage::Hash)?;
             let hash_served = attach_capabilities(&mut hash, btf, Storage::Hash, avoid)?;
             if hash_served.connection_score() > served.connection_score() {
                 (ebpf, served) = (hash, hash_served);
@@ -353,9 +358,7 @@ impl Kernel {
         let wire_counts = served.wire_counts();
         let ctl = cn::req_ctl {
             wire_counts: wire_counts as u32,
-            read_links: exact as u32,
             reads: (exact || !wire_counts) as u32,
-            pad: 0,
         };
         req_ctl.set(0, ctl, 0).context("BPF map req_ctl")?;
         let read_hook = match served.of(READ_SIDE.name) {
@@ -386,6 +389,7 @@ impl Kernel {
             traced: take(&mut ebpf, "traced")?,
             req_ctl,
             ctl,
+            exact,
             read_side,
             readers: Default::default(),
             cpu_samples: Some(take(&mut ebpf, "cpu_samples")?),
@@ -437,7 +441,7 @@ impl Kernel {
 
     /// Switches the read side on while anything needs it, off when nothing does.
     fn sync_reads(&mut self) {
-        let reads = (self.ctl.read_links != 0 || self.ctl.wire_counts == 0 || !self.readers.is_empty()) as u32;
+        let reads = (self.exact || self.ctl.wire_counts == 0 || !self.readers.is_empty()) as u32;
         if reads == self.ctl.reads {
             return;
         }

@@ -77,7 +77,7 @@ mod layout_tests {
                 role,
                 result,
                 estimate,
-                conn_sk,
+                conn_id,
                 conn_start,
                 end_ns
             }
@@ -92,11 +92,7 @@ mod layout_tests {
         );
         rust_layout!(
             rust,
-            req_ctl {
-                wire_counts,
-                read_links,
-                reads
-            }
+            req_ctl { wire_counts, reads }
         );
         rust_layout!(rust, conn_port { netns, port });
         rust_layout!(rust, conn_port_stats { flags, slot, accepted });
@@ -113,7 +109,7 @@ mod layout_tests {
                 io,
                 est,
                 go,
-                conn_sk,
+                conn_id,
                 conn_start
             }
         );
@@ -127,43 +123,56 @@ mod layout_tests {
                 calls,
                 role,
                 done,
-                conn_sk,
+                conn_id,
                 conn_start
             }
         );
         rust_layout!(
             rust,
-            conn_state {
+            conn_life {
+                id,
                 start_ns,
                 netns,
                 port,
                 first_fin,
                 reset,
+                tls
+            }
+        );
+        rust_layout!(
+            rust,
+            req_conn {
                 requests,
-                tls,
-                dir,
                 slot,
-                wire_seq,
-                wire_left,
-                wire_tgid,
-                wire_copied,
-                wire,
-                wire_flags,
-                wire_hdr,
-                wire_hdr_have,
-                wire_sealed,
-                wire_end,
-                wire_why,
-                fin_len,
-                rx_first,
-                rx_flight,
+                dir,
                 rx_mark,
                 rx_tail
             }
         );
         rust_layout!(
             rust,
+            wire_conn {
+                seq,
+                left,
+                tgid,
+                copied,
+                state,
+                flags,
+                hdr,
+                hdr_have,
+                sealed,
+                end,
+                why,
+                fin_len,
+                rx_first,
+                rx_flight
+            }
+        );
+        rust_layout!(rust, conn_state { life, req, wire });
+        rust_layout!(
+            rust,
             conn_event {
+                conn_id,
                 duration_ns,
                 saddr,
                 daddr,
@@ -202,8 +211,7 @@ mod layout_tests {
         rust_layout!(
             rust,
             wire_event {
-                sk,
-                conn_start,
+                conn_id,
                 tgid,
                 netns,
                 port,

@@ -13,14 +13,13 @@ pub const WIRE_END_CAP: u8 = 4;
 
 pub const WIRE_CHUNK: usize = 4096;
 /// Bytes before `data` in an event.
-pub const WIRE_EVENT_HEADER: usize = 32;
+pub const WIRE_EVENT_HEADER: usize = 24;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
 /// Mirror of bpf/wire.h (the layout test checks it); WireEvent::decode reads by its offsets.
 pub struct wire_event {
-    pub sk: u64,
-    pub conn_start: u64,
+    pub conn_id: u64,
     pub tgid: u32,
     pub netns: u32,
     pub port: u16,
@@ -35,8 +34,8 @@ pub struct wire_event {
 /// (the kernel sends only those, not the whole array).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireEvent {
-    pub sk: u64,
-    pub conn_start: u64,
+    /// The connection's identity (bpf/conn.h conn_life.id).
+    pub conn_id: u64,
     pub tgid: u32,
     pub netns: u32,
     pub port: u16,
@@ -57,8 +56,7 @@ impl WireEvent {
         let len = u16_at(offset_of!(wire_event, len)) as usize;
         let data = b.get(WIRE_EVENT_HEADER..WIRE_EVENT_HEADER + len)?.to_vec();
         Some(Self {
-            sk: u64_at(offset_of!(wire_event, sk)),
-            conn_start: u64_at(offset_of!(wire_event, conn_start)),
+            conn_id: u64_at(offset_of!(wire_event, conn_id)),
             tgid: u32_at(offset_of!(wire_event, tgid)),
             netns: u32_at(offset_of!(wire_event, netns)),
             port: u16_at(offset_of!(wire_event, port)),
@@ -77,22 +75,21 @@ mod tests {
     fn decode_matches_the_layout() {
         let mut raw = vec![0u8; WIRE_EVENT_HEADER];
         raw[0..8].copy_from_slice(&7u64.to_le_bytes());
-        raw[8..16].copy_from_slice(&8u64.to_le_bytes());
-        raw[16..20].copy_from_slice(&1234u32.to_le_bytes());
-        raw[20..24].copy_from_slice(&4026531840u32.to_le_bytes());
-        raw[24..26].copy_from_slice(&8443u16.to_le_bytes());
-        raw[26] = WIRE_EV_DATA;
-        raw[27] = 0;
-        raw[28..30].copy_from_slice(&3u16.to_le_bytes());
+        raw[8..12].copy_from_slice(&1234u32.to_le_bytes());
+        raw[12..16].copy_from_slice(&4026531840u32.to_le_bytes());
+        raw[16..18].copy_from_slice(&8443u16.to_le_bytes());
+        raw[18] = WIRE_EV_DATA;
+        raw[19] = 0;
+        raw[20..22].copy_from_slice(&3u16.to_le_bytes());
         raw.extend_from_slice(&[22, 3, 3]);
         let e = WireEvent::decode(&raw).unwrap();
         assert_eq!(
-            (e.sk, e.conn_start, e.tgid, e.port, e.kind),
-            (7, 8, 1234, 8443, WIRE_EV_DATA)
+            (e.conn_id, e.tgid, e.netns, e.port, e.kind),
+            (7, 1234, 4026531840, 8443, WIRE_EV_DATA)
         );
         assert_eq!(e.data, vec![22, 3, 3]);
         assert!(WireEvent::decode(&raw[..WIRE_EVENT_HEADER + 2]).is_none());
         assert_eq!(std::mem::offset_of!(wire_event, data), WIRE_EVENT_HEADER);
-        assert_eq!(std::mem::offset_of!(wire_event, len), 28);
+        assert_eq!(std::mem::offset_of!(wire_event, len), 20);
     }
 }

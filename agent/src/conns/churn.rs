@@ -378,6 +378,7 @@ mod tests {
         let mut saddr = [0u8; 16];
         saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
         cn::conn_event {
+            conn_id: 1,
             duration_ns: 1_000_000,
             saddr,
             daddr: saddr,

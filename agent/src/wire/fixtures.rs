@@ -404,14 +404,13 @@ pub fn all() -> Vec<Flight> {
     [built(), rustls()].concat()
 }
 
-/// The connection of `wire_event`: (socket, connection start).
-pub const WIRE_CONN: (u64, u64) = (0xffff_8880_0000_1000, 42);
+/// The connection of `wire_event` (its conn_life.id: CPU 1, its 42nd).
+pub const WIRE_CONN: u64 = 0x0001_0000_0000_002a;
 
 /// A wire event of the kernel's on connection WIRE_CONN.
 pub fn wire_event(kind: u8, flags: u8, data: &[u8]) -> crate::bpf::wire::WireEvent {
     crate::bpf::wire::WireEvent {
-        sk: WIRE_CONN.0,
-        conn_start: WIRE_CONN.1,
+        conn_id: WIRE_CONN,
         tgid: 7,
         netns: 1,
         port: 8443,

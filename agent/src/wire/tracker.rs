@@ -17,8 +17,8 @@ use crate::{
     bpf::wire::{WireEvent, WIRE_END_ALERT, WIRE_END_CLOSED, WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_RECORD},
 };
 
-/// A connection: the socket's address and its accept time (conn_state.start_ns).
-pub type ConnId = (u64, u64);
+/// A connection: its identity in the kernel's events (bpf/conn.h conn_life.id).
+pub type ConnId = u64;
 
 /// How long a handshake waits for its connection's parameters.
 pub const WAIT: Duration = Duration::from_secs(2);
@@ -55,7 +55,7 @@ struct Capture {
 /// A handshake seen on the wire only (the capture ended).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireHandshake {
-    /// The connection (sk, conn_start).
+    /// The connection.
     pub conn: ConnId,
     pub tgid: u32,
     pub netns: u32,
@@ -97,7 +97,7 @@ pub struct Tracker {
 impl Tracker {
     /// Takes one event; returns the handshake when a capture ends.
     pub fn on_event(&mut self, e: WireEvent, now: Instant) -> Option<WireHandshake> {
-        let id = (e.sk, e.conn_start);
+        let id = e.conn_id;
         match e.kind {
             WIRE_EV_DATA | WIRE_EV_RECORD => {
                 let more = if e.kind == WIRE_EV_DATA { e.data.len() } else { 0 };
@@ -249,7 +249,7 @@ mod tests {
     fn data_split_over_events_then_end() {
         let t0 = Instant::now();
         let mut t = Tracker::default();
-        let id = (0xffff_8880_0000_1000, 42);
+        let id = crate::wire::fixtures::WIRE_CONN;
         let bytes = resumed12();
         assert_eq!(t.lookup(id), Lookup::Wait);
         assert!(t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..50]), t0).is_none());
@@ -290,9 +290,9 @@ mod tests {
         assert!(t.on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0).is_none());
     }
 
-    fn conn_ev(sk: u64, kind: u8, flags: u8, data: &[u8]) -> WireEvent {
+    fn conn_ev(conn_id: u64, kind: u8, flags: u8, data: &[u8]) -> WireEvent {
         WireEvent {
-            sk,
+            conn_id,
             ..ev(kind, flags, data)
         }
     }
@@ -310,7 +310,7 @@ mod tests {
         let evicted = (MAX_CAPTURES / 16) as u64;
         assert_eq!(t.dropped.get("wire_captures"), evicted);
         assert_eq!(t.in_flight(), MAX_CAPTURES + 1 - evicted as usize);
-        assert!(!t.caps.contains_key(&(evicted - 1, 42)) && t.caps.contains_key(&(evicted, 42)));
+        assert!(!t.caps.contains_key(&(evicted - 1)) && t.caps.contains_key(&evicted));
         // more data of a capture in flight takes no room
         t.on_event(conn_ev(evicted, WIRE_EV_DATA, 0, &[0]), t0);
         assert_eq!(t.dropped.get("wire_captures"), evicted);
@@ -351,8 +351,8 @@ mod tests {
         }
         // all as young: the oldest went, counted
         assert_eq!((t.ended.len(), t.dropped.get("wire_ended")), (MAX_ENDED, 10));
-        assert!(matches!(t.lookup((10, 42)), Lookup::Ready(..)));
-        assert_eq!(t.lookup((9, 42)), Lookup::Wait);
+        assert!(matches!(t.lookup(10), Lookup::Ready(..)));
+        assert_eq!(t.lookup(9), Lookup::Wait);
         // full of ends older than KEEP_WHEN_FULL: they go first, uncounted
         end(&mut t, u64::MAX, t0 + KEEP_WHEN_FULL);
         assert_eq!((t.ended.len(), t.dropped.get("wire_ended")), (1, 10));
@@ -362,7 +362,7 @@ mod tests {
     fn give_up_uses_what_was_seen() {
         let t0 = Instant::now();
         let mut t = Tracker::default();
-        let id = (0xffff_8880_0000_1000, 42);
+        let id = crate::wire::fixtures::WIRE_CONN;
         assert_eq!(t.give_up(id), (Negotiated::UNKNOWN, false));
         let bytes = resumed12();
         t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..80]), t0);

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * What one feature asks of another, declared once, by the feature that answers: a feature
+ * header calls another's functions through these declarations only, so the order of the
+ * includes in tlsprof.bpf.c matters for maps and globals alone (a feature reading another's
+ * map directly is included after it: the handshake family, below, and sched.bpf.h on
+ * hs_active). Definitions stay in their feature's header; a new cross-feature call gets its
+ * declaration here, under its owner.
+ *
+ * A connection's state (struct conn_state, conn.h) has one part per feature: each feature
+ * writes its own part only, and asks the others through their functions here.
+ */
+#ifndef TLSPROF_IFACE_H
+#define TLSPROF_IFACE_H
+
+#include "conn.h"
+#include "handshake.h"
+#include "proc.h"
+#include "requests.h"
+#include "wire.h"
+
+/* proc.bpf.h: the traced set */
+static __always_inline struct proc_traced *proc_of(__u32 tgid);
+
+/* handshake.bpf.h: handshake calls in progress, per thread. The kernel estimate
+ * (estimate.bpf.h) and Go (gotls.bpf.h) are handshake calls of their own kinds: they also
+ * open, end and report calls, and read hs_threads. */
+static __always_inline bool in_handshake_here(__u32 tid);
+static __always_inline bool hs_link_io(__u32 tid, __u64 conn_id, __u64 conn_start);
+static __always_inline void hs_link_membio(__u32 tid, __u32 tgid, __u64 conn_id, __u64 conn_start);
+static __always_inline void hs_thread_exited(__u32 tid);
+static __always_inline bool hs_before_detach(__u32 tgid, __u64 ns);
+static __always_inline struct hs_thread *hs_live_thread(__u32 tid);
+static __always_inline void hs_set_oncpu(__u32 tid);
+static __always_inline void hs_thread_done(__u32 tid);
+static __always_inline void hs_open(__u32 tid, __u32 tgid, __u64 ssl, __u8 role, __u8 go);
+static __always_inline void hs_call_end(__u32 tid, struct hs_thread *t, __u8 outcome, bool membio);
+static __always_inline void hs_emit(__u32 tgid, const struct hs_state *st, __u8 result, __u8 estimate);
+
+/* estimate.bpf.h: the kernel estimate's windows */
+static __always_inline void est_close(__u32 tid, struct hs_thread *t);
+static __always_inline void est_before_send(const struct sock *sk);
+static __always_inline void est_on_read(struct sock *sk, struct conn_state *c, int ret, int flags);
+
+/* gotls.bpf.h: Go handshakes' goroutines at socket I/O */
+static __always_inline void go_on_read(const struct conn_state *c, int ret);
+static __always_inline void go_before_send(const struct conn_state *c);
+
+/* sched.bpf.h: per-process CPU time */
+static __always_inline void cpu_account(struct cpu_now *c, const struct task_struct *task);
+
+/* conn.bpf.h: connections (conn_state.life) */
+static __always_inline struct conn_state *conn_of(const struct sock *sk);
+static __always_inline void conn_mark_tls(struct conn_state *c);
+static __always_inline void conn_handshake_io(struct conn_state *c, __u32 tid);
+
+/* requests.bpf.h: requests per connection (conn_state.req) */
+static __always_inline void req_accepted(struct req_conn *r, __u32 slot, __u32 mark);
+static __always_inline __u32 req_count(const struct conn_state *c);
+static __always_inline void req_sent(struct conn_state *c, __u32 copied);
+static __always_inline void req_handshake_over(struct conn_state *c, bool tls, __u32 mark, __u32 tail, __u32 copied);
+
+/* wire.bpf.h: the capture of the server's handshake output (conn_state.wire) */
+static __always_inline void wire_closed(const struct sock *sk, struct conn_state *c);
+static __always_inline void wire_read_data(const struct sock *sk, struct conn_state *c);
+static __always_inline bool wire_client_handshake(const struct conn_state *c, __u32 copied);
+
+#endif

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Requests per connection (requests.bpf.h): types shared with the agent
+ * (agent/src/bpf/conn.rs mirrors them; the layout test checks them).
+ */
+#ifndef TLSPROF_REQUESTS_H
+#define TLSPROF_REQUESTS_H
+
+/* req_conn.dir: the direction application data last moved */
+#define CONN_DIR_NONE 0
+#define CONN_DIR_IN 1
+#define CONN_DIR_OUT 2
+
+/*
+ * Value of req_ctl[0]: the switches the agent sets after load. Not read-only globals: the
+ * object's .rodata is frozen when it is loaded, before the agent knows whether the send
+ * capture attaches (wire_counts), and `reads` changes while it runs. (--exact, known at
+ * load, is the read-only global req_read_links.)
+ */
+struct req_ctl {
+	__u32 wire_counts; /* wire_send is attached: requests and the end of TLS 1.3 handshakes
+			    * are seen from the server's sends, not from its reads */
+	__u32 reads;	   /* something needs the read side (requests.bpf.h): --exact, no
+			    * wire_counts, a traced process whose handshakes the kernel estimates,
+			    * or one with Go probes; else every read returns at once */
+};
+
+/* requests.bpf.h's part of a connection's state (conn_state.req). */
+struct req_conn {
+	__u32 requests;  /* application data exchanges: client data, then server data */
+	__u16 slot;      /* its port's conn_port_stats.slot at accept: its live exchange counter */
+	__u8 dir;        /* CONN_DIR_* (without the send capture) */
+	__u8 pad;
+	/*
+	 * Requests without a receive hook: positions in the client's byte stream as the server
+	 * has read it (tcp copied_seq), taken at the server's sends (tcp_sendmsg_locked).
+	 */
+	__u32 rx_mark;   /* requests are counted up to here */
+	__u32 rx_tail;   /* bytes past rx_mark that are still the client's handshake (its
+			  * change_cipher_spec and Finished, read after the capture ended) */
+};
+
+#endif
