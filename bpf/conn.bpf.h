@@ -111,9 +111,10 @@ static __always_inline void conn_forget(const struct sock *sk)
  * Connection identities (conn_life.id): this CPU's count of connections accepted, with the
  * CPU in the top 16 bits, so no two CPUs hand out the same. Not a shared atomic counter:
  * fetching an atomic add's result needs 5.12 (BPF_FETCH), and the 5.10 kernels load this
- * object too. A per-CPU count is bumped by one program at a time per CPU (6.x runs no
- * tracing program nested in itself on a CPU; before, only an interrupt between its load and
- * its store could, and that nesting also loses the connection's state to the last writer).
+ * object too. Only accepts bump this CPU's count, one at a time: a second accept could take
+ * the same number only by interrupting the first between the count's load and its store on
+ * the same CPU (kprobes never nest; recent kernels do not nest a tracepoint program in
+ * itself either), a window of two instructions.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -161,10 +162,19 @@ static __always_inline void conn_accepted(const struct sock *sk)
 	__sync_fetch_and_add(&ps->accepted, 1);
 }
 
-/* The connection's full socket closed: who closed it, and did it enter TIME_WAIT. */
+/* The connection's full socket closed: who closed it, and did it enter TIME_WAIT. One
+ * without TLS is counted on its port (conn_port_stats.plain), whose TLS may be known only
+ * later: the agent counts them as failed handshakes once it is. */
 static __always_inline void conn_closed(const struct sock *sk, struct conn_state *c, int oldstate)
 {
 	__u8 by, tw = CONN_TW_NO;
+
+	if (!c->life.tls) {
+		struct conn_port p = { .netns = c->life.netns, .port = c->life.port };
+		struct conn_port_stats *ps = bpf_map_lookup_elem(&conn_ports, &p);
+		if (ps)
+			__sync_fetch_and_add(&ps->plain, 1);
+	}
 
 	if (c->life.first_fin == CONN_BY_CLIENT) {
 		/* The client ended it. A reset may follow: a server that answers the client's FIN

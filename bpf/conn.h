@@ -42,6 +42,8 @@ struct conn_port_stats {
 	__u32 flags;     /* CONN_PORT_* */
 	__u32 slot;      /* 1 + its live exchange counter in conn_exchanges; 0: none */
 	__u64 accepted;  /* connections accepted here since the agent added the port */
+	__u64 plain;     /* ... that closed without TLS (conn_life.tls unset): on a port that
+			  * carries TLS (CONN_PORT_TLS, now or later), failed handshakes */
 };
 
 /* Who ended a connection. */

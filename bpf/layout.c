@@ -71,6 +71,7 @@ int main(void)
 	F(conn_port_stats, flags);
 	F(conn_port_stats, slot);
 	F(conn_port_stats, accepted);
+	F(conn_port_stats, plain);
 	S(conn_life);
 	F(conn_life, id);
 	F(conn_life, start_ns);

@@ -27,7 +27,6 @@ pub const TABLES: &[&str] = &[
     "estimate_parts",
     // ports and connections (agent/ports.rs, conns/churn.rs)
     "port_names",
-    "unhandshaken_ports",
     "unsettled_connections",
     // processes (agent/targets.rs) and the files they map (discovery/files.rs)
     "watched_processes",

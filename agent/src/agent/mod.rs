@@ -134,9 +134,7 @@ impl Agent {
         }
         self.handshakes.flush(false, &self.targets, now);
         for e in conns {
-            for (comm, n) in self.ports.on_conn(&e, &self.kernel) {
-                self.handshakes.failed_without_tls(&comm, n);
-            }
+            self.ports.on_conn(&e);
         }
         for n in notices {
             match n.kind {

@@ -1,7 +1,8 @@
 //! Port bookkeeping: the listening ports of the traced processes are the ports the kernel
 //! watches (conn_ports); connections accepted there are counted and followed to their end
 //! (conns/churn.rs), and a connection that closed without any TLS on a port that carries
-//! TLS is a failed handshake.
+//! TLS is a failed handshake: the kernel counts those per port (conn_port_stats.plain), and
+//! they are failed handshakes once the port is seen carrying TLS, then or later.
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     path::PathBuf,
@@ -12,7 +13,7 @@ use std::{
 use crate::{
     bounds,
     bpf::{
-        conn::{conn_event, conn_port, CONN_PORTS_ENTRIES, CONN_PORT_TLS},
+        conn::{conn_event, conn_port, conn_port_stats, CONN_PORTS_ENTRIES, CONN_PORT_TLS},
         loader::Kernel,
     },
     conns::Churn,
@@ -24,20 +25,19 @@ use crate::{
 /// Beyond, the ports not watched yet are left out at each scan, counted:
 /// tlsprof_table_full_total{table="watched_ports"} (as is a port the kernel refused).
 pub const MAX_WATCHED_PORTS: usize = CONN_PORTS_ENTRIES as usize;
-/// Ports no longer listened on whose names are kept (cleared every minute), and ports
-/// with connections held until they are known to carry TLS, at most each (as many as can
-/// be watched); beyond, counted: tlsprof_table_full_total{table="port_names"} (a
-/// connection closing there later gets comm `unknown`) and {table="unhandshaken_ports"}
-/// (the connection is not counted as a failed handshake).
+/// Ports no longer listened on whose names are kept (cleared every minute), at most (as
+/// many as can be watched); beyond, counted: tlsprof_table_full_total{table="port_names"}
+/// (a connection closing there later gets comm `unknown`).
 pub const MAX_PORT_NAMES: usize = MAX_WATCHED_PORTS;
-pub const MAX_UNHANDSHAKEN_PORTS: usize = MAX_WATCHED_PORTS;
 
 pub struct Ports {
     metrics: Arc<Metrics>,
     /// Listening ports of traced processes, and the name of the process listening.
     ports: BTreeMap<conn_port, String>,
-    /// Connections closed without TLS on ports not (yet) known to carry TLS.
-    unhandshaken: BTreeMap<conn_port, u64>,
+    /// Per watched port, the kernel's count of connections closed without TLS
+    /// (conn_port_stats.plain) as last counted as failed handshakes: it moves once the
+    /// port carries TLS (bounded by the watched ports).
+    plain_seen: HashMap<conn_port, u64>,
     /// Names of ports no longer listened on, for connections that close afterwards.
     port_names: HashMap<conn_port, String>,
     /// Each traced process's listening sockets (listening_of); bounded by the traced set.
@@ -82,7 +82,7 @@ impl Ports {
         Self {
             metrics: metrics.clone(),
             ports: BTreeMap::new(),
-            unhandshaken: BTreeMap::new(),
+            plain_seen: HashMap::new(),
             port_names: HashMap::new(),
             owned: HashMap::new(),
             listening: HashMap::new(),
@@ -93,8 +93,9 @@ impl Ports {
 
     /// Keeps the kernel's watched ports equal to the listening ports of the traced
     /// processes (`traced`: pid and name), exports the kernel's per-port counts, reads
-    /// TIME_WAIT sockets, and returns the connections without a handshake on ports now
-    /// known to carry TLS.
+    /// TIME_WAIT sockets, and returns the connections closed without a handshake, since the
+    /// last refresh, on ports known to carry TLS (since they were watched, on a port just
+    /// seen carrying TLS).
     pub fn refresh<'a>(&mut self, traced: impl Iterator<Item = (u32, &'a str)>, k: &mut Kernel) -> Failed {
         let mut now: BTreeMap<conn_port, String> = BTreeMap::new();
         // Read before the listening sockets: a socket that starts listening meanwhile moves
@@ -152,15 +153,14 @@ impl Ports {
         // Accepted connections and exchanges of the ports watched until now, read right
         // before any is removed: a port's count is lost with its kernel entry, and what was
         // accepted between an earlier read and the removal would be too.
-        let counts: HashMap<conn_port, (u64, u64)> = self
-            .ports
-            .keys()
-            .filter_map(|key| {
-                let p = k.port(key)?;
-                Some((*key, (p.accepted, k.exchanges(&p))))
-            })
+        let stats: HashMap<conn_port, conn_port_stats> =
+            self.ports.keys().filter_map(|key| Some((*key, k.port(key)?))).collect();
+        let counts: HashMap<conn_port, (u64, u64)> = stats
+            .iter()
+            .map(|(key, p)| (*key, (p.accepted, k.exchanges(p))))
             .collect();
         self.churn.sync_counts(&self.ports, &counts);
+        let failed = self.failed_without_tls(&stats);
         let gone: Vec<(conn_port, String)> = self
             .ports
             .iter()
@@ -186,17 +186,26 @@ impl Ports {
             }
         }
         self.ports = now;
+        // a port watched again starts from zero in the kernel
+        self.plain_seen.retain(|key, _| self.ports.contains_key(key));
         self.churn.refresh(&namespaces);
         self.churn.retain_namespaces(&namespaces.keys().copied().collect());
+        failed
+    }
 
+    /// The connections closed without TLS on each watched port that carries TLS, since last
+    /// counted (all since the port was watched, on one just seen carrying TLS).
+    fn failed_without_tls(&mut self, stats: &HashMap<conn_port, conn_port_stats>) -> Failed {
         let mut failed = Vec::new();
-        let pending: Vec<conn_port> = self.unhandshaken.keys().copied().collect();
-        for key in pending {
-            if is_tls(k, &key) {
-                let n = self.unhandshaken.remove(&key).unwrap_or(0);
-                failed.extend(self.ports.get(&key).map(|name| (name.clone(), n)));
-            } else if !self.ports.contains_key(&key) {
-                self.unhandshaken.remove(&key);
+        for (key, name) in &self.ports {
+            let Some(p) = stats.get(key).filter(|p| p.flags & CONN_PORT_TLS != 0) else {
+                continue; // not (yet) known to carry TLS: its count waits in the kernel
+            };
+            let seen = self.plain_seen.entry(*key).or_default();
+            let n = p.plain.saturating_sub(*seen);
+            *seen = p.plain;
+            if n > 0 {
+                failed.push((name.clone(), n));
             }
         }
         failed
@@ -228,9 +237,10 @@ impl Ports {
         self.owned.get(&pid).map(|o| &o.inodes)
     }
 
-    /// A connection accepted on a watched port ended. Returns it as a failed handshake
-    /// when it carried no TLS on a port that does.
-    pub fn on_conn(&mut self, e: &conn_event, k: &Kernel) -> Failed {
+    /// A connection accepted on a watched port ended: its churn metrics, under the name of
+    /// the process listening there. (One without TLS on a port that carries TLS is a failed
+    /// handshake: counted from the kernel's per-port count at the next refresh.)
+    pub fn on_conn(&mut self, e: &conn_event) {
         let key = conn_port::new(e.netns, e.port);
         let comm = self
             .ports
@@ -239,14 +249,6 @@ impl Ports {
             .map_or("unknown", String::as_str)
             .to_string();
         self.churn.on_event(e, &comm);
-        if e.tls != 0 {
-            return Vec::new();
-        }
-        if !is_tls(k, &key) {
-            self.hold_unhandshaken(key);
-            return Vec::new();
-        }
-        self.ports.get(&key).map(|name| (name.clone(), 1)).into_iter().collect()
     }
 
     /// Names of ports gone are kept a while, for the connections that close after.
@@ -261,16 +263,6 @@ impl Ports {
             return;
         }
         self.port_names.insert(key, name);
-    }
-
-    /// Holds a connection without TLS on a port not known to carry TLS, within
-    /// MAX_UNHANDSHAKEN_PORTS.
-    fn hold_unhandshaken(&mut self, key: conn_port) {
-        if self.unhandshaken.len() >= MAX_UNHANDSHAKEN_PORTS && !self.unhandshaken.contains_key(&key) {
-            bounds::count(&self.metrics, "unhandshaken_ports", 1);
-            return;
-        }
-        *self.unhandshaken.entry(key).or_default() += 1;
     }
 }
 
@@ -289,11 +281,6 @@ fn cap_ports(now: &mut BTreeMap<conn_port, String>, watched: &BTreeMap<conn_port
         now.remove(k);
     }
     out.len() as u64
-}
-
-/// A connection accepted on this port carried TLS.
-fn is_tls(k: &Kernel, key: &conn_port) -> bool {
-    k.port(key).is_some_and(|f| f.flags & CONN_PORT_TLS != 0)
 }
 
 #[cfg(test)]
@@ -323,21 +310,60 @@ mod tests {
     }
 
     #[test]
-    fn names_and_held_connections_are_bounded() {
+    fn names_are_bounded() {
         let m = Arc::new(Metrics::new());
         let mut p = Ports::new(m.clone());
         let key = |i: usize| conn_port::new(1 + (i / 60_000) as u32, (i % 60_000) as u16);
         for i in 0..MAX_PORT_NAMES + 2 {
             p.remember_name(key(i), "nginx".into());
         }
-        for i in 0..MAX_UNHANDSHAKEN_PORTS + 3 {
-            p.hold_unhandshaken(key(i));
-        }
-        p.hold_unhandshaken(key(0));
-        assert_eq!(
-            (p.port_names.len(), p.unhandshaken.len(), p.unhandshaken[&key(0)]),
-            (MAX_PORT_NAMES, MAX_UNHANDSHAKEN_PORTS, 2)
+        assert_eq!(p.port_names.len(), MAX_PORT_NAMES);
+        assert_eq!(full(&m, "port_names"), 2);
+    }
+
+    /// Connections closed without TLS (the kernel's per-port count) are failed handshakes
+    /// once their port is seen carrying TLS: those before it then, the later ones as they
+    /// come; on a plain port never.
+    #[test]
+    fn closes_without_tls_fail_once_their_port_carries_tls() {
+        let mut p = Ports::new(Arc::new(Metrics::new()));
+        let (tls, plain) = (conn_port::new(1, 443), conn_port::new(1, 80));
+        p.ports.insert(tls, "nginx".into());
+        p.ports.insert(plain, "nginx".into());
+        let stats = |tls_flag: u32, on_tls: u64, on_plain: u64| {
+            HashMap::from([
+                (
+                    tls,
+                    conn_port_stats {
+                        flags: tls_flag,
+                        plain: on_tls,
+                        ..Default::default()
+                    },
+                ),
+                (
+                    plain,
+                    conn_port_stats {
+                        plain: on_plain,
+                        ..Default::default()
+                    },
+                ),
+            ])
+        };
+        assert!(
+            p.failed_without_tls(&stats(0, 3, 6)).is_empty(),
+            "not known to carry TLS yet"
         );
-        assert_eq!((full(&m, "port_names"), full(&m, "unhandshaken_ports")), (2, 3));
+        assert_eq!(
+            p.failed_without_tls(&stats(CONN_PORT_TLS, 3, 6)),
+            vec![("nginx".to_string(), 3)]
+        );
+        assert!(
+            p.failed_without_tls(&stats(CONN_PORT_TLS, 3, 9)).is_empty(),
+            "counted once"
+        );
+        assert_eq!(
+            p.failed_without_tls(&stats(CONN_PORT_TLS, 7, 9)),
+            vec![("nginx".to_string(), 4)]
+        );
     }
 }

@@ -49,6 +49,9 @@ pub struct conn_port_stats {
     /// 1 + the port's slot in conn_exchanges; 0: none.
     pub slot: u32,
     pub accepted: u64,
+    /// Connections accepted here that closed without TLS: failed handshakes once the port
+    /// is known to carry TLS (agent/ports.rs).
+    pub plain: u64,
 }
 
 // SAFETY: plain #[repr(C)] integers with explicit padding, valid for any bit pattern.

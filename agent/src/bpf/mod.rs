@@ -9,6 +9,7 @@ pub mod hooks;
 pub mod loader;
 pub mod proc;
 mod readside;
+mod served;
 mod shared_uprobes;
 pub mod sizes;
 pub mod stats;
@@ -90,12 +91,17 @@ mod layout_tests {
                 prog_ns
             }
         );
+        rust_layout!(rust, req_ctl { wire_counts, reads });
+        rust_layout!(rust, conn_port { netns, port });
         rust_layout!(
             rust,
-            req_ctl { wire_counts, reads }
+            conn_port_stats {
+                flags,
+                slot,
+                accepted,
+                plain
+            }
         );
-        rust_layout!(rust, conn_port { netns, port });
-        rust_layout!(rust, conn_port_stats { flags, slot, accepted });
         rust_layout!(
             rust,
             hs_thread {
