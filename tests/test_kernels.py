@@ -2,7 +2,7 @@
 QEMU with virtme-ng, its own kernel over its own root filesystem (scripts/kernels.sh,
 scripts/roots.sh), tlsprof installed there from the .deb, running
 tests/test_kernel_scenarios.py with that release's servers, libraries and Python. Each
-host × scenario is a test here, failing with the guest's own output; the README's kernel
+host × scenario is a test here, failing with the guest's own output; docs/hosts.md's kernel
 table must say what each guest reported of its hooks. The arm64 host (Debian 12's arm64
 kernel and root, qemu-system-aarch64 under TCG) runs nginx's scenarios."""
 import ast
@@ -51,10 +51,14 @@ def test_scenario_on_host(host, scenario):
     assert outcome == "passed", f"{scenario} on {host.name} ({run.release}): {outcome}\n{message}\n{run.output()}"
 
 
-def readme_kernel_table() -> dict[str, dict[str, str]]:
-    """README's kernel table: column -> capability -> hook."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Kernels"):].splitlines()
+HOSTS_DOC = ROOT / "docs" / "hosts.md"
+KERNEL_TABLE_SECTION = "## What serves each capability"
+
+
+def hosts_kernel_table() -> dict[str, dict[str, str]]:
+    """docs/hosts.md's kernel table: column -> capability -> hook."""
+    text = HOSTS_DOC.read_text()
+    section = text[text.index(KERNEL_TABLE_SECTION):].splitlines()
     start = next(i for i, r in enumerate(section) if r.startswith("|"))
     end = next((i for i in range(start, len(section)) if not section[i].startswith("|")), len(section))
     rows = section[start:end]  # the section's first table
@@ -68,17 +72,17 @@ def readme_kernel_table() -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.parametrize("host", [h for h in MATRIX if h.column], ids=lambda h: h.name)
-def test_readme_says_what_each_kernel_gives(host):
-    """Every hook the README's kernel table names for a kernel is the one its guest reported."""
+def test_hosts_doc_says_what_each_kernel_gives(host):
+    """Every hook docs/hosts.md's kernel table names for a kernel is the one its guest reported."""
     run = guest(host)
     assert run.hooks, f"the {host.name} guest reported no hooks:\n{run.output()}"
-    table = readme_kernel_table()[host.column]
+    table = hosts_kernel_table()[host.column]
     seen = {**run.hooks["hooks"], "mode": run.hooks["mode"]}
-    assert table == seen, f"README says {table}, the {run.hooks['release']} guest {seen}"
+    assert table == seen, f"docs/hosts.md says {table}, the {run.hooks['release']} guest {seen}"
 
 
-def test_readme_says_what_this_machine_gives():
-    """The README's column for this machine's kernel, against a run here."""
+def test_hosts_doc_says_what_this_machine_gives():
+    """docs/hosts.md's column for this machine's kernel, against a run here."""
     from harness.agent import Agent
     with Agent("--comm", "no-such-process") as agent:
         m = agent.scrape()
@@ -88,8 +92,8 @@ def test_readme_says_what_this_machine_gives():
     seen["read_side (--exact)"] = exact["read_side"]
     seen["mode"] = next(l["mode"] for n, l, v in m if n == "tlsprof_mode_info")
     release = os.uname().release
-    column = next((c for c in readme_kernel_table() if c.startswith(re.sub(r"^(\d+\.\d+).*", r"\1", release) + " ")),
+    column = next((c for c in hosts_kernel_table() if c.startswith(re.sub(r"^(\d+\.\d+).*", r"\1", release) + " ")),
                   None)
     if column is None:
-        pytest.skip(f"the README has no column for this machine's kernel {release}")
-    assert readme_kernel_table()[column] == seen, (column, seen)
+        pytest.skip(f"docs/hosts.md has no column for this machine's kernel {release}")
+    assert hosts_kernel_table()[column] == seen, (column, seen)

@@ -48,7 +48,7 @@ class Host:
     GLIBC_2.34, which Debian 11 lacks)."""
     suite: str
     arch: str = "amd64"
-    column: str = ""  # the README's column, where it has one
+    column: str = ""  # its column of docs/hosts.md's kernel table, where it has one
     # scenarios not run there, and why: (scenario, reason) pairs (each a skipped test)
     gaps: tuple[tuple[str, str], ...] = ()
 
@@ -94,7 +94,7 @@ class Host:
         return flags
 
 
-# The hosts, with the README kernel table's column of those of this machine's architecture.
+# The hosts, with docs/hosts.md's kernel table column of those of this machine's architecture.
 HOSTS = [Host("bullseye", column="5.10 (Debian 11)",
               gaps=(("test_lighttpd_gnutls", "Debian 11 packages no lighttpd-mod-gnutls"),)),
          Host("bookworm", column="6.1 (Debian 12)"),
