@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Attaching to and detaching from a server with many processes (issue 34, part 3).
+"""Attaching to and detaching from a server with many processes.
 
 nginx with --workers worker processes (one per core on a big host: `worker_processes auto`),
 then for each way of attaching uprobes:

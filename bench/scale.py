@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tlsprof at scale: many traced processes, many open connections, and load, on one host.
 
-The set-up (issue 21, part 3):
+The set-up:
   - nginx with 2 workers (ECDSA P-256, TLS 1.3, session resumption off, keep-alive 600 s),
     holding --idle concurrent TLS keep-alive connections that each made one request and
     then stay open and idle (a client process of this script, `hold`, from 127.0.0.2);
