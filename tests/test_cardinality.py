@@ -17,7 +17,7 @@ from harness.metrics import parse_metrics
 from harness.procs import stop_pid, wait_for
 
 MIB = 1 << 20
-RSS_LIMIT = 72 * MIB  # 64 MiB + the documented bounds (README, "The metrics endpoint")
+RSS_LIMIT = 72 * MIB  # 64 MiB + the documented bounds (docs/endpoint.md)
 
 # A process that maps libssl (Python's ssl module), listens on loopback, and renames itself:
 # its comm (prctl) and its argv[0] (written over in place, as `ps` shows it), so that the

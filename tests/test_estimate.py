@@ -83,8 +83,8 @@ def test_estimate_agrees_with_the_probes(workdir, kind):
               f"({share[('kernel_estimate', k)]:.2f} of the server's CPU), probes "
               f"{mean[('probes', k)] * 1e6:.0f} us ({share[('probes', k)]:.2f}): {ratio:.2f}")
         figure(f"estimate_over_probes[{kind},{k}]", ratio)
-        # Measured here: 0.87-1.14 over the README's table and an earlier run, 0.94-1.05 in
-        # four runs on 2026-11-25 (bench/accuracy.py and a CI run); 0.7-1.4 is past both,
+        # Measured here: 0.87-1.14 in earlier runs, 0.94-1.05 in four runs on 2026-11-25
+        # (bench/results-accuracy.txt: bench/accuracy.py and a CI run); 0.7-1.4 is past both,
         # with room for this VM's ±20% drift between two minutes.
         assert 0.7 <= ratio <= 1.4, (k, ratio, mean, share)
         # neither method finds more handshake CPU than the server spent on its connections

@@ -319,7 +319,7 @@ class TestExact:
         # thread between serverHandshake's entry and its first read of the connection (an
         # asynchronous preemption: under emulation, 1 of 6 in about a third of the runs):
         # their connection is unknown, so they are counted and timed but labelled other, and
-        # counted as unlabelled for no_connection (README, "Go").
+        # counted as unlabelled for no_connection (docs/how-it-works.md, "Go").
         m = since(exact.agent.scrape(), base)
         labelled = value(m, "tlsprof_handshake_cpu_seconds_count", **want)
         moved = value(m, "tlsprof_handshakes_unlabelled_total", comm="gotls", reason="no_connection")

@@ -1,8 +1,8 @@
-"""Scale (issue 21, part 3): many traced processes and open connections at once, and a
+"""Scale: many traced processes and open connections at once, and a
 listening port a traced process opens after tlsprof attached to it.
 
 The full-size run is the benchmark (bench/scale.py: 100 servers, 20,000 idle connections;
-its figures are in the README); here the same script runs small, and must come out exact:
+its figures are in bench/README.md); here the same script runs small, and must come out exact:
 tlsprof's handshake and accepted-connection counts equal nginx's own stub_status and the
 small servers' client, with every loss counter at 0."""
 from __future__ import annotations

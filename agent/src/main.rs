@@ -1,5 +1,5 @@
-//! tlsprof: an eBPF-based, server-side TLS performance profiler. README.md's
-//! "Architecture" section maps each step to its folder.
+//! tlsprof: an eBPF-based, server-side TLS performance profiler. docs/architecture.md
+//! maps each step to its folder.
 mod agent;
 mod bounds;
 mod bpf;

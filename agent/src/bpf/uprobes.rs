@@ -260,7 +260,7 @@ impl Kernel {
 
     /// Detaches every process's probes, and what the detacher thread has queued, before
     /// returning (shutting down); then the shared uprobes. A process's perf event on a
-    /// shared uprobe goes at once, a uprobe takes ~0.1 s (README, "At scale"): one per
+    /// shared uprobe goes at once, a uprobe takes ~0.1 s (docs/how-it-works.md): one per
     /// probe and file when shared, one per probe and process otherwise. Return probes go
     /// first, the agent is still alive and logging meanwhile, and `-v` says how long.
     pub fn detach_now(&mut self, links: Vec<Link>) {

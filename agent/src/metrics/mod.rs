@@ -411,7 +411,20 @@ mod tests {
             defs::ALL.len(),
             "docs/metrics.md documents metrics tlsprof does not export"
         );
-        for file in ["docs/metrics.md", "docs/runbook.md", "README.md"] {
+        for file in [
+            "README.md",
+            "docs/metrics.md",
+            "docs/runbook.md",
+            "docs/how-it-works.md",
+            "docs/endpoint.md",
+            "docs/security.md",
+            "docs/troubleshooting.md",
+            "docs/hosts.md",
+            "docs/dashboards.md",
+            "docs/report.md",
+            "docs/getting-started.md",
+            "docs/privileges.md",
+        ] {
             check_mentions(file, &project_file(file));
         }
     }
