@@ -1,6 +1,7 @@
-"""The documentation against the binary: docs/cli.md lists every option `tlsprof --help` and
-each command's `--help` print, and no option the binary does not have. Fast: no server, no
-privileges (the binary only prints its help)."""
+"""The documentation against the binary and the bench outputs: docs/cli.md lists every option
+`tlsprof --help` and each command's `--help` print, and no option the binary does not have;
+every bench output the docs cite is committed, and holds the figures the docs take from it.
+Fast: no server, no privileges (the binary only prints its help)."""
 import re
 
 import pytest
@@ -65,3 +66,42 @@ def test_cli_doc_lists_exactly_the_options_of(command):
 def test_every_command_is_checked():
     """The parametrised list above covers every command the binary has."""
     assert set(commands()) == {"run", "top", "report", "flamegraph"}
+
+
+DOCS = [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The figures the front page and the manual state, each with the committed bench output it
+# comes from: rerunning a bench and committing its output fails this test until the docs
+# say the new figure.
+FIGURES = [
+    ("2.19%", "results-attributed.txt"),  # default mode, new connections, whole run
+    ("4.07%", "results-attributed.txt"),  # --exact, new connections
+    ("0.50%", "results-attributed.txt"),  # default mode, keep-alive
+    ("1.19%", "results-attributed.txt"),  # --exact, keep-alive
+    ("33.4 s", "results-detach.txt"),  # exit with a uprobe per process and probe, 64 workers
+    ("exited in 0.5 s", "results-detach.txt"),  # the same with shared uprobes
+    ("1.86% of a core", "results-scale.txt"),  # the agent at 2,000 handshakes/s, 103 processes
+    ("46.4 MiB", "results-scale.txt"),
+    ("median |error| 0.7%, largest 1.8%", "results-sampled-error.txt"),
+    ("0.940", "results-accuracy.txt"),  # kernel estimate / probes, lowest
+    ("1.046", "results-accuracy.txt"),  # and highest
+]
+
+
+def test_every_bench_output_the_docs_cite_is_committed():
+    for doc in DOCS:
+        for name in set(re.findall(r"results-[\w-]+\.txt", doc.read_text())):
+            assert (ROOT / "bench" / name).exists(), f"{doc.relative_to(ROOT)} cites bench/{name}, which is not there"
+
+
+def test_the_docs_figures_are_in_their_bench_outputs():
+    for figure, results in FIGURES:
+        assert figure in (ROOT / "bench" / results).read_text(), f"bench/{results} no longer says {figure!r}"
+
+
+def test_the_front_page_and_the_manual_state_the_same_overhead():
+    """The overhead per mode is stated on the front page and in how-it-works.md, with the
+    figures of bench/results-attributed.txt (FIGURES)."""
+    for doc in ("README.md", "docs/how-it-works.md"):
+        text = (ROOT / doc).read_text()
+        for figure in ("2.19%", "0.50%", "4.07%", "1.19%"):
+            assert figure in text, f"{doc} does not state {figure}"
