@@ -79,8 +79,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub strict: bool,
     /// Keep the handshake probes attached all the time: every handshake timed (CPU and
-    /// duration), counted by the probes. Costs one uprobe trap per handshake call: 4.07% of
-    /// a server's CPU under new connections, against 2.19% by default (docs/how-it-works.md).
+    /// duration), counted by the probes. Costs one uprobe trap per handshake call: 4.32% of
+    /// a server's CPU under new connections, against 1.85% by default (docs/how-it-works.md).
     /// Default: the probes come and go under --overhead-budget and server handshakes are
     /// counted from what the server sends.
     #[arg(long)]
