@@ -19,6 +19,10 @@ from harness.servers import Apache, HAProxy, Nginx, NodeServer
 N = 200
 
 
+# Quiet (after the guests): with the guests booting beside it, a fresh-clone run once read
+# the TIME_WAIT gauge at 0 where ss and tlsprof's own TIME_WAIT count both said 40 (the
+# gauge is the sock_diag dump of the agent's latest scan; not understood further).
+@pytest.mark.quiet
 def test_keepalive_requests_5_vs_100_time_wait_exact(workdir):
     """Two nginx servers at once on their own fresh ports, keepalive_requests 5 and 100,
     the same keep-alive load of N requests each from a client that reads every connection
@@ -81,6 +85,11 @@ def test_client_closes_first(workdir):
         nginx.stop()
 
 
+# Quiet (after the guests): the packet truth of who closed first reads the server's view
+# from the ack of its FIN, which holds while the kernel sends a FIN as it closes; on a
+# loaded machine it may defer the segment past the client's FIN (once in a fresh-clone run
+# beside the guests: capture client 6, tlsprof client 5).
+@pytest.mark.quiet
 @pytest.mark.skipif(not have("ab"), reason="ab not installed")
 def test_ab(workdir):
     """ab -k closes its connections itself at the end: closed by the client, and the
