@@ -2,6 +2,7 @@
 //! maps each step to its folder.
 mod agent;
 mod bounds;
+mod clients;
 mod bpf;
 mod cli;
 mod clock;

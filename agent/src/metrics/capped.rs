@@ -1,6 +1,6 @@
 //! A cap on the series of a metric whose labels other local users control: any process can
 //! rename itself (comm), listen on thousands of ports (port) or map a library under any
-//! file name (library). Past the cap, a new label set goes to its folded form (those labels
+//! file name (library), and remote clients choose the host name they ask for (sni). Past the cap, a new label set goes to its folded form (those labels
 //! `other`, the rest kept), counted in tlsprof_series_folded_total{metric} and said once in
 //! the log; the series already there keep counting. It lists its series, for the views to
 //! read the values in process (`each`): prometheus-client keeps a family's to its encoder.
@@ -30,7 +30,7 @@ pub trait Fold {
 }
 
 /// The label names whose values other local users control.
-pub const FOLDED_LABELS: &[&str] = &["comm", "port", "library"];
+pub const FOLDED_LABELS: &[&str] = &["comm", "port", "library", "sni"];
 
 pub fn fold_value(label: &str, value: &str) -> String {
     if FOLDED_LABELS.contains(&label) {

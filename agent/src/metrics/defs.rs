@@ -372,6 +372,53 @@ pub const SCRAPES_REFUSED: Def<RefusalLabels> = Def::new(
      too_large, unauthorized, tls)",
 );
 
+pub const CLIENT_HELLOS: Def<SniLabels> = Def::new(
+    "client_hellos",
+    Counter,
+    None,
+    "ClientHellos read by a traced server on connections accepted on this port, by the host name the client \
+     asked for (SNI; none without one; capped like comm and port): one per connection",
+);
+pub const CLIENT_OFFERS: Def<OfferLabels> = Def::new(
+    "client_offers",
+    Counter,
+    None,
+    "What the ClientHellos offered (GREASE ignored, unknown values other), one count per ClientHello and value: \
+     offer=version (the highest), group, key_share (groups with a key share), cipher (suite classes: tls13_aead, \
+     ecdhe_aead, cbc, 3des_rc4, rsa_kex), sigalg (ecdsa, rsa_pss, rsa_pkcs1, eddsa), alpn (h2, http/1.1, \
+     other, none), resumption (psk, ticket, none)",
+);
+pub const CLIENT_POLICY_OUTCOMES: Def<PolicyLabels> = Def::new(
+    "client_policy_outcomes",
+    Counter,
+    None,
+    "Each ClientHello evaluated against candidate server policies (policy: mozilla_modern, mozilla_intermediate, \
+     ecdsa_only, tls13_only, no_cbc_3des, no_rsa_kex, x25519_p256_only, pq_hybrid_first): outcome negotiate, \
+     hello_retry (would need a HelloRetryRequest) or fail",
+);
+pub const CLIENT_RESUMPTIONS: Def<ResumptionLabels> = Def::new(
+    "client_resumptions",
+    Counter,
+    None,
+    "Handshakes whose client offered to resume a session (offered: psk, TLS 1.3 pre_shared_key; ticket, a \
+     non-empty TLS 1.2 session ticket), by what the server did: result resumed or full",
+);
+pub const SITE_HANDSHAKE_CPU: Def<SniLabels> = Def::new(
+    "site_handshake_cpu",
+    Counter,
+    Some(Seconds),
+    "On-CPU time of a traced server's timed handshakes, by the host name its client asked for (SNI): the \
+     per-site share of tlsprof_handshake_cpu_seconds",
+);
+pub const CLIENT_HELLOS_UNREAD: Def<ReasonLabels> = Def::new(
+    "client_hellos_unread",
+    Counter,
+    None,
+    "Connections whose ClientHello tlsprof could not read, by reason: unreadable (read in a way the capture \
+     cannot follow: io_uring, several buffers), cut (longer than the capture keeps), malformed (not a \
+     ClientHello), lost (its bytes were dropped)",
+);
+
 /// Every metric, in the order they are registered (and exported).
 pub const ALL: &[&Spec] = &[
     &HANDSHAKES.spec,
@@ -396,6 +443,12 @@ pub const ALL: &[&Spec] = &[
     &REQUESTS_PER_CONNECTION.spec,
     &EXCHANGES.spec,
     &CONNECTION_PROTOCOLS.spec,
+    &CLIENT_HELLOS.spec,
+    &CLIENT_OFFERS.spec,
+    &CLIENT_POLICY_OUTCOMES.spec,
+    &CLIENT_RESUMPTIONS.spec,
+    &SITE_HANDSHAKE_CPU.spec,
+    &CLIENT_HELLOS_UNREAD.spec,
     &PROCESS_CPU.spec,
     &CPU.spec,
     &CRYPTO_CPU.spec,

@@ -8,6 +8,7 @@
 //! label combinations stays bounded whatever a client or server sends.
 
 mod cert;
+pub mod hello;
 #[cfg(test)]
 pub(crate) mod fuzz;
 mod names;
