@@ -60,3 +60,11 @@ pub enum HelloError {
     /// A length or list inside it does not add up.
     Malformed,
 }
+
+/// The client's Offer from the bytes of its stream, from its first byte: TLS records, the
+/// ClientHello possibly split over several of them.
+// Placeholder until the parser lands (issue 36): it reads nothing yet.
+pub fn parse_client_hello(bytes: &[u8]) -> Result<Offer, HelloError> {
+    let _ = bytes;
+    Err(HelloError::NotHello)
+}
