@@ -26,6 +26,7 @@ TEST=(
   lighttpd lighttpd-mod-gnutls           # one server on five TLS stacks: GnuTLS, mbedTLS, wolfSSL,
   lighttpd-mod-mbedtls lighttpd-mod-wolfssl lighttpd-mod-nss lighttpd-mod-openssl  # NSS (no entry point), OpenSSL
   nghttp2-client wrk siege               # clients (h2load is in nghttp2-client)
+  gnutls-bin                             # gnutls-cli: a ClientHello fixture (scripts/capture-hellos.py)
   prometheus                             # promtool (metrics format check)
   nodejs                                 # node https server under test
   python3 python3-pytest python3-venv    # integration test runner; venvs for the PyPI tools below

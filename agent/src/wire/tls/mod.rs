@@ -8,9 +8,15 @@
 //! label combinations stays bounded whatever a client or server sends.
 
 mod cert;
-pub mod hello;
 #[cfg(test)]
 pub(crate) mod fuzz;
+pub mod hello;
+#[cfg(test)]
+pub(crate) mod hello_fixtures;
+#[cfg(test)]
+mod hello_fuzz;
+#[cfg(test)]
+mod hello_tests;
 mod names;
 
 use cert::cert_from_chain;
