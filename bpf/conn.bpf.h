@@ -154,7 +154,9 @@ static __always_inline void conn_accepted(const struct sock *sk)
 	};
 	if (!init.life.id)
 		return;
-	req_accepted(&init.req, ps->slot, data_read(sk));
+	__u32 start = data_read(sk);
+	req_accepted(&init.req, ps->slot, start);
+	hello_accepted(&init.hello, start);
 	if (!conn_create(sk, &init)) {
 		stat_inc(STAT_CONN_STORAGE_FULL);
 		return;

@@ -7,6 +7,7 @@
 #ifndef TLSPROF_CONN_H
 #define TLSPROF_CONN_H
 
+#include "hello.h"
 #include "requests.h"
 #include "wire.h"
 
@@ -80,6 +81,7 @@ struct conn_state {
 	struct conn_life life; /* conn.bpf.h: identity, lifecycle, who closed */
 	struct req_conn req;   /* requests.bpf.h: requests counted (requests.h) */
 	struct wire_conn wire; /* wire.bpf.h: the server's handshake output (wire.h) */
+	struct hello_conn hello; /* hello.bpf.h: the client's ClientHello (hello.h) */
 };
 
 /* A connection on a watched port ended (its full socket reached TCP_CLOSE). */

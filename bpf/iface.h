@@ -15,6 +15,7 @@
 
 #include "conn.h"
 #include "handshake.h"
+#include "hello.h"
 #include "proc.h"
 #include "requests.h"
 #include "wire.h"
@@ -64,5 +65,11 @@ static __always_inline void req_handshake_over(struct conn_state *c, bool tls, _
 static __always_inline void wire_closed(const struct sock *sk, struct conn_state *c);
 static __always_inline void wire_read_data(const struct sock *sk, struct conn_state *c);
 static __always_inline bool wire_client_handshake(const struct conn_state *c, __u32 copied);
+/* ... and how a msghdr's iterator reads (also the ClientHello capture's, hello.bpf.h) */
+static __always_inline __u32 wire_iter_type(const struct msghdr *msg);
+static __always_inline const struct iovec *wire_iovecs(const struct msghdr *msg);
+
+/* hello.bpf.h: the client's ClientHello (conn_state.hello) */
+static __always_inline void hello_accepted(struct hello_conn *h, __u32 start);
 
 #endif

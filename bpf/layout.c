@@ -14,6 +14,7 @@
 #include "proc.h"
 #include "cpu.h"
 #include "wire.h"
+#include "hello.h"
 
 #define S(T) printf(#T " size %zu\n", sizeof(struct T))
 #define F(T, f) printf(#T "." #f " %zu %zu\n", offsetof(struct T, f), sizeof(((struct T *)0)->f))
@@ -105,6 +106,19 @@ int main(void)
 	F(conn_state, life);
 	F(conn_state, req);
 	F(conn_state, wire);
+	F(conn_state, hello);
+	S(hello_conn);
+	F(hello_conn, start);
+	F(hello_conn, seen);
+	F(hello_conn, rec_left);
+	F(hello_conn, msg_len);
+	F(hello_conn, body);
+	F(hello_conn, state);
+	F(hello_conn, hdr_have);
+	F(hello_conn, msg_have);
+	F(hello_conn, records);
+	F(hello_conn, hdr);
+	F(hello_conn, msg);
 	S(conn_event);
 	F(conn_event, conn_id);
 	F(conn_event, duration_ns);
@@ -143,6 +157,7 @@ int main(void)
 	F(wire_event, kind);
 	F(wire_event, flags);
 	F(wire_event, len);
+	F(wire_event, offset);
 	F(wire_event, data);
 
 	/* constants the agent mirrors */
@@ -182,6 +197,14 @@ int main(void)
 	C(WIRE_EV_DATA);
 	C(WIRE_EV_RECORD);
 	C(WIRE_EV_END);
+	C(WIRE_EV_HELLO);
+	C(HELLO_LAST);
+	C(HELLO_WHY_MASK);
+	C(HELLO_UNREADABLE);
+	C(HELLO_CUT);
+	C(HELLO_GAP);
+	C(HELLO_BAD);
+	C(HELLO_MAX);
 	C(WIRE_END_FINISHED);
 	C(WIRE_END_ALERT);
 	C(WIRE_END_CLOSED);

@@ -30,5 +30,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "conn.bpf.h"      /* connection lifecycle, who closed, TIME_WAIT */
 #include "requests.bpf.h"  /* requests per connection */
 #include "wire.bpf.h"      /* the server's handshake output: what was negotiated */
+#include "hello.bpf.h"     /* the client's ClientHello: what it offered */
 #include "sampler.bpf.h"   /* CPU samples of traced processes */
 #include "calib.bpf.h"     /* no-op probes that measure what a probe hit costs */

@@ -59,7 +59,7 @@ static __always_inline struct wire_event *wire_ev(const struct sock *sk, const s
 	e->kind = kind;
 	e->flags = 0;
 	e->len = 0;
-	e->pad = 0;
+	e->offset = 0;
 	return e;
 }
 

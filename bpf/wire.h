@@ -30,6 +30,8 @@
 #define WIRE_EV_DATA 1   /* data[0..len]: plaintext handshake-phase bytes of the output stream */
 #define WIRE_EV_RECORD 2 /* data[0..5]: header of an encrypted handshake record */
 #define WIRE_EV_END 3    /* the capture is over; flags: WIRE_END_* */
+#define WIRE_EV_HELLO 4  /* data[0..len]: the client's stream at `offset`, its ClientHello's
+			  * records (hello.h, hello.bpf.h); flags: HELLO_LAST, HELLO_WHY_MASK */
 
 /* wire_event.flags of WIRE_EV_END: why it ended */
 #define WIRE_END_FINISHED 1 /* TLS 1.2 server Finished sent, or the client answered the
@@ -76,7 +78,7 @@ struct wire_event {
 	__u8 kind;        /* WIRE_EV_* */
 	__u8 flags;
 	__u16 len;        /* bytes in data */
-	__u16 pad;
+	__u16 offset;     /* WIRE_EV_HELLO: the client stream's offset of data[0]; else 0 */
 	__u8 data[WIRE_CHUNK];
 };
 

@@ -135,7 +135,8 @@ class TestDefaultMode:
         hooks = hook_info(m)
         mode = next(l["mode"] for n, l, v in m if n == "tlsprof_mode_info")
         log = default_mode.agent.output()
-        for cap in ["scheduler", "processes", "connections", "resets", "send_capture", "read_side", "send_side",
+        for cap in ["scheduler", "processes", "connections", "resets", "send_capture", "read_side", "hello_capture",
+                    "send_side",
                     "connection_storage", "capture_loop"]:
             assert cap in hooks, (cap, hooks)
         assert hooks["connections"] != "none", hooks
@@ -177,6 +178,28 @@ class TestDefaultMode:
         assert value(now, "tlsprof_probe_duty_cycle", comm="nginx") == 1
         assert value(m, "tlsprof_probe_hits_total", comm="nginx") >= 8
         assert value(now, "tlsprof_sampled_figure_info", figure="tlsprof_handshake_cpu_seconds") == 1
+
+    def test_client_hellos(self, default_mode):
+        """8 TLS 1.3 and 4 TLS 1.2 connections: 12 ClientHellos read, none unreadable, cut or
+        lost, whichever hook serves the capture here. (While the ClientHello parser is a
+        placeholder, issue 36, each complete one counts as malformed: read = hellos + those.)"""
+        port = default_mode["nginx_close"].port
+        base = default_mode.agent.mark()
+        t13 = https_connections(port, 8, version="1.3", concurrency=2)
+        t12 = https_connections(port, 4, version="1.2", concurrency=2)
+        assert (t13["ok"], t12["ok"]) == (8, 4), (t13, t12)
+
+        def read():
+            m = since(default_mode.agent.scrape(), base)
+            hellos = sum(v for n, l, v in m if n == "tlsprof_client_hellos_total" and l.get("port") == str(port))
+            unread = {r: value(m, "tlsprof_client_hellos_unread_total", comm="nginx", reason=r)
+                      for r in ("unreadable", "cut", "lost", "malformed")}
+            return hellos + unread.pop("malformed"), unread
+        wait_for(lambda: read()[0] >= 12, 20, "12 ClientHellos read")
+        default_mode.agent.settle()
+        n, unread = read()
+        assert n == 12 and unread == {"unreadable": 0, "cut": 0, "lost": 0}, (n, unread)
+        report_hooks(hooks={"hello_capture": hook_info(default_mode.agent.scrape())["hello_capture"]})
 
     def test_requests_per_connection(self, default_mode):
         """5 keep-alive connections of 3 requests each, the client closing: 15 requests, 5

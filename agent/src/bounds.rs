@@ -24,6 +24,7 @@ pub const TABLES: &[&str] = &[
     "handshake_summary",
     "wire_captures",
     "wire_ended",
+    "client_hellos",
     "estimate_parts",
     // ports and connections (agent/ports.rs, conns/churn.rs)
     "port_names",

@@ -18,8 +18,11 @@ use super::{
 use crate::{
     bounds,
     bpf::{handshake as hs, wire::WireEvent},
-    metrics::{Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels},
-    wire::{tracker, Lookup, Negotiated, Tracker, WireHandshake},
+    metrics::{Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels, SniLabels},
+    wire::{
+        tracker::{self, ClientHello, Seen},
+        Lookup, Negotiated, Tracker, WireHandshake,
+    },
 };
 
 /// What the join needs to know of a process.
@@ -88,9 +91,13 @@ impl Handshakes {
     /// Wire events: captures grow, and those that end are handshakes seen on the wire.
     pub fn on_wire(&mut self, events: Vec<WireEvent>, procs: &impl ProcInfo, now: Instant) {
         for e in events {
-            if let Some(h) = self.wire.on_event(e, now) {
-                self.estimates.capture_ended(h.conn, h.ok, now);
-                self.on_wire_handshake(h, procs);
+            match self.wire.on_event(e, now) {
+                Some(Seen::Handshake(h)) => {
+                    self.estimates.capture_ended(h.conn, h.ok, now);
+                    self.on_wire_handshake(h, procs);
+                }
+                Some(Seen::Hello(h)) => self.on_client_hello(h, procs),
+                None => {}
             }
         }
         self.wire.dropped.export(&self.metrics);
@@ -122,6 +129,34 @@ impl Handshakes {
             self.count_unlabelled(&comm, UNLABELLED_INCOMPLETE);
         }
         self.row(comm, "server", result).count += 1;
+    }
+
+    /// A connection's ClientHello, as the server read it: counted by the host name asked
+    /// for, or by why it could not be read. (What it offered and what the server's policy
+    /// would make of it: to come, here.)
+    fn on_client_hello(&mut self, h: ClientHello, procs: &impl ProcInfo) {
+        if !procs.known(h.tgid) {
+            return;
+        }
+        let comm = procs.name(h.tgid);
+        match h.offer {
+            Ok(offer) => {
+                let labels = SniLabels {
+                    comm,
+                    port: h.port.to_string(),
+                    sni: offer.sni.unwrap_or_else(|| "none".into()),
+                };
+                self.metrics.client_hellos.get_or_create(&labels).inc();
+            }
+            Err(why) => {
+                log::debug!("client hello: conn {:#x} port {}: {}", h.conn, h.port, why.reason());
+                let labels = ReasonLabels {
+                    comm,
+                    reason: why.reason().into(),
+                };
+                self.metrics.client_hellos_unread.get_or_create(&labels).inc();
+            }
+        }
     }
 
     /// A row of the summary; past its bound, a new name's go to `other`.

@@ -115,6 +115,24 @@ pub struct conn_state {
     pub life: conn_life,
     pub req: req_conn,
     pub wire: wire_conn,
+    pub hello: hello_conn,
+}
+
+#[cfg(test)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct hello_conn {
+    pub start: u32,
+    pub seen: u32,
+    pub rec_left: u32,
+    pub msg_len: u32,
+    pub body: u32,
+    pub state: u8,
+    pub hdr_have: u8,
+    pub msg_have: u8,
+    pub records: u8,
+    pub hdr: [u8; 8],
+    pub msg: [u8; 4],
 }
 
 #[repr(C)]

@@ -189,6 +189,21 @@ pub const READ_SIDE: Capability = Capability {
     on_connections: true,
 };
 
+/// The client's ClientHello, from the server's reads (bpf/hello.bpf.h): attached in every
+/// mode, its own programs beside the read side's (which readside.rs attaches and detaches).
+/// The tracepoint's program finds the read's buffer from the syscall's saved registers
+/// (bpf_task_pt_regs, 5.15+), fexit from the msghdr's iterator.
+pub const HELLO_CAPTURE: Capability = Capability {
+    name: "hello_capture",
+    hooks: &[
+        hook("tp_btf/sock_recv_length", &[("hello_recv", TpBtf("sock_recv_length"))]),
+        hook("fexit/sock_recvmsg", &[("hello_recv_fexit", FExit("sock_recvmsg"))]),
+    ],
+    lost: "what clients offer (their ClientHello) will not be read: no tlsprof_client_hellos_total",
+    required: false,
+    on_connections: true,
+};
+
 /// Without the send capture: requests from the server's writes.
 pub const SEND_SIDE: Capability = Capability {
     name: "send_side",
@@ -204,13 +219,14 @@ pub const SEND_SIDE: Capability = Capability {
 const NO_CONN_IO: &str = "requests per connection and connections without a handshake will not be counted";
 
 /// Every capability, in the order they are resolved.
-pub const ALL: [&Capability; 7] = [
+pub const ALL: [&Capability; 8] = [
     &SCHEDULER,
     &PROCESSES,
     &CONNECTIONS,
     &RESETS,
     &SEND_CAPTURE,
     &READ_SIDE,
+    &HELLO_CAPTURE,
     &SEND_SIDE,
 ];
 

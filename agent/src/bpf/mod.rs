@@ -174,7 +174,23 @@ mod layout_tests {
                 rx_flight
             }
         );
-        rust_layout!(rust, conn_state { life, req, wire });
+        rust_layout!(
+            rust,
+            hello_conn {
+                start,
+                seen,
+                rec_left,
+                msg_len,
+                body,
+                state,
+                hdr_have,
+                msg_have,
+                records,
+                hdr,
+                msg
+            }
+        );
+        rust_layout!(rust, conn_state { life, req, wire, hello });
         rust_layout!(
             rust,
             conn_event {
@@ -224,6 +240,7 @@ mod layout_tests {
                 kind,
                 flags,
                 len,
+                offset,
                 data
             }
         );
@@ -295,6 +312,14 @@ mod layout_tests {
             WIRE_EV_DATA,
             WIRE_EV_RECORD,
             WIRE_EV_END,
+            WIRE_EV_HELLO,
+            HELLO_LAST,
+            HELLO_WHY_MASK,
+            HELLO_UNREADABLE,
+            HELLO_CUT,
+            HELLO_GAP,
+            HELLO_BAD,
+            HELLO_MAX,
             WIRE_END_FINISHED,
             WIRE_END_ALERT,
             WIRE_END_CLOSED,

@@ -3,7 +3,9 @@
 use anyhow::Result;
 use aya::{Btf, Ebpf};
 
-use super::hooks::{self, Capability, CONNECTIONS, PROCESSES, READ_SIDE, RESETS, SCHEDULER, SEND_CAPTURE, SEND_SIDE};
+use super::hooks::{
+    self, Capability, CONNECTIONS, HELLO_CAPTURE, PROCESSES, READ_SIDE, RESETS, SCHEDULER, SEND_CAPTURE, SEND_SIDE,
+};
 
 /// Where each connection's state lives (bpf/conn.bpf.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +128,8 @@ pub(super) fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, 
     // The read side in every mode: the kernel estimate of handshake CPU opens its windows
     // at reads (bpf/estimate.bpf.h); with --exact it links handshake calls to connections.
     caps.push(on_conns(&READ_SIDE, true, ebpf));
+    // The ClientHello capture in every mode: it gates itself on the socket (bpf/hello.bpf.h).
+    caps.push(on_conns(&HELLO_CAPTURE, true, ebpf));
     caps.push(on_conns(&SEND_SIDE, !wire, ebpf));
     Ok(Served {
         storage,

@@ -3,6 +3,19 @@
 pub const WIRE_EV_DATA: u8 = 1;
 pub const WIRE_EV_RECORD: u8 = 2;
 pub const WIRE_EV_END: u8 = 3;
+/// The client's ClientHello bytes (bpf/hello.h): `offset` is their place in its stream.
+pub const WIRE_EV_HELLO: u8 = 4;
+
+/// WIRE_EV_HELLO flags: these bytes complete the ClientHello; in the high nibble, why the
+/// capture gave up.
+pub const HELLO_LAST: u8 = 0x01;
+pub const HELLO_WHY_MASK: u8 = 0xf0;
+pub const HELLO_UNREADABLE: u8 = 0x10;
+pub const HELLO_CUT: u8 = 0x20;
+pub const HELLO_GAP: u8 = 0x30;
+pub const HELLO_BAD: u8 = 0x40;
+/// Bytes of a client's stream the kernel reads at most.
+pub const HELLO_MAX: usize = 8192;
 
 #[cfg(test)]
 pub const WIRE_END_FINISHED: u8 = 1;
@@ -26,7 +39,7 @@ pub struct wire_event {
     pub kind: u8,
     pub flags: u8,
     pub len: u16,
-    pub pad: u16,
+    pub offset: u16,
     pub data: [u8; WIRE_CHUNK],
 }
 
@@ -41,6 +54,8 @@ pub struct WireEvent {
     pub port: u16,
     pub kind: u8,
     pub flags: u8,
+    /// WIRE_EV_HELLO: the client stream's offset of data[0].
+    pub offset: u16,
     pub data: Vec<u8>,
 }
 
@@ -62,6 +77,7 @@ impl WireEvent {
             port: u16_at(offset_of!(wire_event, port)),
             kind: b[offset_of!(wire_event, kind)],
             flags: b[offset_of!(wire_event, flags)],
+            offset: u16_at(offset_of!(wire_event, offset)),
             data,
         })
     }
@@ -81,13 +97,14 @@ mod tests {
         raw[18] = WIRE_EV_DATA;
         raw[19] = 0;
         raw[20..22].copy_from_slice(&3u16.to_le_bytes());
+        raw[22..24].copy_from_slice(&517u16.to_le_bytes());
         raw.extend_from_slice(&[22, 3, 3]);
         let e = WireEvent::decode(&raw).unwrap();
         assert_eq!(
             (e.conn_id, e.tgid, e.netns, e.port, e.kind),
             (7, 1234, 4026531840, 8443, WIRE_EV_DATA)
         );
-        assert_eq!(e.data, vec![22, 3, 3]);
+        assert_eq!((e.data, e.offset), (vec![22, 3, 3], 517));
         assert!(WireEvent::decode(&raw[..WIRE_EVENT_HEADER + 2]).is_none());
         assert_eq!(std::mem::offset_of!(wire_event, data), WIRE_EVENT_HEADER);
         assert_eq!(std::mem::offset_of!(wire_event, len), 20);

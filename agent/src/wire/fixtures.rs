@@ -416,6 +416,7 @@ pub fn wire_event(kind: u8, flags: u8, data: &[u8]) -> crate::bpf::wire::WireEve
         port: 8443,
         kind,
         flags,
+        offset: 0,
         data: data.to_vec(),
     }
 }

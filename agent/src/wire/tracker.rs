@@ -6,15 +6,22 @@
 //! The kernel reports the wire bytes and the handshakes through two ring buffers, and a
 //! memory-BIO server (node) writes a flight after the handshake call that made it: a
 //! handshake whose connection's parameters are not known yet waits (at most `WAIT`) for them.
+//!
+//! The same ring buffer carries each connection's ClientHello as the server read it
+//! (bpf/hello.h, WIRE_EV_HELLO): gathered here per connection, bounded, and parsed once
+//! complete (tls::hello): a `Seen::Hello`.
 use std::{
     collections::{HashMap, VecDeque},
     time::{Duration, Instant},
 };
 
-use super::tls::{self, Negotiated, Parsed};
+use super::tls::{self, hello::Offer, Negotiated, Parsed};
 use crate::{
     bounds::{self, Dropped},
-    bpf::wire::{WireEvent, WIRE_END_ALERT, WIRE_END_CLOSED, WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_RECORD},
+    bpf::wire::{
+        WireEvent, HELLO_BAD, HELLO_CUT, HELLO_GAP, HELLO_LAST, HELLO_MAX, HELLO_UNREADABLE, HELLO_WHY_MASK,
+        WIRE_END_ALERT, WIRE_END_CLOSED, WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_HELLO, WIRE_EV_RECORD,
+    },
 };
 
 /// A connection: its identity in the kernel's events (bpf/conn.h conn_life.id).
@@ -43,6 +50,74 @@ pub const MAX_CAPTURE_BYTES: usize = 64 << 20;
 pub const MAX_ENDED: usize = 1 << 18;
 /// How long an ended capture is kept while their table is full.
 const KEEP_WHEN_FULL: Duration = Duration::from_secs(5);
+
+/// ClientHellos being gathered at most, and their bytes at most (a ClientHello is 0.2-2 KB,
+/// the kernel sends at most HELLO_MAX): clients that stall halfway keep one until STALE. At
+/// either bound the oldest sixteenth go, counted: tlsprof_table_full_total{table="client_hellos"}.
+pub const MAX_HELLOS: usize = 32_768;
+pub const MAX_HELLO_BYTES: usize = 32 << 20;
+
+/// What the wire showed: a handshake (its capture ended) or a client's ClientHello.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    Handshake(WireHandshake),
+    Hello(ClientHello),
+}
+
+impl Seen {
+    pub fn handshake(self) -> Option<WireHandshake> {
+        match self {
+            Seen::Handshake(h) => Some(h),
+            Seen::Hello(_) => None,
+        }
+    }
+}
+
+/// A connection's ClientHello, complete or given up on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientHello {
+    pub conn: ConnId,
+    /// The process that read it.
+    pub tgid: u32,
+    pub netns: u32,
+    pub port: u16,
+    pub offer: Result<Offer, Unread>,
+}
+
+/// Why a ClientHello gave no offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unread {
+    /// A read the kernel hook cannot follow (io_uring, several iovec segments, a buffer it
+    /// cannot find), or bytes read where no hook saw them.
+    Unreadable,
+    /// Longer than the kernel reads (HELLO_MAX bytes, 16 records).
+    Cut,
+    /// Not a ClientHello, or one that does not parse.
+    Malformed,
+    /// Some of its bytes were lost on the way (the ring buffer was full).
+    Lost,
+}
+
+impl Unread {
+    /// The `reason` label of tlsprof_client_hellos_unread_total.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Unread::Unreadable => "unreadable",
+            Unread::Cut => "cut",
+            Unread::Malformed => "malformed",
+            Unread::Lost => "lost",
+        }
+    }
+}
+
+struct HelloCapture {
+    netns: u32,
+    port: u16,
+    bytes: Vec<u8>,
+    /// An event was missed: what comes is not contiguous.
+    lost: bool,
+    since: Instant,
+}
 
 struct Capture {
     netns: u32,
@@ -90,13 +165,87 @@ pub struct Tracker {
     ended_order: VecDeque<(ConnId, Instant)>,
     /// Plaintext bytes the captures in flight hold.
     plain_bytes: usize,
+    hellos: HashMap<ConnId, HelloCapture>,
+    /// Bytes the ClientHellos in flight hold.
+    hello_bytes: usize,
     /// Entries dropped at the bounds, for the owner to export.
     pub dropped: Dropped,
 }
 
 impl Tracker {
-    /// Takes one event; returns the handshake when a capture ends.
-    pub fn on_event(&mut self, e: WireEvent, now: Instant) -> Option<WireHandshake> {
+    /// Takes one event; returns the handshake when a capture ends, the ClientHello when its
+    /// last bytes come.
+    pub fn on_event(&mut self, e: WireEvent, now: Instant) -> Option<Seen> {
+        if e.kind == WIRE_EV_HELLO {
+            return self.on_hello(e, now).map(Seen::Hello);
+        }
+        self.on_server(e, now).map(Seen::Handshake)
+    }
+
+    /// The client's ClientHello bytes, in stream order from its start (`offset` says where
+    /// each event's go: one missing makes the ClientHello lost).
+    fn on_hello(&mut self, e: WireEvent, now: Instant) -> Option<ClientHello> {
+        let id = e.conn_id;
+        let new = !self.hellos.contains_key(&id);
+        self.make_room_hellos(new, e.data.len());
+        let c = self.hellos.entry(id).or_insert_with(|| HelloCapture {
+            netns: e.netns,
+            port: e.port,
+            bytes: Vec::new(),
+            lost: false,
+            since: now,
+        });
+        if usize::from(e.offset) != c.bytes.len() || c.bytes.len() + e.data.len() > HELLO_MAX {
+            c.lost = true;
+        }
+        if c.lost {
+            self.hello_bytes -= c.bytes.len();
+            c.bytes = Vec::new();
+        } else {
+            c.bytes.extend_from_slice(&e.data);
+            self.hello_bytes += e.data.len();
+        }
+        let why = e.flags & HELLO_WHY_MASK;
+        if e.flags & HELLO_LAST == 0 && why == 0 {
+            return None;
+        }
+        let c = self.hellos.remove(&id)?;
+        self.hello_bytes -= c.bytes.len();
+        let offer = if c.lost {
+            Err(Unread::Lost)
+        } else {
+            match why {
+                0 => tls::hello::parse_client_hello(&c.bytes).map_err(|_| Unread::Malformed),
+                HELLO_CUT => Err(Unread::Cut),
+                HELLO_BAD => Err(Unread::Malformed),
+                HELLO_UNREADABLE | HELLO_GAP => Err(Unread::Unreadable),
+                _ => Err(Unread::Malformed),
+            }
+        };
+        Some(ClientHello {
+            conn: id,
+            tgid: e.tgid,
+            netns: c.netns,
+            port: c.port,
+            offer,
+        })
+    }
+
+    /// Room for a `new` ClientHello and `more` bytes: at either bound the oldest sixteenth go,
+    /// counted.
+    fn make_room_hellos(&mut self, new: bool, more: usize) {
+        let full = (new && self.hellos.len() >= MAX_HELLOS) || self.hello_bytes + more > MAX_HELLO_BYTES;
+        if !full || self.hellos.is_empty() {
+            return;
+        }
+        let cap = self.hellos.len().min(MAX_HELLOS);
+        let out = bounds::evict_oldest(&mut self.hellos, cap, |c| c.since);
+        self.hello_bytes -= out.iter().map(|(_, c)| c.bytes.len()).sum::<usize>();
+        self.dropped.add("client_hellos", out.len() as u64);
+    }
+
+    /// An event of the server's output.
+    fn on_server(&mut self, e: WireEvent, now: Instant) -> Option<WireHandshake> {
         let id = e.conn_id;
         match e.kind {
             WIRE_EV_DATA | WIRE_EV_RECORD => {
@@ -185,6 +334,16 @@ impl Tracker {
             keep
         });
         self.plain_bytes -= freed;
+        // a ClientHello never completed (the client stalled or closed halfway)
+        let mut freed = 0;
+        self.hellos.retain(|_, c| {
+            let keep = now.duration_since(c.since) < STALE;
+            if !keep {
+                freed += c.bytes.len();
+            }
+            keep
+        });
+        self.hello_bytes -= freed;
     }
 
     /// Room for a `new` capture and `more` plaintext bytes: at either bound the oldest
@@ -259,7 +418,7 @@ mod tests {
             panic!("{:?}", t.lookup(id))
         };
         assert_eq!((l.version, l.resumed, l.cert), ("TLSv1.2", true, tls::NONE));
-        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0).unwrap();
+        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0).and_then(Seen::handshake).unwrap();
         assert!(h.ok && h.hello && h.complete);
         assert_eq!((h.tgid, h.port, h.labels), (7, 8443, l));
         assert_eq!(t.in_flight(), 0);
@@ -274,17 +433,17 @@ mod tests {
         let t0 = Instant::now();
         let mut t = Tracker::default();
         t.on_event(ev(WIRE_EV_DATA, 0, &[21, 3, 3, 0, 2, 2, 40]), t0);
-        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_ALERT, &[]), t0).unwrap();
+        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_ALERT, &[]), t0).and_then(Seen::handshake).unwrap();
         assert!(!h.ok && !h.hello);
         assert_eq!(h.labels, Negotiated::UNKNOWN);
         // closed after the ServerHello: the server's part did not finish
         let bytes = resumed12();
         t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..79]), t0);
-        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_CLOSED, &[]), t0).unwrap();
+        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_CLOSED, &[]), t0).and_then(Seen::handshake).unwrap();
         assert!(!h.ok && h.hello);
         // gave up on a cap after the ServerHello: counted, labels as far as seen
         t.on_event(ev(WIRE_EV_DATA, 0, &bytes), t0);
-        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_CAP, &[]), t0).unwrap();
+        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_CAP, &[]), t0).and_then(Seen::handshake).unwrap();
         assert!(h.ok && h.hello);
         // an END without a capture (lost events) says nothing
         assert!(t.on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0).is_none());
@@ -332,7 +491,7 @@ mod tests {
         let evicted = (fit / 16) as u64;
         assert_eq!(t.dropped.get("wire_captures"), evicted);
         assert_eq!(t.plain_bytes, (fit + 1 - evicted as usize) * MAX_PLAIN);
-        let ended = t.on_event(conn_ev(fit as u64, WIRE_EV_END, WIRE_END_CLOSED, &[]), t0);
+        let ended = t.on_event(conn_ev(fit as u64, WIRE_EV_END, WIRE_END_CLOSED, &[]), t0).and_then(Seen::handshake);
         assert!(ended.is_some());
         assert_eq!(t.plain_bytes, (fit - evicted as usize) * MAX_PLAIN);
     }
@@ -344,7 +503,7 @@ mod tests {
         let alert = [21, 3, 3, 0, 2, 2, 40];
         let end = |t: &mut Tracker, sk: u64, at: Instant| {
             t.on_event(conn_ev(sk, WIRE_EV_DATA, 0, &alert), at);
-            t.on_event(conn_ev(sk, WIRE_EV_END, WIRE_END_ALERT, &[]), at).unwrap();
+            t.on_event(conn_ev(sk, WIRE_EV_END, WIRE_END_ALERT, &[]), at).and_then(Seen::handshake).unwrap();
         };
         for sk in 0..MAX_ENDED as u64 + 10 {
             end(&mut t, sk, t0);

@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The client's ClientHello (types: hello.h; user side: agent/src/bpf/wire.rs,
+ * agent/src/wire/tracker.rs), once per connection accepted on a watched port, from the
+ * bytes the server reads, whatever its TLS stack.
+ *
+ * Reads are followed by stream position, not by call: a connection's client stream starts
+ * at tcp copied_seq at accept (hello_accepted); after a read of `ret` bytes its data began
+ * at copied_seq - ret, and a MSG_PEEK read's at copied_seq (copied_seq does not move), so a
+ * peek followed by the read of the same bytes copies them once. Only bytes at offsets not
+ * captured yet are copied, contiguous from the stream's start; a read that starts past them
+ * (bytes read where no hook saw them) ends the capture (HELLO_GAP).
+ *
+ * The walk reads each record header (5 bytes, possibly split across reads: OpenSSL without
+ * read-ahead reads the header, then the body) and the ClientHello's 4-byte message header,
+ * and stops at the end of the record that completes the ClientHello; the bytes walked, and
+ * only those, are copied into ring-buffer reservations (never into a map), at most
+ * HELLO_MAX per connection. A first byte other than 0x16 ends it at once, nothing copied.
+ *
+ * Cost: the hook runs at every socket read of the machine. Before any map or storage
+ * lookup it keeps only TCP sockets whose reader is still within the first HELLO_MAX bytes
+ * of the client's stream (tcp bytes_received, rcv_nxt and copied_seq: loads from the
+ * socket); the socket-storage lookup follows only for those, and stops there once the
+ * connection's ClientHello is complete.
+ *
+ * Where the read's bytes are: with the sock_recv_length tracepoint (6.3+), which gives no
+ * buffer, from the syscall's saved user registers (read, recvfrom: the buffer argument;
+ * readv: iov[0]; recvmsg: the user msghdr's msg_iov[0]; the bytes must all be in that first
+ * segment), anything else (io_uring, recvmmsg, splice, a kernel thread) is HELLO_UNREADABLE;
+ * with fexit on sock_recvmsg (5.10, 6.1), from the msghdr's iterator, which the read has
+ * advanced past its bytes.
+ */
+#ifndef TLSPROF_HELLO_BPF_H
+#define TLSPROF_HELLO_BPF_H
+
+#include "hello.h"
+
+#define HELLO_STEPS 8 /* record headers and bodies walked per read */
+
+#ifndef PF_IO_WORKER
+#define PF_IO_WORKER 0x00000010
+#endif
+#ifndef PF_KTHREAD
+#define PF_KTHREAD 0x00200000
+#endif
+
+/* The syscalls whose buffer the tracepoint's program can find. */
+#if defined(__TARGET_ARCH_arm64)
+#define HELLO_NR_READ 63
+#define HELLO_NR_READV 65
+#define HELLO_NR_RECVFROM 207
+#define HELLO_NR_RECVMSG 212
+#define HELLO_SYSCALL_NR(regs) BPF_CORE_READ((regs), syscallno)
+#else
+#define HELLO_NR_READ 0
+#define HELLO_NR_READV 19
+#define HELLO_NR_RECVFROM 45
+#define HELLO_NR_RECVMSG 47
+#define HELLO_SYSCALL_NR(regs) BPF_CORE_READ((regs), orig_ax)
+#endif
+
+/* A connection accepted: its client stream starts at `start` (tcp copied_seq). */
+static __always_inline void hello_accepted(struct hello_conn *h, __u32 start)
+{
+	h->start = start;
+	h->state = HELLO_ON;
+}
+
+/*
+ * The gate, on the socket alone: the state of a connection whose ClientHello may still be
+ * read here, NULL for every other read. `ret` bytes were read, `flags` recvmsg's.
+ */
+static __always_inline struct conn_state *hello_wanted(struct sock *sk, int ret, int flags)
+{
+	if (ret <= 0)
+		return NULL;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return NULL; /* not TCP */
+	/* bytes of the client's stream the reader had consumed before this read */
+	__s64 consumed = (__s64)tp->bytes_received - (__s64)(__u32)(tp->rcv_nxt - tp->copied_seq);
+	if (!(flags & MSG_PEEK))
+		consumed -= ret;
+	if (consumed >= HELLO_MAX)
+		return NULL;
+	struct conn_state *c = conn_of(sk);
+	if (!c || c->hello.state != HELLO_ON)
+		return NULL;
+	return c;
+}
+
+/* Sends n bytes of the client's stream at user address ptr, at stream offset `at`, with
+ * `flags` (HELLO_*) on the last event; false if they could not be read. Never through a
+ * map: read straight into ring-buffer reservations. */
+static __always_inline bool hello_send(const struct conn_state *c, __u64 ptr, __u32 n, __u32 at, __u8 flags)
+{
+	for (int i = 0; i < HELLO_MAX / WIRE_CHUNK; i++) {
+		__u32 k = n < WIRE_CHUNK ? n : WIRE_CHUNK;
+		bool final = k == n;
+		if (!final && k == 0)
+			return true;
+		struct wire_event *e = bpf_ringbuf_reserve(&wire_events, sizeof(*e), 0);
+		if (!e) {
+			stat_inc(STAT_WIRE_EVENTS_LOST);
+			return true; /* the agent sees the gap in the offsets: lost */
+		}
+		__u64 sz = k;
+		asm volatile("" : "+r"(sz));
+		if (sz > WIRE_CHUNK || (sz && bpf_probe_read_user(e->data, sz, (void *)ptr))) {
+			bpf_ringbuf_discard(e, 0);
+			return false;
+		}
+		e->conn_id = c->life.id;
+		e->tgid = bpf_get_current_pid_tgid() >> 32;
+		e->netns = c->life.netns;
+		e->port = c->life.port;
+		e->kind = WIRE_EV_HELLO;
+		e->flags = final ? flags : 0;
+		e->len = k;
+		e->offset = at;
+		bpf_ringbuf_submit(e, RB_LAZY(&wire_events, WIRE_RINGBUF_BYTES));
+		if (final)
+			return true;
+		ptr += k;
+		n -= k;
+		at += k;
+	}
+	return true;
+}
+
+/* The capture gives up (why: HELLO_*): says so, with nothing more. */
+static __always_inline void hello_stop(struct conn_state *c, __u8 why)
+{
+	c->hello.state = HELLO_DONE;
+	hello_send(c, 0, 0, c->hello.seen, why);
+}
+
+/* Reads n (at most 5) bytes at ptr into the state's array `to` (8 bytes) from index `have`. */
+static __always_inline bool hello_take_bytes(__u8 *to, __u8 have, __u64 ptr, __u32 n)
+{
+	__u8 tmp[8] = {};
+	__u64 sz = n;
+	asm volatile("" : "+r"(sz)); /* a bound the verifier follows */
+	if (sz > 5)
+		return false;
+	if (sz && bpf_probe_read_user(tmp, sz, (void *)ptr))
+		return false;
+	for (int k = 0; k < 5; k++) {
+		if (k < n)
+			to[(have + k) & 7] = tmp[k];
+	}
+	return true;
+}
+
+/*
+ * Walks the new bytes [ptr, ptr + avail) of the client's stream, record by record: how many
+ * belong to the ClientHello's records (the rest is never looked at); *why: HELLO_* when the
+ * capture ends (HELLO_LAST: complete).
+ */
+static __noinline __u32 hello_walk(struct hello_conn *h, __u64 ptr, __u32 avail, __u8 *why)
+{
+	__u32 take = 0;
+	for (int i = 0; i < HELLO_STEPS; i++) {
+		if (take >= avail)
+			return take;
+		__u32 left = avail - take;
+		if (h->rec_left == 0) {
+			/* a record header, or the rest of one */
+			__u32 want = 5 - (h->hdr_have & 7);
+			__u32 got = left < want ? left : want;
+			if (got > 5 || !hello_take_bytes(h->hdr, h->hdr_have, ptr + take, got)) {
+				*why = HELLO_UNREADABLE;
+				return take;
+			}
+			h->hdr_have += got;
+			take += got;
+			if (h->hdr_have < 5)
+				return take; /* the rest comes with a later read */
+			h->hdr_have = 0;
+			__u32 len = (__u32)h->hdr[3] << 8 | h->hdr[4];
+			if (h->hdr[0] != 22 || h->hdr[1] != 3 || len == 0 || len > HELLO_MAX_RECORD) {
+				*why = HELLO_BAD;
+				return take - got;
+			}
+			if (++h->records > HELLO_MAX_RECORDS || h->seen + take + len > HELLO_MAX) {
+				*why = HELLO_CUT;
+				return take - got;
+			}
+			h->rec_left = len;
+			continue;
+		}
+		/* record body: the ClientHello's message header first */
+		__u32 t = h->rec_left < left ? h->rec_left : left;
+		if (h->msg_have < 4) {
+			__u32 want = 4 - (h->msg_have & 3);
+			__u32 got = t < want ? t : want;
+			__u8 m[8] = {};
+			__builtin_memcpy(m, h->msg, 4);
+			if (!hello_take_bytes(m, h->msg_have, ptr + take, got)) {
+				*why = HELLO_UNREADABLE;
+				return take;
+			}
+			__builtin_memcpy(h->msg, m, 4);
+			h->msg_have += got;
+			if (h->msg[0] != 1) {
+				*why = HELLO_BAD; /* not a ClientHello */
+				return take;
+			}
+			if (h->msg_have >= 4)
+				h->msg_len = 4 + ((__u32)h->msg[1] << 16 | (__u32)h->msg[2] << 8 | h->msg[3]);
+		}
+		h->rec_left -= t;
+		h->body += t;
+		take += t;
+		if (h->rec_left == 0 && h->msg_len && h->body >= h->msg_len) {
+			*why = HELLO_LAST;
+			return take;
+		}
+	}
+	if (take < avail)
+		*why = HELLO_CUT; /* more records in one read than walked */
+	return take;
+}
+
+/*
+ * A read of `ret` bytes of a connection whose ClientHello is being captured (hello_wanted);
+ * buf: the user address the read's bytes went to, 0 if the hook cannot tell.
+ */
+static __always_inline void hello_read(struct sock *sk, struct conn_state *c, int ret, int flags, __u64 buf)
+{
+	struct hello_conn *h = &c->hello;
+	__u32 pos = (flags & MSG_PEEK) ? BPF_CORE_READ((struct tcp_sock *)sk, copied_seq) : data_read(sk) - (__u32)ret;
+	__s32 off = (__s32)(pos - h->start);
+	if (off < 0 || (__u32)off + (__u32)ret <= h->seen)
+		return; /* nothing new (a peek read again, or bytes before the stream's start) */
+	if ((__u32)off > h->seen) {
+		hello_stop(c, HELLO_GAP);
+		return;
+	}
+	if (!buf) {
+		hello_stop(c, HELLO_UNREADABLE);
+		return;
+	}
+	__u32 skip = h->seen - (__u32)off;
+	__u64 ptr = buf + skip;
+	if (h->seen == 0 && h->hdr_have == 0) {
+		__u8 first = 0;
+		if (bpf_probe_read_user(&first, 1, (void *)ptr)) {
+			hello_stop(c, HELLO_UNREADABLE);
+			return;
+		}
+		if (first != 22) {
+			h->state = HELLO_DONE; /* not TLS: nothing copied, nothing said */
+			return;
+		}
+	}
+	__u8 why = 0;
+	__u32 take = hello_walk(h, ptr, (__u32)ret - skip, &why);
+	if (take > HELLO_MAX)
+		take = HELLO_MAX;
+	if (!take && !why)
+		return;
+	if (!hello_send(c, ptr, take, h->seen, why)) {
+		hello_stop(c, HELLO_UNREADABLE);
+		return;
+	}
+	h->seen += take;
+	if (why)
+		h->state = HELLO_DONE;
+}
+
+/* recvmsg's user msghdr, as far as it is read. */
+struct hello_iovec {
+	__u64 base;
+	__u64 len;
+};
+
+/* The first segment of a user iovec array: its address, if the read's `ret` bytes all fit
+ * in it; else 0. */
+static __always_inline __u64 hello_first_iov(__u64 iov, int ret)
+{
+	struct hello_iovec v;
+	if (!iov || bpf_probe_read_user(&v, sizeof(v), (void *)iov))
+		return 0;
+	return v.len >= (__u64)ret ? v.base : 0;
+}
+
+/* tp_btf: the read's user buffer, from the syscall that made it (its saved registers). */
+static __always_inline __u64 hello_syscall_buf(int ret)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (task->flags & (PF_KTHREAD | PF_IO_WORKER))
+		return 0;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return 0;
+	long nr = HELLO_SYSCALL_NR(regs);
+	__u64 arg2 = PT_REGS_PARM2_CORE_SYSCALL(regs);
+	__u64 arg3 = PT_REGS_PARM3_CORE_SYSCALL(regs);
+	switch (nr) {
+	case HELLO_NR_READ:
+	case HELLO_NR_RECVFROM:
+		return arg3 >= (__u64)ret ? arg2 : 0;
+	case HELLO_NR_READV:
+		return arg3 >= 1 ? hello_first_iov(arg2, ret) : 0;
+	case HELLO_NR_RECVMSG: {
+		struct user_msghdr m;
+		if (bpf_probe_read_user(&m, sizeof(m), (void *)arg2) || m.msg_iovlen < 1)
+			return 0;
+		return hello_first_iov((__u64)m.msg_iov, ret);
+	}
+	}
+	return 0; /* io_uring, recvmmsg, splice, ...: not followed */
+}
+
+/* fexit: the read's bytes end where the msghdr's iterator now stands. */
+static __always_inline __u64 hello_iter_buf(const struct msghdr *msg, int ret)
+{
+	__u32 type = wire_iter_type(msg);
+	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
+	if (bpf_core_enum_value_exists(enum iter_type, ITER_UBUF) &&
+	    type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
+		__u64 base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
+		return offset >= (__u64)ret ? base + offset - ret : 0;
+	}
+	if (type != bpf_core_enum_value(enum iter_type, ITER_IOVEC))
+		return 0;
+	const struct iovec *iov = wire_iovecs(msg);
+	struct iovec v;
+	if (offset >= (__u64)ret) {
+		/* within the segment the iterator stands in */
+		if (bpf_probe_read_kernel(&v, sizeof(v), iov))
+			return 0;
+		return (__u64)v.iov_base + offset - ret;
+	}
+	if (offset)
+		return 0; /* the bytes span segments */
+	/* the read filled its segment, and the iterator moved one past it */
+	if (bpf_probe_read_kernel(&v, sizeof(v), iov - 1))
+		return 0;
+	return v.iov_len == (__u64)ret ? (__u64)v.iov_base : 0;
+}
+
+/*
+ * The capture's hooks, each a program of its own (the read side's req_recv is another
+ * feature's): the sock_recv_length tracepoint (6.3+), else the return of sock_recvmsg
+ * (fexit). Attached in every mode.
+ */
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(hello_recv, struct sock *sk, int ret, int flags)
+{
+	struct conn_state *c = hello_wanted(sk, ret, flags);
+	if (c)
+		hello_read(sk, c, ret, flags, hello_syscall_buf(ret));
+	return 0;
+}
+
+SEC("fexit/sock_recvmsg")
+int BPF_PROG(hello_recv_fexit, struct socket *sock, struct msghdr *msg, int flags, int ret)
+{
+	struct sock *sk = sock->sk;
+	if (!sk)
+		return 0;
+	struct conn_state *c = hello_wanted(sk, ret, flags);
+	if (c)
+		hello_read(sk, c, ret, flags, hello_iter_buf(msg, ret));
+	return 0;
+}
+
+#endif

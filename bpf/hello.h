@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The client's ClientHello, as hello.bpf.h reads it from the server's socket reads: types
+ * shared with the agent (agent/src/bpf/wire.rs mirrors the constants, agent/src/bpf/conn.rs
+ * the state; the layout test checks them).
+ *
+ * Of the client's byte stream only its first records are looked at, from the stream's
+ * start: the handshake record(s) that carry its first ClientHello, record headers included,
+ * up to the end of the record that completes it. Nothing past that record is ever read:
+ * no application data, no TLS 1.3 early data, not the second ClientHello after a
+ * HelloRetryRequest (RFC 8446 makes it the first one with another key share). A stream
+ * whose first byte is not 0x16 (a handshake record) is not read at all.
+ *
+ * The bytes go to the agent on the wire_events ring buffer (wire.h), kind WIRE_EV_HELLO:
+ * data[0..len] are the stream's bytes at offset `offset` (struct wire_event); flags say
+ * whether the ClientHello is complete and why the capture gave up.
+ */
+#ifndef TLSPROF_HELLO_H
+#define TLSPROF_HELLO_H
+
+/* hello_conn.state */
+#define HELLO_OFF 0  /* not followed (a connection accepted before the capture's hook) */
+#define HELLO_ON 1   /* reading the ClientHello */
+#define HELLO_DONE 2 /* complete, given up, or not TLS: nothing more is looked at */
+
+/* wire_event.flags of WIRE_EV_HELLO: HELLO_LAST, and in the high nibble why it gave up */
+#define HELLO_LAST 0x01       /* these bytes complete the ClientHello */
+#define HELLO_WHY_MASK 0xf0
+#define HELLO_UNREADABLE 0x10 /* a read the hook cannot follow (io_uring, several iovec
+			       * segments, a user buffer it cannot find or read) */
+#define HELLO_CUT 0x20        /* the ClientHello's records run past HELLO_MAX bytes, or it
+			       * takes more than HELLO_MAX_RECORDS records */
+#define HELLO_GAP 0x30        /* bytes of the stream were read where the hook did not see it */
+#define HELLO_BAD 0x40        /* a record that cannot continue a ClientHello (not a
+			       * handshake record, bad version or length, not a ClientHello) */
+
+#define HELLO_MAX 8192        /* bytes of the client's stream read at most */
+#define HELLO_MAX_RECORDS 16  /* records a ClientHello may span */
+#define HELLO_MAX_RECORD (16384 + 256) /* a plaintext record body (2^14), with slack */
+
+/* hello.bpf.h's part of a connection's state (conn_state.hello). */
+struct hello_conn {
+	__u32 start;    /* the client's stream position at accept (tcp copied_seq) */
+	__u32 seen;     /* bytes of the stream looked at from `start` (all sent to the agent) */
+	__u32 rec_left; /* body bytes of the current record still to come */
+	__u32 msg_len;  /* the ClientHello's length, its 4-byte header included; 0: not known */
+	__u32 body;     /* handshake record body bytes so far */
+	__u8 state;     /* HELLO_OFF/ON/DONE */
+	__u8 hdr_have;  /* bytes of a record header split across reads */
+	__u8 msg_have;  /* bytes of the ClientHello's message header so far */
+	__u8 records;   /* records begun */
+	__u8 hdr[8];    /* the record header being read (5 bytes used) */
+	__u8 msg[4];    /* the ClientHello's message header: type, 24-bit length */
+};
+
+#endif
