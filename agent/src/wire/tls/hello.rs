@@ -30,7 +30,8 @@ pub enum Resumption {
 /// A ClientHello's offers, GREASE removed, in the client's order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Offer {
-    /// The highest version offered: supported_versions if present, else legacy_version.
+    /// The highest version offered: supported_versions if present (the highest of SSL 3.0
+    /// to TLS 1.3 in it; drafts and GREASE only when nothing else), else legacy_version.
     pub max_version: u16,
     /// Cipher suites (signalling values such as TLS_EMPTY_RENEGOTIATION_INFO_SCSV removed).
     pub suites: Vec<u16>,
@@ -318,9 +319,11 @@ fn parse_body(body: &[u8]) -> Result<Offer, HelloError> {
             EXT_SUPPORTED_VERSIONS => {
                 let versions = data.vec8()?.u16_list(&[])?;
                 data.end()?;
-                // RFC 8446 §4.2.1: with the extension, legacy_version is not read. Only
-                // GREASE in it: no version this parser knows (0, "other").
-                offer.max_version = versions.iter().copied().max().unwrap_or(0);
+                // RFC 8446 §4.2.1: with the extension, legacy_version is not read. The
+                // highest of SSL 3.0 to TLS 1.3; without any (drafts, DTLS, only GREASE)
+                // the highest value (a label `other`), 0 for none.
+                let known = versions.iter().copied().filter(|v| (0x0300..=0x0304).contains(v)).max();
+                offer.max_version = known.or_else(|| versions.iter().copied().max()).unwrap_or(0);
             }
             EXT_KEY_SHARE => {
                 let mut shares = data.vec16()?;
