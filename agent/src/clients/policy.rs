@@ -132,9 +132,9 @@ const BASELINE_SOURCE: &str = "OpenSSL 3.0 defaults (TLS 1.2-1.3, DEFAULT suites
     ECDSA P-256 and RSA 2048 certificates";
 
 /// The permissive server the single-change policies change one thing of: OpenSSL 3.0's
-/// defaults (TLS 1.2 and 1.3 — Debian's MinProtocol and OpenSSL 3.0's security level 1
-/// keep TLS 1.0 and 1.1 off —, its DEFAULT suites, its default groups, DH parameters for
-/// DHE as `openssl s_server` sets them), with an ECDSA P-256 and an RSA 2048 certificate.
+/// defaults (TLS 1.2 and 1.3 — OpenSSL 3.0 allows TLS 1.0 and 1.1 only at security level
+/// 0 —, its DEFAULT suites, its default groups, automatic DH parameters for DHE as
+/// `openssl s_server` sets them), with an ECDSA P-256 and an RSA 2048 certificate.
 /// Not a policy itself (no label).
 pub const BASELINE: Policy = Policy {
     name: "baseline",

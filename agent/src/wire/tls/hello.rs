@@ -99,7 +99,8 @@ pub fn is_grease(v: u16) -> bool {
 ///   (supported_versions, key_share, pre_shared_key, which RFC 8446 puts last), and a
 ///   partial one would read as a different client — a TLS 1.3 client as TLS 1.2 only, a
 ///   client with key shares as one that needs a HelloRetryRequest — so the policy counts
-///   would count failures no client has. The capture counts such hellos as unread instead.
+///   would count failures no client has. Such hellos belong in
+///   tlsprof_client_hellos_unread_total{reason="cut"} instead.
 /// - `Malformed`: the ClientHello is complete but its lengths do not add up, a record
 ///   other than a handshake record comes before it ends, a record is longer than 2^14
 ///   bytes, or an extension read here appears twice (RFC 8446 §4.2: a server aborts).
