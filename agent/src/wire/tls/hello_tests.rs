@@ -156,6 +156,24 @@ fn other_clients() {
         (o.max_version, o.groups, o.key_shares),
         (0x0304, OPENSSL_DEFAULT_GROUPS.to_vec(), vec![X25519])
     );
+    // Post-quantum hybrids: node 24 (OpenSSL 3.5) and Go send an X25519MLKEM768 share.
+    let o = offer(fx::NODE24);
+    assert_eq!(o.groups, [0x11EC, X25519, P256, X448, P384, P521, 256, 257]);
+    assert_eq!(o.key_shares, [0x11EC, X25519]);
+    assert_eq!(o.sigalgs[..3], [0x0905, 0x0906, 0x0904]); // ML-DSA
+    let o = offer(fx::NODE24_X25519_FIRST);
+    assert_eq!((o.groups, o.key_shares), (vec![X25519, 0x11EC], vec![X25519]));
+    let o = offer(fx::NODE24_MLKEM_ONLY);
+    assert_eq!((o.groups, o.key_shares), (vec![0x11EC], vec![0x11EC]));
+    let o = offer(fx::GO);
+    assert_eq!(o.groups, [0x11EC, 0x11EB, 0x11ED, X25519, P256, P384, P521]);
+    assert_eq!(o.key_shares, [0x11EC, X25519]);
+    assert_eq!(o.suites[o.suites.len() - 3..], [0x1301, 0x1302, 0x1303]); // Go lists TLS 1.3's last
+    let o = offer(fx::NODE16);
+    assert_eq!(
+        (o.groups, o.key_shares),
+        (vec![X25519, P256, X448, P521, P384], vec![X25519])
+    );
     assert!(!FFDHE.iter().any(|g| offer(fx::H2LOAD).groups.contains(g)));
 }
 
@@ -273,6 +291,9 @@ fn grease_and_scsv_dropped() {
     assert_eq!(o.alpn, ALPN_H2);
     assert_eq!(o.resumption, Resumption::None); // an empty session_ticket asks for one, offers none
     assert!(o.early_data);
+    // A TLS 1.3 draft (0x7f1c) above TLS 1.2: the known version is the highest.
+    let o = parse_client_hello(&hello(&[0x1301], &ext(43, &[4, 0x7f, 0x1c, 3, 3]))).unwrap();
+    assert_eq!(o.max_version, 0x0303);
     for v in [0x0a0a, 0x1a1a, 0xfafa] {
         assert!(is_grease(v));
     }

@@ -16,7 +16,7 @@ pub(crate) mod hello_fixtures;
 #[cfg(test)]
 mod hello_fuzz;
 #[cfg(test)]
-mod hello_tests;
+pub(crate) mod hello_tests;
 mod names;
 
 use cert::cert_from_chain;

@@ -107,6 +107,7 @@ pub fn group_name(code: u16) -> &'static str {
         0x11EB => "SecP256r1MLKEM768",
         0x11EC => "X25519MLKEM768",
         0x11ED => "SecP384r1MLKEM1024",
+        0x6399 => "X25519Kyber768Draft00",
         _ => OTHER,
     }
 }
