@@ -27,8 +27,8 @@
  * buffer, from the syscall's saved user registers (read, recvfrom: the buffer argument;
  * readv: iov[0]; recvmsg: the user msghdr's msg_iov[0]; the bytes must all be in that first
  * segment), anything else (io_uring, recvmmsg, splice, a kernel thread) is HELLO_UNREADABLE;
- * with fexit on sock_recvmsg (5.10, 6.1), from the msghdr's iterator, which the read has
- * advanced past its bytes.
+ * with fexit on sock_recvmsg (5.10, 6.1), or a kretprobe (arm64's 6.1), from the msghdr's
+ * iterator, which the read has advanced past its bytes.
  */
 #ifndef TLSPROF_HELLO_BPF_H
 #define TLSPROF_HELLO_BPF_H
@@ -165,7 +165,11 @@ static __noinline __u32 hello_walk(struct hello_conn *h, __u64 ptr, __u32 avail,
 			return take;
 		__u32 left = avail - take;
 		if (h->rec_left == 0) {
-			/* a record header, or the rest of one */
+			/* a record header, or the rest of one: within the cap, or none */
+			if (h->seen + take + 5 - h->hdr_have > HELLO_MAX) {
+				*why = HELLO_CUT;
+				return take;
+			}
 			__u32 want = 5 - (h->hdr_have & 7);
 			__u32 got = left < want ? left : want;
 			if (got > 5 || !hello_take_bytes(h->hdr, h->hdr_have, ptr + take, got)) {
@@ -341,6 +345,21 @@ static __always_inline __u64 hello_iter_buf(const struct msghdr *msg, int ret)
 	return v.iov_len == (__u64)ret ? (__u64)v.iov_base : 0;
 }
 
+/* The gate of hello_wanted through BPF_CORE_READ, for an untyped socket (kprobes), before
+ * the read: the state of a connection whose ClientHello may be read now, else NULL. */
+static __always_inline struct conn_state *hello_wanted_before(const struct sock *sk)
+{
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP || BPF_CORE_READ(sk, sk_type) != SOCK_STREAM)
+		return NULL;
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	__u32 unread = BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq);
+	__s64 consumed = (__s64)BPF_CORE_READ(tp, bytes_received) - (__s64)unread;
+	if (consumed >= HELLO_MAX)
+		return NULL;
+	struct conn_state *c = conn_of(sk);
+	return c && c->hello.state == HELLO_ON ? c : NULL;
+}
+
 /*
  * The capture's hooks, each a program of its own (the read side's req_recv is another
  * feature's): the sock_recv_length tracepoint (6.3+), else the return of sock_recvmsg
@@ -363,6 +382,55 @@ int BPF_PROG(hello_recv_fexit, struct socket *sock, struct msghdr *msg, int flag
 		return 0;
 	struct conn_state *c = hello_wanted(sk, ret, flags);
 	if (c)
+		hello_read(sk, c, ret, flags, hello_iter_buf(msg, ret));
+	return 0;
+}
+
+/* Where neither serves (arm64 before fexit): a kretprobe, the read's arguments kept from
+ * its entry, only for the reads the gate lets through (LRU: a return missed is evicted). */
+struct hello_call {
+	__u64 sock;
+	__u64 msg;
+	__s32 flags;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct hello_call);
+} hello_calls SEC(".maps");
+
+SEC("kprobe/sock_recvmsg")
+int BPF_KPROBE(hello_recv_entry, struct socket *sock, struct msghdr *msg, int flags)
+{
+	struct sock *sk = BPF_CORE_READ(sock, sk);
+	if (!sk || !hello_wanted_before(sk))
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct hello_call call = { .sock = (__u64)sock, .msg = (__u64)msg, .flags = flags };
+	map_insert(&hello_calls, &tid, &call, BPF_ANY, STAT_HELLO_CALLS_FULL);
+	return 0;
+}
+
+SEC("kretprobe/sock_recvmsg")
+int BPF_KRETPROBE(hello_recv_return, int ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct hello_call *call = bpf_map_lookup_elem(&hello_calls, &tid);
+	if (!call)
+		return 0;
+	/* read outside BPF_CORE_READ: local types (bpf/README.md) */
+	struct socket *sock = (struct socket *)call->sock;
+	const struct msghdr *msg = (const struct msghdr *)call->msg;
+	int flags = call->flags;
+	bpf_map_delete_elem(&hello_calls, &tid);
+	struct sock *sk = BPF_CORE_READ(sock, sk);
+	if (!sk || ret <= 0)
+		return 0;
+	struct conn_state *c = conn_of(sk);
+	if (c && c->hello.state == HELLO_ON)
 		hello_read(sk, c, ret, flags, hello_iter_buf(msg, ret));
 	return 0;
 }

@@ -22,7 +22,8 @@
 #define STAT_PROC_EVENTS_FULL 9     /* proc_events full: a fork or exit was not reported */
 #define STAT_REQ_RECV_CALLS_FULL 10 /* req_recv_calls: a read's arguments could not be kept */
 #define STAT_GO_MAP_FULL 11         /* go_goroutines/go_socks: a Go handshake could not be followed */
-#define STAT_FAILURES 12            /* the failure counters are those below */
+#define STAT_HELLO_CALLS_FULL 12    /* hello_calls: a read's arguments could not be kept (kretprobe ClientHello capture) */
+#define STAT_FAILURES 13            /* the failure counters are those below */
 
 /*
  * Counts of normal events, after the failure counters in the same array and exported apart
@@ -30,7 +31,7 @@
  * probes were attached (at start, or each time the overhead budget attaches them again):
  * tlsprof_unmatched_returns_total.
  */
-#define STAT_HS_UNMATCHED_RETURN 12
-#define STAT_MAX 13
+#define STAT_HS_UNMATCHED_RETURN 13
+#define STAT_MAX 14
 
 #endif

@@ -183,7 +183,7 @@ class TestDefaultMode:
         """8 TLS 1.3 and 4 TLS 1.2 connections: 12 ClientHellos read, none unreadable, cut or
         lost, whichever hook serves the capture here. (While the ClientHello parser is a
         placeholder, issue 36, each complete one counts as malformed: read = hellos + those.)"""
-        port = default_mode["nginx_close"].port
+        port = default_mode["nginx"].port  # not nginx_close: its TIME_WAIT count is another test's
         base = default_mode.agent.mark()
         t13 = https_connections(port, 8, version="1.3", concurrency=2)
         t12 = https_connections(port, 4, version="1.2", concurrency=2)

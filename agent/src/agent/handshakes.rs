@@ -362,6 +362,7 @@ mod tests {
             port: 8443,
             kind,
             flags,
+            offset: 0,
             data: data.to_vec(),
         }
     }
@@ -577,5 +578,30 @@ mod tests {
         assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN), 3);
         let table = h.summary_table();
         assert!(table.contains("nginx            server  failed           3"), "{table}");
+    }
+
+    #[test]
+    fn client_hellos_counted_by_why_they_were_not_read() {
+        use crate::bpf::wire::{HELLO_CUT, HELLO_LAST, WIRE_EV_HELLO};
+        let m = Arc::new(Metrics::new());
+        let mut h = Handshakes::new(m.clone(), Mode::Default, true);
+        let (p, t0) = (procs(), Instant::now());
+        let unread = |reason: &str| {
+            m.client_hellos_unread
+                .get_or_create(&ReasonLabels {
+                    comm: "nginx".into(),
+                    reason: reason.into(),
+                })
+                .get()
+        };
+        h.on_wire(vec![wire(NGINX, 1, WIRE_EV_HELLO, HELLO_CUT, &[])], &p, t0);
+        assert_eq!(unread("cut"), 1);
+        // not a ClientHello (whatever the parser): malformed, once
+        h.on_wire(vec![wire(NGINX, 2, WIRE_EV_HELLO, HELLO_LAST, &[21, 3, 3, 0, 2, 2, 40])], &p, t0);
+        assert_eq!(unread("malformed"), 1);
+        // a process no longer known: not counted
+        h.on_wire(vec![wire(99, 3, WIRE_EV_HELLO, HELLO_CUT, &[])], &p, t0);
+        assert_eq!(unread("cut"), 1);
+        assert_eq!(m.client_hellos.len(), 0);
     }
 }

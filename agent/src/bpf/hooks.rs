@@ -192,12 +192,19 @@ pub const READ_SIDE: Capability = Capability {
 /// The client's ClientHello, from the server's reads (bpf/hello.bpf.h): attached in every
 /// mode, its own programs beside the read side's (which readside.rs attaches and detaches).
 /// The tracepoint's program finds the read's buffer from the syscall's saved registers
-/// (bpf_task_pt_regs, 5.15+), fexit from the msghdr's iterator.
+/// (bpf_task_pt_regs, 5.15+), fexit and the kretprobe (hash mode) from the msghdr's iterator.
 pub const HELLO_CAPTURE: Capability = Capability {
     name: "hello_capture",
     hooks: &[
         hook("tp_btf/sock_recv_length", &[("hello_recv", TpBtf("sock_recv_length"))]),
         hook("fexit/sock_recvmsg", &[("hello_recv_fexit", FExit("sock_recvmsg"))]),
+        hook(
+            "kretprobe/sock_recvmsg",
+            &[
+                ("hello_recv_entry", KProbe("sock_recvmsg")),
+                ("hello_recv_return", KProbe("sock_recvmsg")),
+            ],
+        ),
     ],
     lost: "what clients offer (their ClientHello) will not be read: no tlsprof_client_hellos_total",
     required: false,

@@ -289,6 +289,7 @@ mod layout_tests {
             STAT_PROC_EVENTS_FULL,
             STAT_REQ_RECV_CALLS_FULL,
             STAT_GO_MAP_FULL,
+            STAT_HELLO_CALLS_FULL,
             STAT_FAILURES,
             STAT_MAX,
             HS_ROLE_SERVER,

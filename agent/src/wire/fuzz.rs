@@ -8,7 +8,7 @@ use proptest::{collection::vec, prelude::*, sample::Index};
 use super::{
     fixtures,
     tls::fuzz::{apply, config, edit, run_case},
-    tracker::{Tracker, WireHandshake},
+    tracker::{Seen, Tracker, WireHandshake},
     Lookup,
 };
 use crate::bpf::wire::{WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_RECORD};

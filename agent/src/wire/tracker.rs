@@ -65,6 +65,7 @@ pub enum Seen {
 }
 
 impl Seen {
+    #[cfg(test)]
     pub fn handshake(self) -> Option<WireHandshake> {
         match self {
             Seen::Handshake(h) => Some(h),
@@ -532,5 +533,75 @@ mod tests {
         );
         t.expire(t0 + STALE);
         assert_eq!(t.in_flight(), 0);
+    }
+
+    fn hello_ev(conn_id: u64, offset: u16, flags: u8, data: &[u8]) -> WireEvent {
+        WireEvent {
+            conn_id,
+            offset,
+            ..ev(WIRE_EV_HELLO, flags, data)
+        }
+    }
+
+    fn hello(seen: Option<Seen>) -> ClientHello {
+        match seen {
+            Some(Seen::Hello(h)) => h,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn client_hellos_gathered_by_offset() {
+        let t0 = Instant::now();
+        let mut t = Tracker::default();
+        // in two events: nothing until the last; the placeholder parser or the real one,
+        // these bytes are no ClientHello
+        assert!(t.on_event(hello_ev(1, 0, 0, &[22, 3, 1, 0, 4]), t0).is_none());
+        let h = hello(t.on_event(hello_ev(1, 5, HELLO_LAST, &[1, 0, 0, 0]), t0));
+        assert_eq!((h.conn, h.tgid, h.port, h.offer), (1, 7, 8443, Err(Unread::Malformed)));
+        assert_eq!((t.hellos.len(), t.hello_bytes), (0, 0));
+        // one event missing: lost, once
+        t.on_event(hello_ev(2, 0, 0, &[22; 10]), t0);
+        assert!(t.on_event(hello_ev(2, 20, 0, &[22; 10]), t0).is_none());
+        assert_eq!(hello(t.on_event(hello_ev(2, 30, HELLO_LAST, &[1]), t0)).offer, Err(Unread::Lost));
+        assert_eq!((t.hellos.len(), t.hello_bytes), (0, 0));
+        // the kernel gave up: why
+        for (why, unread) in [
+            (HELLO_UNREADABLE, Unread::Unreadable),
+            (HELLO_GAP, Unread::Unreadable),
+            (HELLO_CUT, Unread::Cut),
+            (HELLO_BAD, Unread::Malformed),
+        ] {
+            t.on_event(hello_ev(3, 0, 0, &[22, 3, 1]), t0);
+            assert_eq!(hello(t.on_event(hello_ev(3, 3, why, &[]), t0)).offer, Err(unread));
+            // or before any byte
+            assert_eq!(hello(t.on_event(hello_ev(4, 0, why, &[]), t0)).offer, Err(unread));
+        }
+        // an unfinished one expires
+        t.on_event(hello_ev(5, 0, 0, &[22; 100]), t0);
+        t.expire(t0 + STALE);
+        assert_eq!((t.hellos.len(), t.hello_bytes), (0, 0));
+        // the server's output is not mixed in
+        assert!(t.on_event(hello_ev(6, 0, 0, &[22; 3]), t0).is_none());
+        assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn client_hellos_in_flight_are_bounded() {
+        let t0 = Instant::now();
+        let mut t = Tracker::default();
+        for i in 0..=MAX_HELLOS as u64 {
+            t.on_event(hello_ev(i, 0, 0, &[22, 3, 1]), t0 + Duration::from_millis(i));
+            assert!(t.hellos.len() <= MAX_HELLOS);
+        }
+        let evicted = (MAX_HELLOS / 16) as u64;
+        assert_eq!(t.dropped.get("client_hellos"), evicted);
+        assert!(!t.hellos.contains_key(&(evicted - 1)) && t.hellos.contains_key(&evicted));
+        assert_eq!(t.hello_bytes, 3 * t.hellos.len());
+        // more than the kernel ever sends for one: lost, and its bytes given back
+        let big = vec![0u8; HELLO_MAX];
+        t.on_event(hello_ev(evicted, 3, 0, &big), t0);
+        assert_eq!(hello(t.on_event(hello_ev(evicted, 3, HELLO_LAST, &[]), t0)).offer, Err(Unread::Lost));
+        assert_eq!(t.hello_bytes, 3 * t.hellos.len());
     }
 }
