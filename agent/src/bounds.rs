@@ -19,12 +19,13 @@ pub const TABLES: &[&str] = &[
     "traced_processes",
     "hs_detached",
     "detach_queue",
-    // the handshake join (agent/handshakes.rs, wire/tracker.rs)
+    // the handshake join (agent/handshakes.rs, wire/tracker.rs, clients/join.rs)
     "pending_handshakes",
     "handshake_summary",
     "wire_captures",
     "wire_ended",
     "client_hellos",
+    "client_offers",
     "estimate_parts",
     // ports and connections (agent/ports.rs, conns/churn.rs)
     "port_names",

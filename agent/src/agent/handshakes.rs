@@ -17,8 +17,9 @@ use super::{
 };
 use crate::{
     bounds,
+    clients::join::Clients,
     bpf::{handshake as hs, wire::WireEvent},
-    metrics::{Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels, SniLabels},
+    metrics::{Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels},
     wire::{
         tracker::{self, ClientHello, Seen},
         Lookup, Negotiated, Tracker, WireHandshake,
@@ -68,6 +69,8 @@ pub struct Handshakes {
     pending: VecDeque<(hs::hs_event, Instant)>,
     /// The kernel estimate's parts, per connection, until its capture ends.
     estimates: Estimates,
+    /// What each connection's client offered, joined with what its server did.
+    clients: Clients,
     pub summary: BTreeMap<SummaryKey, Summary>,
     /// Who counts a handshake.
     mode: Mode,
@@ -78,10 +81,11 @@ pub struct Handshakes {
 impl Handshakes {
     pub fn new(metrics: Arc<Metrics>, mode: Mode, wire_counts: bool) -> Self {
         Self {
-            metrics,
+            metrics: metrics.clone(),
             wire: Tracker::default(),
             pending: VecDeque::new(),
             estimates: Estimates::default(),
+            clients: Clients::new(metrics.clone()),
             summary: BTreeMap::new(),
             mode,
             wire_counts,
@@ -96,7 +100,7 @@ impl Handshakes {
                     self.estimates.capture_ended(h.conn, h.ok, now);
                     self.on_wire_handshake(h, procs);
                 }
-                Some(Seen::Hello(h)) => self.on_client_hello(h, procs),
+                Some(Seen::Hello(h)) => self.on_client_hello(h, procs, now),
                 None => {}
             }
         }
@@ -107,6 +111,9 @@ impl Handshakes {
     /// ServerHello was sent (or a fatal alert instead), and the server finished its part.
     /// In the default mode this counts every server's handshakes, with or without probes.
     fn on_wire_handshake(&mut self, h: WireHandshake, procs: &impl ProcInfo) {
+        if h.hello {
+            self.clients.on_server_hello(h.conn, h.labels.resumed);
+        }
         if h.ok && procs.known(h.tgid) {
             let labels = ProtocolLabels {
                 comm: procs.name(h.tgid),
@@ -131,30 +138,18 @@ impl Handshakes {
         self.row(comm, "server", result).count += 1;
     }
 
-    /// A connection's ClientHello, as the server read it: counted by the host name asked
-    /// for, or by why it could not be read. (What it offered and what the server's policy
-    /// would make of it: to come, here.)
-    fn on_client_hello(&mut self, h: ClientHello, procs: &impl ProcInfo) {
+    /// A connection's ClientHello, as the server read it: what it offered (clients/join.rs),
+    /// or why it could not be read.
+    fn on_client_hello(&mut self, h: ClientHello, procs: &impl ProcInfo, now: Instant) {
         if !procs.known(h.tgid) {
             return;
         }
         let comm = procs.name(h.tgid);
         match h.offer {
-            Ok(offer) => {
-                let labels = SniLabels {
-                    comm,
-                    port: h.port.to_string(),
-                    sni: offer.sni.unwrap_or_else(|| "none".into()),
-                };
-                self.metrics.client_hellos.get_or_create(&labels).inc();
-            }
+            Ok(offer) => self.clients.on_hello(h.conn, &comm, h.port, &offer, now),
             Err(why) => {
                 log::debug!("client hello: conn {:#x} port {}: {}", h.conn, h.port, why.reason());
-                let labels = ReasonLabels {
-                    comm,
-                    reason: why.reason().into(),
-                };
-                self.metrics.client_hellos_unread.get_or_create(&labels).inc();
+                self.clients.on_unread(&comm, why.reason());
             }
         }
     }
@@ -231,6 +226,10 @@ impl Handshakes {
     pub fn expire(&mut self, now: Instant) {
         self.wire.expire(now);
         self.estimates.expire(now);
+        self.clients.expire(now);
+        self.wire
+            .dropped
+            .add("client_offers", std::mem::take(&mut self.clients.evicted));
         self.wire
             .dropped
             .add("estimate_parts", std::mem::take(&mut self.estimates.evicted));
@@ -252,6 +251,9 @@ impl Handshakes {
             }
         }
         if e.result == hs::HS_RESULT_OK {
+            if e.conn_id != 0 && e.role != hs::HS_ROLE_CLIENT {
+                self.clients.on_timed(e.conn_id, cpu);
+            }
             self.metrics.handshake_cpu.get_or_create(&p).observe(cpu);
             self.metrics
                 .handshake_duration

@@ -2,6 +2,7 @@
 //! bounded label values (facts.rs), evaluated against candidate server policies
 //! (policy.rs), and joined with what the server did (resumed or not).
 pub mod facts;
+pub mod join;
 pub mod policy;
 #[cfg(test)]
 mod policy_tests;

@@ -1,0 +1,169 @@
+//! The join of a connection's ClientHello with what the server did on it: its offers and
+//! the policies' outcomes counted when it is read, then whether the server resumed the
+//! session the client offered, and what the handshake cost, per site (SNI).
+//!
+//! Plain code over parsed offers: the kernel is not needed to test it.
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use super::{facts, policy};
+use crate::{
+    metrics::{Metrics, OfferLabels, PolicyLabels, ReasonLabels, ResumptionLabels, SniLabels},
+    wire::{tls::hello::{Offer, Resumption}, tracker::ConnId},
+};
+
+/// How long a connection's offer is kept for what the server did: its capture ends within
+/// a handshake of the ClientHello, a probe's event within tracker::WAIT of that.
+const KEEP: Duration = Duration::from_secs(30);
+/// Connections whose offer is kept at most: KEEP at ~8,700 handshakes a second. At the
+/// bound the oldest go, counted: tlsprof_table_full_total{table="client_offers"}.
+pub const MAX_KEPT: usize = 1 << 18;
+
+/// What the join keeps of a connection's ClientHello.
+struct Kept {
+    comm: String,
+    port: String,
+    sni: String,
+    resumption: Resumption,
+    /// The server's answer was joined already (a capture ends once).
+    answered: bool,
+}
+
+pub struct Clients {
+    metrics: Arc<Metrics>,
+    kept: HashMap<ConnId, Kept>,
+    order: VecDeque<(ConnId, Instant)>,
+    /// Offers dropped at the bound, for the owner to export.
+    pub evicted: u64,
+}
+
+impl Clients {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            metrics,
+            kept: HashMap::new(),
+            order: VecDeque::new(),
+            evicted: 0,
+        }
+    }
+
+    /// A ClientHello read on a connection of `comm` accepted on `port`: its offers and the
+    /// policies' outcomes counted now, the rest kept for what the server does.
+    pub fn on_hello(&mut self, conn: ConnId, comm: &str, port: u16, offer: &Offer, now: Instant) {
+        let port = port.to_string();
+        let sni = facts::sni(offer).to_string();
+        let m = &self.metrics;
+        m.client_hellos
+            .get_or_create(&SniLabels {
+                comm: comm.into(),
+                port: port.clone(),
+                sni: sni.clone(),
+            })
+            .inc();
+        for (offer_kind, value) in facts::offers(offer) {
+            m.client_offers
+                .get_or_create(&OfferLabels {
+                    comm: comm.into(),
+                    port: port.clone(),
+                    offer: offer_kind.into(),
+                    value: value.into(),
+                })
+                .inc();
+        }
+        for p in &policy::POLICIES {
+            m.client_policy
+                .get_or_create(&PolicyLabels {
+                    comm: comm.into(),
+                    port: port.clone(),
+                    policy: p.name.into(),
+                    outcome: policy::evaluate(offer, p).label().into(),
+                })
+                .inc();
+        }
+        if self.kept.len() >= MAX_KEPT {
+            self.evict_oldest();
+        }
+        self.kept.insert(
+            conn,
+            Kept {
+                comm: comm.into(),
+                port,
+                sni,
+                resumption: offer.resumption,
+                answered: false,
+            },
+        );
+        self.order.push_back((conn, now));
+    }
+
+    /// A connection whose ClientHello could not be read.
+    pub fn on_unread(&self, comm: &str, reason: &str) {
+        self.metrics
+            .client_hellos_unread
+            .get_or_create(&ReasonLabels {
+                comm: comm.into(),
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// The server answered the connection's ClientHello (its ServerHello, as the wire
+    /// capture read it): a client that offered to resume got it, or a full handshake.
+    pub fn on_server_hello(&mut self, conn: ConnId, resumed: bool) {
+        let Some(k) = self.kept.get_mut(&conn) else { return };
+        if k.answered {
+            return;
+        }
+        k.answered = true;
+        let offered = match k.resumption {
+            Resumption::None => return,
+            Resumption::Ticket => "ticket",
+            Resumption::Psk => "psk",
+        };
+        self.metrics
+            .client_resumptions
+            .get_or_create(&ResumptionLabels {
+                comm: k.comm.clone(),
+                port: k.port.clone(),
+                offered: offered.into(),
+                result: if resumed { "resumed" } else { "full" }.into(),
+            })
+            .inc();
+    }
+
+    /// A handshake the probes timed on the connection: its CPU time, per site.
+    pub fn on_timed(&mut self, conn: ConnId, cpu_seconds: f64) {
+        let Some(k) = self.kept.get(&conn) else { return };
+        self.metrics
+            .site_handshake_cpu
+            .get_or_create(&SniLabels {
+                comm: k.comm.clone(),
+                port: k.port.clone(),
+                sni: k.sni.clone(),
+            })
+            .inc_by(cpu_seconds);
+    }
+
+    /// Forgets the offers older than KEEP.
+    pub fn expire(&mut self, now: Instant) {
+        while let Some(&(conn, since)) = self.order.front() {
+            if now.saturating_duration_since(since) < KEEP {
+                break;
+            }
+            self.order.pop_front();
+            self.kept.remove(&conn);
+        }
+    }
+
+    fn evict_oldest(&mut self) {
+        while let Some((conn, _)) = self.order.pop_front() {
+            if self.kept.remove(&conn).is_some() {
+                self.evicted += 1;
+                return;
+            }
+        }
+    }
+}
