@@ -72,6 +72,12 @@ fn policy_names() {
             "pq_hybrid_first"
         ]
     );
+    for p in &POLICIES {
+        assert!(!p.title.is_empty(), "{}", p.name);
+        let mozilla = p.name.starts_with("mozilla_");
+        assert_eq!(p.source.contains("Mozilla Server Side TLS 5.8"), mozilla, "{}", p.name);
+        assert_eq!(p.source.contains("OpenSSL 3.0 defaults"), !mozilla, "{}", p.name);
+    }
 }
 
 #[test]

@@ -234,7 +234,8 @@ fn alerts_and_garbage() {
         assert_eq!(parse(junk, &[1, 2, 3], true).labels(), Negotiated::UNKNOWN);
     }
     assert_eq!(suite(0x0005).map(|s| s.name), None);
-    assert_eq!(group_name(0x7777), OTHER);
+    assert_eq!(group_name(0x6399), "X25519Kyber768Draft00");
+    assert_eq!(group_name(0x6398), OTHER);
     assert_eq!(version_name(0x7f1c), OTHER);
 }
 
