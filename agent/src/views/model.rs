@@ -350,7 +350,12 @@ impl Figures {
     }
 
     fn client_resumptions(&mut self, l: &ResumptionLabels, v: f64) {
-        add2(&mut self.clients(&l.comm, &l.port).resumptions, &l.offered, &l.result, v);
+        add2(
+            &mut self.clients(&l.comm, &l.port).resumptions,
+            &l.offered,
+            &l.result,
+            v,
+        );
     }
 
     fn site_cpu(&mut self, l: &SniLabels, v: f64) {

@@ -23,6 +23,9 @@ struct FindingJson<'a> {
     title: &'a str,
     saving_cpu_cores: Option<f64>,
     saving_share: Option<f64>,
+    /// What the clients seen say of the change (would fail under the policy it leads to),
+    /// or "clients: not seen"; null where the rule has no policy.
+    clients: Option<&'a str>,
     numbers: BTreeMap<&'a str, f64>,
 }
 
@@ -88,6 +91,7 @@ pub fn json(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
                 title: &f.title,
                 saving_cpu_cores: f.saving_cpu,
                 saving_share: f.saving_share,
+                clients: f.clients.as_deref(),
                 numbers: f.numbers.iter().copied().collect(),
             })
             .collect(),

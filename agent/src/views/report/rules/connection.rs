@@ -18,6 +18,13 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
         if v.ended < MIN_EVENTS || r >= FEW_REQUESTS || lifetime.is_some_and(|l| l >= REUSED_LIFETIME) {
             continue;
         }
+        // TLS 1.3 hides the server's protocol choice; when most of the port's clients
+        // offered h2 there, its connections may well be HTTP/2, with many requests per
+        // exchange: too little to say clients do not reuse connections.
+        let offered_h2 = v.clients.offered_share("alpn", "h2");
+        if !v.multiplexed() && v.hidden_protocol_share() >= 0.5 && offered_h2 >= 0.5 {
+            continue;
+        }
         let h2 = if v.multiplexed() {
             format!(
                 " ({:.0}% HTTP/2: several requests per exchange; they lasted {} on average)",
@@ -98,6 +105,7 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
                     .into(),
                 saving_cpu: saving,
                 saving_share: None,
+                clients: None,
                 basis: format!(
                     "at {TARGET_REQUESTS:.0} requests per connection: {hs_removed:.1} handshakes/s and {tw_removed:.1} \
                      TIME_WAIT entries/s fewer, each handshake at this process's mean CPU; TCP set-up and tear-down \
@@ -108,6 +116,7 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
                     ("requests_per_connection", r),
                     ("server_close_share", server_closes),
                     ("http2_share", v.h2_share()),
+                    ("clients_offering_h2_share", offered_h2),
                     ("mean_lifetime_seconds", lifetime.unwrap_or(0.0)),
                     ("request_limit", limit.map(|(k, _)| k as f64).unwrap_or(0.0)),
                     ("handshakes_removed_per_second", hs_removed),
@@ -153,6 +162,7 @@ pub fn time_wait(p: &Proc, secs: f64) -> Vec<Finding> {
                     .into(),
                 saving_cpu: None,
                 saving_share: None,
+                clients: None,
                 basis: "TIME_WAIT entries counted by the kernel tracepoint; the sockets by sock_diag".into(),
                 numbers: vec![
                     ("time_wait_per_second", rate),
