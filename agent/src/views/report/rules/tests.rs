@@ -380,7 +380,23 @@ fn keepalive_spares_clients_that_offered_h2_behind_tls13() {
             seen_by(p, clients(100.0, &[("alpn", alpn, 100.0)], &[], &[]))
         }
     };
-    assert!(keepalive(&h2load("h2"), 10.0).is_empty());
+    let soft = keepalive(&h2load("h2"), 10.0);
+    assert_eq!(soft.len(), 1);
+    assert_eq!(soft[0].rule, "keepalive_http2", "not the keep-alive finding");
+    assert_eq!(
+        soft[0].title,
+        "nginx: port 443: 1.0 exchanges per connection, but most clients offered HTTP/2, which may multiplex"
+    );
+    assert!(!soft[0].title.contains("new connection for every request"));
+    assert!(
+        soft[0].evidence.starts_with(
+            "10.0 connections/s ended carrying 1.0 exchanges each, lasting 100.000 ms on average; 100% of the port's \
+             ClientHellos offered h2, and TLS 1.3 hides the server's choice on 100% of its connections."
+        ),
+        "{}",
+        soft[0].evidence
+    );
+    assert_eq!(soft[0].saving_cpu, None);
     // Clients that offered only HTTP/1.1, or no ClientHello read: the finding as before.
     for alpn in ["http/1.1", ""] {
         let k = keepalive(&h2load(alpn), 10.0);
