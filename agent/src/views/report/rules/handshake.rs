@@ -135,8 +135,9 @@ pub fn resumption_refused(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Opti
                   (with `SSLSessionTicketKeyFile` shared by the hosts); HAProxy `tune.ssl.cachesize` (default 20000 \
                   sessions), `tune.ssl.lifetime` (default 300s) and `tls-ticket-keys` on the bind line; Node.js \
                   `tls.createServer({ sessionTimeout, ticketKeys })` with the same 48-byte ticketKeys in every \
-                  cluster worker and host; HCL Domino: its TLS session cache settings (tlsprof does not know their \
-                  exact names: see Domino's documentation on SSL/TLS session resumption). Behind a load balancer, \
+                  cluster worker and host; HCL Domino: `SSL_RESUMABLE_SESSIONS` in NOTES.INI, the number of sessions \
+                  its cache keeps (default only the 50 most recent; 1 turns resumption off; their lifetime \
+                  cannot be set). Behind a load balancer, \
                   share the ticket keys between hosts or keep a client on one host."
                 .into(),
             saving_cpu: saving,

@@ -309,7 +309,7 @@ fn resumption_refused_gives_the_exact_share_and_the_saving() {
         "tune.ssl.lifetime",
         "sessionTimeout",
         "ticketKeys",
-        "HCL Domino",
+        "HCL Domino: `SSL_RESUMABLE_SESSIONS`",
     ] {
         assert!(f.fix.contains(directive), "{directive}: {}", f.fix);
     }
