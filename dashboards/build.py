@@ -30,6 +30,9 @@ FAILED = 'result="failed"'
 CAT_HANDSHAKE = 'category="handshake"'
 CAT_PROBES = 'category="probes"'
 TLS_CATS = 'category=~"handshake|crypto|tls_library"'
+OUT_FAIL = 'outcome="fail"'
+OFFERED = 'offered=~"psk|ticket"'
+FULL = 'result="full"'
 
 
 def rate(metric: str, sel: str, extra: str = "") -> str:
@@ -292,6 +295,35 @@ def overview() -> dict:
                      "per connection.", "short",
                      [target(f'sum by (port) ({rate("tlsprof_tcp_time_wait_total", SP)})\n  / sum by (port) '
                              f'({rate("tlsprof_requests_per_connection_sum", SP)})', "port {{port}}")]), 12, 8)
+
+    L.row("Clients")
+    hellos = f'sum({rate("tlsprof_client_hellos_total", SP)})'
+    L.add(timeseries("Client mix: share of ClientHellos offering each value", "What the clients' ClientHellos "
+                     "offered, as a share of those read: version (the highest offered), group and key_share "
+                     "(groups offered, and those with a key share), cipher (suite classes), sigalg, alpn (h2, "
+                     "http/1.1, other, none), resumption (psk, ticket, none).", "percentunit",
+                     [target(f'sum by (offer, value) ({rate("tlsprof_client_offers_total", SP)})\n  / '
+                             f'ignoring(offer, value) group_left {hellos}', "{{offer}} {{value}}")]), 12, 8)
+    outcomes = f'sum by (policy) ({rate("tlsprof_client_policy_outcomes_total", SP)})'
+    L.add(timeseries("Clients that would fail, by candidate policy", "Share of the ClientHellos each candidate "
+                     "server policy would fail (mozilla_modern, mozilla_intermediate, ecdsa_only, tls13_only, "
+                     "no_cbc_3des, no_rsa_kex, x25519_p256_only, pq_hybrid_first): what tightening the server to "
+                     "it would cost in clients. 0 when none would.", "percentunit",
+                     [target(f'(\n  sum by (policy) ({rate("tlsprof_client_policy_outcomes_total", SP, OUT_FAIL)})'
+                             f'\n  or 0 * {outcomes}\n)\n  / {outcomes}', "{{policy}}")]), 12, 8)
+    offered = f'sum by (port) ({rate("tlsprof_client_resumptions_total", SP, OFFERED)})'
+    L.add(timeseries("Returning clients given a full handshake", "Of the handshakes whose client offered to "
+                     "resume a session (a TLS 1.3 PSK or a TLS 1.2 session ticket), the share the server answered "
+                     "with a full handshake: session cache too small or too short, ticket keys not shared by "
+                     "workers or hosts, or changed by a restart (the report's resumption_refused rule; alert "
+                     "TLSResumptionRefused).", "percentunit",
+                     [target(f'(\n  sum by (port) ({rate("tlsprof_client_resumptions_total", SP, OFFERED + ", " + FULL)})'
+                             f'\n  or 0 * {offered}\n)\n  / {offered}', "port {{port}}")]), 12, 8)
+    L.add(timeseries("Handshake CPU by site (top 10, 1.0 = one core)", "On-CPU time of the timed handshakes by "
+                     "the host name the client asked for (SNI; none without one): which sites cost the "
+                     "handshakes.", "percentunit",
+                     [target(f'topk(10, sum by (sni) ({rate("tlsprof_site_handshake_cpu_seconds_total", SP)}))',
+                             "{{sni}}")]), 12, 8)
 
     L.row("tlsprof health")
     L.add(timeseries("Events lost/s", "Handshake events the kernel could not report (ring buffer full), and "

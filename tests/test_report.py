@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.agent import TLSPROF, Agent
-from harness.clients import https_connections, keepalive_connections, resuming_connections
+from harness.clients import connect, https_connections, keepalive_connections, resuming_connections, tls_client_context
 from harness.figures import figure
 from harness.procs import stop_pid
 from harness.servers import Nginx
@@ -140,6 +140,55 @@ def test_resumption(tmp_path):
     measured = r2.mean_cpu(lambda c: c["resumed"])
     assert measured < r2.mean_cpu(lambda c: not c["resumed"])
     assert n["cpu_per_resumed_seconds"] >= 0.5 * measured
+
+
+def _get(s):
+    s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+    while s.recv(65536):  # to EOF: TLS 1.3 tickets arrive after the handshake
+        pass
+
+
+def test_resumption_refused(tmp_path):
+    """Returning clients against a server with its session cache and tickets off: each
+    offers a TLS 1.3 session (a PSK) that another nginx issued, and gets a full handshake.
+    The finding's share is exactly refused / offered, both equal to the client's count."""
+    ctx = tls_client_context("1.3")
+    issuer = Nginx(tmp_path / "issuer", resumption=True)
+    sessions = []
+    try:
+        for _ in range(40):
+            with connect(issuer.port) as raw, ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                _get(s)
+                sessions.append(s.session)
+    finally:
+        issuer.stop()
+    assert all(x is not None and x.has_ticket for x in sessions)
+    off = Nginx(tmp_path / "off", resumption=False)
+
+    def returning():
+        counts = {"full": 0, "resumed": 0}
+        for session in sessions:
+            with connect(off.port) as raw, ctx.wrap_socket(raw, server_hostname="localhost", session=session) as s:
+                _get(s)
+                counts["resumed" if s.session_reused else "full"] += 1
+        return counts
+
+    try:
+        r = Report(off.pid, returning)
+    finally:
+        off.stop()
+    assert r.client == {"full": 40, "resumed": 0}
+    clients = r.proc()["clients"]
+    if clients["hellos"] == 0:
+        pytest.skip("no ClientHello read: the agent has no ClientHello capture yet")
+    assert clients["hellos"] == 40 and (clients["returning"], clients["returning_full"]) == (40, 40), clients
+    f = r.one("resumption_refused")
+    n = f["numbers"]
+    assert (n["returning_clients"], n["refused"], n["psk_offered"], n["psk_refused"]) == (40, 40, 40, 40)
+    assert n["refused_share"] == 1.0
+    assert f["title"] == "nginx: 100% of returning clients got a full handshake"
+    assert "40 of 40 handshakes whose client offered to resume" in r.text
+    assert f["saving_cpu_cores"] > 0
 
 
 @pytest.mark.quiet

@@ -48,6 +48,9 @@ pub struct ProcFigures {
     /// CPU seconds by category (handshake, crypto, tls_library, kernel_net, probes, other).
     pub cpu: BTreeMap<String, f64>,
     pub ports: BTreeMap<String, PortFigures>,
+    /// Connections whose ClientHello could not be read, by reason (unreadable, cut,
+    /// malformed, lost).
+    pub hellos_unread: BTreeMap<String, f64>,
 }
 
 /// One listening port's figures.
@@ -63,6 +66,24 @@ pub struct PortFigures {
     pub lifetime: HistogramValue,
     /// Exchanges carried by the connections that ended.
     pub requests: HistogramValue,
+    /// What its clients' ClientHellos said.
+    pub clients: ClientFigures,
+}
+
+/// A port's ClientHellos: how many were read, what they offered, what each candidate
+/// policy would do with them, how returning clients fared, and the handshake CPU per site.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClientFigures {
+    /// ClientHellos read, by the host name asked for (SNI; `none`).
+    pub hellos: BTreeMap<String, f64>,
+    /// ClientHellos by (offer, value) offered.
+    pub offers: BTreeMap<(String, String), f64>,
+    /// ClientHellos by (policy, outcome).
+    pub policy: BTreeMap<(String, String), f64>,
+    /// Handshakes whose client offered to resume, by (offered, result).
+    pub resumptions: BTreeMap<(String, String), f64>,
+    /// Handshake CPU seconds by host name.
+    pub site_cpu: BTreeMap<String, f64>,
 }
 
 /// A metric's value as the model takes it: a counter's or gauge's as f64, a histogram's
@@ -187,6 +208,12 @@ read! {
     TCP_TIME_WAIT_SOCKETS: time_wait_sockets => time_wait_sockets,
     REQUESTS_PER_CONNECTION: requests_per_connection => requests,
     SCAN_DURATION: scan_duration => scan,
+    CLIENT_HELLOS: client_hellos => client_hellos,
+    CLIENT_OFFERS: client_offers => client_offers,
+    CLIENT_POLICY_OUTCOMES: client_policy => client_policy,
+    CLIENT_RESUMPTIONS: client_resumptions => client_resumptions,
+    SITE_HANDSHAKE_CPU: site_handshake_cpu => site_cpu,
+    CLIENT_HELLOS_UNREAD: client_hellos_unread => hellos_unread,
 }
 
 fn config_key(version: &str, cipher: &str, group: &str, cert: &str, resumed: &str) -> ConfigKey {
@@ -203,6 +230,10 @@ fn add(by: &mut BTreeMap<String, f64>, key: &str, v: f64) {
     *by.entry(key.into()).or_default() += v;
 }
 
+fn add2(by: &mut BTreeMap<(String, String), f64>, a: &str, b: &str, v: f64) {
+    *by.entry((a.into(), b.into())).or_default() += v;
+}
+
 /// The methods `read!` names: each takes one series of its metric.
 impl Figures {
     fn proc(&mut self, comm: &str) -> &mut ProcFigures {
@@ -211,6 +242,10 @@ impl Figures {
 
     fn port(&mut self, l: &PortLabels) -> &mut PortFigures {
         self.proc(&l.comm).ports.entry(l.port.clone()).or_default()
+    }
+
+    fn clients(&mut self, comm: &str, port: &str) -> &mut ClientFigures {
+        &mut self.proc(comm).ports.entry(port.into()).or_default().clients
     }
 
     fn handshakes(&mut self, l: &HandshakeLabels, v: f64) {
@@ -300,6 +335,35 @@ impl Figures {
 
     fn requests(&mut self, l: &PortLabels, h: HistogramValue) {
         self.port(l).requests = h;
+    }
+
+    fn client_hellos(&mut self, l: &SniLabels, v: f64) {
+        add(&mut self.clients(&l.comm, &l.port).hellos, &l.sni, v);
+    }
+
+    fn client_offers(&mut self, l: &OfferLabels, v: f64) {
+        add2(&mut self.clients(&l.comm, &l.port).offers, &l.offer, &l.value, v);
+    }
+
+    fn client_policy(&mut self, l: &PolicyLabels, v: f64) {
+        add2(&mut self.clients(&l.comm, &l.port).policy, &l.policy, &l.outcome, v);
+    }
+
+    fn client_resumptions(&mut self, l: &ResumptionLabels, v: f64) {
+        add2(
+            &mut self.clients(&l.comm, &l.port).resumptions,
+            &l.offered,
+            &l.result,
+            v,
+        );
+    }
+
+    fn site_cpu(&mut self, l: &SniLabels, v: f64) {
+        add(&mut self.clients(&l.comm, &l.port).site_cpu, &l.sni, v);
+    }
+
+    fn hellos_unread(&mut self, l: &ReasonLabels, v: f64) {
+        add(&mut self.proc(&l.comm).hellos_unread, &l.reason, v);
     }
 
     fn scan(&mut self, l: &ScanLabels, h: HistogramValue) {
@@ -415,6 +479,51 @@ mod tests {
                     closed_by: "server".into(),
                 })
                 .inc_by(3);
+            for sni in ["www.example.com", "none"] {
+                let l = SniLabels {
+                    comm: comm.into(),
+                    port: "443".into(),
+                    sni: sni.into(),
+                };
+                m.client_hellos.get_or_create(&l).inc_by(5 * k);
+                m.site_handshake_cpu.get_or_create(&l).inc_by(0.125 * k as f64);
+            }
+            for (offer, value, n) in [("version", "TLSv1.3", 8), ("version", "TLSv1.2", 2), ("alpn", "h2", 9)] {
+                m.client_offers
+                    .get_or_create(&OfferLabels {
+                        comm: comm.into(),
+                        port: "443".into(),
+                        offer: offer.into(),
+                        value: value.into(),
+                    })
+                    .inc_by(n * k);
+            }
+            for (policy, outcome, n) in [("tls13_only", "fail", 2), ("tls13_only", "negotiate", 8)] {
+                m.client_policy
+                    .get_or_create(&PolicyLabels {
+                        comm: comm.into(),
+                        port: "443".into(),
+                        policy: policy.into(),
+                        outcome: outcome.into(),
+                    })
+                    .inc_by(n * k);
+            }
+            for (offered, result, n) in [("psk", "full", 3), ("psk", "resumed", 1), ("ticket", "full", 1)] {
+                m.client_resumptions
+                    .get_or_create(&ResumptionLabels {
+                        comm: comm.into(),
+                        port: "443".into(),
+                        offered: offered.into(),
+                        result: result.into(),
+                    })
+                    .inc_by(n * k);
+            }
+            m.client_hellos_unread
+                .get_or_create(&ReasonLabels {
+                    comm: comm.into(),
+                    reason: "cut".into(),
+                })
+                .inc_by(k);
         }
         m.handshake_cpu_method
             .get_or_create(&MethodLabels {
@@ -457,6 +566,16 @@ mod tests {
         // handshakes of both roles (11 + 7, 33 + 7), accepted (none), ended, exchanges
         assert_eq!(f.activity, 18.0 + 40.0 + 3.0 * 2.0 + 12.0 * 2.0);
         assert!(f.procs.contains_key("we ird, x"));
+        // the client figures, per port
+        let c = &port.clients;
+        assert_eq!(c.hellos.values().sum::<f64>(), 10.0);
+        assert_eq!(c.offers[&("alpn".into(), "h2".into())], 9.0);
+        assert_eq!(c.policy[&("tls13_only".into(), "fail".into())], 2.0);
+        assert_eq!(c.resumptions[&("psk".into(), "full".into())], 3.0);
+        assert_eq!(c.site_cpu["www.example.com"], 0.125);
+        assert_eq!(p.hellos_unread["cut"], 1.0);
+        let w = &f.procs["we ird, x"].ports["443"].clients;
+        assert_eq!(w.resumptions[&("ticket".into(), "full".into())], 3.0);
     }
 
     #[test]

@@ -95,6 +95,125 @@ pub struct Port {
     /// Summed lifetime of the connections that ended, in seconds, and their number.
     pub lifetime_sum: f64,
     pub lifetime_count: f64,
+    /// What the port's ClientHellos said in the window.
+    pub clients: Clients,
+}
+
+/// The ClientHellos of a port (or, summed, of a process) in a window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Clients {
+    /// ClientHellos read, by host name asked for (SNI; `none`).
+    pub hellos: BTreeMap<String, f64>,
+    /// ClientHellos by (offer, value) offered.
+    pub offers: BTreeMap<(String, String), f64>,
+    /// ClientHellos by (policy, outcome).
+    pub policy: BTreeMap<(String, String), f64>,
+    /// Handshakes whose client offered to resume, by (offered, result).
+    pub resumptions: BTreeMap<(String, String), f64>,
+    /// Handshake CPU seconds by host name.
+    pub site_cpu: BTreeMap<String, f64>,
+}
+
+/// What a candidate policy would do with the clients seen in a window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PolicyCount {
+    /// ClientHellos it was evaluated on.
+    pub evaluated: f64,
+    pub fail: f64,
+    pub hello_retry: f64,
+}
+
+impl PolicyCount {
+    pub fn fail_share(&self) -> f64 {
+        self.fail / self.evaluated.max(1e-9)
+    }
+    pub fn hello_retry_share(&self) -> f64 {
+        self.hello_retry / self.evaluated.max(1e-9)
+    }
+}
+
+impl Clients {
+    /// ClientHellos read in the window.
+    pub fn seen(&self) -> f64 {
+        self.hellos.values().sum::<f64>() + 0.0 // an empty sum is -0.0
+    }
+    /// ClientHellos that offered `value` for `offer`.
+    pub fn offered(&self, offer: &str, value: &str) -> f64 {
+        self.offers
+            .get(&(offer.to_string(), value.to_string()))
+            .copied()
+            .unwrap_or(0.0)
+    }
+    /// The share of the ClientHellos that offered it (0 when none was read).
+    pub fn offered_share(&self, offer: &str, value: &str) -> f64 {
+        let n = self.seen();
+        if n > 0.0 {
+            self.offered(offer, value) / n
+        } else {
+            0.0
+        }
+    }
+    /// The values offered for `offer`, most offered first, with their ClientHellos.
+    pub fn values(&self, offer: &str) -> Vec<(&str, f64)> {
+        let mut v: Vec<(&str, f64)> = self
+            .offers
+            .iter()
+            .filter(|((o, _), n)| o == offer && **n > 0.0)
+            .map(|((_, value), n)| (value.as_str(), *n))
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+        v
+    }
+    /// What `policy` would do with the ClientHellos of the window: None when none was
+    /// evaluated (no ClientHello read: an older agent, or the capture unavailable).
+    pub fn policy(&self, policy: &str) -> Option<PolicyCount> {
+        let get = |o: &str| {
+            self.policy
+                .get(&(policy.to_string(), o.to_string()))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let (n, h, f) = (get("negotiate"), get("hello_retry"), get("fail"));
+        (n + h + f > 0.0).then_some(PolicyCount {
+            evaluated: n + h + f,
+            fail: f,
+            hello_retry: h,
+        })
+    }
+    /// The policies evaluated, in name order.
+    pub fn policies(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.policy.keys().map(|(p, _)| p.as_str()).collect();
+        v.dedup();
+        v
+    }
+    /// Handshakes whose client offered to resume (psk or ticket), and of them those that
+    /// got a full handshake.
+    pub fn returning(&self) -> (f64, f64) {
+        let mut offered = 0.0;
+        let mut full = 0.0;
+        for ((o, r), n) in &self.resumptions {
+            if o == "psk" || o == "ticket" {
+                offered += n;
+                if r == "full" {
+                    full += n;
+                }
+            }
+        }
+        (offered, full)
+    }
+    /// Adds another port's.
+    pub fn add(&mut self, o: &Clients) {
+        fn add<K: Ord + Clone>(to: &mut BTreeMap<K, f64>, from: &BTreeMap<K, f64>) {
+            for (k, v) in from {
+                *to.entry(k.clone()).or_default() += v;
+            }
+        }
+        add(&mut self.hellos, &o.hellos);
+        add(&mut self.offers, &o.offers);
+        add(&mut self.policy, &o.policy);
+        add(&mut self.resumptions, &o.resumptions);
+        add(&mut self.site_cpu, &o.site_cpu);
+    }
 }
 
 impl Port {
@@ -118,6 +237,16 @@ impl Port {
     /// Mean lifetime of the connections that ended, in seconds.
     pub fn mean_lifetime(&self) -> Option<f64> {
         (self.lifetime_count > 0.0).then(|| self.lifetime_sum / self.lifetime_count)
+    }
+    /// Share of the TLS connections whose protocol choice the ServerHello hides (TLS 1.3
+    /// encrypts it).
+    pub fn hidden_protocol_share(&self) -> f64 {
+        let all: f64 = self.protocols.values().sum();
+        if all > 0.0 {
+            self.protocols.get("encrypted").copied().unwrap_or(0.0) / all
+        } else {
+            0.0
+        }
     }
     pub fn closed(&self) -> f64 {
         self.closed_by.values().sum::<f64>() + 0.0 // an empty sum is -0.0
@@ -169,9 +298,19 @@ pub struct Proc {
     /// How its handshakes' CPU is measured now (tlsprof_handshake_cpu_method_info):
     /// `probes`, `kernel_estimate`.
     pub cpu_methods: BTreeSet<String>,
+    /// Connections whose ClientHello could not be read, by reason.
+    pub hellos_unread: BTreeMap<String, f64>,
 }
 
 impl Proc {
+    /// The ClientHellos of all its ports in the window.
+    pub fn clients(&self) -> Clients {
+        let mut c = Clients::default();
+        for p in self.ports.values() {
+            c.add(&p.clients);
+        }
+        c
+    }
     pub fn handshakes(&self) -> f64 {
         self.full + self.resumed
     }
@@ -258,8 +397,8 @@ fn inc(now: f64, before: f64) -> f64 {
     }
 }
 
-/// The increases of the counters kept by a label's value.
-fn incs(now: &BTreeMap<String, f64>, before: Option<&BTreeMap<String, f64>>) -> BTreeMap<String, f64> {
+/// The increases of the counters kept by a label's value (or values).
+fn incs<K: Ord + Clone>(now: &BTreeMap<K, f64>, before: Option<&BTreeMap<K, f64>>) -> BTreeMap<K, f64> {
     now.iter()
         .map(|(k, v)| {
             (
@@ -305,6 +444,7 @@ impl Proc {
             libraries: b.libraries.clone(),
             process_cpu: inc(b.process_cpu, a.map_or(0.0, |a| a.process_cpu)),
             cpu: incs(&b.cpu, a.map(|a| &a.cpu)),
+            hellos_unread: incs(&b.hellos_unread, a.map(|a| &a.hellos_unread)),
             ..Default::default()
         };
         let mut configs = BTreeMap::new();
@@ -348,6 +488,16 @@ impl Proc {
                     protocols: incs(&now.protocols, before.map(|b| &b.protocols)),
                     lifetime_sum,
                     lifetime_count,
+                    clients: {
+                        let (c, b) = (&now.clients, before.map(|b| &b.clients));
+                        Clients {
+                            hellos: incs(&c.hellos, b.map(|b| &b.hellos)),
+                            offers: incs(&c.offers, b.map(|b| &b.offers)),
+                            policy: incs(&c.policy, b.map(|b| &b.policy)),
+                            resumptions: incs(&c.resumptions, b.map(|b| &b.resumptions)),
+                            site_cpu: incs(&c.site_cpu, b.map(|b| &b.site_cpu)),
+                        }
+                    },
                 },
             );
         }
@@ -431,5 +581,68 @@ mod tests {
         assert_eq!(port.common_request_count(0.8), None);
         assert_eq!(port.closed_share("server"), 1.0);
         assert!(Window::between(&a, &b, &["apache2".into()]).procs.is_empty());
+        assert_eq!(p.clients().seen(), 0.0, "no ClientHello read");
+        assert!(p.clients().policy("tls13_only").is_none());
+    }
+
+    #[test]
+    fn client_figures_are_windowed() {
+        use std::time::Duration;
+
+        use crate::metrics::{Metrics, OfferLabels, PolicyLabels, ResumptionLabels, SniLabels};
+        let m = Metrics::new();
+        let sni = SniLabels {
+            comm: "nginx".into(),
+            port: "443".into(),
+            sni: "a.example".into(),
+        };
+        let offer = |value: &str| OfferLabels {
+            comm: "nginx".into(),
+            port: "443".into(),
+            offer: "alpn".into(),
+            value: value.into(),
+        };
+        let policy = |outcome: &str| PolicyLabels {
+            comm: "nginx".into(),
+            port: "443".into(),
+            policy: "x25519_p256_only".into(),
+            outcome: outcome.into(),
+        };
+        let res = |result: &str| ResumptionLabels {
+            comm: "nginx".into(),
+            port: "443".into(),
+            offered: "ticket".into(),
+            result: result.into(),
+        };
+        m.client_hellos.get_or_create(&sni).inc_by(100);
+        m.client_offers.get_or_create(&offer("h2")).inc_by(90);
+        m.client_policy.get_or_create(&policy("fail")).inc_by(7);
+        m.client_resumptions.get_or_create(&res("full")).inc_by(50);
+        m.site_handshake_cpu.get_or_create(&sni).inc_by(1.0);
+        let a = Snapshot {
+            at: Instant::now(),
+            figures: Figures::of(&m),
+        };
+        m.client_hellos.get_or_create(&sni).inc_by(40);
+        m.client_offers.get_or_create(&offer("h2")).inc_by(30);
+        m.client_offers.get_or_create(&offer("http/1.1")).inc_by(40);
+        m.client_policy.get_or_create(&policy("fail")).inc_by(4);
+        m.client_policy.get_or_create(&policy("hello_retry")).inc_by(6);
+        m.client_policy.get_or_create(&policy("negotiate")).inc_by(30);
+        m.client_resumptions.get_or_create(&res("full")).inc_by(15);
+        m.client_resumptions.get_or_create(&res("resumed")).inc_by(5);
+        m.site_handshake_cpu.get_or_create(&sni).inc_by(0.5);
+        let b = Snapshot {
+            at: a.at + Duration::from_secs(2),
+            figures: Figures::of(&m),
+        };
+        let c = Window::between(&a, &b, &[]).proc("nginx").unwrap().clients();
+        assert_eq!(c.seen(), 40.0);
+        assert_eq!(c.offered_share("alpn", "h2"), 0.75);
+        assert_eq!(c.values("alpn"), vec![("http/1.1", 40.0), ("h2", 30.0)]);
+        let x = c.policy("x25519_p256_only").unwrap();
+        assert_eq!((x.evaluated, x.fail, x.hello_retry), (40.0, 4.0, 6.0));
+        assert_eq!(c.returning(), (20.0, 15.0));
+        assert_eq!(c.site_cpu["a.example"], 0.5);
     }
 }

@@ -294,6 +294,83 @@ fn port_rows(p: &Proc, secs: f64) -> Vec<[String; 7]> {
         .collect()
 }
 
+/// What the clients offered, and the policies: one row per offer, "value share%" (of the
+/// ClientHellos read in the window) most offered first, wrapped at 80 columns.
+const CLIENT_ROWS: [(&str, &str); 5] = [
+    ("version", "version"),
+    ("group", "groups"),
+    ("key_share", "key share"),
+    ("alpn", "alpn"),
+    ("resumption", "resumption"),
+];
+
+fn wrapped(label: &str, items: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut line = format!("{label:<10}");
+    let mut empty = true;
+    for item in items {
+        if !empty && line.chars().count() + 2 + item.chars().count() > 80 {
+            out.push(std::mem::replace(&mut line, " ".repeat(10)));
+            empty = true;
+        }
+        line.push_str(if empty { " " } else { "  " });
+        line.push_str(item);
+        empty = false;
+    }
+    out.push(line);
+    out
+}
+
+/// The client mix and the share of clients each candidate policy would fail, for the
+/// selected process: empty without a ClientHello read in the window.
+fn client_lines(p: &Proc, secs: f64) -> Vec<String> {
+    let c = p.clients();
+    let seen = c.seen();
+    if seen <= 0.0 {
+        return Vec::new();
+    }
+    let mut out = vec![format!(
+        "{}: clients, {} ClientHellos/s; % offering each, % a policy would fail",
+        p.comm,
+        rate(seen, secs)
+    )];
+    for (offer, label) in CLIENT_ROWS {
+        let items: Vec<String> = c
+            .values(offer)
+            .iter()
+            .map(|(v, n)| format!("{v} {}", pct(n / seen)))
+            .collect();
+        if !items.is_empty() {
+            out.extend(wrapped(label, &items));
+        }
+    }
+    let (offered, refused) = c.returning();
+    if offered > 0.0 {
+        out.push(format!(
+            "{:<10} {} returning/s, {}% got a full handshake",
+            "returning",
+            rate(offered, secs),
+            pct(refused / offered)
+        ));
+    }
+    let policies: Vec<String> = c
+        .policies()
+        .into_iter()
+        .filter_map(|name| {
+            let n = c.policy(name)?;
+            Some(if n.hello_retry > 0.0 {
+                format!("{name} {}(+{} HRR)", pct(n.fail_share()), pct(n.hello_retry_share()))
+            } else {
+                format!("{name} {}", pct(n.fail_share()))
+            })
+        })
+        .collect();
+    if !policies.is_empty() {
+        out.extend(wrapped("would fail", &policies));
+    }
+    out
+}
+
 fn table_text<const N: usize>(header: &[&str; N], widths: &[u16; N], rows: &[[String; N]]) -> String {
     let mut out = String::new();
     let line = |cells: Vec<&str>| -> String {
@@ -347,6 +424,14 @@ pub fn plain(w: &Window, sort: Sort) -> String {
             ));
             out.push_str(&table_text(&PORT_HEADER, &PORT_WIDTHS, &ps));
         }
+        let cl = client_lines(p, w.seconds);
+        if !cl.is_empty() {
+            out.push('\n');
+            for l in cl {
+                out.push_str(l.trim_end());
+                out.push('\n');
+            }
+        }
     }
     out
 }
@@ -399,8 +484,24 @@ fn draw(f: &mut Frame, v: &View) {
     );
     if let Some(p) = list.get(selected) {
         let ports = port_rows(p, w.seconds);
-        let [cfg, prt] =
-            Layout::vertical([Constraint::Min(3), Constraint::Length(ports.len().min(3) as u16 + 3)]).areas(detail);
+        let clients = client_lines(p, w.seconds);
+        let [cfg, cli, prt] = Layout::vertical([
+            Constraint::Min(3),
+            Constraint::Length(if clients.is_empty() {
+                0
+            } else {
+                clients.len().min(7) as u16 + 1
+            }),
+            Constraint::Length(ports.len().min(3) as u16 + 3),
+        ])
+        .areas(detail);
+        if let Some((title, rest)) = clients.split_first() {
+            f.render_widget(
+                Paragraph::new(rest.iter().map(|l| Line::from(l.clone())).collect::<Vec<_>>())
+                    .block(Block::new().title(format!(" {title} "))),
+                cli,
+            );
+        }
         f.render_widget(
             table(&CONFIG_HEADER, &CONFIG_WIDTHS, config_rows(p, w.seconds))
                 .block(Block::bordered().title(format!(" {}: CPU per handshake by configuration ", p.comm))),
@@ -481,5 +582,73 @@ mod tests {
             text.contains("-        -          -           (labels not seen)"),
             "{text}"
         );
+        assert!(
+            !text.contains("ClientHellos/s"),
+            "no ClientHello, no client lines: {text}"
+        );
+    }
+
+    #[test]
+    fn shows_the_client_mix_and_the_policies() {
+        use crate::views::snapshot::Port;
+        let mut port = Port::default();
+        let c = &mut port.clients;
+        c.hellos.insert("www.example.com".into(), 200.0);
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+        for (o, v, n) in [
+            ("version", "TLSv1.3", 190.0),
+            ("version", "TLSv1.2", 10.0),
+            ("key_share", "x25519", 200.0),
+            ("key_share", "X25519MLKEM768", 120.0),
+            ("alpn", "h2", 160.0),
+            ("alpn", "http/1.1", 200.0),
+            ("resumption", "psk", 60.0),
+            ("resumption", "none", 140.0),
+        ] {
+            c.offers.insert(pair(o, v), n);
+        }
+        for policy in [
+            "ecdsa_only",
+            "mozilla_intermediate",
+            "mozilla_modern",
+            "no_cbc_3des",
+            "no_rsa_kex",
+            "pq_hybrid_first",
+            "tls13_only",
+        ] {
+            c.policy.insert(pair(policy, "fail"), 10.0);
+            c.policy.insert(pair(policy, "negotiate"), 190.0);
+        }
+        c.policy.insert(pair("x25519_p256_only", "hello_retry"), 20.0);
+        c.policy.insert(pair("x25519_p256_only", "negotiate"), 180.0);
+        c.resumptions.insert(pair("psk", "full"), 15.0);
+        c.resumptions.insert(pair("psk", "resumed"), 45.0);
+        let mut p = Proc {
+            comm: "nginx".into(),
+            ..Default::default()
+        };
+        p.ports.insert("443".into(), port);
+        let text = plain(
+            &Window {
+                seconds: 2.0,
+                procs: vec![p],
+            },
+            Sort::Cpu,
+        );
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "{line:?} is {} wide", line.chars().count());
+        }
+        for want in [
+            "nginx: clients, 100.0 ClientHellos/s; % offering each, % a policy would fail",
+            "version    TLSv1.3 95  TLSv1.2 5",
+            "key share  x25519 100  X25519MLKEM768 60",
+            "alpn       http/1.1 100  h2 80",
+            "resumption none 70  psk 30",
+            "returning  30.0 returning/s, 25% got a full handshake",
+            "would fail ecdsa_only 5  mozilla_intermediate 5  mozilla_modern 5  no_cbc_3des 5",
+            "x25519_p256_only 0(+10 HRR)",
+        ] {
+            assert!(text.contains(want), "{want:?} not in\n{text}");
+        }
     }
 }

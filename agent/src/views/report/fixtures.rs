@@ -1,6 +1,6 @@
 //! Windows and host costs the report's unit tests share.
 use super::hostcost::HostCosts;
-use crate::views::snapshot::{Config, Proc};
+use crate::views::snapshot::{Clients, Config, Proc};
 
 pub fn cfg(group: &str, cert: &str, cipher: &str, resumed: bool, count: f64, ms_each: f64) -> Config {
     Config {
@@ -36,4 +36,33 @@ pub fn proc_with(configs: Vec<Config>) -> Proc {
         configs,
         ..Default::default()
     }
+}
+
+/// ClientHellos of a window: `hellos` read (no SNI), offers (offer, value, n), policy
+/// outcomes (policy, outcome, n), resumptions (offered, result, n).
+pub fn clients(
+    hellos: f64,
+    offers: &[(&str, &str, f64)],
+    policy: &[(&str, &str, f64)],
+    resumptions: &[(&str, &str, f64)],
+) -> Clients {
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let mut c = Clients::default();
+    c.hellos.insert("none".into(), hellos);
+    for (o, v, n) in offers {
+        c.offers.insert(pair(o, v), *n);
+    }
+    for (p, o, n) in policy {
+        c.policy.insert(pair(p, o), *n);
+    }
+    for (o, r, n) in resumptions {
+        c.resumptions.insert(pair(o, r), *n);
+    }
+    c
+}
+
+/// The process with these ClientHellos on its port 443.
+pub fn seen_by(mut p: Proc, c: Clients) -> Proc {
+    p.ports.entry("443".into()).or_default().clients = c;
+    p
 }

@@ -230,11 +230,15 @@ pub fn html(w: &Window, found: &[Finding], host: Option<&HostCosts>, series: &[S
         let _ = write!(
             o,
             "<div class=\"finding\" data-rule=\"{}\"><h3>{}</h3><p class=\"saving\">Saves: {} {bar}</p>\
-             <p>{}</p><p><b>Change:</b> {}</p><p><small>Estimate: {}</small></p></div>",
+             <p>{}</p>{}<p><b>Change:</b> {}</p><p><small>Estimate: {}</small></p></div>",
             f.rule,
             esc(&f.title),
             esc(&fmt_saving(f)),
             esc_code(&f.evidence),
+            f.clients
+                .as_ref()
+                .map(|c| format!("<p class=\"clients\">{}</p>", esc(&super::rules::capitalized(c))))
+                .unwrap_or_default(),
             esc_code(&f.fix),
             esc_code(&f.basis)
         );

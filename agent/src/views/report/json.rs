@@ -23,6 +23,9 @@ struct FindingJson<'a> {
     title: &'a str,
     saving_cpu_cores: Option<f64>,
     saving_share: Option<f64>,
+    /// What the clients seen say of the change (would fail under the policy it leads to),
+    /// or "clients: not seen"; null where the rule has no policy.
+    clients: Option<&'a str>,
     numbers: BTreeMap<&'a str, f64>,
 }
 
@@ -41,6 +44,22 @@ struct Process<'a> {
     tls_cpu_per_exchange_seconds: Option<f64>,
     configs: Vec<ConfigJson<'a>>,
     ports: BTreeMap<&'a str, PortJson>,
+    /// The ClientHellos read in the window (0 without the capture).
+    clients: ClientsJson,
+}
+
+#[derive(Serialize)]
+struct ClientsJson {
+    /// ClientHellos read.
+    hellos: f64,
+    /// Handshakes whose client offered to resume a session (psk or ticket), and of them
+    /// those that got a full handshake.
+    returning: f64,
+    returning_full: f64,
+    /// ClientHellos by offer and value offered.
+    offers: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Share of the ClientHellos each candidate policy would fail.
+    would_fail_share: BTreeMap<String, f64>,
 }
 
 #[derive(Serialize)]
@@ -88,6 +107,7 @@ pub fn json(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
                 title: &f.title,
                 saving_cpu_cores: f.saving_cpu,
                 saving_share: f.saving_share,
+                clients: f.clients.as_deref(),
                 numbers: f.numbers.iter().copied().collect(),
             })
             .collect(),
@@ -133,6 +153,25 @@ pub fn json(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
                         (k.as_str(), port)
                     })
                     .collect(),
+                clients: {
+                    let c = p.clients();
+                    let (returning, returning_full) = c.returning();
+                    let mut offers: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+                    for ((o, v), n) in &c.offers {
+                        offers.entry(o.clone()).or_default().insert(v.clone(), *n);
+                    }
+                    ClientsJson {
+                        hellos: c.seen(),
+                        returning,
+                        returning_full,
+                        offers,
+                        would_fail_share: c
+                            .policies()
+                            .into_iter()
+                            .filter_map(|name| Some((name.to_string(), c.policy(name)?.fail_share())))
+                            .collect(),
+                    }
+                },
             })
             .collect(),
         host: host.map(|h| Host {

@@ -3,7 +3,7 @@ use std::fmt::Write as _;
 
 use super::{
     hostcost::HostCosts,
-    rules::{ms, Finding, MIN_EVENTS},
+    rules::{capitalized, ms, Finding, MIN_EVENTS},
 };
 use crate::views::{
     snapshot::{Config, Window},
@@ -59,6 +59,9 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
         let _ = writeln!(o, "- Rule: `{}`", f.rule);
         let _ = writeln!(o, "- Saves: {}", fmt_saving(f));
         let _ = writeln!(o, "- Measured: {}", f.evidence);
+        if let Some(c) = &f.clients {
+            let _ = writeln!(o, "- {}", capitalized(c));
+        }
         let _ = writeln!(o, "- Change: {}", f.fix);
         let _ = writeln!(o, "- Estimate: {}\n", f.basis);
     }

@@ -143,12 +143,51 @@ mod tests {
         assert!(at("### 1. nginx: 100% of handshakes are full") < at("### 2. nginx: the rsa2048 certificate"));
         assert!(at("### 2. nginx: the rsa2048") < at("### 3. nginx: the secp384r1 key exchange"));
         assert!(md.contains("0% resumed: none at all"), "{md}");
+        // No ClientHello in the window: the certificate and group findings say so.
+        assert!(md.contains("- Clients: not seen (no ClientHello read"), "{md}");
         let j: serde_json::Value = serde_json::from_str(&json(&w, &f, Some(&h))).unwrap();
         assert_eq!(j["window_seconds"], 10.0, "{j}");
         assert!(
             j["findings"].as_array().unwrap().iter().any(|f| f["rule"] == "group"),
             "{j}"
         );
+        let certificate = j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["rule"] == "certificate")
+            .unwrap();
+        assert!(
+            certificate["clients"]
+                .as_str()
+                .unwrap()
+                .starts_with("clients: not seen"),
+            "{j}"
+        );
+        // With ClientHellos: how many would fail, in every renderer.
+        let seen = Window {
+            seconds: 10.0,
+            procs: vec![seen_by(
+                w.procs[0].clone(),
+                clients(
+                    50.0,
+                    &[],
+                    &[("ecdsa_only", "fail", 5.0), ("ecdsa_only", "negotiate", 45.0)],
+                    &[],
+                ),
+            )],
+        };
+        let f2 = findings(&seen, Some(&h));
+        let line =
+            "lients that would fail with an ECDSA certificate only: 5 (10.0%); of 50 ClientHellos read in the window";
+        assert!(markdown(&seen, &f2, Some(&h)).contains(&format!("- C{line}")));
+        assert!(html(&seen, &f2, Some(&h), &[]).contains(&format!("<p class=\"clients\">C{line}</p>")));
+        let j2: serde_json::Value = serde_json::from_str(&json(&seen, &f2, Some(&h))).unwrap();
+        assert!(j2["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["clients"] == format!("c{line}").as_str() && f["numbers"]["would_fail_clients"] == 5.0));
         let series = vec![Series {
             comm: "nginx<x>".into(),
             points: vec![(1.0, CATEGORIES.iter().map(|c| (c.to_string(), 0.1)).collect())],

@@ -18,6 +18,55 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
         if v.ended < MIN_EVENTS || r >= FEW_REQUESTS || lifetime.is_some_and(|l| l >= REUSED_LIFETIME) {
             continue;
         }
+        // TLS 1.3 hides the server's protocol choice; when most of the port's clients
+        // offered h2 there, its connections may well be HTTP/2, with many requests per
+        // exchange: too little to say clients do not reuse connections.
+        // A softer finding says so, without a saving.
+        let offered_h2 = v.clients.offered_share("alpn", "h2");
+        if !v.multiplexed() && v.hidden_protocol_share() >= 0.5 && offered_h2 >= 0.5 {
+            out.push(finish(
+                Finding {
+                    rule: "keepalive_http2",
+                    comm: p.comm.clone(),
+                    port: Some(port.clone()),
+                    title: format!(
+                        "{}: port {port}: {r:.1} exchanges per connection, but most clients offered HTTP/2, which may \
+                         multiplex",
+                        p.comm
+                    ),
+                    evidence: format!(
+                        "{:.1} connections/s ended carrying {r:.1} exchanges each{}; {:.0}% of the port's ClientHellos \
+                         offered h2, and TLS 1.3 hides the server's choice on {:.0}% of its connections. Under HTTP/2 \
+                         one exchange may carry many requests, so whether clients reuse connections cannot be told \
+                         from the exchanges.",
+                        v.ended / secs,
+                        lifetime.map(|l| format!(", lasting {} on average", ms(l))).unwrap_or_default(),
+                        offered_h2 * 100.0,
+                        v.hidden_protocol_share() * 100.0
+                    ),
+                    fix: "If the server speaks HTTP/2 on this port (nginx `http2 on;`, Apache `Protocols h2 \
+                          http/1.1`), nothing to change unless the clients' own counts show one request per \
+                          connection; if it does not, its clients fall back to HTTP/1.1 and the keep-alive advice \
+                          applies (nginx `keepalive_requests`, Apache `MaxKeepAliveRequests`, clients reusing \
+                          connections)."
+                        .into(),
+                    saving_cpu: None,
+                    saving_share: None,
+                    clients: None,
+                    basis: "not estimated: under HTTP/2 over TLS 1.3 the requests per connection are not seen".into(),
+                    numbers: vec![
+                        ("connections_per_second", v.ended / secs),
+                        ("exchanges_per_connection", r),
+                        ("clients_offering_h2_share", offered_h2),
+                        ("hidden_protocol_share", v.hidden_protocol_share()),
+                        ("mean_lifetime_seconds", lifetime.unwrap_or(0.0)),
+                    ],
+                },
+                p,
+                secs,
+            ));
+            continue;
+        }
         let h2 = if v.multiplexed() {
             format!(
                 " ({:.0}% HTTP/2: several requests per exchange; they lasted {} on average)",
@@ -98,6 +147,7 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
                     .into(),
                 saving_cpu: saving,
                 saving_share: None,
+                clients: None,
                 basis: format!(
                     "at {TARGET_REQUESTS:.0} requests per connection: {hs_removed:.1} handshakes/s and {tw_removed:.1} \
                      TIME_WAIT entries/s fewer, each handshake at this process's mean CPU; TCP set-up and tear-down \
@@ -108,6 +158,7 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
                     ("requests_per_connection", r),
                     ("server_close_share", server_closes),
                     ("http2_share", v.h2_share()),
+                    ("clients_offering_h2_share", offered_h2),
                     ("mean_lifetime_seconds", lifetime.unwrap_or(0.0)),
                     ("request_limit", limit.map(|(k, _)| k as f64).unwrap_or(0.0)),
                     ("handshakes_removed_per_second", hs_removed),
@@ -153,6 +204,7 @@ pub fn time_wait(p: &Proc, secs: f64) -> Vec<Finding> {
                     .into(),
                 saving_cpu: None,
                 saving_share: None,
+                clients: None,
                 basis: "TIME_WAIT entries counted by the kernel tracepoint; the sockets by sock_diag".into(),
                 numbers: vec![
                     ("time_wait_per_second", rate),

@@ -1,19 +1,13 @@
 //! Handshake rules: session resumption, the key-exchange group, the certificate.
-use super::{dominant, finish, is_full, ms, Finding, MIN_EVENTS, MIN_GAIN};
+use super::{dominant, finish, is_full, ms, with_clients, would_fail, Finding, MIN_EVENTS, MIN_GAIN};
 use crate::views::{report::hostcost::HostCosts, snapshot::Proc};
 
-/// Session resumption: full handshakes that a resumed one could replace.
-pub fn resumption(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<Finding> {
-    let full = p.count(is_full);
-    let resumed = p.count(|c| c.resumed);
-    let share = resumed / (full + resumed).max(1.0);
-    if full < MIN_EVENTS || share >= 0.5 {
-        return None;
-    }
-    let c_full = p.mean_cpu(is_full)?;
+/// What a resumed handshake costs this process, and how that was found: resumed
+/// handshakes measured in the window (at least 5 timed), else a full one less what a
+/// resumed one skips — the certificate signature (TLS 1.2: and the key exchange) —
+/// measured on this host.
+fn resumed_cost(p: &Proc, c_full: f64, host: Option<&HostCosts>) -> (Option<f64>, String) {
     let measured = p.mean_cpu(|c| c.resumed).filter(|_| p.timed(|c| c.resumed) >= 5.0);
-    // Without resumed handshakes to measure: a resumed handshake skips the certificate
-    // signature (and, in TLS 1.2, the key exchange too).
     let estimated = || -> Option<f64> {
         let d = dominant(p)?;
         let host = host?;
@@ -23,7 +17,7 @@ pub fn resumption(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<Findi
         }
         Some((c_full - skip).max(0.0))
     };
-    let (c_res, basis) = match measured {
+    match measured {
         Some(m) => (
             Some(m),
             "resumed handshakes of this process measured in the window".to_string(),
@@ -45,7 +39,204 @@ pub fn resumption(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<Findi
                 "not estimated: no resumed handshake and no host measurement".to_string(),
             ),
         },
+    }
+}
+
+/// A refused share of returning clients at least this large is a finding.
+pub const REFUSED_SHARE: f64 = 0.10;
+
+/// Returning clients refused: handshakes whose client offered to resume (a TLS 1.3 PSK or
+/// a TLS 1.2 session ticket) but got a full handshake. The share is exact: refused over
+/// offered, both counted per handshake.
+pub fn resumption_refused(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<Finding> {
+    let c = p.clients();
+    let (offered, refused) = c.returning();
+    let share = refused / offered.max(1e-9);
+    if offered < MIN_EVENTS || share < REFUSED_SHARE {
+        return None;
+    }
+    let by = |o: &str| {
+        c.resumptions
+            .iter()
+            .filter(|((k, _), _)| k == o)
+            .map(|(_, n)| *n)
+            .sum::<f64>()
+            + 0.0
     };
+    let refused_by = |o: &str| {
+        c.resumptions
+            .get(&(o.to_string(), "full".to_string()))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let (psk, ticket) = (by("psk"), by("ticket"));
+    let c_full = p.mean_cpu(is_full);
+    let (c_res, how) = match c_full {
+        Some(f) => resumed_cost(p, f, host),
+        None => (None, "not estimated: no full handshake timed".to_string()),
+    };
+    let rate = refused / secs;
+    let diff = c_full.zip(c_res).map(|(f, r)| (f - r).max(0.0));
+    let saving = diff.map(|d| rate * d);
+    let mut numbers = vec![
+        ("returning_clients", offered),
+        ("refused", refused),
+        ("refused_share", share),
+        ("refused_per_second", rate),
+        ("psk_offered", psk),
+        ("psk_refused", refused_by("psk")),
+        ("ticket_offered", ticket),
+        ("ticket_refused", refused_by("ticket")),
+    ];
+    if let Some(f) = c_full {
+        numbers.push(("cpu_per_full_seconds", f));
+    }
+    if let Some(r) = c_res {
+        numbers.push(("cpu_per_resumed_seconds", r));
+    }
+    let offers = [
+        ("psk", "a TLS 1.3 PSK", psk),
+        ("ticket", "a TLS 1.2 session ticket", ticket),
+    ]
+    .iter()
+    .filter(|(_, _, n)| *n > 0.0)
+    .map(|(o, what, n)| format!("{n:.0} offered {what} ({:.0} refused)", refused_by(o)))
+    .collect::<Vec<_>>()
+    .join(", ");
+    Some(finish(
+        Finding {
+            rule: "resumption_refused",
+            comm: p.comm.clone(),
+            port: None,
+            title: format!(
+                "{}: {:.0}% of returning clients got a full handshake",
+                p.comm,
+                share * 100.0
+            ),
+            evidence: format!(
+                "{refused:.0} of {offered:.0} handshakes whose client offered to resume a session ({offers}) were full \
+                 handshakes instead ({:.1}%, {rate:.1}/s){}. The clients kept their session; the server no longer \
+                 accepted it: its session cache is too small or its timeout too short for how long clients stay \
+                 away, its ticket keys are not shared by all worker processes or by all hosts behind the load \
+                 balancer, or a restart or reload changed the ticket keys.",
+                share * 100.0,
+                c_full
+                    .map(|f| format!(
+                        "; a full handshake costs {}{}",
+                        ms(f),
+                        c_res.map(|r| format!(", a resumed one {}", ms(r))).unwrap_or_default()
+                    ))
+                    .unwrap_or_default()
+            ),
+            fix: "Keep sessions long enough and share them: nginx `ssl_session_cache shared:SSL:50m;` (one cache for \
+                  all workers; about 4000 sessions per MiB), `ssl_session_timeout` (default 5m), `ssl_session_tickets \
+                  on;` with the same `ssl_session_ticket_key` file on every host (rotated together); Apache \
+                  `SSLSessionCache shmcb:…(512000)`, `SSLSessionCacheTimeout` (default 300), `SSLSessionTickets on` \
+                  (with `SSLSessionTicketKeyFile` shared by the hosts); HAProxy `tune.ssl.cachesize` (default 20000 \
+                  sessions), `tune.ssl.lifetime` (default 300s) and `tls-ticket-keys` on the bind line; Node.js \
+                  `tls.createServer({ sessionTimeout, ticketKeys })` with the same 48-byte ticketKeys in every \
+                  cluster worker and host; HCL Domino: `SSL_RESUMABLE_SESSIONS` in NOTES.INI, the number of sessions \
+                  its cache keeps (default only the 50 most recent; 1 turns resumption off; their lifetime \
+                  cannot be set). Behind a load balancer, \
+                  share the ticket keys between hosts or keep a client on one host."
+                .into(),
+            saving_cpu: saving,
+            saving_share: None,
+            clients: None,
+            basis: format!(
+                "if these {rate:.1} handshakes/s had resumed: each at the measured difference between a full and a \
+                 resumed handshake{}; {how}",
+                diff.map(|d| format!(" ({})", ms(d))).unwrap_or_default()
+            ),
+            numbers,
+        },
+        p,
+        secs,
+    ))
+}
+
+/// The protocol version: handshakes below TLS 1.3 pay a round trip more, and TLS 1.0 and
+/// 1.1 are deprecated (RFC 8996). Says whether the clients or the server hold them back.
+pub fn versions(p: &Proc, secs: f64) -> Option<Finding> {
+    let all = p.count(|c| !c.unlabelled());
+    let old = |c: &super::Config| !c.unlabelled() && c.version != "TLSv1.3" && c.version != "other";
+    let n = p.count(old);
+    if n < MIN_EVENTS || n < 0.1 * all {
+        return None;
+    }
+    let share = n / all;
+    let mut versions: Vec<&str> = p
+        .configs
+        .iter()
+        .filter(|c| old(c))
+        .map(|c| c.version.as_str())
+        .collect();
+    versions.sort();
+    versions.dedup();
+    let c = p.clients();
+    let offered_13 = c.offered_share("version", "TLSv1.3");
+    let who = if c.seen() > 0.0 {
+        format!(
+            " Clients still offering at most TLS 1.2: {:.1}%{}.",
+            (1.0 - offered_13) * 100.0,
+            if offered_13 > (1.0 - share) + 0.05 {
+                "; more clients offer TLS 1.3 than get it: the server holds them back"
+            } else {
+                ""
+            }
+        )
+    } else {
+        String::new()
+    };
+    let f = finish(
+        Finding {
+            rule: "version",
+            comm: p.comm.clone(),
+            port: None,
+            title: format!(
+                "{}: {:.0}% of handshakes negotiate {} rather than TLS 1.3",
+                p.comm,
+                share * 100.0,
+                versions.join(", ")
+            ),
+            evidence: format!(
+                "{:.1} handshakes/s ({:.0}%) negotiated {}: a new connection waits a round trip more than with TLS \
+                 1.3, and TLS 1.0 and 1.1 are deprecated (RFC 8996).{who}",
+                n / secs,
+                share * 100.0,
+                versions.join(", ")
+            ),
+            fix: "Offer TLS 1.3 beside TLS 1.2 and turn off TLS 1.0 and 1.1: nginx `ssl_protocols TLSv1.2 TLSv1.3;`, \
+                  Apache `SSLProtocol -all +TLSv1.2 +TLSv1.3`, HAProxy `ssl-min-ver TLSv1.2` (and no `ssl-max-ver` \
+                  below TLSv1.3), Node.js `minVersion: 'TLSv1.2'`; a TLS library older than OpenSSL 1.1.1 has no \
+                  TLS 1.3."
+                .into(),
+            saving_cpu: None,
+            saving_share: None,
+            clients: None,
+            basis: "none in CPU: the round trip is the client's wait, not the server's CPU".into(),
+            numbers: vec![
+                ("below_tls13_per_second", n / secs),
+                ("below_tls13_share", share),
+                ("clients_offering_tls13_share", offered_13),
+            ],
+        },
+        p,
+        secs,
+    );
+    Some(with_clients(f, would_fail(p, &["tls13_only"], false)))
+}
+
+/// Session resumption: full handshakes that a resumed one could replace.
+pub fn resumption(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<Finding> {
+    let full = p.count(is_full);
+    let resumed = p.count(|c| c.resumed);
+    let share = resumed / (full + resumed).max(1.0);
+    if full < MIN_EVENTS || share >= 0.5 {
+        return None;
+    }
+    let c_full = p.mean_cpu(is_full)?;
+    let (c_res, basis) = resumed_cost(p, c_full, host);
     let full_rate = full / secs;
     let saving = c_res.map(|r| full_rate * (c_full - r).max(0.0));
     let mut numbers = vec![
@@ -85,6 +276,7 @@ pub fn resumption(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<Findi
                 .into(),
             saving_cpu: saving,
             saving_share: None,
+            clients: None,
             basis: format!("upper bound, if every full handshake were resumed; {basis}"),
             numbers,
         },
@@ -139,7 +331,8 @@ pub fn groups(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Finding> {
         }
         // Resumed TLS 1.3 handshakes with a key share pay for the group too.
         let rate = p.count(|c| c.group == g) / secs;
-        out.push(finish(
+        out.push(with_clients(
+            finish(
             Finding {
                 rule: "group",
                 comm: p.comm.clone(),
@@ -161,6 +354,7 @@ pub fn groups(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Finding> {
                     .into(),
                 saving_cpu: Some(rate * diff),
                 saving_share: None,
+                clients: None,
                 basis: format!("if these handshakes used X25519; from {basis}"),
                 numbers: vec![
                     ("handshakes_per_second", rate),
@@ -170,6 +364,8 @@ pub fn groups(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Finding> {
             },
             p,
             secs,
+        ),
+            would_fail(p, &["x25519_p256_only"], true),
         ));
     }
     out
@@ -228,7 +424,8 @@ pub fn certificates(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Findin
             continue;
         }
         let rate = n / secs;
-        out.push(finish(
+        out.push(with_clients(
+            finish(
             Finding {
                 rule: "certificate",
                 comm: p.comm.clone(),
@@ -250,6 +447,7 @@ pub fn certificates(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Findin
                     .into(),
                 saving_cpu: Some(rate * diff),
                 saving_share: None,
+                clients: None,
                 basis: format!("if these handshakes signed with ECDSA P-256; from {basis}"),
                 numbers: vec![
                     ("full_per_second", rate),
@@ -259,6 +457,8 @@ pub fn certificates(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Findin
             },
             p,
             secs,
+        ),
+            would_fail(p, &["ecdsa_only"], false),
         ));
     }
     out

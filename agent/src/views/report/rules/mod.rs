@@ -10,7 +10,7 @@ mod tests;
 
 pub use self::{
     connection::{keepalive, time_wait},
-    handshake::{certificates, groups, resumption},
+    handshake::{certificates, groups, resumption, resumption_refused, versions},
     record::record_ciphers,
 };
 use super::hostcost::HostCosts;
@@ -49,6 +49,10 @@ pub struct Finding {
     pub saving_share: Option<f64>,
     /// How the estimate was made.
     pub basis: String,
+    /// What the clients seen in the window say about the change: how many would fail
+    /// (or need a HelloRetryRequest) under the policy it leads to, from their ClientHellos;
+    /// "clients: not seen" when no ClientHello was read. None where the rule has no policy.
+    pub clients: Option<String>,
     /// The figures, by name, for scripts and tests.
     pub numbers: Vec<(&'static str, f64)>,
 }
@@ -57,6 +61,14 @@ impl Finding {
     pub fn number(&self, key: &str) -> Option<f64> {
         self.numbers.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
     }
+}
+
+/// A sentence's first letter in upper case.
+pub fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
+        .unwrap_or_default()
 }
 
 pub fn ms(s: f64) -> String {
@@ -75,6 +87,94 @@ pub(super) fn dominant(p: &Proc) -> Option<&Config> {
         .max_by(|a, b| a.handshakes.total_cmp(&b.handshakes))
 }
 
+/// What a policy is called in a finding.
+pub fn policy_title(policy: &str) -> &'static str {
+    match policy {
+        "mozilla_modern" => "Mozilla's modern configuration",
+        "mozilla_intermediate" => "Mozilla's intermediate configuration",
+        "ecdsa_only" => "an ECDSA certificate only",
+        "tls13_only" => "TLS 1.3 only",
+        "no_cbc_3des" => "no CBC or 3DES suites",
+        "no_rsa_kex" => "no RSA key exchange",
+        "x25519_p256_only" => "only X25519 and P-256",
+        "pq_hybrid_first" => "the post-quantum hybrid X25519MLKEM768 first",
+        _ => "this policy",
+    }
+}
+
+/// What the window's clients say of the change a finding recommends: the policies it
+/// leads to, each with the ClientHellos that would fail under it (and, with `retry`, those
+/// that would need a HelloRetryRequest). "clients: not seen" when no ClientHello was read
+/// in the window (an older agent, or the capture unavailable): never 0. The numbers are the
+/// first policy's.
+pub(super) fn would_fail(p: &Proc, policies: &[&str], retry: bool) -> (String, Vec<(&'static str, f64)>) {
+    let c = p.clients();
+    let seen = c.seen();
+    let counted: Vec<_> = policies
+        .iter()
+        .filter_map(|&name| Some((name, c.policy(name)?)))
+        .collect();
+    if seen <= 0.0 || counted.is_empty() {
+        let unread: Vec<String> = p
+            .hellos_unread
+            .iter()
+            .filter(|(_, n)| **n > 0.0)
+            .map(|(r, n)| format!("{n:.0} {r}"))
+            .collect();
+        return (
+            format!(
+                "clients: not seen (no ClientHello read in the window: an older agent, or the capture unavailable{})",
+                if unread.is_empty() {
+                    String::new()
+                } else {
+                    format!("; ClientHellos not read: {}", unread.join(", "))
+                }
+            ),
+            vec![],
+        );
+    }
+    let mut parts = Vec::new();
+    let mut numbers = vec![("clients_seen", seen)];
+    for (i, (name, n)) in counted.iter().enumerate() {
+        let mut s = format!(
+            "clients that would fail with {}: {:.0} ({:.1}%)",
+            policy_title(name),
+            n.fail,
+            n.fail_share() * 100.0
+        );
+        if retry {
+            s.push_str(&format!(
+                ", and {:.0} ({:.1}%) would need a HelloRetryRequest (an extra round trip)",
+                n.hello_retry,
+                n.hello_retry_share() * 100.0
+            ));
+        }
+        parts.push(s);
+        if i == 0 {
+            numbers.push(("would_fail_clients", n.fail));
+            numbers.push(("would_fail_share", n.fail_share()));
+            if retry {
+                numbers.push(("hello_retry_clients", n.hello_retry));
+                numbers.push(("hello_retry_share", n.hello_retry_share()));
+            }
+        } else if *name == "no_rsa_kex" {
+            numbers.push(("no_rsa_kex_fail_clients", n.fail));
+            numbers.push(("no_rsa_kex_fail_share", n.fail_share()));
+        }
+    }
+    (
+        format!("{}; of {seen:.0} ClientHellos read in the window", parts.join("; ")),
+        numbers,
+    )
+}
+
+/// Sets a finding's clients line and its numbers.
+pub(super) fn with_clients(mut f: Finding, (text, numbers): (String, Vec<(&'static str, f64)>)) -> Finding {
+    f.clients = Some(text);
+    f.numbers.extend(numbers);
+    f
+}
+
 /// Process CPU in cores over the window (at least a tiny amount, to divide by).
 pub(super) fn cores(p: &Proc, secs: f64) -> f64 {
     (p.process_cpu / secs).max(1e-9)
@@ -91,6 +191,8 @@ pub fn findings(w: &Window, host: Option<&HostCosts>) -> Vec<Finding> {
     let mut out = Vec::new();
     for p in &w.procs {
         out.extend(resumption(p, w.seconds, host));
+        out.extend(resumption_refused(p, w.seconds, host));
+        out.extend(versions(p, w.seconds));
         out.extend(groups(p, w.seconds, host));
         out.extend(certificates(p, w.seconds, host));
         out.extend(keepalive(p, w.seconds));

@@ -1,5 +1,5 @@
 //! The record-cipher rule: CBC and 3DES suites against AES-GCM.
-use super::{finish, Finding};
+use super::{finish, with_clients, would_fail, Finding};
 use crate::views::{
     report::hostcost::HostCosts,
     snapshot::{Config, Proc},
@@ -25,6 +25,11 @@ pub fn record_ciphers(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<F
         return None;
     }
     let des = p.configs.iter().any(|c| c.cipher.contains("3DES"));
+    // RSA key transport (TLS_RSA_WITH_…): no forward secrecy, and the suites to drop.
+    let rsa_kex = p
+        .configs
+        .iter()
+        .any(|c| slow(c) && c.cipher.starts_with("TLS_RSA_WITH_"));
     let sha256 = p.configs.iter().any(|c| slow(c) && c.cipher.ends_with("SHA256"));
     let ratio = host.and_then(|h| {
         let key = if des {
@@ -57,7 +62,12 @@ pub fn record_ciphers(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<F
     if let Some((r, _, _)) = &ratio {
         numbers.push(("gcm_to_slow_cost_ratio", *r));
     }
-    Some(finish(
+    let policies: &[&str] = if rsa_kex {
+        &["no_cbc_3des", "no_rsa_kex"]
+    } else {
+        &["no_cbc_3des"]
+    };
+    let f = finish(
         Finding {
             rule: "record_cipher",
             comm: p.comm.clone(),
@@ -84,9 +94,16 @@ pub fn record_ciphers(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<F
             fix: "Put AEAD suites first and drop CBC and 3DES where clients allow (nginx `ssl_ciphers \
                   ECDHE+AESGCM:ECDHE+CHACHA20; ssl_prefer_server_ciphers on;`, Apache `SSLCipherSuite` and \
                   `SSLHonorCipherOrder on`); TLS 1.3 has only AEAD suites."
-                .into(),
+                .to_string()
+                + if rsa_kex {
+                    " Drop RSA key exchange too (suites TLS_RSA_WITH_…, `!kRSA` in OpenSSL's cipher strings): it \
+                     has no forward secrecy."
+                } else {
+                    ""
+                },
             saving_cpu: saving,
             saving_share: None,
+            clients: None,
             basis: match &ratio {
                 Some((_, k, lib)) => format!(
                     "if these connections used AES-128-GCM; record crypto CPU shared out by handshakes, and the \
@@ -98,5 +115,6 @@ pub fn record_ciphers(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<F
         },
         p,
         secs,
-    ))
+    );
+    Some(with_clients(f, would_fail(p, policies, false)))
 }

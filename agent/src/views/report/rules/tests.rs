@@ -98,3 +98,312 @@ fn keepalive_names_a_request_limit() {
         vec!["keepalive", "time_wait", "resumption"]
     );
 }
+
+fn costly() -> Proc {
+    proc_with(vec![cfg(
+        "secp384r1",
+        "rsa2048",
+        "TLS_AES_256_GCM_SHA384",
+        false,
+        1000.0,
+        2.5,
+    )])
+}
+
+#[test]
+fn certificate_and_group_findings_say_which_clients_would_fail() {
+    let h = host();
+    let p = seen_by(
+        costly(),
+        clients(
+            200.0,
+            &[],
+            &[
+                ("ecdsa_only", "fail", 6.0),
+                ("ecdsa_only", "negotiate", 194.0),
+                ("x25519_p256_only", "fail", 2.0),
+                ("x25519_p256_only", "hello_retry", 50.0),
+                ("x25519_p256_only", "negotiate", 148.0),
+            ],
+            &[],
+        ),
+    );
+    let c = &certificates(&p, 10.0, Some(&h))[0];
+    assert_eq!(
+        c.clients.as_deref(),
+        Some(
+            "clients that would fail with an ECDSA certificate only: 6 (3.0%); of 200 ClientHellos read in the window"
+        )
+    );
+    assert_eq!(c.number("would_fail_clients"), Some(6.0));
+    assert_eq!(c.number("would_fail_share"), Some(0.03));
+    let g = &groups(&p, 10.0, Some(&h))[0];
+    assert_eq!(
+        g.clients.as_deref(),
+        Some(
+            "clients that would fail with only X25519 and P-256: 2 (1.0%), and 50 (25.0%) would need a \
+             HelloRetryRequest (an extra round trip); of 200 ClientHellos read in the window"
+        )
+    );
+    assert_eq!(g.number("hello_retry_clients"), Some(50.0));
+    // No ClientHello read in the window: "not seen", never 0.
+    let unseen = certificates(&costly(), 10.0, Some(&h));
+    let text = unseen[0].clients.as_deref().unwrap();
+    assert!(text.starts_with("clients: not seen"), "{text}");
+    assert_eq!(unseen[0].number("would_fail_clients"), None);
+    let mut unread = costly();
+    unread.hellos_unread.insert("cut".into(), 3.0);
+    let text = groups(&unread, 10.0, Some(&h))[0].clients.clone().unwrap();
+    assert!(text.contains("ClientHellos not read: 3 cut"), "{text}");
+    // A finding without a policy has no clients line.
+    assert!(resumption(&p, 10.0, Some(&h)).unwrap().clients.is_none());
+}
+
+#[test]
+fn cipher_finding_counts_clients_without_cbc_and_rsa_key_exchange() {
+    let mut p = proc_with(vec![
+        cfg("rsa", "rsa2048", "TLS_RSA_WITH_AES_128_CBC_SHA", false, 100.0, 1.0),
+        cfg("x25519", "rsa2048", "TLS_AES_128_GCM_SHA256", false, 300.0, 1.0),
+    ]);
+    p.cpu.insert("crypto".into(), 4.0);
+    p.cpu.insert("other".into(), 6.0);
+    let p = seen_by(
+        p,
+        clients(
+            400.0,
+            &[],
+            &[
+                ("no_cbc_3des", "fail", 10.0),
+                ("no_cbc_3des", "negotiate", 390.0),
+                ("no_rsa_kex", "fail", 4.0),
+                ("no_rsa_kex", "negotiate", 396.0),
+            ],
+            &[],
+        ),
+    );
+    let f = record_ciphers(&p, 10.0, Some(&host())).unwrap();
+    assert_eq!(
+        f.clients.as_deref(),
+        Some(
+            "clients that would fail with no CBC or 3DES suites: 10 (2.5%); clients that would fail with no RSA key \
+             exchange: 4 (1.0%); of 400 ClientHellos read in the window"
+        )
+    );
+    assert_eq!(f.number("no_rsa_kex_fail_clients"), Some(4.0));
+    assert!(f.fix.contains("Drop RSA key exchange"), "{}", f.fix);
+}
+
+#[test]
+fn version_finding_says_who_holds_tls13_back() {
+    let mut old = cfg(
+        "x25519",
+        "ecdsa_p256",
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+        false,
+        100.0,
+        0.6,
+    );
+    old.version = "TLSv1.2".into();
+    let p = proc_with(vec![
+        old,
+        cfg("x25519", "ecdsa_p256", "TLS_AES_128_GCM_SHA256", false, 300.0, 0.6),
+    ]);
+    assert!(versions(
+        &proc_with(vec![cfg(
+            "x25519",
+            "ecdsa_p256",
+            "TLS_AES_128_GCM_SHA256",
+            false,
+            300.0,
+            0.6
+        )]),
+        10.0
+    )
+    .is_none());
+    let unseen = versions(&p, 10.0).unwrap();
+    assert_eq!(
+        unseen.title,
+        "nginx: 25% of handshakes negotiate TLSv1.2 rather than TLS 1.3"
+    );
+    assert!(unseen.clients.as_deref().unwrap().starts_with("clients: not seen"));
+    let p = seen_by(
+        p,
+        clients(
+            400.0,
+            &[("version", "TLSv1.3", 380.0), ("version", "TLSv1.2", 20.0)],
+            &[("tls13_only", "fail", 20.0), ("tls13_only", "negotiate", 380.0)],
+            &[],
+        ),
+    );
+    let v = versions(&p, 10.0).unwrap();
+    assert!(
+        v.evidence.contains(
+            "Clients still offering at most TLS 1.2: 5.0%; more clients offer TLS 1.3 than get it: the server holds them back."
+        ),
+        "{}",
+        v.evidence
+    );
+    assert_eq!(
+        v.clients.as_deref(),
+        Some("clients that would fail with TLS 1.3 only: 20 (5.0%); of 400 ClientHellos read in the window")
+    );
+    assert_eq!(v.number("below_tls13_per_second"), Some(10.0));
+    assert_eq!(v.saving_cpu, None);
+}
+
+#[test]
+fn resumption_refused_gives_the_exact_share_and_the_saving() {
+    let h = host();
+    let p = || {
+        proc_with(vec![
+            cfg("x25519", "ecdsa_p256", "TLS_AES_128_GCM_SHA256", false, 1000.0, 2.5),
+            cfg("x25519", "ecdsa_p256", "TLS_AES_128_GCM_SHA256", true, 100.0, 0.5),
+        ])
+    };
+    let refused = seen_by(
+        p(),
+        clients(
+            1100.0,
+            &[],
+            &[],
+            &[
+                ("psk", "full", 30.0),
+                ("psk", "resumed", 10.0),
+                ("ticket", "full", 20.0),
+                ("none", "full", 9.0),
+            ],
+        ),
+    );
+    let f = resumption_refused(&refused, 10.0, Some(&h)).unwrap();
+    assert_eq!(f.title, "nginx: 83% of returning clients got a full handshake");
+    // exactly refused / offered; "none" offered nothing to resume
+    assert_eq!(f.number("refused_share"), Some(50.0 / 60.0));
+    assert_eq!(
+        (f.number("returning_clients"), f.number("refused")),
+        (Some(60.0), Some(50.0))
+    );
+    assert_eq!(
+        (f.number("psk_refused"), f.number("ticket_offered")),
+        (Some(30.0), Some(20.0))
+    );
+    assert!(
+        f.evidence.starts_with(
+            "50 of 60 handshakes whose client offered to resume a session (40 offered a TLS 1.3 PSK (30 refused), 20 \
+             offered a TLS 1.2 session ticket (20 refused)) were full handshakes instead (83.3%, 5.0/s); a full \
+             handshake costs 2.500 ms, a resumed one 0.500 ms."
+        ),
+        "{}",
+        f.evidence
+    );
+    // 5 refused/s, each 2 ms more than a resumed one
+    assert!((f.saving_cpu.unwrap() - 5.0 * 2e-3).abs() < 1e-12);
+    for directive in [
+        "ssl_session_cache",
+        "ssl_session_timeout",
+        "ssl_session_tickets",
+        "ssl_session_ticket_key",
+        "SSLSessionCache ",
+        "SSLSessionCacheTimeout",
+        "SSLSessionTickets",
+        "tune.ssl.cachesize",
+        "tune.ssl.lifetime",
+        "sessionTimeout",
+        "ticketKeys",
+        "HCL Domino: `SSL_RESUMABLE_SESSIONS`",
+    ] {
+        assert!(f.fix.contains(directive), "{directive}: {}", f.fix);
+    }
+    for cause in ["too small", "timeout too short", "not shared", "load", "restart"] {
+        assert!(f.evidence.contains(cause), "{cause}: {}", f.evidence);
+    }
+    // Below 10% refused, or fewer than 20 returning clients: no finding.
+    let fine = seen_by(
+        p(),
+        clients(100.0, &[], &[], &[("psk", "full", 5.0), ("psk", "resumed", 55.0)]),
+    );
+    assert!(resumption_refused(&fine, 10.0, Some(&h)).is_none());
+    let few = seen_by(p(), clients(100.0, &[], &[], &[("ticket", "full", 19.0)]));
+    assert!(resumption_refused(&few, 10.0, Some(&h)).is_none());
+    assert!(
+        resumption_refused(&p(), 10.0, Some(&h)).is_none(),
+        "no ClientHello read"
+    );
+    // Every handshake refused (cache and tickets off): the share is exactly 1, the resumed
+    // cost from the host (a full one less the signature).
+    let all = seen_by(
+        proc_with(vec![cfg(
+            "x25519",
+            "ecdsa_p256",
+            "TLS_AES_128_GCM_SHA256",
+            false,
+            1000.0,
+            2.5,
+        )]),
+        clients(1000.0, &[], &[], &[("psk", "full", 700.0)]),
+    );
+    let f = resumption_refused(&all, 10.0, Some(&h)).unwrap();
+    assert_eq!(f.number("refused_share"), Some(1.0));
+    assert!(
+        (f.saving_cpu.unwrap() - 70.0 * 30e-6).abs() < 1e-12,
+        "{:?}",
+        f.saving_cpu
+    );
+}
+
+#[test]
+fn keepalive_spares_clients_that_offered_h2_behind_tls13() {
+    // h2load over TLS 1.3: 100 clients, 30 requests each on 30 concurrent streams: one
+    // exchange or so per connection, short-lived, the server's ALPN choice encrypted.
+    let h2load = |alpn: &str| {
+        let mut p = proc_with(vec![cfg(
+            "x25519",
+            "ecdsa_p256",
+            "TLS_AES_128_GCM_SHA256",
+            false,
+            100.0,
+            0.6,
+        )]);
+        p.full = 100.0;
+        let mut port = Port {
+            requests: 100.0,
+            ended: 100.0,
+            lifetime_sum: 10.0,
+            lifetime_count: 100.0,
+            ..Default::default()
+        };
+        port.closed_by.insert("client".into(), 100.0);
+        port.protocols.insert("encrypted".into(), 100.0);
+        p.ports.insert("443".into(), port);
+        if alpn.is_empty() {
+            p
+        } else {
+            seen_by(p, clients(100.0, &[("alpn", alpn, 100.0)], &[], &[]))
+        }
+    };
+    let soft = keepalive(&h2load("h2"), 10.0);
+    assert_eq!(soft.len(), 1);
+    assert_eq!(soft[0].rule, "keepalive_http2", "not the keep-alive finding");
+    assert_eq!(
+        soft[0].title,
+        "nginx: port 443: 1.0 exchanges per connection, but most clients offered HTTP/2, which may multiplex"
+    );
+    assert!(!soft[0].title.contains("new connection for every request"));
+    assert!(
+        soft[0].evidence.starts_with(
+            "10.0 connections/s ended carrying 1.0 exchanges each, lasting 100.000 ms on average; 100% of the port's \
+             ClientHellos offered h2, and TLS 1.3 hides the server's choice on 100% of its connections."
+        ),
+        "{}",
+        soft[0].evidence
+    );
+    assert_eq!(soft[0].saving_cpu, None);
+    // Clients that offered only HTTP/1.1, or no ClientHello read: the finding as before.
+    for alpn in ["http/1.1", ""] {
+        let k = keepalive(&h2load(alpn), 10.0);
+        assert_eq!(k.len(), 1, "{alpn}");
+        assert_eq!(
+            k[0].title,
+            "nginx: port 443: clients open a new connection for every request"
+        );
+    }
+}
