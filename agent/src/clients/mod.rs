@@ -3,7 +3,6 @@
 //! (policy.rs), and joined with what the server did (resumed or not).
 // Nothing outside the tests calls this module until the capture tracker counts ClientHellos
 // (issue 36, another change): remove this then.
-#![cfg_attr(not(test), allow(dead_code))]
 pub mod facts;
 pub mod join;
 pub mod policy;

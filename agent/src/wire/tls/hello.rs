@@ -5,7 +5,6 @@
 //! it, and the policies it is evaluated against, are in `crate::clients`.
 // Nothing outside the tests calls the parser until the capture tracker does (issue 36,
 // another change): remove this then.
-#![cfg_attr(not(test), allow(dead_code))]
 
 /// Entries kept per list (suites, groups, key shares, signature algorithms): real clients
 /// send at most ~60 suites; the rest is dropped.
