@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from harness.agent import Agent
+from harness.figures import figure
 from harness.clients import https_connections
 from harness.hellos import Hellos, sigalg_family
 from harness.servers import NODES, Nginx
@@ -47,7 +48,8 @@ one();
 
 
 def s_client(port: int, *args: str, sni: str | None = None, stdin: bytes = b"") -> subprocess.CompletedProcess:
-    argv = ["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-ign_eof", *args]
+    # with a request, read to the server's close (TLS 1.3 tickets come after the handshake)
+    argv = ["openssl", "s_client", "-connect", f"127.0.0.1:{port}", *(["-ign_eof"] if stdin else []), *args]
     argv += ["-servername", sni] if sni else ["-noservername"]
     return subprocess.run(argv, input=stdin, capture_output=True, timeout=20)
 
@@ -128,6 +130,8 @@ def test_offers_equal_what_the_clients_sent(workdir):
                 assert got[("key_share", "X25519MLKEM768")] >= 2, got
 
             policy = series(agent, "tlsprof_client_policy_outcomes_total", srv.port, "policy", "outcome")
+            for (p, outcome), n in sorted(policy.items()):  # the closing note's per-policy counts
+                figure("client_policy", n, policy=p, outcome=outcome, hellos=len(hellos))
             for p in POLICIES:  # each ClientHello once per policy
                 assert sum(v for (q, _), v in policy.items() if q == p) == len(hellos), (p, policy)
             no_ecdsa = sum(1 for h in hellos if "ecdsa" not in {sigalg_family(a) for a in h.sigalgs})
