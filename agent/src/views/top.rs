@@ -304,12 +304,15 @@ const CLIENT_ROWS: [(&str, &str); 5] = [
     ("resumption", "resumption"),
 ];
 
-fn wrapped(label: &str, items: &[String]) -> Vec<String> {
+fn wrapped(label: &str, items: &[String], max_lines: usize) -> Vec<String> {
     let mut out = Vec::new();
     let mut line = format!("{label:<10}");
     let mut empty = true;
     for item in items {
         if !empty && line.chars().count() + 2 + item.chars().count() > 80 {
+            if out.len() + 1 >= max_lines {
+                break; // the rest (least offered) does not fit
+            }
             out.push(std::mem::replace(&mut line, " ".repeat(10)));
             empty = true;
         }
@@ -341,7 +344,7 @@ fn client_lines(p: &Proc, secs: f64) -> Vec<String> {
             .map(|(v, n)| format!("{v} {}", pct(n / seen)))
             .collect();
         if !items.is_empty() {
-            out.extend(wrapped(label, &items));
+            out.extend(wrapped(label, &items, 1)); // most offered first: one line each
         }
     }
     let (offered, refused) = c.returning();
@@ -353,20 +356,28 @@ fn client_lines(p: &Proc, secs: f64) -> Vec<String> {
             pct(refused / offered)
         ));
     }
-    let policies: Vec<String> = c
+    // the policies that would break (or retry) the most clients first
+    let mut ranked: Vec<_> = c
         .policies()
         .into_iter()
-        .filter_map(|name| {
-            let n = c.policy(name)?;
-            Some(if n.hello_retry > 0.0 {
+        .filter_map(|name| c.policy(name).map(|n| (name, n)))
+        .collect();
+    ranked.sort_by(|a, b| {
+        let key = |n: &crate::views::snapshot::PolicyCount| n.fail_share() + n.hello_retry_share();
+        key(&b.1).total_cmp(&key(&a.1))
+    });
+    let policies: Vec<String> = ranked
+        .into_iter()
+        .map(|(name, n)| {
+            if n.hello_retry > 0.0 {
                 format!("{name} {}(+{} HRR)", pct(n.fail_share()), pct(n.hello_retry_share()))
             } else {
                 format!("{name} {}", pct(n.fail_share()))
-            })
+            }
         })
         .collect();
     if !policies.is_empty() {
-        out.extend(wrapped("would fail", &policies));
+        out.extend(wrapped("would fail", &policies, 2));
     }
     out
 }
@@ -485,14 +496,15 @@ fn draw(f: &mut Frame, v: &View) {
     if let Some(p) = list.get(selected) {
         let ports = port_rows(p, w.seconds);
         let clients = client_lines(p, w.seconds);
+        let configs = config_rows(p, w.seconds).len().clamp(1, 5) as u16 + 3;
+        let ports_height = ports.len().min(3) as u16 + 3;
+        // the configurations come first: the client lines get what is left
+        let room = detail.height.saturating_sub(configs + ports_height);
+        let clients_height = (clients.len() as u16).min(room);
         let [cfg, cli, prt] = Layout::vertical([
             Constraint::Min(3),
-            Constraint::Length(if clients.is_empty() {
-                0
-            } else {
-                clients.len().min(7) as u16 + 1
-            }),
-            Constraint::Length(ports.len().min(3) as u16 + 3),
+            Constraint::Length(if clients_height < 3 { 0 } else { clients_height }),
+            Constraint::Length(ports_height),
         ])
         .areas(detail);
         if let Some((title, rest)) = clients.split_first() {
@@ -645,8 +657,8 @@ mod tests {
             "alpn       http/1.1 100  h2 80",
             "resumption none 70  psk 30",
             "returning  30.0 returning/s, 25% got a full handshake",
-            "would fail ecdsa_only 5  mozilla_intermediate 5  mozilla_modern 5  no_cbc_3des 5",
-            "x25519_p256_only 0(+10 HRR)",
+            // the policies that break or retry the most come first
+            "would fail x25519_p256_only 0(+10 HRR)  ecdsa_only 5  mozilla_intermediate 5",
         ] {
             assert!(text.contains(want), "{want:?} not in\n{text}");
         }
