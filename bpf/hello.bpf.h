@@ -18,7 +18,7 @@
  * HELLO_MAX per connection. A first byte other than 0x16 ends it at once, nothing copied.
  *
  * Cost: the hook runs at every socket read of the machine. Before any map or storage
- * lookup it keeps only TCP sockets whose reader is still within the first HELLO_MAX bytes
+ * lookup it keeps only TCP sockets whose reader is still within the first HELLO_GATE bytes
  * of the client's stream (tcp bytes_received, rcv_nxt and copied_seq: loads from the
  * socket); the socket-storage lookup follows only for those, and stops there once the
  * connection's ClientHello is complete.
@@ -36,6 +36,11 @@
 #include "hello.h"
 
 #define HELLO_STEPS 8 /* record headers and bodies walked per read */
+/* Reads that start this far into the client's stream are not looked at (no storage
+ * lookup): a keep-alive connection's requests stop costing a lookup once its client has
+ * sent this much. Real ClientHellos end before it (a post-quantum one is ~1.8 KB); one
+ * longer, whose bytes past it come in reads of their own, is not read whole (not counted). */
+#define HELLO_GATE 4096
 
 #ifndef PF_IO_WORKER
 #define PF_IO_WORKER 0x00000010
@@ -81,7 +86,7 @@ static __always_inline struct conn_state *hello_wanted(struct sock *sk, int ret,
 	__s64 consumed = (__s64)tp->bytes_received - (__s64)(__u32)(tp->rcv_nxt - tp->copied_seq);
 	if (!(flags & MSG_PEEK))
 		consumed -= ret;
-	if (consumed >= HELLO_MAX)
+	if (consumed >= HELLO_GATE)
 		return NULL;
 	struct conn_state *c = conn_of(sk);
 	if (!c || c->hello.state != HELLO_ON)
@@ -354,7 +359,7 @@ static __always_inline struct conn_state *hello_wanted_before(const struct sock 
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	__u32 unread = BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq);
 	__s64 consumed = (__s64)BPF_CORE_READ(tp, bytes_received) - (__s64)unread;
-	if (consumed >= HELLO_MAX)
+	if (consumed >= HELLO_GATE)
 		return NULL;
 	struct conn_state *c = conn_of(sk);
 	return c && c->hello.state == HELLO_ON ? c : NULL;
