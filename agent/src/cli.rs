@@ -101,6 +101,11 @@ pub struct RunArgs {
     /// and labelled from what the server sends. To compare the estimate with the probes.
     #[arg(long, conflicts_with = "exact")]
     pub no_handshake_probes: bool,
+    /// Do not read clients' ClientHellos: no client metrics (offers, policies, returning
+    /// clients), and none of the capture's cost, a program on every socket read of the
+    /// machine (docs/how-it-works.md).
+    #[arg(long)]
+    pub no_client_hellos: bool,
     /// Write the processes attached so far to this file ("PID COMM" per line), replaced
     /// whole each time the set changes, once their listening ports are watched too: it
     /// appears after the first scan. For scripts and readiness probes to wait on.
@@ -143,6 +148,7 @@ impl RunArgs {
             overhead_budget: 0.005,
             hooks: HookMode::Auto,
             no_handshake_probes: false,
+            no_client_hellos: false,
             ready_file: None,
             avoid_hooks: Vec::new(),
             verbose: false,

@@ -260,7 +260,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     preflight::bpf_stats();
 
     let sample_hz = args.targets.sample_hz();
-    let mut kernel = Kernel::load(&btf, sample_hz, args.exact, &args.avoid_hooks)?;
+    let mut kernel = Kernel::load(&btf, sample_hz, args.exact, &args.avoid_hooks, !args.no_client_hellos)?;
     let mode = Mode::new(args.exact, kernel.served.wire_counts());
     if mode == Mode::Exact(mode::ExactWhy::NoWireCapture) {
         log::warn!(

@@ -190,9 +190,10 @@ impl Kernel {
     /// state lives by what this kernel accepts: socket storage where every capability that
     /// keeps connection state works with it, else a hash, if that serves more of them.
     /// `sample_hz` 0 leaves CPU attribution off; `avoid` names hooks not to use
-    /// (--avoid-hook). The uprobe programs are loaded, not attached (the agent attaches them
+    /// (--avoid-hook); `client_hellos` false leaves the ClientHello capture detached
+    /// (--no-client-hellos). The uprobe programs are loaded, not attached (the agent attaches them
     /// per process).
-    pub fn load(btf: &Btf, sample_hz: u64, exact: bool, avoid: &[String]) -> Result<Self> {
+    pub fn load(btf: &Btf, sample_hz: u64, exact: bool, avoid: &[String], client_hellos: bool) -> Result<Self> {
         let cpus = aya::util::online_cpus()
             .map_err(|(_, e)| e)
             .context("cannot read the online CPUs")?;
@@ -202,10 +203,10 @@ impl Kernel {
             Storage::Socket
         };
         let mut ebpf = load_object(cpus.len(), sample_hz, exact, first)?;
-        let mut served = attach_capabilities(&mut ebpf, btf, first, avoid)?;
+        let mut served = attach_capabilities(&mut ebpf, btf, first, avoid, client_hellos)?;
         if first == Storage::Socket && served.connections_short() {
             let mut hash = load_object(cpus.len(), sample_hz, exact, Storage::Hash)?;
-            let hash_served = attach_capabilities(&mut hash, btf, Storage::Hash, avoid)?;
+            let hash_served = attach_capabilities(&mut hash, btf, Storage::Hash, avoid, client_hellos)?;
             if hash_served.connection_score() > served.connection_score() {
                 (ebpf, served) = (hash, hash_served);
             }

@@ -86,7 +86,13 @@ impl Served {
 
 /// Attaches a hook for every capability this run needs, with connection state kept as
 /// `storage`. The required ones failing is an error.
-pub(super) fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, avoid: &[String]) -> Result<Served> {
+pub(super) fn attach_capabilities(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    storage: Storage,
+    avoid: &[String],
+    client_hellos: bool,
+) -> Result<Served> {
     let mut caps = Vec::new();
     for c in [&SCHEDULER, &PROCESSES] {
         match hooks::resolve(c, avoid, |h| hooks::attach_hook(ebpf, btf, h).map(drop)) {
@@ -128,8 +134,9 @@ pub(super) fn attach_capabilities(ebpf: &mut Ebpf, btf: &Btf, storage: Storage, 
     // The read side in every mode: the kernel estimate of handshake CPU opens its windows
     // at reads (bpf/estimate.bpf.h); with --exact it links handshake calls to connections.
     caps.push(on_conns(&READ_SIDE, true, ebpf));
-    // The ClientHello capture in every mode: it gates itself on the socket (bpf/hello.bpf.h).
-    caps.push(on_conns(&HELLO_CAPTURE, true, ebpf));
+    // The ClientHello capture in every mode (it gates itself on the socket:
+    // bpf/hello.bpf.h), unless --no-client-hellos.
+    caps.push(on_conns(&HELLO_CAPTURE, client_hellos, ebpf));
     caps.push(on_conns(&SEND_SIDE, !wire, ebpf));
     Ok(Served {
         storage,

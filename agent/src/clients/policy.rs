@@ -73,8 +73,6 @@ pub struct Policy {
     pub groups: &'static [u16],
     pub group_choice: GroupChoice,
     pub certs: &'static [Cert],
-    /// Where the lists come from.
-    pub source: &'static str,
 }
 
 const TLS12: u16 = 0x0303;
@@ -126,10 +124,10 @@ const MOZILLA_TLS13: &[u16] = &[0x1301, 0x1302, 0x1303];
 const MOZILLA_INTERMEDIATE_TLS12: &[u16] = &[0xC02B, 0xC02F, 0xC02C, 0xC030, 0xCCA9, 0xCCA8];
 /// 5.8 "tls_curves" (both): X25519MLKEM768, X25519, prime256v1, secp384r1.
 const MOZILLA_GROUPS: &[u16] = &[X25519MLKEM768, X25519, SECP256R1, SECP384R1];
-const MOZILLA_SOURCE: &str = "Mozilla Server Side TLS 5.8 (mozilla/ssl-config-generator \
-    src/static/guidelines/5.8.json, commit 858f8f74a4fd1293a3a7f5ab0c16eb1eb891393a)";
-const BASELINE_SOURCE: &str = "OpenSSL 3.0 defaults (TLS 1.2-1.3, DEFAULT suites, default groups), \
-    ECDSA P-256 and RSA 2048 certificates";
+// Sources (docs/clients.md): Mozilla Server Side TLS 5.8, mozilla/ssl-config-generator
+// src/static/guidelines/5.8.json at commit 858f8f74a4fd1293a3a7f5ab0c16eb1eb891393a; the
+// baseline is OpenSSL 3.0's defaults (TLS 1.2-1.3, DEFAULT suites, default groups) with
+// ECDSA P-256 and RSA 2048 certificates.
 
 /// The permissive server the single-change policies change one thing of: OpenSSL 3.0's
 /// defaults (TLS 1.2 and 1.3 — OpenSSL 3.0 allows TLS 1.0 and 1.1 only at security level
@@ -146,7 +144,6 @@ pub const BASELINE: Policy = Policy {
     groups: OPENSSL_GROUPS,
     group_choice: GroupChoice::ClientShare,
     certs: BOTH_CERTS,
-    source: BASELINE_SOURCE,
 };
 
 /// The candidate policies, in the label's order.
@@ -154,7 +151,7 @@ pub const POLICIES: [Policy; 8] = [
     // Modern: TLS 1.3 only, "certificate_types": ["ecdsa"] (P-256).
     Policy {
         name: "mozilla_modern",
-        title: "Mozilla modern (5.8)",
+        title: "Mozilla's modern configuration (5.8)",
         min_version: TLS13,
         max_version: TLS13,
         tls13_suites: MOZILLA_TLS13,
@@ -162,14 +159,13 @@ pub const POLICIES: [Policy; 8] = [
         groups: MOZILLA_GROUPS,
         group_choice: GroupChoice::ClientShare,
         certs: &[Cert::EcdsaP256],
-        source: MOZILLA_SOURCE,
     },
     // Intermediate: TLS 1.2 and 1.3. "certificate_types" allows ECDSA or RSA; the what-if
     // assumes the ECDSA P-256 certificate alone (Mozilla's recommended type, modern's): a
     // server with an RSA certificate too differs only for clients ecdsa_only fails.
     Policy {
         name: "mozilla_intermediate",
-        title: "Mozilla intermediate (5.8), ECDSA certificate",
+        title: "Mozilla's intermediate configuration (5.8, ECDSA certificate)",
         min_version: TLS12,
         max_version: TLS13,
         tls13_suites: MOZILLA_TLS13,
@@ -177,7 +173,6 @@ pub const POLICIES: [Policy; 8] = [
         groups: MOZILLA_GROUPS,
         group_choice: GroupChoice::ClientShare,
         certs: &[Cert::EcdsaP256],
-        source: MOZILLA_SOURCE,
     },
     Policy {
         name: "ecdsa_only",
@@ -193,26 +188,26 @@ pub const POLICIES: [Policy; 8] = [
     },
     Policy {
         name: "no_cbc_3des",
-        title: "AEAD suites only (no CBC, 3DES, RC4)",
+        title: "no CBC or 3DES suites",
         tls12_suites: OPENSSL_TLS12_AEAD,
         ..BASELINE
     },
     Policy {
         name: "no_rsa_kex",
-        title: "no RSA key transport",
+        title: "no RSA key exchange",
         tls12_suites: OPENSSL_TLS12_NO_RSA_KEX,
         ..BASELINE
     },
     Policy {
         name: "x25519_p256_only",
-        title: "groups X25519 and P-256 only",
+        title: "only X25519 and P-256",
         groups: &[X25519, SECP256R1],
         ..BASELINE
     },
     // Needs a server with ML-KEM (OpenSSL 3.5 and later); otherwise the baseline's.
     Policy {
         name: "pq_hybrid_first",
-        title: "X25519MLKEM768 first, then X25519, P-256, P-384 (server preference)",
+        title: "the post-quantum hybrid X25519MLKEM768 first",
         groups: &[X25519MLKEM768, X25519, SECP256R1, SECP384R1],
         group_choice: GroupChoice::ServerPreference,
         ..BASELINE

@@ -9,7 +9,7 @@ mod html;
 mod json;
 mod markdown;
 mod observe;
-mod rules;
+pub(crate) mod rules;
 
 use std::path::PathBuf;
 

@@ -87,19 +87,12 @@ pub(super) fn dominant(p: &Proc) -> Option<&Config> {
         .max_by(|a, b| a.handshakes.total_cmp(&b.handshakes))
 }
 
-/// What a policy is called in a finding.
+/// What a policy is called in a finding: its title (clients/policy.rs).
 pub fn policy_title(policy: &str) -> &'static str {
-    match policy {
-        "mozilla_modern" => "Mozilla's modern configuration",
-        "mozilla_intermediate" => "Mozilla's intermediate configuration",
-        "ecdsa_only" => "an ECDSA certificate only",
-        "tls13_only" => "TLS 1.3 only",
-        "no_cbc_3des" => "no CBC or 3DES suites",
-        "no_rsa_kex" => "no RSA key exchange",
-        "x25519_p256_only" => "only X25519 and P-256",
-        "pq_hybrid_first" => "the post-quantum hybrid X25519MLKEM768 first",
-        _ => "this policy",
-    }
+    crate::clients::policy::POLICIES
+        .iter()
+        .find(|p| p.name == policy)
+        .map_or("this policy", |p| p.title)
 }
 
 /// What the window's clients say of the change a finding recommends: the policies it
