@@ -21,21 +21,17 @@ PACKET_OUTGOING = 4  # loopback shows each segment twice: once leaving, once arr
 FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
 
 
-class Closes:
-    """with Closes(port) as cap: ...load...; then cap.by() gives
-    {"server": n, "client": n, "reset": n, "open": n}, under tlsprof's rule: the client's
-    FIN first (taken in by the server before it sent its own) makes "client" whatever
-    follows; otherwise any reset makes "reset"; otherwise
-    the server's FIN first makes "server". "open" counts connections with no FIN or reset
-    yet. Only connections whose SYN was seen count."""
+class Loopback:
+    """A packet socket on loopback, read on a thread of its own until stop(): each segment
+    once (loopback shows it leaving and arriving) goes to `_segment(frame)`, the first
+    `snaplen` bytes of its frame."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, snaplen: int = 128, rcvbuf: int = 8 << 20):
         self.port = port
-        self.conns: list[dict] = []
-        self._by_peer: dict[tuple, dict] = {}
+        self._snaplen = snaplen
         self._stop = threading.Event()
         self._sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self._sock.bind(("lo", 0))
         self._sock.settimeout(0.2)
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -57,13 +53,31 @@ class Closes:
     def _run(self):
         while not self._stop.is_set():
             try:
-                frame, addr = self._sock.recvfrom(128)  # headers only: the rest is discarded
+                frame, addr = self._sock.recvfrom(self._snaplen)
             except socket.timeout:
                 continue
             except OSError:
                 return
             if addr[2] != PACKET_OUTGOING:
                 self._segment(frame)
+
+    def _segment(self, frame: bytes):
+        raise NotImplementedError
+
+
+class Closes(Loopback):
+    """with Closes(port) as cap: ...load...; then cap.by() gives
+    {"server": n, "client": n, "reset": n, "open": n}, under tlsprof's rule: the client's
+    FIN first (taken in by the server before it sent its own) makes "client" whatever
+    follows; otherwise any reset makes "reset"; otherwise
+    the server's FIN first makes "server". "open" counts connections with no FIN or reset
+    yet. Only connections whose SYN was seen count. Reads the headers only: the payload is
+    cut off."""
+
+    def __init__(self, port: int):
+        super().__init__(port)
+        self.conns: list[dict] = []
+        self._by_peer: dict[tuple, dict] = {}
 
     def _segment(self, frame: bytes):
         ethertype = struct.unpack_from("!H", frame, 12)[0]

@@ -10,13 +10,9 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
-import threading
-import time
 from collections import Counter
 
-ETH_P_ALL = 0x0003
-PACKET_OUTGOING = 4
-SYN, ACK = 0x02, 0x10
+from harness.capture import ACK, SYN, Loopback
 
 VERSIONS = {0x0300: "SSLv3", 0x0301: "TLSv1", 0x0302: "TLSv1.1", 0x0303: "TLSv1.2", 0x0304: "TLSv1.3"}
 GROUPS = {23: "secp256r1", 24: "secp384r1", 25: "secp521r1", 26: "brainpoolP256r1", 27: "brainpoolP384r1",
@@ -168,45 +164,14 @@ def parse(stream: bytes) -> Hello | None:
     return None
 
 
-class Hellos:
+class Hellos(Loopback):
     """with Hellos(port) as cap: ...clients...; then cap.hellos() lists what each connection's
     client offered (connections whose SYN was seen), and cap.offers() sums them."""
 
     def __init__(self, port: int):
-        self.port = port
+        super().__init__(port, snaplen=1 << 17, rcvbuf=16 << 20)
         self._conns: dict[tuple, dict] = {}
         self._order: list[dict] = []
-        self._stop = threading.Event()
-        self._sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
-        self._sock.bind(("lo", 0))
-        self._sock.settimeout(0.2)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
-    def stop(self):
-        if not self._stop.is_set():
-            time.sleep(0.3)
-            self._stop.set()
-            self._thread.join(5)
-            self._sock.close()
-
-    def _run(self):
-        while not self._stop.is_set():
-            try:
-                frame, addr = self._sock.recvfrom(1 << 17)
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            if addr[2] != PACKET_OUTGOING:
-                self._segment(frame)
 
     def _segment(self, frame: bytes):
         ethertype = struct.unpack_from("!H", frame, 12)[0]
