@@ -146,17 +146,22 @@ static __always_inline void conn_accepted(const struct sock *sk)
 		return;
 	struct conn_state init = {
 		.life = {
-			.id = conn_new_id(),
 			.start_ns = bpf_ktime_get_ns(),
 			.netns = p.netns,
 			.port = p.port,
 		},
 	};
+	__u32 start = data_read(sk);
+	/* its first data may have been walked on the listening socket already, under an
+	 * identity taken then (hello_skb.bpf.h) */
+	init.life.id = hello_early_take(sk, start, &init.hello);
+	if (!init.life.id) {
+		init.life.id = conn_new_id();
+		hello_accepted(&init.hello, start);
+	}
 	if (!init.life.id)
 		return;
-	__u32 start = data_read(sk);
 	req_accepted(&init.req, ps->slot, start);
-	hello_accepted(&init.hello, start);
 	if (!conn_create(sk, &init)) {
 		stat_inc(STAT_CONN_STORAGE_FULL);
 		return;

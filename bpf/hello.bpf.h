@@ -94,10 +94,25 @@ static __always_inline struct conn_state *hello_wanted(struct sock *sk, int ret,
 	return c;
 }
 
-/* Sends n bytes of the client's stream at user address ptr, at stream offset `at`, with
+/*
+ * Where the bytes walked are: a read's user buffer (skb NULL: `at` is their address), or a
+ * packet as it reaches the socket (hello_skb.bpf.h: `at` is their offset in skb). Each
+ * function that reads them comes in one body, inlined with a constant NULL for reads, so
+ * a tracing program holds no packet helper and the packet program no user-memory read.
+ */
+static __always_inline long hello_load(struct __sk_buff *skb, void *to, __u32 n, __u64 at)
+{
+	if (skb)
+		return bpf_skb_load_bytes(skb, at, to, n);
+	return bpf_probe_read_user(to, n, (void *)at);
+}
+
+/* Sends n bytes of the client's stream at `ptr` (hello_load), at stream offset `at`, with
  * `flags` (HELLO_*) on the last event; false if they could not be read. Never through a
- * map: read straight into ring-buffer reservations. */
-static __always_inline bool hello_send(const struct conn_state *c, __u64 ptr, __u32 n, __u32 at, __u8 flags)
+ * map: read straight into ring-buffer reservations. An event from a packet carries tgid 0:
+ * it runs where the packet arrives, not in the server (the agent takes the port's owner). */
+static __always_inline bool hello_send(const struct conn_state *c, struct __sk_buff *skb, __u64 ptr, __u32 n,
+				       __u32 at, __u8 flags)
 {
 	for (int i = 0; i < HELLO_MAX / WIRE_CHUNK; i++) {
 		__u32 k = n < WIRE_CHUNK ? n : WIRE_CHUNK;
@@ -111,12 +126,12 @@ static __always_inline bool hello_send(const struct conn_state *c, __u64 ptr, __
 		}
 		__u64 sz = k;
 		asm volatile("" : "+r"(sz));
-		if (sz > WIRE_CHUNK || (sz && bpf_probe_read_user(e->data, sz, (void *)ptr))) {
+		if (sz > WIRE_CHUNK || (sz && hello_load(skb, e->data, sz, ptr))) {
 			bpf_ringbuf_discard(e, 0);
 			return false;
 		}
 		e->conn_id = c->life.id;
-		e->tgid = bpf_get_current_pid_tgid() >> 32;
+		e->tgid = skb ? 0 : bpf_get_current_pid_tgid() >> 32;
 		e->netns = c->life.netns;
 		e->port = c->life.port;
 		e->kind = WIRE_EV_HELLO;
@@ -134,21 +149,21 @@ static __always_inline bool hello_send(const struct conn_state *c, __u64 ptr, __
 }
 
 /* The capture gives up (why: HELLO_*): says so, with nothing more. */
-static __always_inline void hello_stop(struct conn_state *c, __u8 why)
+static __always_inline void hello_stop(struct conn_state *c, struct __sk_buff *skb, __u8 why)
 {
 	c->hello.state = HELLO_DONE;
-	hello_send(c, 0, 0, c->hello.seen, why);
+	hello_send(c, skb, 0, 0, c->hello.seen, why);
 }
 
 /* Reads n (at most 5) bytes at ptr into the state's array `to` (8 bytes) from index `have`. */
-static __always_inline bool hello_take_bytes(__u8 *to, __u8 have, __u64 ptr, __u32 n)
+static __always_inline bool hello_take_bytes(struct __sk_buff *skb, __u8 *to, __u8 have, __u64 ptr, __u32 n)
 {
 	__u8 tmp[8] = {};
 	__u64 sz = n;
 	asm volatile("" : "+r"(sz)); /* a bound the verifier follows */
 	if (sz > 5)
 		return false;
-	if (sz && bpf_probe_read_user(tmp, sz, (void *)ptr))
+	if (sz && hello_load(skb, tmp, sz, ptr))
 		return false;
 	for (int k = 0; k < 5; k++) {
 		if (k < n)
@@ -162,7 +177,8 @@ static __always_inline bool hello_take_bytes(__u8 *to, __u8 have, __u64 ptr, __u
  * belong to the ClientHello's records (the rest is never looked at); *why: HELLO_* when the
  * capture ends (HELLO_LAST: complete).
  */
-static __noinline __u32 hello_walk(struct hello_conn *h, __u64 ptr, __u32 avail, __u8 *why)
+static __always_inline __u32 hello_walk_from(struct hello_conn *h, struct __sk_buff *skb, __u64 ptr, __u32 avail,
+					     __u8 *why)
 {
 	__u32 take = 0;
 	for (int i = 0; i < HELLO_STEPS; i++) {
@@ -177,7 +193,7 @@ static __noinline __u32 hello_walk(struct hello_conn *h, __u64 ptr, __u32 avail,
 			}
 			__u32 want = 5 - (h->hdr_have & 7);
 			__u32 got = left < want ? left : want;
-			if (got > 5 || !hello_take_bytes(h->hdr, h->hdr_have, ptr + take, got)) {
+			if (got > 5 || !hello_take_bytes(skb, h->hdr, h->hdr_have, ptr + take, got)) {
 				*why = HELLO_UNREADABLE;
 				return take;
 			}
@@ -205,7 +221,7 @@ static __noinline __u32 hello_walk(struct hello_conn *h, __u64 ptr, __u32 avail,
 			__u32 got = t < want ? t : want;
 			__u8 m[8] = {};
 			__builtin_memcpy(m, h->msg, 4);
-			if (!hello_take_bytes(m, h->msg_have, ptr + take, got)) {
+			if (!hello_take_bytes(skb, m, h->msg_have, ptr + take, got)) {
 				*why = HELLO_UNREADABLE;
 				return take;
 			}
@@ -231,31 +247,45 @@ static __noinline __u32 hello_walk(struct hello_conn *h, __u64 ptr, __u32 avail,
 	return take;
 }
 
+/* The walk as a function of its own, for reads and for packets (it is the biggest part). */
+static __noinline __u32 hello_walk(struct hello_conn *h, __u64 ptr, __u32 avail, __u8 *why)
+{
+	return hello_walk_from(h, NULL, ptr, avail, why);
+}
+
+static __noinline __u32 hello_walk_skb(struct hello_conn *h, struct __sk_buff *skb, __u32 off, __u32 avail,
+				       __u8 *why)
+{
+	if (!skb)
+		return 0;
+	return hello_walk_from(h, skb, off, avail, why);
+}
+
 /*
- * A read of `ret` bytes of a connection whose ClientHello is being captured (hello_wanted);
- * buf: the user address the read's bytes went to, 0 if the hook cannot tell.
+ * `n` bytes of the client's stream at stream position `pos` (tcp sequence number), at
+ * `ptr` (hello_load; a read's buffer: 0 if the hook cannot tell where), of a connection
+ * whose ClientHello is being captured: those not looked at yet are walked and sent.
  */
-static __always_inline void hello_read(struct sock *sk, struct conn_state *c, int ret, int flags, __u64 buf)
+static __always_inline void hello_bytes(struct conn_state *c, struct __sk_buff *skb, __u32 pos, __u32 n, __u64 ptr)
 {
 	struct hello_conn *h = &c->hello;
-	__u32 pos = (flags & MSG_PEEK) ? BPF_CORE_READ((struct tcp_sock *)sk, copied_seq) : data_read(sk) - (__u32)ret;
 	__s32 off = (__s32)(pos - h->start);
-	if (off < 0 || (__u32)off + (__u32)ret <= h->seen)
-		return; /* nothing new (a peek read again, or bytes before the stream's start) */
+	if (off < 0 || (__u32)off + n <= h->seen)
+		return; /* nothing new (a peek read again, a packet sent again, or bytes before the stream's start) */
 	if ((__u32)off > h->seen) {
-		hello_stop(c, HELLO_GAP);
+		hello_stop(c, skb, HELLO_GAP); /* read where no hook saw, or a packet out of order */
 		return;
 	}
-	if (!buf) {
-		hello_stop(c, HELLO_UNREADABLE);
+	if (!skb && !ptr) {
+		hello_stop(c, skb, HELLO_UNREADABLE);
 		return;
 	}
 	__u32 skip = h->seen - (__u32)off;
-	__u64 ptr = buf + skip;
+	ptr += skip;
 	if (h->seen == 0 && h->hdr_have == 0) {
 		__u8 first = 0;
-		if (bpf_probe_read_user(&first, 1, (void *)ptr)) {
-			hello_stop(c, HELLO_UNREADABLE);
+		if (hello_load(skb, &first, 1, ptr)) {
+			hello_stop(c, skb, HELLO_UNREADABLE);
 			return;
 		}
 		if (first != 22) {
@@ -264,18 +294,28 @@ static __always_inline void hello_read(struct sock *sk, struct conn_state *c, in
 		}
 	}
 	__u8 why = 0;
-	__u32 take = hello_walk(h, ptr, (__u32)ret - skip, &why);
+	__u32 take = skb ? hello_walk_skb(h, skb, ptr, n - skip, &why) : hello_walk(h, ptr, n - skip, &why);
 	if (take > HELLO_MAX)
 		take = HELLO_MAX;
 	if (!take && !why)
 		return;
-	if (!hello_send(c, ptr, take, h->seen, why)) {
-		hello_stop(c, HELLO_UNREADABLE);
+	if (!hello_send(c, skb, ptr, take, h->seen, why)) {
+		hello_stop(c, skb, HELLO_UNREADABLE);
 		return;
 	}
 	h->seen += take;
 	if (why)
 		h->state = HELLO_DONE;
+}
+
+/*
+ * A read of `ret` bytes of a connection whose ClientHello is being captured (hello_wanted);
+ * buf: the user address the read's bytes went to, 0 if the hook cannot tell.
+ */
+static __always_inline void hello_read(struct sock *sk, struct conn_state *c, int ret, int flags, __u64 buf)
+{
+	__u32 pos = (flags & MSG_PEEK) ? BPF_CORE_READ((struct tcp_sock *)sk, copied_seq) : data_read(sk) - (__u32)ret;
+	hello_bytes(c, NULL, pos, (__u32)ret, buf);
 }
 
 /* recvmsg's user msghdr, as far as it is read. */

@@ -2,9 +2,9 @@
 //! maps each step to its folder.
 mod agent;
 mod bounds;
-mod clients;
 mod bpf;
 mod cli;
+mod clients;
 mod clock;
 mod conns;
 mod cpu;

@@ -17,8 +17,8 @@ use super::{
 };
 use crate::{
     bounds,
-    clients::join::Clients,
     bpf::{handshake as hs, wire::WireEvent},
+    clients::join::Clients,
     metrics::{Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels},
     wire::{
         tracker::{self, ClientHello, Seen},
@@ -599,7 +599,11 @@ mod tests {
         h.on_wire(vec![wire(NGINX, 1, WIRE_EV_HELLO, HELLO_CUT, &[])], &p, t0);
         assert_eq!(unread("cut"), 1);
         // not a ClientHello (whatever the parser): malformed, once
-        h.on_wire(vec![wire(NGINX, 2, WIRE_EV_HELLO, HELLO_LAST, &[21, 3, 3, 0, 2, 2, 40])], &p, t0);
+        h.on_wire(
+            vec![wire(NGINX, 2, WIRE_EV_HELLO, HELLO_LAST, &[21, 3, 3, 0, 2, 2, 40])],
+            &p,
+            t0,
+        );
         assert_eq!(unread("malformed"), 1);
         // a process no longer known: not counted
         h.on_wire(vec![wire(99, 3, WIRE_EV_HELLO, HELLO_CUT, &[])], &p, t0);

@@ -95,6 +95,8 @@ impl Agent {
     fn scan(&mut self) {
         let t = Instant::now();
         self.targets.scan(&mut self.kernel, &mut self.profiler, &self.metrics);
+        let pids: Vec<u32> = self.targets.named().map(|(pid, _)| pid).collect();
+        self.kernel.watch_cgroups(&pids);
         self.kernel.settle_read_side();
         self.kernel.release_idle_uprobes();
         let ports = Instant::now();
@@ -125,6 +127,7 @@ impl Agent {
             conns,
             notices,
         } = self.kernel.drain();
+        let wire = self.ports.own_client_hellos(wire);
         let now = Instant::now();
         // Wire bytes first: a handshake event finds its connection's parameters; and
         // handshakes before exits: a process's last handshakes arrive before its exit.

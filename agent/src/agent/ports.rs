@@ -15,6 +15,7 @@ use crate::{
     bpf::{
         conn::{conn_event, conn_port, conn_port_stats, CONN_PORTS_ENTRIES, CONN_PORT_TLS},
         loader::Kernel,
+        wire::{WireEvent, WIRE_EV_HELLO},
     },
     conns::Churn,
     discovery::procfs,
@@ -38,6 +39,8 @@ pub struct Ports {
     /// (conn_port_stats.plain) as last counted as failed handshakes: it moves once the
     /// port carries TLS (bounded by the watched ports).
     plain_seen: HashMap<conn_port, u64>,
+    /// A traced process listening on each watched port (the first found).
+    owners: HashMap<conn_port, u32>,
     /// Names of ports no longer listened on, for connections that close afterwards.
     port_names: HashMap<conn_port, String>,
     /// Each traced process's listening sockets (listening_of); bounded by the traced set.
@@ -84,6 +87,7 @@ impl Ports {
             ports: BTreeMap::new(),
             plain_seen: HashMap::new(),
             port_names: HashMap::new(),
+            owners: HashMap::new(),
             owned: HashMap::new(),
             listening: HashMap::new(),
             listen_seen: None,
@@ -98,6 +102,7 @@ impl Ports {
     /// seen carrying TLS).
     pub fn refresh<'a>(&mut self, traced: impl Iterator<Item = (u32, &'a str)>, k: &mut Kernel) -> Failed {
         let mut now: BTreeMap<conn_port, String> = BTreeMap::new();
+        let mut owners: HashMap<conn_port, u32> = HashMap::new();
         // Read before the listening sockets: a socket that starts listening meanwhile moves
         // it past what the next scan compares.
         let changes = k.listen_changes();
@@ -139,8 +144,9 @@ impl Ports {
                 continue;
             };
             for (port, _) in table.iter().filter(|(_, ino)| mine.contains(ino)) {
-                now.entry(conn_port::new(netns, *port))
-                    .or_insert_with(|| name.to_string());
+                let key = conn_port::new(netns, *port);
+                now.entry(key).or_insert_with(|| name.to_string());
+                owners.entry(key).or_insert(pid);
             }
         }
         let left_out = cap_ports(&mut now, &self.ports);
@@ -185,12 +191,23 @@ impl Ports {
                 ports.push(key.port);
             }
         }
+        owners.retain(|key, _| now.contains_key(key));
+        self.owners = owners;
         self.ports = now;
         // a port watched again starts from zero in the kernel
         self.plain_seen.retain(|key, _| self.ports.contains_key(key));
         self.churn.refresh(&namespaces);
         self.churn.retain_namespaces(&namespaces.keys().copied().collect());
         failed
+    }
+
+    /// ClientHello bytes read from the client's packets (bpf/hello_skb.bpf.h) carry no
+    /// process (tgid 0: they arrive in no process's time): they are the port's owner's.
+    pub fn own_client_hellos(&self, mut wire: Vec<WireEvent>) -> Vec<WireEvent> {
+        for e in wire.iter_mut().filter(|e| e.kind == WIRE_EV_HELLO && e.tgid == 0) {
+            e.tgid = self.owners.get(&conn_port::new(e.netns, e.port)).copied().unwrap_or(0);
+        }
+        wire
     }
 
     /// The connections closed without TLS on each watched port that carries TLS, since last

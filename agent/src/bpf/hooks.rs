@@ -5,7 +5,7 @@ use anyhow::{Context as _, Result};
 use aya::{
     programs::{
         fentry::FEntryLinkId, fexit::FExitLinkId, kprobe::KProbeLinkId, raw_trace_point::RawTracePointLinkId,
-        tp_btf::BtfTracePointLinkId, BtfTracePoint, FEntry, FExit, KProbe, Program, RawTracePoint,
+        tp_btf::BtfTracePointLinkId, BtfTracePoint, CgroupSkb, FEntry, FExit, KProbe, Program, RawTracePoint,
     },
     Btf, Ebpf,
 };
@@ -21,6 +21,9 @@ pub enum Attach {
     FExit(&'static str),
     /// A kprobe or kretprobe (the program's section says which) on a kernel function.
     KProbe(&'static str),
+    /// A cgroup_skb ingress program: loaded here, attached per cgroup by the agent
+    /// (hello_cgroups.rs), so it needs a cgroup v2 hierarchy.
+    CgroupIngress,
 }
 
 /// One way to serve a capability: its programs, all attached or none.
@@ -189,13 +192,17 @@ pub const READ_SIDE: Capability = Capability {
     on_connections: true,
 };
 
-/// The client's ClientHello, from the server's reads (bpf/hello.bpf.h): attached in every
-/// mode, its own programs beside the read side's (which readside.rs attaches and detaches).
-/// The tracepoint's program finds the read's buffer from the syscall's saved registers
-/// (bpf_task_pt_regs, 5.15+), fexit and the kretprobe (hash mode) from the msghdr's iterator.
+/// The client's ClientHello (bpf/hello.bpf.h), attached in every mode: from its packets
+/// where a cgroup v2 hierarchy lets the packet program be attached to the traced processes'
+/// cgroups (bpf/hello_skb.bpf.h: it runs for their sockets' packets only), else from the
+/// server's reads, its own programs beside the read side's (which readside.rs attaches and
+/// detaches): those run at every socket read of the machine. The tracepoint's program finds
+/// the read's buffer from the syscall's saved registers (bpf_task_pt_regs, 5.15+), fexit and
+/// the kretprobe (hash mode) from the msghdr's iterator.
 pub const HELLO_CAPTURE: Capability = Capability {
     name: "hello_capture",
     hooks: &[
+        hook("cgroup_skb/ingress", &[("hello_ingress", CgroupIngress)]),
         hook("tp_btf/sock_recv_length", &[("hello_recv", TpBtf("sock_recv_length"))]),
         hook("fexit/sock_recvmsg", &[("hello_recv_fexit", FExit("sock_recvmsg"))]),
         hook(
@@ -376,6 +383,8 @@ pub enum LinkRef {
     FEntry(FEntryLinkId),
     FExit(FExitLinkId),
     KProbe(KProbeLinkId),
+    /// Loaded, attached elsewhere (CgroupIngress: hello_cgroups.rs keeps its links).
+    Loaded,
 }
 
 /// Loads and attaches every program of `h`: their links; on any failure, unloads those it
@@ -416,6 +425,7 @@ pub fn reattach_hook(ebpf: &mut Ebpf, h: &Hook) -> Result<Vec<(&'static str, Lin
             FEntry(_) => <&mut FEntry>::try_from(p)?.attach().map(LinkRef::FEntry),
             FExit(_) => <&mut FExit>::try_from(p)?.attach().map(LinkRef::FExit),
             KProbe(f) => <&mut KProbe>::try_from(p)?.attach(f, 0).map(LinkRef::KProbe),
+            CgroupIngress => Ok(LinkRef::Loaded),
         };
         match link {
             Ok(l) => done.push((name, l)),
@@ -471,6 +481,7 @@ fn unload(p: &mut Program) -> Result<(), aya::programs::ProgramError> {
         Program::FEntry(p) => p.unload(),
         Program::FExit(p) => p.unload(),
         Program::KProbe(p) => p.unload(),
+        Program::CgroupSkb(p) => p.unload(),
         _ => Ok(()),
     }
 }
@@ -504,6 +515,14 @@ fn attach_program(ebpf: &mut Ebpf, btf: &Btf, name: &str, how: Attach) -> Result
             let p: &mut KProbe = p.try_into()?;
             p.load()?;
             LinkRef::KProbe(p.attach(f, 0)?)
+        }
+        CgroupIngress => {
+            if super::hello_cgroups::cgroup2_root().is_none() {
+                anyhow::bail!("no cgroup v2 hierarchy is mounted");
+            }
+            let p: &mut CgroupSkb = p.try_into()?;
+            p.load()?;
+            LinkRef::Loaded
         }
     })
 }

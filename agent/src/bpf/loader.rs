@@ -19,7 +19,8 @@ use super::{
     conn::{self as cn, conn_port, conn_port_stats},
     cpu as pc,
     handshake::{self as hs, hs_hits, hs_key, hs_state},
-    hooks::{self, CONNECTIONS, READ_SIDE},
+    hello_cgroups::{self, HelloCgroups},
+    hooks::{self, CONNECTIONS, HELLO_CAPTURE, READ_SIDE},
     proc::{proc_notice, proc_traced},
     read_record,
     readside::ReadSide,
@@ -75,6 +76,9 @@ pub struct Kernel {
     pub(super) detacher: Detacher,
     /// Uprobes shared per file (shared_uprobes.rs), where tracefs allows.
     pub(super) shared_uprobes: Option<SharedUprobes>,
+    /// Where the ClientHello capture reads packets (the traced processes' cgroups), when
+    /// its packet program serves it.
+    hello_cgroups: Option<HelloCgroups>,
     /// Handed to the Profiler (take_samples).
     cpu_samples: Option<RingBuf<MapData>>,
     /// Entries the agent could not put in a full map (traced, conn_ports, hs_detached) or
@@ -245,6 +249,12 @@ impl Kernel {
         if sample_hz > 0 {
             attach_sampler(&mut ebpf, &cpus, sample_hz)?;
         }
+        let hello_cgroups = match served.of(HELLO_CAPTURE.name) {
+            Some(hooks::Served::By(h)) if h.programs.iter().any(|(_, how)| *how == hooks::Attach::CgroupIngress) => {
+                hello_cgroups::cgroup2_root().map(HelloCgroups::new)
+            }
+            _ => None,
+        };
         Ok(Self {
             served,
             hs_events: take(&mut ebpf, "hs_events")?,
@@ -265,12 +275,21 @@ impl Kernel {
             exact,
             read_side,
             readers: Default::default(),
+            hello_cgroups,
             cpu_samples: Some(take(&mut ebpf, "cpu_samples")?),
             detacher: Detacher::start()?,
             shared_uprobes: open_shared_uprobes(avoid),
             full: Dropped::default(),
             ebpf,
         })
+    }
+
+    /// The ClientHello capture's packet program on the cgroups of the traced processes
+    /// (`pids`: all of them), where it serves (hello_cgroups.rs).
+    pub fn watch_cgroups(&mut self, pids: &[u32]) {
+        if let Some(h) = &mut self.hello_cgroups {
+            h.sync(&mut self.ebpf, pids, &mut self.full);
+        }
     }
 
     /// The CPU samples' ring buffer, for the Profiler (once).

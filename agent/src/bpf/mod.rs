@@ -5,6 +5,7 @@ pub mod calib;
 pub mod conn;
 pub mod cpu;
 pub mod handshake;
+pub mod hello_cgroups;
 pub mod hooks;
 pub mod loader;
 pub mod proc;

@@ -12,7 +12,10 @@ use std::{
 use super::{facts, policy};
 use crate::{
     metrics::{Metrics, OfferLabels, PolicyLabels, ReasonLabels, ResumptionLabels, SniLabels},
-    wire::{tls::hello::{Offer, Resumption}, tracker::ConnId},
+    wire::{
+        tls::hello::{Offer, Resumption},
+        tracker::ConnId,
+    },
 };
 
 /// How long a connection's offer is kept for what the server did: its capture ends within

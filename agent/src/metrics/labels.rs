@@ -66,9 +66,24 @@ label_set!(ClosedByLabels { comm, port, closed_by });
 label_set!(ProtocolLabels { comm, port, protocol });
 label_set!(OnlyPortLabels { port });
 label_set!(SniLabels { comm, port, sni });
-label_set!(OfferLabels { comm, port, offer, value });
-label_set!(PolicyLabels { comm, port, policy, outcome });
-label_set!(ResumptionLabels { comm, port, offered, result });
+label_set!(OfferLabels {
+    comm,
+    port,
+    offer,
+    value
+});
+label_set!(PolicyLabels {
+    comm,
+    port,
+    policy,
+    outcome
+});
+label_set!(ResumptionLabels {
+    comm,
+    port,
+    offered,
+    result
+});
 label_set!(CategoryLabels { comm, category });
 label_set!(PrimitiveLabels { comm, primitive });
 label_set!(LibraryLabels { comm, library, symbols });

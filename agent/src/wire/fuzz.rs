@@ -33,7 +33,10 @@ fn feed(plain: &[u8], cuts: &[usize], records: &[(usize, Vec<u8>)], end: u8) -> 
         let _ = (t.lookup(ID), t.give_up(ID));
     }
     let before = t.lookup(ID);
-    (before, t.on_event(ev(WIRE_EV_END, end, &[]), t0).and_then(Seen::handshake))
+    (
+        before,
+        t.on_event(ev(WIRE_EV_END, end, &[]), t0).and_then(Seen::handshake),
+    )
 }
 
 fn output() -> impl Strategy<Value = Vec<u8>> {

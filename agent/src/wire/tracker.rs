@@ -419,7 +419,10 @@ mod tests {
             panic!("{:?}", t.lookup(id))
         };
         assert_eq!((l.version, l.resumed, l.cert), ("TLSv1.2", true, tls::NONE));
-        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0).and_then(Seen::handshake).unwrap();
+        let h = t
+            .on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0)
+            .and_then(Seen::handshake)
+            .unwrap();
         assert!(h.ok && h.hello && h.complete);
         assert_eq!((h.tgid, h.port, h.labels), (7, 8443, l));
         assert_eq!(t.in_flight(), 0);
@@ -434,17 +437,26 @@ mod tests {
         let t0 = Instant::now();
         let mut t = Tracker::default();
         t.on_event(ev(WIRE_EV_DATA, 0, &[21, 3, 3, 0, 2, 2, 40]), t0);
-        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_ALERT, &[]), t0).and_then(Seen::handshake).unwrap();
+        let h = t
+            .on_event(ev(WIRE_EV_END, WIRE_END_ALERT, &[]), t0)
+            .and_then(Seen::handshake)
+            .unwrap();
         assert!(!h.ok && !h.hello);
         assert_eq!(h.labels, Negotiated::UNKNOWN);
         // closed after the ServerHello: the server's part did not finish
         let bytes = resumed12();
         t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..79]), t0);
-        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_CLOSED, &[]), t0).and_then(Seen::handshake).unwrap();
+        let h = t
+            .on_event(ev(WIRE_EV_END, WIRE_END_CLOSED, &[]), t0)
+            .and_then(Seen::handshake)
+            .unwrap();
         assert!(!h.ok && h.hello);
         // gave up on a cap after the ServerHello: counted, labels as far as seen
         t.on_event(ev(WIRE_EV_DATA, 0, &bytes), t0);
-        let h = t.on_event(ev(WIRE_EV_END, WIRE_END_CAP, &[]), t0).and_then(Seen::handshake).unwrap();
+        let h = t
+            .on_event(ev(WIRE_EV_END, WIRE_END_CAP, &[]), t0)
+            .and_then(Seen::handshake)
+            .unwrap();
         assert!(h.ok && h.hello);
         // an END without a capture (lost events) says nothing
         assert!(t.on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0).is_none());
@@ -492,7 +504,9 @@ mod tests {
         let evicted = (fit / 16) as u64;
         assert_eq!(t.dropped.get("wire_captures"), evicted);
         assert_eq!(t.plain_bytes, (fit + 1 - evicted as usize) * MAX_PLAIN);
-        let ended = t.on_event(conn_ev(fit as u64, WIRE_EV_END, WIRE_END_CLOSED, &[]), t0).and_then(Seen::handshake);
+        let ended = t
+            .on_event(conn_ev(fit as u64, WIRE_EV_END, WIRE_END_CLOSED, &[]), t0)
+            .and_then(Seen::handshake);
         assert!(ended.is_some());
         assert_eq!(t.plain_bytes, (fit - evicted as usize) * MAX_PLAIN);
     }
@@ -504,7 +518,9 @@ mod tests {
         let alert = [21, 3, 3, 0, 2, 2, 40];
         let end = |t: &mut Tracker, sk: u64, at: Instant| {
             t.on_event(conn_ev(sk, WIRE_EV_DATA, 0, &alert), at);
-            t.on_event(conn_ev(sk, WIRE_EV_END, WIRE_END_ALERT, &[]), at).and_then(Seen::handshake).unwrap();
+            t.on_event(conn_ev(sk, WIRE_EV_END, WIRE_END_ALERT, &[]), at)
+                .and_then(Seen::handshake)
+                .unwrap();
         };
         for sk in 0..MAX_ENDED as u64 + 10 {
             end(&mut t, sk, t0);
@@ -563,7 +579,10 @@ mod tests {
         // one event missing: lost, once
         t.on_event(hello_ev(2, 0, 0, &[22; 10]), t0);
         assert!(t.on_event(hello_ev(2, 20, 0, &[22; 10]), t0).is_none());
-        assert_eq!(hello(t.on_event(hello_ev(2, 30, HELLO_LAST, &[1]), t0)).offer, Err(Unread::Lost));
+        assert_eq!(
+            hello(t.on_event(hello_ev(2, 30, HELLO_LAST, &[1]), t0)).offer,
+            Err(Unread::Lost)
+        );
         assert_eq!((t.hellos.len(), t.hello_bytes), (0, 0));
         // the kernel gave up: why
         for (why, unread) in [
@@ -601,7 +620,10 @@ mod tests {
         // more than the kernel ever sends for one: lost, and its bytes given back
         let big = vec![0u8; HELLO_MAX];
         t.on_event(hello_ev(evicted, 3, 0, &big), t0);
-        assert_eq!(hello(t.on_event(hello_ev(evicted, 3, HELLO_LAST, &[]), t0)).offer, Err(Unread::Lost));
+        assert_eq!(
+            hello(t.on_event(hello_ev(evicted, 3, HELLO_LAST, &[]), t0)).offer,
+            Err(Unread::Lost)
+        );
         assert_eq!(t.hello_bytes, 3 * t.hellos.len());
     }
 }
