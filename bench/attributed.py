@@ -24,6 +24,7 @@ Usage: bench/attributed.py [--runs N] [--seconds S] [--modes default,exact,min-b
 Needs perf (Debian: linux-perf).
 """
 import argparse
+import os
 import re
 import shutil
 import statistics
@@ -37,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import CLIENT_PIN, PIN, WORKLOADS, Attached  # noqa: E402
 from harness.servers import Nginx  # noqa: E402
 
-MODES = {"default": "--comm nginx", "exact": "--comm nginx --exact",
+MODES = {"default": "--comm nginx", "no-hellos": "--comm nginx --no-client-hellos", "exact": "--comm nginx --exact",
          "min-budget": "--comm nginx --overhead-budget 0.001%"}
 WINDOWS = (2, 4, 10, 30)
 PROBE = re.compile(r"asm_exc_int3|uprobe|uretprobe")
@@ -98,6 +99,21 @@ def fmt(values):
     return f"{statistics.median(vals):.2f}% ({min(vals):.2f}-{max(vals):.2f})"
 
 
+def own_cgroup(pids: list[int]) -> Path:
+    """Moves the processes into a new cgroup (v2) of their own: where a service runs in
+    production (systemd's nginx.service, a container), the programs tlsprof attaches per
+    cgroup (the ClientHello capture's) see that service's sockets and not its clients'."""
+    mounts = open("/proc/self/mountinfo").read().splitlines()
+    root = next((l.split(" - ")[0].split()[4] for l in mounts if l.split(" - ")[1].startswith("cgroup2 ")), None)
+    if root is None:
+        raise SystemExit("bench: no cgroup v2 hierarchy is mounted (use --cgroup shared)")
+    cg = Path(root) / f"tlsprof-bench-{os.getpid()}"
+    cg.mkdir()
+    for pid in pids:
+        (cg / "cgroup.procs").write_text(str(pid))
+    return cg
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
@@ -106,6 +122,9 @@ def main():
     ap.add_argument("--hz", type=int, default=2999)
     ap.add_argument("--modes", default="default,exact,min-budget")
     ap.add_argument("--workload", default="handshake", choices=["handshake", "keepalive", "keepalive-4k"])
+    ap.add_argument("--cgroup", default="own", choices=["own", "shared"],
+                    help="own: nginx in a cgroup (v2) of its own, as systemd runs a service or a container "
+                    "runtime a container, its clients outside it; shared: nginx in ab's cgroup")
     args = ap.parse_args()
     if not shutil.which("perf"):
         raise SystemExit("bench: perf is not installed (Debian: apt-get install linux-perf)")
@@ -118,6 +137,7 @@ def main():
     nginx = Nginx(work, workers=1, extra_server="ssl_protocols TLSv1.3; keepalive_requests 100000; "
                   f"location = /4k {{ alias {www}/4k; }}", extra_main="worker_cpu_affinity 01;" if PIN else "")
     (worker,) = nginx.workers()
+    cgroup = own_cgroup([nginx.pid, worker]) if args.cgroup == "own" else None
     modes = args.modes.split(",")
     rows = {m: [] for m in modes}
     try:
@@ -132,6 +152,9 @@ def main():
                       flush=True)
     finally:
         nginx.stop()
+        if cgroup:
+            time.sleep(0.5)
+            cgroup.rmdir()
     print(f"\ntlsprof's code in the nginx worker (perf -F {args.hz}, kernel stacks), {args.workload}: "
           f"share of the worker's samples, median of {args.runs} runs (range); 'worst N s' is the N-second window, "
           "of those starting 0, 1, 2 ... s after `tlsprof run` starts, whose median is highest")

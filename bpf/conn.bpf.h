@@ -39,6 +39,24 @@ struct {
 } conn_ports SEC(".maps");
 
 /*
+ * The port numbers watched in any namespace (1: watched), kept by the agent beside
+ * conn_ports: a first test that costs one array load, for programs that run per packet of
+ * sockets that are mostly not watched (hello_skb.bpf.h); conn_ports decides.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} conn_port_nums SEC(".maps");
+
+static __always_inline bool conn_port_maybe(__u32 port)
+{
+	__u8 *on = bpf_map_lookup_elem(&conn_port_nums, &port);
+	return on && *on;
+}
+
+/*
  * Each connection's state lives in socket-local storage (freed with the socket), or, where
  * the kernel does not let tracing programs use it (before 5.11) or a hook cannot pass it a
  * typed socket (raw tracepoints, kprobes), in a hash keyed by the socket's address, from

@@ -5,9 +5,10 @@
  * ingress program, attached by the agent to the cgroup of each traced process, so it runs
  * only for packets that reach those processes' sockets, in the softirq that delivers them,
  * before the server reads them. A connection's packets are followed by TCP sequence
- * number from the stream's start (hello_conn.start); once its ClientHello is complete the
- * program stops at the socket's byte count (HELLO_GATE) or at its state, and once the
- * client has sent HELLO_GATE bytes at the byte count alone, before any map.
+ * number from the stream's start (hello_conn.start). The program returns after one array
+ * load for a socket whose local port is not watched (the clients' sockets of the same
+ * cgroup, a proxy's upstream connections), and for the others once the client has sent
+ * HELLO_GATE bytes (the socket's byte count) or its ClientHello is complete (its state).
  *
  * This is the capture's first hook: where it serves, the per-read hooks of hello.bpf.h are
  * not attached (those run at every socket read of the machine). A packet out of order ends
@@ -130,8 +131,8 @@ SEC("cgroup_skb/ingress")
 int hello_ingress(struct __sk_buff *skb)
 {
 	struct bpf_sock *bs = skb->sk;
-	if (!bs)
-		return 1;
+	if (!bs || !conn_port_maybe(bs->src_port))
+		return 1; /* a socket whose local port no traced process listens on */
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock(bs);
 	if (!tp)
 		return 1;

@@ -52,6 +52,7 @@ static __always_inline void cpu_account(struct cpu_now *c, const struct task_str
 
 /* conn.bpf.h: connections (conn_state.life) */
 static __always_inline struct conn_state *conn_of(const struct sock *sk);
+static __always_inline bool conn_port_maybe(__u32 port);
 static __always_inline void conn_mark_tls(struct conn_state *c);
 static __always_inline void conn_handshake_io(struct conn_state *c, __u32 tid);
 

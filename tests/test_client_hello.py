@@ -1,6 +1,9 @@
-"""The ClientHello capture (bpf/hello.bpf.h): every connection's ClientHello read once, from
-real clients (openssl s_client, curl, Python's ssl, and a client that sends its ClientHello
-in three pieces with pauses, so the server reads it in several reads); and nothing the
+"""The ClientHello capture (bpf/hello_skb.bpf.h from the client's packets, bpf/hello.bpf.h
+from the server's reads): every connection's ClientHello read once, from real clients
+(openssl s_client, curl, Python's ssl, and a client that sends its ClientHello in three
+pieces with pauses, so it arrives in several packets and the server reads it in several
+reads), from the packets, from them with nginx's `deferred` listening socket, from the
+reads, and over IPv6; and nothing the
 client sends after it is ever read: a unique marker sent in request bodies over keep-alive
 and as TLS 1.3 0-RTT early data appears in no map of the loaded object and nowhere in the
 agent's memory, which holds the ring buffer's pages as they are mapped (a positive control
@@ -89,13 +92,25 @@ def pieces_client(port: int, host: str, cuts=(3, 60)):
     return len(hello)
 
 
-def test_every_connection_read_once(workdir):
+# How the capture reads: the client's packets (the cgroup_skb program, the first hook);
+# the same with nginx listening with TCP_DEFER_ACCEPT (`deferred`: each connection's first
+# data completes its TCP handshake and reaches the listening socket, before the
+# connection's socket exists); the server's reads (the per-read fallback, forced).
+HOW = {"packets": ("", (), "cgroup_skb/ingress"),
+       "deferred": ("deferred", (), "cgroup_skb/ingress"),
+       "reads": ("", ("--avoid-hook", "cgroup_skb"), "tp_btf/sock_recv_length")}
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_every_connection_read_once(workdir, how):
     """3 connections from each client: as many ClientHellos read, none unreadable, cut or lost."""
-    srv = Nginx(workdir)
+    listen, flags, hook = HOW[how]
+    srv = Nginx(workdir, listen=listen)
     tag = secrets.token_hex(4)
     try:
-        with Agent("--pid", str(srv.pid)) as agent:
+        with Agent("--pid", str(srv.pid), *flags) as agent:
             agent.wait_attached([srv.pid, *srv.workers()])
+            assert value(agent.scrape(), "tlsprof_kernel_hook_info", capability="hello_capture", hook=hook) == 1
             base = agent.mark()
             for i in range(3):
                 openssl_client(srv.port, f"s-client-{i}-{tag}.example")
@@ -113,6 +128,41 @@ def test_every_connection_read_once(workdir):
             m = since(agent.scrape(), base)
             for i in range(3):
                 for who in ("s-client", "curl", "python", "pieces"):
+                    assert value(m, "tlsprof_client_hellos_total", comm="nginx", port=str(srv.port),
+                                 sni=f"{who}-{i}-{tag}.example") == 1, (who, i)
+    finally:
+        srv.stop()
+
+
+def test_ipv6_connections_read_once(workdir):
+    """Over IPv6 (nginx on ::1 too, the packets' IPv6 headers): 3 openssl and 3 curl
+    connections, 6 ClientHellos read, each with its host name."""
+    srv = Nginx(workdir, extra_server="")
+    srv.conf.write_text(srv.conf.read_text().replace(f"listen 127.0.0.1:{srv.port} ssl",
+                                                     f"listen [::1]:{srv.port} ssl; listen 127.0.0.1:{srv.port} ssl"))
+    srv.reload()
+    tag = secrets.token_hex(4)
+    try:
+        with Agent("--pid", str(srv.pid)) as agent:
+            agent.wait_attached([srv.pid, *srv.workers()])
+            base = agent.mark()
+            for i in range(3):
+                out = subprocess.run(["openssl", "s_client", "-connect", f"[::1]:{srv.port}", "-servername",
+                                      f"s-client-{i}-{tag}.example"], input=b"", capture_output=True, timeout=20)
+                assert out.returncode == 0, out.stderr.decode()
+                host = f"curl-{i}-{tag}.example"
+                out = subprocess.run(["curl", "-sk", "--resolve", f"{host}:{srv.port}:[::1]", f"https://{host}:{srv.port}/"],
+                                     capture_output=True, timeout=20)
+                assert out.returncode == 0 and b"hello from nginx" in out.stdout, out
+            deadline = time.time() + 15
+            while counts(agent, srv.port, base)["read"] < 6 and time.time() < deadline:
+                time.sleep(0.3)
+            agent.settle()
+            c = counts(agent, srv.port, base)
+            assert c["read"] == 6 and (c["unreadable"], c["cut"], c["lost"], c["malformed"]) == (0, 0, 0, 0), c
+            m = since(agent.scrape(), base)
+            for i in range(3):
+                for who in ("s-client", "curl"):
                     assert value(m, "tlsprof_client_hellos_total", comm="nginx", port=str(srv.port),
                                  sni=f"{who}-{i}-{tag}.example") == 1, (who, i)
     finally:

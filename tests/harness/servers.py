@@ -18,12 +18,13 @@ class Nginx:
                  port: int | None = None, extra_main: str = "", plain_port: int | None = None,
                  resumption: bool = False, connections: int = 1024, binary: str = "nginx",
                  location: str = 'return 200 "hello from nginx\\n";', http2: bool = False,
-                 protocols: str = "TLSv1.2 TLSv1.3", env: dict | None = None):
+                 protocols: str = "TLSv1.2 TLSv1.3", env: dict | None = None, listen: str = ""):
         """connections: each worker's worker_connections (its open files raised to twice it,
         within the hard limit this process can give). binary: the executable (a copy under
         another name gives the server another comm). location: what `location /` does (a
         proxy_pass makes nginx a TLS offloader). http2: HTTP/2 on the TLS port (ALPN h2);
-        protocols: its ssl_protocols; env: its environment's additions (LD_LIBRARY_PATH)."""
+        protocols: its ssl_protocols; env: its environment's additions (LD_LIBRARY_PATH);
+        listen: options of the TLS port's listen directive (deferred: TCP_DEFER_ACCEPT)."""
         self.dir, self.port, key, crt = server_setup(workdir, "nginx", cert, port)
         self.conf = self.dir / "nginx.conf"
         d = self.dir
@@ -40,7 +41,7 @@ http {{
   client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};
   uwsgi_temp_path {d}; scgi_temp_path {d};
   server {{
-    listen 127.0.0.1:{self.port} ssl{" http2" if http2 else ""};
+    listen 127.0.0.1:{self.port} ssl{" http2" if http2 else ""} {listen};
     ssl_certificate {crt};
     ssl_certificate_key {key};
     ssl_protocols {protocols};

@@ -2,14 +2,16 @@
 //! the cgroup (v2) of each traced process, it runs only for the packets that reach the
 //! sockets of that cgroup's processes. A cgroup is attached once, however many traced
 //! processes it holds (nginx's master and workers share one), and detached when none is
-//! left in it. A cgroup the kernel refuses (a cgroup v1 host whose net_cls or net_prio is in
-//! use, a path outside the agent's cgroup namespace) is said once, with what is lost; the
-//! per-read hooks, which need no cgroup, are `--avoid-hook cgroup_skb`.
+//! left in it. Cgroups are found as the host's init sees them (cgroup2_root,
+//! read_cgroup_files), so an agent in a container of its own with the host's PID namespace
+//! reaches every container's. A process whose cgroup cannot be told, or a cgroup the kernel
+//! refuses, is said once, with what is lost; the per-read hooks, which need no cgroup, are
+//! `--avoid-hook cgroup_skb`.
 use std::{
     collections::{HashMap, HashSet},
     fs::File,
     os::unix::fs::MetadataExt as _,
-    path::PathBuf,
+    path::{Path, PathBuf},
 };
 
 use aya::{
@@ -25,10 +27,96 @@ pub const MAX_CGROUPS: usize = 4096;
 
 const PROGRAM: &str = "hello_ingress";
 
-/// Where the cgroup v2 hierarchy is mounted (the first such mount), if it is.
+/// Whether the agent is in a cgroup namespace other than the host init's, which it can
+/// reach (a container with the host's PID namespace): cgroups are then found as init sees
+/// them.
+fn in_other_cgroupns() -> bool {
+    let link = |p: &str| std::fs::read_link(p).ok();
+    match (link("/proc/1/ns/cgroup"), link("/proc/self/ns/cgroup")) {
+        (Some(init), Some(me)) => init != me && std::fs::read_dir("/proc/1/root").is_ok(),
+        _ => false,
+    }
+}
+
+/// Where the cgroup v2 hierarchy is: in a container of its own with the host's PID
+/// namespace (in_other_cgroupns), the host's, reached through /proc/1/root (the container's
+/// own mount would not reach other containers' cgroups); else the first cgroup2 mount the
+/// agent sees; on a host that mounts none (cgroup v1 alone: RHEL 8's default, where every
+/// process is in v2's root cgroup), a mount of the agent's own, detached at once (the
+/// directory stays open: the path is the descriptor's, and no mount is left behind). None
+/// if none can be had. Decided once.
 pub fn cgroup2_root() -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    mount_of(&text, "cgroup2")
+    static ROOT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        if in_other_cgroupns() {
+            let point = mount_of(&std::fs::read_to_string("/proc/1/mountinfo").ok()?, "cgroup2")?;
+            return Some(Path::new("/proc/1/root").join(point.strip_prefix("/").unwrap_or(&point)));
+        }
+        let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        mount_of(&text, "cgroup2").or_else(|| match mount_detached() {
+            Ok(p) => Some(p),
+            Err(e) => {
+                log::debug!("no cgroup v2 hierarchy mounted, and none could be: {e:#}");
+                None
+            }
+        })
+    })
+    .clone()
+}
+
+/// Mounts the cgroup v2 hierarchy on a new directory, opens it, and detaches the mount:
+/// the open directory's path (/proc/self/fd/N), valid while the agent runs.
+fn mount_detached() -> anyhow::Result<PathBuf> {
+    use std::{ffi::CString, os::fd::IntoRawFd as _, os::unix::ffi::OsStrExt as _};
+    let dir = std::env::temp_dir().join(format!("tlsprof-cgroup2-{}", std::process::id()));
+    std::fs::create_dir(&dir)?;
+    let c = CString::new(dir.as_os_str().as_bytes())?;
+    let kind = CString::new("cgroup2")?;
+    // SAFETY: valid NUL-terminated strings; no data argument.
+    let rc = unsafe { libc::mount(kind.as_ptr(), c.as_ptr(), kind.as_ptr(), 0, std::ptr::null()) };
+    let opened = if rc == 0 {
+        File::open(&dir).map_err(anyhow::Error::from)
+    } else {
+        Err(std::io::Error::last_os_error().into())
+    };
+    if rc == 0 {
+        // SAFETY: a valid path; the open directory keeps the hierarchy reachable.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+    let _ = std::fs::remove_dir(&dir);
+    let fd = opened?.into_raw_fd(); // kept open for the agent's life
+    Ok(PathBuf::from(format!("/proc/self/fd/{fd}")))
+}
+
+/// The /proc/PID/cgroup files of `pids`, read as cgroup2_root's hierarchy names them: a
+/// process's cgroup path is relative to the reader's cgroup namespace, so in a container
+/// of its own (Kubernetes', Docker's on cgroup v2) the reading thread joins the host
+/// init's first (setns on that thread alone).
+fn read_cgroup_files(pids: &[u32]) -> Vec<(u32, Option<String>)> {
+    let read = || {
+        pids.iter()
+            .map(|&p| (p, std::fs::read_to_string(format!("/proc/{p}/cgroup")).ok()))
+            .collect()
+    };
+    if !in_other_cgroupns() {
+        return read();
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            use std::os::fd::AsRawFd as _;
+            match File::open("/proc/1/ns/cgroup") {
+                // SAFETY: a namespace file descriptor; only this thread changes namespace.
+                Ok(ns) if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWCGROUP) } == 0 => {}
+                _ => log::debug!(
+                    "client hellos: cannot join the host's cgroup namespace: {}",
+                    std::io::Error::last_os_error()
+                ),
+            }
+            read()
+        })
+        .join()
+        .unwrap_or_default()
+    })
 }
 
 /// The mount point of the first mount of `fstype` in a mountinfo text.
@@ -70,10 +158,9 @@ impl HelloCgroups {
         }
     }
 
-    /// A process's cgroup, from its /proc entry.
-    fn cgroup_of(&self, pid: u32) -> Option<Cgroup> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-        let dir = self.root.join(cgroup_path(&text)?);
+    /// A process's cgroup, from its /proc/PID/cgroup file.
+    fn cgroup_of(&self, file: Option<&str>) -> Option<Cgroup> {
+        let dir = self.root.join(cgroup_path(file?)?);
         Some((std::fs::metadata(&dir).ok()?.ino(), dir))
     }
 
@@ -82,9 +169,16 @@ impl HelloCgroups {
     pub fn sync(&mut self, ebpf: &mut Ebpf, pids: &[u32], full: &mut Dropped) {
         let live: HashSet<u32> = pids.iter().copied().collect();
         self.of_pid.retain(|pid, _| live.contains(pid));
-        for &pid in pids {
-            if !self.of_pid.contains_key(&pid) {
-                let cg = self.cgroup_of(pid);
+        let new: Vec<u32> = pids.iter().filter(|p| !self.of_pid.contains_key(p)).copied().collect();
+        if !new.is_empty() {
+            for (pid, file) in read_cgroup_files(&new) {
+                let cg = self.cgroup_of(file.as_deref());
+                if cg.is_none() {
+                    log::warn!(
+                        "client hellos: cannot tell the cgroup (v2) of process {pid}: its ClientHellos will not \
+                         be read (--avoid-hook cgroup_skb reads them from the server's reads instead)"
+                    );
+                }
                 self.of_pid.insert(pid, cg);
             }
         }

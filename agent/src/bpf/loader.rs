@@ -57,6 +57,9 @@ pub struct Kernel {
     hs_detached: BpfHashMap<MapData, u32, u64>,
     stats: Array<MapData, u64>,
     conn_ports: BpfHashMap<MapData, conn_port, conn_port_stats>,
+    /// The port numbers watched in any namespace (bpf/conn.bpf.h), and in how many.
+    conn_port_nums: Array<MapData, u8>,
+    port_nums: std::collections::HashMap<u16, u32>,
     /// Live exchange counters, a slot per watched port (bpf/conn.h), and the free slots
     /// (1-based, as conn_port_stats.slot holds them).
     conn_exchanges: PerCpuArray<MapData, u64>,
@@ -267,6 +270,8 @@ impl Kernel {
             hs_detached: take(&mut ebpf, "hs_detached")?,
             stats: take(&mut ebpf, "stats")?,
             conn_ports: take(&mut ebpf, "conn_ports")?,
+            conn_port_nums: take(&mut ebpf, "conn_port_nums")?,
+            port_nums: Default::default(),
             conn_exchanges: take(&mut ebpf, "conn_exchanges")?,
             free_slots: (1..=cn::CONN_EXCHANGE_SLOTS).rev().collect(),
             traced: take(&mut ebpf, "traced")?,
@@ -423,6 +428,13 @@ impl Kernel {
             ..Default::default()
         };
         let ok = self.conn_ports.insert(key, fresh, 0);
+        if ok.is_ok() {
+            let n = self.port_nums.entry(key.port).or_default();
+            *n += 1;
+            if *n == 1 {
+                let _ = self.conn_port_nums.set(u32::from(key.port), 1, 0);
+            }
+        }
         if let Err(e) = &ok {
             log::debug!("cannot watch port {} (netns {}): {e}", key.port, key.netns);
             self.full.add("watched_ports", 1);
@@ -439,7 +451,15 @@ impl Kernel {
                 self.free_slots.push(p.slot);
             }
         }
-        let _ = self.conn_ports.remove(key);
+        if self.conn_ports.remove(key).is_ok() {
+            if let std::collections::hash_map::Entry::Occupied(mut n) = self.port_nums.entry(key.port) {
+                *n.get_mut() -= 1;
+                if *n.get() == 0 {
+                    n.remove();
+                    let _ = self.conn_port_nums.set(u32::from(key.port), 0, 0);
+                }
+            }
+        }
     }
 
     /// A failure counter (bpf/stats.h).
