@@ -10,7 +10,8 @@ kernel call stacks (`perf record -a -g -k CLOCK_MONOTONIC`) from --lead s before
 attaches until --seconds after. Each sample of the worker is classed by its kernel stack:
   probes      - a uprobe or uretprobe hit: the trap (asm_exc_int3, the uretprobe trampoline)
                 and the handshake programs it runs
-  tracepoints - tlsprof's programs on kernel tracepoints (bpf_prog_* under bpf_trace_run*)
+  tracepoints - tlsprof's programs on kernel tracepoints and packets (bpf_prog_*, the kernel's
+                bpf_prog_run_array_cg that runs a cgroup's, bpf_trace_run*)
   rest        - the server's own work
 Time 0 is the moment `tlsprof run` is started (what a user calls attaching: the agent loads
 its programs, calibrates, and attaches within the first second; its ready file lists the

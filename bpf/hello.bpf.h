@@ -95,15 +95,25 @@ static __always_inline struct conn_state *hello_wanted(struct sock *sk, int ret,
 }
 
 /*
- * Where the bytes walked are: a read's user buffer (skb NULL: `at` is their address), or a
- * packet as it reaches the socket (hello_skb.bpf.h: `at` is their offset in skb). Each
- * function that reads them comes in one body, inlined with a constant NULL for reads, so
- * a tracing program holds no packet helper and the packet program no user-memory read.
+ * Where the bytes walked are: a read's user buffer (pkt false: `at` is their address), or a
+ * packet as it reaches the socket (pkt true, hello_skb.bpf.h: `at` is their offset in
+ * skb). Each function that reads them comes in one body, inlined with `pkt` a constant, so
+ * a tracing program holds no packet helper and the packet program no helper of tracing
+ * programs (a kernel's verifier may not see that a branch on the context pointer is dead:
+ * 6.1's does not).
  */
-static __always_inline long hello_load(struct __sk_buff *skb, void *to, __u32 n, __u64 at)
+static __always_inline long hello_load(struct __sk_buff *skb, const bool pkt, void *to, __u64 n, __u64 at,
+				       const __u64 max)
 {
-	if (skb)
-		return bpf_skb_load_bytes(skb, at, to, n);
+	if (pkt) {
+		/* 1 to max bytes, in a form every verifier follows (6.1's learns nothing from a
+		 * test against 0, and the packet helper refuses a size that may be 0) */
+		__u64 m = n - 1;
+		asm volatile("" : "+r"(m));
+		if (m >= max)
+			return -1;
+		return bpf_skb_load_bytes(skb, at, to, m + 1);
+	}
 	return bpf_probe_read_user(to, n, (void *)at);
 }
 
@@ -111,7 +121,7 @@ static __always_inline long hello_load(struct __sk_buff *skb, void *to, __u32 n,
  * `flags` (HELLO_*) on the last event; false if they could not be read. Never through a
  * map: read straight into ring-buffer reservations. An event from a packet carries tgid 0:
  * it runs where the packet arrives, not in the server (the agent takes the port's owner). */
-static __always_inline bool hello_send(const struct conn_state *c, struct __sk_buff *skb, __u64 ptr, __u32 n,
+static __always_inline bool hello_send(const struct conn_state *c, struct __sk_buff *skb, const bool pkt, __u64 ptr, __u32 n,
 				       __u32 at, __u8 flags)
 {
 	for (int i = 0; i < HELLO_MAX / WIRE_CHUNK; i++) {
@@ -126,12 +136,12 @@ static __always_inline bool hello_send(const struct conn_state *c, struct __sk_b
 		}
 		__u64 sz = k;
 		asm volatile("" : "+r"(sz));
-		if (sz > WIRE_CHUNK || (sz && hello_load(skb, e->data, sz, ptr))) {
+		if (sz > WIRE_CHUNK || (sz && hello_load(skb, pkt, e->data, sz, ptr, WIRE_CHUNK))) {
 			bpf_ringbuf_discard(e, 0);
 			return false;
 		}
 		e->conn_id = c->life.id;
-		e->tgid = skb ? 0 : bpf_get_current_pid_tgid() >> 32;
+		e->tgid = pkt ? 0 : bpf_get_current_pid_tgid() >> 32;
 		e->netns = c->life.netns;
 		e->port = c->life.port;
 		e->kind = WIRE_EV_HELLO;
@@ -149,21 +159,21 @@ static __always_inline bool hello_send(const struct conn_state *c, struct __sk_b
 }
 
 /* The capture gives up (why: HELLO_*): says so, with nothing more. */
-static __always_inline void hello_stop(struct conn_state *c, struct __sk_buff *skb, __u8 why)
+static __always_inline void hello_stop(struct conn_state *c, struct __sk_buff *skb, const bool pkt, __u8 why)
 {
 	c->hello.state = HELLO_DONE;
-	hello_send(c, skb, 0, 0, c->hello.seen, why);
+	hello_send(c, skb, pkt, 0, 0, c->hello.seen, why);
 }
 
 /* Reads n (at most 5) bytes at ptr into the state's array `to` (8 bytes) from index `have`. */
-static __always_inline bool hello_take_bytes(struct __sk_buff *skb, __u8 *to, __u8 have, __u64 ptr, __u32 n)
+static __always_inline bool hello_take_bytes(struct __sk_buff *skb, const bool pkt, __u8 *to, __u8 have, __u64 ptr, __u32 n)
 {
 	__u8 tmp[8] = {};
 	__u64 sz = n;
 	asm volatile("" : "+r"(sz)); /* a bound the verifier follows */
 	if (sz > 5)
 		return false;
-	if (sz && hello_load(skb, tmp, sz, ptr))
+	if (sz && hello_load(skb, pkt, tmp, sz, ptr, 5))
 		return false;
 	for (int k = 0; k < 5; k++) {
 		if (k < n)
@@ -177,7 +187,7 @@ static __always_inline bool hello_take_bytes(struct __sk_buff *skb, __u8 *to, __
  * belong to the ClientHello's records (the rest is never looked at); *why: HELLO_* when the
  * capture ends (HELLO_LAST: complete).
  */
-static __always_inline __u32 hello_walk_from(struct hello_conn *h, struct __sk_buff *skb, __u64 ptr, __u32 avail,
+static __always_inline __u32 hello_walk_from(struct hello_conn *h, struct __sk_buff *skb, const bool pkt, __u64 ptr, __u32 avail,
 					     __u8 *why)
 {
 	__u32 take = 0;
@@ -193,7 +203,7 @@ static __always_inline __u32 hello_walk_from(struct hello_conn *h, struct __sk_b
 			}
 			__u32 want = 5 - (h->hdr_have & 7);
 			__u32 got = left < want ? left : want;
-			if (got > 5 || !hello_take_bytes(skb, h->hdr, h->hdr_have, ptr + take, got)) {
+			if (got > 5 || !hello_take_bytes(skb, pkt, h->hdr, h->hdr_have, ptr + take, got)) {
 				*why = HELLO_UNREADABLE;
 				return take;
 			}
@@ -221,7 +231,7 @@ static __always_inline __u32 hello_walk_from(struct hello_conn *h, struct __sk_b
 			__u32 got = t < want ? t : want;
 			__u8 m[8] = {};
 			__builtin_memcpy(m, h->msg, 4);
-			if (!hello_take_bytes(skb, m, h->msg_have, ptr + take, got)) {
+			if (!hello_take_bytes(skb, pkt, m, h->msg_have, ptr + take, got)) {
 				*why = HELLO_UNREADABLE;
 				return take;
 			}
@@ -250,15 +260,13 @@ static __always_inline __u32 hello_walk_from(struct hello_conn *h, struct __sk_b
 /* The walk as a function of its own, for reads and for packets (it is the biggest part). */
 static __noinline __u32 hello_walk(struct hello_conn *h, __u64 ptr, __u32 avail, __u8 *why)
 {
-	return hello_walk_from(h, NULL, ptr, avail, why);
+	return hello_walk_from(h, NULL, false, ptr, avail, why);
 }
 
 static __noinline __u32 hello_walk_skb(struct hello_conn *h, struct __sk_buff *skb, __u32 off, __u32 avail,
 				       __u8 *why)
 {
-	if (!skb)
-		return 0;
-	return hello_walk_from(h, skb, off, avail, why);
+	return hello_walk_from(h, skb, true, off, avail, why);
 }
 
 /*
@@ -266,26 +274,27 @@ static __noinline __u32 hello_walk_skb(struct hello_conn *h, struct __sk_buff *s
  * `ptr` (hello_load; a read's buffer: 0 if the hook cannot tell where), of a connection
  * whose ClientHello is being captured: those not looked at yet are walked and sent.
  */
-static __always_inline void hello_bytes(struct conn_state *c, struct __sk_buff *skb, __u32 pos, __u32 n, __u64 ptr)
+static __always_inline void hello_bytes(struct conn_state *c, struct __sk_buff *skb, const bool pkt, __u32 pos, __u32 n,
+					__u64 ptr)
 {
 	struct hello_conn *h = &c->hello;
 	__s32 off = (__s32)(pos - h->start);
 	if (off < 0 || (__u32)off + n <= h->seen)
 		return; /* nothing new (a peek read again, a packet sent again, or bytes before the stream's start) */
 	if ((__u32)off > h->seen) {
-		hello_stop(c, skb, HELLO_GAP); /* read where no hook saw, or a packet out of order */
+		hello_stop(c, skb, pkt, HELLO_GAP); /* read where no hook saw, or a packet out of order */
 		return;
 	}
-	if (!skb && !ptr) {
-		hello_stop(c, skb, HELLO_UNREADABLE);
+	if (!pkt && !ptr) {
+		hello_stop(c, skb, pkt, HELLO_UNREADABLE);
 		return;
 	}
 	__u32 skip = h->seen - (__u32)off;
 	ptr += skip;
 	if (h->seen == 0 && h->hdr_have == 0) {
 		__u8 first = 0;
-		if (hello_load(skb, &first, 1, ptr)) {
-			hello_stop(c, skb, HELLO_UNREADABLE);
+		if (hello_load(skb, pkt, &first, 1, ptr, 1)) {
+			hello_stop(c, skb, pkt, HELLO_UNREADABLE);
 			return;
 		}
 		if (first != 22) {
@@ -294,13 +303,13 @@ static __always_inline void hello_bytes(struct conn_state *c, struct __sk_buff *
 		}
 	}
 	__u8 why = 0;
-	__u32 take = skb ? hello_walk_skb(h, skb, ptr, n - skip, &why) : hello_walk(h, ptr, n - skip, &why);
+	__u32 take = pkt ? hello_walk_skb(h, skb, ptr, n - skip, &why) : hello_walk(h, ptr, n - skip, &why);
 	if (take > HELLO_MAX)
 		take = HELLO_MAX;
 	if (!take && !why)
 		return;
-	if (!hello_send(c, skb, ptr, take, h->seen, why)) {
-		hello_stop(c, skb, HELLO_UNREADABLE);
+	if (!hello_send(c, skb, pkt, ptr, take, h->seen, why)) {
+		hello_stop(c, skb, pkt, HELLO_UNREADABLE);
 		return;
 	}
 	h->seen += take;
@@ -315,7 +324,7 @@ static __always_inline void hello_bytes(struct conn_state *c, struct __sk_buff *
 static __always_inline void hello_read(struct sock *sk, struct conn_state *c, int ret, int flags, __u64 buf)
 {
 	__u32 pos = (flags & MSG_PEEK) ? BPF_CORE_READ((struct tcp_sock *)sk, copied_seq) : data_read(sk) - (__u32)ret;
-	hello_bytes(c, NULL, pos, (__u32)ret, buf);
+	hello_bytes(c, NULL, false, pos, (__u32)ret, buf);
 }
 
 /* recvmsg's user msghdr, as far as it is read. */

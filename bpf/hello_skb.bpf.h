@@ -124,7 +124,7 @@ static __always_inline void hello_on_listener(struct __sk_buff *skb, const struc
 	if (!e->valid)
 		return;
 	hello_accepted(&e->c.hello, s.seq);
-	hello_bytes(&e->c, skb, s.seq, s.len, s.off);
+	hello_bytes(&e->c, skb, true, s.seq, s.len, s.off);
 }
 
 SEC("cgroup_skb/ingress")
@@ -148,7 +148,7 @@ int hello_ingress(struct __sk_buff *skb)
 		return 1;
 	struct hello_seg s;
 	if (hello_segment(skb, &s) && s.len && !(s.flags & 0x02))
-		hello_bytes(c, skb, s.seq, s.len, s.off);
+		hello_bytes(c, skb, true, s.seq, s.len, s.off);
 	return 1;
 }
 

@@ -182,20 +182,29 @@ impl HelloCgroups {
                 self.of_pid.insert(pid, cg);
             }
         }
-        let mut wanted: HashMap<u64, PathBuf> = HashMap::new();
-        for (ino, dir) in self.of_pid.values().flatten() {
-            if !self.links.contains_key(ino) {
-                wanted.insert(*ino, dir.clone());
-            }
-        }
-        let needed: HashSet<u64> = self.of_pid.values().flatten().map(|c| c.0).collect();
-        let gone: Vec<u64> = self.links.keys().filter(|k| !needed.contains(k)).copied().collect();
+        // A cgroup's program runs for its descendants' sockets too: one whose ancestor is
+        // needed is not attached (its packets would be walked twice).
+        let all: HashMap<u64, PathBuf> = self.of_pid.values().flatten().cloned().collect();
+        let needed: HashMap<u64, PathBuf> = all
+            .iter()
+            .filter(|(_, dir)| !all.values().any(|other| other != *dir && dir.starts_with(other)))
+            .map(|(ino, dir)| (*ino, dir.clone()))
+            .collect();
+        let wanted: Vec<(u64, PathBuf)> = needed
+            .iter()
+            .filter(|(ino, _)| !self.links.contains_key(ino))
+            .map(|(ino, dir)| (*ino, dir.clone()))
+            .collect();
+        let gone: Vec<u64> = self.links.keys().filter(|k| !needed.contains_key(k)).copied().collect();
         let Some(Ok(p)) = ebpf.program_mut(PROGRAM).map(<&mut CgroupSkb>::try_from) else {
             return;
         };
         for ino in gone {
             if let Some((dir, link)) = self.links.remove(&ino) {
-                log::debug!("client hellos: {} has no traced process left: detached", dir.display());
+                log::debug!(
+                    "client hellos: {}: no traced process left, or an ancestor attached: detached",
+                    dir.display()
+                );
                 let _ = p.detach(link);
             }
         }
@@ -246,6 +255,9 @@ mod tests {
             Some("system.slice/nginx.service")
         );
         assert_eq!(cgroup_path("0::/\n"), Some(""));
+        // the root joined with the empty path is the root, an ancestor of every other
+        let root = PathBuf::from("/sys/fs/cgroup");
+        assert!(root.join("system.slice/nginx.service").starts_with(root.join("")));
         assert_eq!(cgroup_path("0::/../../other.slice\n"), None);
         assert_eq!(cgroup_path("1:cpu:/x\n"), None, "cgroup v1 only");
     }
