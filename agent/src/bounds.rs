@@ -19,6 +19,7 @@ pub const TABLES: &[&str] = &[
     "traced_processes",
     "hs_detached",
     "detach_queue",
+    "hello_cgroups",
     // the handshake join (agent/handshakes.rs, wire/tracker.rs, clients/join.rs)
     "pending_handshakes",
     "handshake_summary",
