@@ -513,7 +513,14 @@ def test_html_charts_render(tmp_path):
     """The CPU split over time (handshake red, crypto orange) and the cost bars render."""
     n = Nginx(tmp_path / "n", extra_server="keepalive_timeout 0;")
     try:
-        r = Report(n.pid, lambda: https_connections(n.port, 200, concurrency=2))
+        # the load spread over ~3 s: the chart's points are the CPU split between snapshots a
+        # second apart, and one burst of 200 connections (0.1 s) left a loaded CI run's
+        # points without handshake CPU in them
+        def load():
+            for _ in range(4):
+                https_connections(n.port, 100, concurrency=2)
+                time.sleep(0.8)
+        r = Report(n.pid, load)
     finally:
         n.stop()
     html = r.html.read_text()
