@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * The client's ClientHello (types: hello.h; user side: agent/src/bpf/wire.rs,
- * agent/src/wire/tracker.rs), once per connection accepted on a watched port, from the
- * bytes the server reads, whatever its TLS stack.
+ * agent/src/wire/tracker.rs), once per connection accepted on a watched port, whatever its
+ * TLS stack: the walk and its events (hello_bytes, for both ways of reading), and the
+ * hooks that read it from the bytes the server reads, the fallback of the ones that read
+ * it from the client's packets (hello_skb.bpf.h).
  *
  * Reads are followed by stream position, not by call: a connection's client stream starts
  * at tcp copied_seq at accept (hello_accepted); after a read of `ret` bytes its data began
@@ -17,7 +19,7 @@
  * only those, are copied into ring-buffer reservations (never into a map), at most
  * HELLO_MAX per connection. A first byte other than 0x16 ends it at once, nothing copied.
  *
- * Cost: the hook runs at every socket read of the machine. Before any map or storage
+ * Cost: a read hook runs at every socket read of the machine. Before any map or storage
  * lookup it keeps only TCP sockets whose reader is still within the first HELLO_GATE bytes
  * of the client's stream (tcp bytes_received, rcv_nxt and copied_seq: loads from the
  * socket); the socket-storage lookup follows only for those, and stops there once the

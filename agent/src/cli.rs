@@ -102,8 +102,9 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "exact")]
     pub no_handshake_probes: bool,
     /// Do not read clients' ClientHellos: no client metrics (offers, policies, returning
-    /// clients), and none of the capture's cost, a program on every socket read of the
-    /// machine (docs/how-it-works.md).
+    /// clients), and none of the capture's cost: a program per packet of the traced
+    /// processes' sockets, or, where it reads from the server's reads, at every socket read
+    /// of the machine (docs/how-it-works.md).
     #[arg(long)]
     pub no_client_hellos: bool,
     /// Write the processes attached so far to this file ("PID COMM" per line), replaced

@@ -29,13 +29,17 @@ const PROGRAM: &str = "hello_ingress";
 
 /// Whether the agent is in a cgroup namespace other than the host init's, which it can
 /// reach (a container with the host's PID namespace): cgroups are then found as init sees
-/// them.
+/// them. Decided once: the hierarchy (cgroup2_root) and the processes' paths
+/// (read_cgroup_files) must name cgroups the same way.
 fn in_other_cgroupns() -> bool {
-    let link = |p: &str| std::fs::read_link(p).ok();
-    match (link("/proc/1/ns/cgroup"), link("/proc/self/ns/cgroup")) {
-        (Some(init), Some(me)) => init != me && std::fs::read_dir("/proc/1/root").is_ok(),
-        _ => false,
-    }
+    static OTHER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OTHER.get_or_init(|| {
+        let link = |p: &str| std::fs::read_link(p).ok();
+        match (link("/proc/1/ns/cgroup"), link("/proc/self/ns/cgroup")) {
+            (Some(init), Some(me)) => init != me && std::fs::read_dir("/proc/1/root").is_ok(),
+            _ => false,
+        }
+    })
 }
 
 /// Where the cgroup v2 hierarchy is: in a container of its own with the host's PID
@@ -144,7 +148,7 @@ pub struct HelloCgroups {
     of_pid: HashMap<u32, Option<Cgroup>>,
     /// Attached cgroups: their path (for the log) and link.
     links: HashMap<u64, (PathBuf, CgroupSkbLinkId)>,
-    /// Cgroups refused, said once.
+    /// Cgroups refused while a traced process is in them, said once.
     refused: HashSet<u64>,
 }
 
@@ -196,6 +200,8 @@ impl HelloCgroups {
             .map(|(ino, dir)| (*ino, dir.clone()))
             .collect();
         let gone: Vec<u64> = self.links.keys().filter(|k| !needed.contains_key(k)).copied().collect();
+        // bounded by the cgroups needed now (containers come and go)
+        self.refused.retain(|ino| needed.contains_key(ino));
         let Some(Ok(p)) = ebpf.program_mut(PROGRAM).map(<&mut CgroupSkb>::try_from) else {
             return;
         };
