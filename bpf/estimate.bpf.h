@@ -81,7 +81,7 @@ static __always_inline void est_on_read(struct sock *sk, struct conn_state *c, i
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id, tgid = id >> 32;
 	struct proc_traced *p = proc_of(tgid);
-	if (!p || !p->estimate)
+	if (!p || !(p->estimate || c->life.start_ns < p->probed_ns))
 		return;
 	/* TLS 1.3, after the server's encrypted flight: the client's answer is a
 	 * change_cipher_spec and a Finished record as long as the server's; bytes read past it

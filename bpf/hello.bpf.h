@@ -17,7 +17,9 @@
  * read-ahead reads the header, then the body) and the ClientHello's 4-byte message header,
  * and stops at the end of the record that completes the ClientHello; the bytes walked, and
  * only those, are copied into ring-buffer reservations (never into a map), at most
- * HELLO_MAX per connection. A first byte other than 0x16 ends it at once, nothing copied.
+ * HELLO_MAX per connection. The ClientHello may follow a plaintext preamble (STARTTLS, an
+ * SSLRequest): a packet or read that does not begin with a handshake record moves the
+ * stream's start past it, its first three bytes looked at and nothing copied (hello_bytes).
  *
  * Cost: a read hook runs at every socket read of the machine. Before any map or storage
  * lookup it keeps only TCP sockets whose reader is still within the first HELLO_GATE bytes
@@ -65,6 +67,19 @@
 #define HELLO_NR_RECVMSG 47
 #define HELLO_SYSCALL_NR(regs) BPF_CORE_READ((regs), orig_ax)
 #endif
+
+/* The client's TLS has begun: its first record's header is being read, or more. */
+static __always_inline bool hello_begun(const struct conn_state *c)
+{
+	return c->hello.seen || c->hello.hdr_have;
+}
+
+/* Whether the first bytes of a chunk of the client's stream (a packet's or a read's: b[0..n),
+ * n at most 3) can begin its TLS: a handshake record (SSL 3.0 to TLS 1.3 record versions). */
+static __always_inline bool hello_tls_prefix(const __u8 *b, __u32 n)
+{
+	return b[0] == 22 && (n < 2 || b[1] == 3) && (n < 3 || b[2] <= 4);
+}
 
 /* A connection accepted: its client stream starts at `start` (tcp copied_seq). */
 static __always_inline void hello_accepted(struct hello_conn *h, __u32 start)
@@ -294,13 +309,20 @@ static __always_inline void hello_bytes(struct conn_state *c, struct __sk_buff *
 	__u32 skip = h->seen - (__u32)off;
 	ptr += skip;
 	if (h->seen == 0 && h->hdr_have == 0) {
-		__u8 first = 0;
-		if (hello_load(skb, pkt, &first, 1, ptr, 1)) {
+		/* Where TLS starts: a chunk (a packet, a read) that begins with a handshake
+		 * record. One that does not is a plaintext preamble (STARTTLS, PostgreSQL's
+		 * SSLRequest), or a connection without TLS: its first bytes (at most 3) are all
+		 * that is looked at, nothing is sent, and the stream's start moves past it; the
+		 * gates (HELLO_GATE) end the looking 4 KiB into the stream. */
+		__u8 first[4] = {};
+		__u64 k = n < 3 ? n : 3;
+		asm volatile("" : "+r"(k)); /* a bound the verifier follows */
+		if (k < 1 || k > 3 || hello_load(skb, pkt, first, k, ptr, 3)) {
 			hello_stop(c, skb, pkt, HELLO_UNREADABLE);
 			return;
 		}
-		if (first != 22) {
-			h->state = HELLO_DONE; /* not TLS: nothing copied, nothing said */
+		if (!hello_tls_prefix(first, k)) {
+			h->start = pos + n;
 			return;
 		}
 	}

@@ -9,7 +9,10 @@
  * up to the end of the record that completes it. Nothing past that record is ever read:
  * no application data, no TLS 1.3 early data, not the second ClientHello after a
  * HelloRetryRequest (RFC 8446 makes it the first one with another key share). A stream
- * whose first byte is not 0x16 (a handshake record) is not read at all.
+ * whose packets or reads within its first HELLO_GATE bytes never begin with a handshake record
+ * (a connection without TLS) is not read at all: of each, its first three bytes are looked at
+ * in the kernel, to find where TLS starts after a plaintext preamble (STARTTLS, PostgreSQL's
+ * SSLRequest), and nothing of them leaves it.
  *
  * The bytes go to the agent on the wire_events ring buffer (wire.h), kind WIRE_EV_HELLO:
  * data[0..len] are the stream's bytes at offset `offset` (struct wire_event); flags say
@@ -40,7 +43,8 @@
 
 /* hello.bpf.h's part of a connection's state (conn_state.hello). */
 struct hello_conn {
-	__u32 start;    /* the client's stream position at accept (tcp copied_seq) */
+	__u32 start;    /* where the client's TLS starts in its stream (tcp sequence): at accept
+			 * (copied_seq), moved past a plaintext preamble */
 	__u32 seen;     /* bytes of the stream looked at from `start` (all sent to the agent) */
 	__u32 rec_left; /* body bytes of the current record still to come */
 	__u32 msg_len;  /* the ClientHello's length, its 4-byte header included; 0: not known */

@@ -100,6 +100,7 @@ int main(void)
 	F(wire_conn, end);
 	F(wire_conn, why);
 	F(wire_conn, fin_len);
+	F(wire_conn, pre);
 	F(wire_conn, rx_first);
 	F(wire_conn, rx_flight);
 	S(conn_state);
@@ -136,6 +137,7 @@ int main(void)
 	F(proc_notice, kind);
 	F(proc_notice, pid);
 	F(proc_notice, parent);
+	F(proc_notice, comm);
 	S(cpu_sample);
 	F(cpu_sample, tgid);
 	F(cpu_sample, tid);
@@ -149,6 +151,7 @@ int main(void)
 	F(proc_traced, oncpu_ns);
 	F(proc_traced, exited);
 	F(proc_traced, estimate);
+	F(proc_traced, probed_ns);
 	S(wire_event);
 	F(wire_event, conn_id);
 	F(wire_event, tgid);
@@ -215,5 +218,8 @@ int main(void)
 	C(PROC_TRACED_ENTRIES);
 	C(PROC_EV_FORK);
 	C(PROC_EV_EXIT);
+	C(PROC_EV_EXEC);
+	C(PROC_COMMS);
+	S(proc_comm);
 	return 0;
 }

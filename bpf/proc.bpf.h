@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * The traced processes (types: proc.h; user side: agent/src/bpf/proc.rs,
- * agent/src/agent/targets.rs): the one set every feature asks, filled by the agent; the
- * forks of traced processes and the exits of threads and processes.
+ * agent/src/agent/targets.rs): the one set every feature asks, filled by the agent and, for
+ * processes started per connection, here (the children of traced processes at fork, the
+ * programs `--comm` names at exec); the exits of threads and processes.
  */
 #ifndef TLSPROF_PROC_BPF_H
 #define TLSPROF_PROC_BPF_H
@@ -15,6 +16,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct proc_traced);
 } traced SEC(".maps");
+
+/* The names `--comm` selects (the agent fills it before it attaches). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PROC_COMMS);
+	__type(key, struct proc_comm);
+	__type(value, __u8);
+} proc_comms SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -38,7 +47,20 @@ static __always_inline void proc_notify(__u32 kind, __u32 pid, __u32 parent)
 	e->pid = pid;
 	e->parent = parent;
 	e->pad = 0;
+	/* the current task: the parent at fork (the child has its name), the process at exec
+	 * (its new name) and at exit */
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	bpf_ringbuf_submit(e, 0);
+}
+
+/* A process started per connection is traced from now, before the agent examines it: its
+ * CPU, its connections, its handshakes estimated in the kernel (it has no probes yet; the
+ * agent attaches them and turns the estimate off, or forgets the process if it is not
+ * selected after all). A full map leaves it to the agent, which counts it. */
+static __always_inline void proc_trace_now(__u32 tgid)
+{
+	struct proc_traced v = { .estimate = 1 };
+	bpf_map_update_elem(&traced, &tgid, &v, BPF_NOEXIST);
 }
 
 SEC("tp_btf/sched_process_fork")
@@ -50,8 +72,33 @@ int BPF_PROG(proc_fork, struct task_struct *parent, struct task_struct *child)
 	if (ptgid == ctgid)
 		return 0; /* a new thread, not a new process */
 	struct proc_traced *p = proc_of(ptgid);
-	if (p && !p->exited)
+	if (p && !p->exited) {
+		proc_trace_now(ctgid);
 		proc_notify(PROC_EV_FORK, ctgid, ptgid);
+	}
+	return 0;
+}
+
+/* A process executed a program (its comm is the new program's name by now): a traced one
+ * has lost its probes with its old memory (estimated until the agent attaches again); an
+ * untraced one whose new name --comm selects is traced from here. */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(proc_exec, struct task_struct *task, pid_t old_pid, struct linux_binprm *bprm)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+	struct proc_traced *p = proc_of(tgid);
+	if (p) {
+		if (p->exited)
+			return 0;
+		p->estimate = 1;
+	} else {
+		struct proc_comm key = {};
+		bpf_get_current_comm(key.name, sizeof(key.name));
+		if (!bpf_map_lookup_elem(&proc_comms, &key))
+			return 0;
+		proc_trace_now(tgid);
+	}
+	proc_notify(PROC_EV_EXEC, tgid, 0);
 	return 0;
 }
 

@@ -2,9 +2,13 @@
 /*
  * The traced processes and their lifecycle (proc.bpf.h), shared with the agent
  * (agent/src/bpf/proc.rs). The agent fills the `traced` set; every feature asks it
- * whether a process is traced. A fork of a traced process (nginx's master starting new
- * workers on reload) is reported at once, so the agent attaches to the child without
- * waiting for its next /proc scan; an exit lets it forget the process.
+ * whether a process is traced. The kernel adds to it too, so that a process started per
+ * connection is traced from its first instruction, before the agent hears of it: the child
+ * of a traced process (a PostgreSQL backend, nginx's new workers on reload) at its fork, and
+ * a process that executes a program whose name `--comm` selects (`proc_comms`: dovecot's
+ * imap-login, postfix's smtpd, an inetd service) at its exec; each with the kernel estimate
+ * on (no probes yet), and reported at once, so the agent examines it without waiting for
+ * its next /proc scan. An exit lets it forget the process.
  */
 #ifndef TLSPROF_PROC_H
 #define TLSPROF_PROC_H
@@ -14,8 +18,12 @@
  * entries of processes that exited and are not swept yet. */
 #define PROC_TRACED_ENTRIES 8192
 
+/* Names in proc_comms at most (--comm given more often is checked by the agent alone). */
+#define PROC_COMMS 64
+
 #define PROC_EV_FORK 1
 #define PROC_EV_EXIT 2
+#define PROC_EV_EXEC 3 /* a traced process executed a new program, or one selected by name */
 
 /* Value of traced (key: tgid). */
 struct proc_traced {
@@ -24,13 +32,23 @@ struct proc_traced {
 	__u32 exited;   /* the process exited (the agent removes the entry after its last read) */
 	__u32 estimate; /* no handshake probes: its handshakes' CPU is estimated from the kernel
 			 * alone (estimate.bpf.h) */
+	__u64 probed_ns; /* when its probes were attached (bpf_ktime_get_ns): a connection
+			  * accepted before is estimated all the same (the probes came in the
+			  * middle of it: a process forked or executed per connection) */
+};
+
+/* Key of proc_comms: a program's name as the kernel keeps it (task comm, NUL-padded). */
+struct proc_comm {
+	char name[16];
 };
 
 struct proc_notice {
 	__u32 kind;   /* PROC_EV_* */
-	__u32 pid;    /* the new child (fork) or the exiting process (exit) */
+	__u32 pid;    /* the new child (fork), the process (exec), or the exiting one (exit) */
 	__u32 parent; /* the traced parent (fork), 0 otherwise */
 	__u32 pad;
+	char comm[16]; /* its name (task comm): the child's at fork is its parent's; the new
+			* program's at exec; named so, a process gone before the agent read /proc */
 };
 
 #endif

@@ -28,6 +28,12 @@ static __always_inline __u8 tls13_answer(const struct conn_state *c, __u32 copie
 	return answer >= TLS13_MIN_FINISHED ? WIRE_END_FINISHED : WIRE_END_CLIENT_ALERT;
 }
 
+/* The capture is still in the connection's plaintext preamble (it has sent, but no TLS record yet). */
+static __always_inline bool wire_preamble(const struct conn_state *c)
+{
+	return c->wire.state == WIRE_PLAIN && !(c->wire.flags & WIRE_F_TLS);
+}
+
 #define WIRE_RINGBUF_BYTES (2 * 1024 * 1024)
 
 struct {
@@ -116,6 +122,9 @@ static __always_inline bool wire_client_handshake(const struct conn_state *c, __
 {
 	if (c->wire.state == WIRE_SEALED)
 		return c->wire.fin_len && copied - c->wire.rx_flight <= 6 + 5 + c->wire.fin_len;
+	/* after a plaintext preamble: once the client's TLS has begun (its ClientHello) */
+	if (wire_preamble(c))
+		return hello_begun(c);
 	return c->wire.state != WIRE_DONE;
 }
 
@@ -162,6 +171,30 @@ static __always_inline void wire_copy(const struct sock *sk, struct conn_state *
 }
 
 #define WIRE_NOT_TLS 255 /* internal: the output is not TLS, end silently */
+#define WIRE_PREAMBLE 254 /* internal: this send is plaintext before TLS: skip the rest of it */
+
+/* A connection's TLS may start after a plaintext preamble: STARTTLS (SMTP, IMAP, POP3,
+ * LDAP, XMPP, NNTP, FTP's AUTH TLS), PostgreSQL's SSLRequest, MySQL's SSL request. The
+ * server's first TLS record begins a send of its own (it answers the client's ClientHello,
+ * which follows the preamble's last exchange). Until then each send's first bytes are
+ * looked at, nothing more, and nothing of them is copied; after WIRE_PREAMBLE_SENDS sends
+ * that begin no TLS record the connection is taken to be plaintext. */
+#define WIRE_PREAMBLE_SENDS 16
+/* wire_conn.flags, internal: the rest of this send is preamble (its other iovec segments
+ * are not looked at) */
+#define WIRE_F_SKIP 0x80
+
+/* Whether the first `have` bytes of a record header (at most 5) can begin the server's TLS:
+ * a handshake or alert record of SSL 3.0 to TLS 1.3 (record versions 3.0-3.4). */
+static __always_inline bool wire_tls_prefix(const __u8 *h, __u32 have)
+{
+	if (have >= 1 && h[0] != 22 && h[0] != 21)
+		return false;
+	if (have >= 2 && h[1] != 3)
+		return false;
+	return have < 3 || h[2] <= 4;
+}
+
 
 /* A complete record header: what it means for the capture. Returns why the capture ends
  * (WIRE_END_*, WIRE_NOT_TLS), 0 to go on. */
@@ -174,7 +207,7 @@ static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state
 
 	if (!(c->wire.flags & WIRE_F_TLS)) {
 		if (!valid || (type != 22 && type != 21))
-			return WIRE_NOT_TLS; /* the server does not speak TLS first */
+			return WIRE_PREAMBLE; /* plaintext first (or not TLS at all) */
 		c->wire.flags |= WIRE_F_TLS;
 		conn_mark_tls(c); /* also for servers without handshake probes */
 	} else if (!valid) {
@@ -277,6 +310,10 @@ static long wire_step(__u32 i, void *ctx)
 		}
 		w->off = off;
 		c->wire.hdr_have = have;
+		if (!(c->wire.flags & WIRE_F_TLS) && !wire_tls_prefix(c->wire.hdr, have)) {
+			w->why = WIRE_PREAMBLE; /* a short plaintext send (PostgreSQL's 'S') */
+			return 1;
+		}
 		if (have < 5) {
 			if (plain)
 				w->plain_end = off;
@@ -296,6 +333,15 @@ static long wire_step(__u32 i, void *ctx)
 static __always_inline void wire_walked(struct wire_walk_ctx *w, bool plain_start)
 {
 	struct conn_state *c = w->c;
+	if (w->why == WIRE_PREAMBLE) {
+		/* the rest of this send is not looked at; the next may begin TLS */
+		c->wire.hdr_have = 0;
+		c->wire.left = 0;
+		c->wire.flags |= WIRE_F_SKIP;
+		if (++c->wire.pre >= WIRE_PREAMBLE_SENDS)
+			wire_finish(w->sk, c, 0); /* not TLS: nothing was copied, nothing to say */
+		return;
+	}
 	if (!w->why && w->off < w->n)
 		w->why = WIRE_END_CAP; /* more records in one write than walked */
 	if (plain_start && w->plain_end && (c->wire.flags & WIRE_F_TLS))
@@ -372,6 +418,16 @@ static __always_inline void wire_unsupported(const struct sock *sk, struct conn_
 	wire_hand_over(c, copied);
 }
 
+/* After a send's walk: the capture ended (requests are counted from here), or the send was
+ * the preamble's (a plaintext exchange, counted as any without TLS). */
+static __always_inline void wire_after_send(struct conn_state *c, bool preamble, __u32 copied)
+{
+	if (c->wire.state == WIRE_DONE)
+		wire_hand_over(c, copied);
+	else if (preamble && wire_preamble(c))
+		req_sent(c, copied);
+}
+
 /* The capture of a server send's handshake output, and the request count
  * (requests.bpf.h). `bounded`: walk without bpf_loop. */
 static __always_inline int wire_capture_send(const struct sock *sk, struct conn_state *c, const struct msghdr *msg,
@@ -392,6 +448,11 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	if (c->wire.state == WIRE_IDLE) {
 		c->wire.state = WIRE_PLAIN;
 		c->wire.seq = seq;
+	}
+	bool preamble = wire_preamble(c);
+	if (preamble) {
+		/* nothing of TLS sent yet: this send may be its first flight */
+		c->wire.flags &= ~WIRE_F_SKIP;
 		c->wire.tgid = id >> 32;
 		c->wire.rx_first = copied;
 		c->wire.rx_flight = copied;
@@ -426,8 +487,7 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	    type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
 		__u64 base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
 		wire_walk(sk, c, base + offset + skip, left - skip, bounded);
-		if (c->wire.state == WIRE_DONE)
-			wire_hand_over(c, copied);
+		wire_after_send(c, preamble, copied);
 		return 0;
 	}
 	if (type != bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
@@ -438,7 +498,7 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	__u64 nsegs = BPF_CORE_READ(msg, msg_iter.nr_segs);
 	__u64 todo = left;
 	for (int i = 0; i < WIRE_SEGS; i++) {
-		if (i >= nsegs || todo == 0 || c->wire.state == WIRE_DONE)
+		if (i >= nsegs || todo == 0 || c->wire.state == WIRE_DONE || (c->wire.flags & WIRE_F_SKIP))
 			break;
 		struct iovec v;
 		if (bpf_probe_read_kernel(&v, sizeof(v), &iov[i]))
@@ -460,10 +520,9 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 		skip = 0;
 		wire_walk(sk, c, base, len, bounded);
 	}
-	if (todo && c->wire.state != WIRE_DONE)
+	if (todo && c->wire.state != WIRE_DONE && !(c->wire.flags & WIRE_F_SKIP))
 		wire_finish(sk, c, WIRE_END_CAP);
-	if (c->wire.state == WIRE_DONE)
-		wire_hand_over(c, copied);
+	wire_after_send(c, preamble, copied);
 	return 0;
 }
 

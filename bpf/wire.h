@@ -3,7 +3,10 @@
  * What crosses a server's socket during its TLS handshake, as wire.bpf.h sends it to the
  * agent (agent/src/bpf/wire.rs mirrors these types; the layout test checks them).
  *
- * Only the server's output is looked at, and only until its handshake is over:
+ * Only the server's output is looked at, and only until its handshake is over. Its TLS may
+ * start after a plaintext preamble (STARTTLS, PostgreSQL's SSLRequest): of a preamble send
+ * only its first bytes (at most 5) are looked at, in the kernel, to tell whether it begins a
+ * TLS record; nothing of it is copied. Then:
  * - plaintext records (handshake, alert, change_cipher_spec) before the first encrypted
  *   record are copied whole: ServerHello, and in TLS 1.2 Certificate, ServerKeyExchange;
  * - of encrypted records (TLS 1.3's EncryptedExtensions..Finished) only the 5-byte header
@@ -24,7 +27,7 @@
 /* wire_conn.flags */
 #define WIRE_F_CCS 1       /* the server sent change_cipher_spec */
 #define WIRE_F_FINISHED 2  /* the current record is TLS 1.2's (encrypted) server Finished */
-#define WIRE_F_TLS 4       /* the output started as TLS records */
+#define WIRE_F_TLS 4       /* the output is TLS records from here (after a preamble, if any) */
 
 /* wire_event.kind */
 #define WIRE_EV_DATA 1   /* data[0..len]: plaintext handshake-phase bytes of the output stream */
@@ -64,7 +67,8 @@ struct wire_conn {
 	__u8 why;        /* why the capture ended (WIRE_END_*; 0: not TLS) */
 	__u16 fin_len;   /* body length of the server's latest Finished-sized record: the
 			  * client's Finished record has the same (same suite, same hash) */
-	__u8 pad[2];
+	__u8 pre;        /* sends of a plaintext preamble before TLS (STARTTLS, an SSLRequest) */
+	__u8 pad;
 	/* how far the server had read the client's stream (tcp copied_seq) at its sends: */
 	__u32 rx_first;  /* at the first (its first flight answers the ClientHello) */
 	__u32 rx_flight; /* at the latest while the capture runs */

@@ -29,6 +29,10 @@ TEST=(
   gnutls-bin                             # gnutls-cli: a ClientHello fixture (scripts/capture-hellos.py)
   prometheus                             # promtool (metrics format check)
   nodejs                                 # node https server under test
+  postfix                                # SMTP server under test: STARTTLS and submissions, an smtpd per connection
+  dovecot-imapd                          # IMAP server under test: STARTTLS and IMAPS, an imap-login per connection
+  postgresql-15                          # PostgreSQL under test: TLS after the SSLRequest, a backend per connection; pgbench
+  default-jdk-headless                   # a Java HTTPS server under test on JSSE (javac; no TLS library mapped)
   python3 python3-pytest python3-venv    # integration test runner; venvs for the PyPI tools below
   util-linux iproute2 procps             # setpriv, unshare, ss, pgrep
   tmux                                   # drives `tlsprof top` in a terminal in the tests
@@ -68,7 +72,7 @@ if ((${#missing[@]})); then
   fi
   echo "deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  # Don't let package scripts start the distribution's own nginx/apache/prometheus.
+  # Don't let package scripts start the distribution's own nginx/apache/prometheus/postfix/dovecot/postgresql.
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
   trap 'rm -f /usr/sbin/policy-rc.d' EXIT
   apt-get update -qq

@@ -5,7 +5,6 @@ import subprocess
 
 from harness.agent import TLSPROF, Agent, run_tlsprof
 from harness.clients import https_connections
-from harness.procs import stop_pid
 from harness.servers import Nginx
 
 
@@ -22,16 +21,6 @@ def one_error_line(r: subprocess.CompletedProcess, *needles: str):
 def test_unknown_pid():
     r = run_tlsprof("run", "--pid", "999999999", "--listen", "127.0.0.1:0")
     one_error_line(r, "no process with pid 999999999")
-
-
-def test_process_without_tls():
-    sleeper = subprocess.Popen(["sleep", "60"])
-    try:
-        r = run_tlsprof("run", "--pid", str(sleeper.pid), "--listen", "127.0.0.1:0")
-        one_error_line(r, f"process {sleeper.pid} (sleep)", "no TLS library")
-    finally:
-        stop_pid(sleeper.pid)
-        sleeper.wait()
 
 
 def test_listen_port_in_use():

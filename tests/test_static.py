@@ -1,11 +1,11 @@
 """OpenSSL linked statically into an executable that exports nothing: found through the
-executable's .symtab; once stripped, refused with one clear line."""
+executable's .symtab; once stripped, counted from its connections, its CPU estimated."""
 import shutil
 import subprocess
 
 import pytest
 
-from harness.agent import Agent, run_tlsprof
+from harness.agent import Agent
 from harness.certs import make_cert
 from harness.clients import https_connections
 from harness.procs import ROOT, free_port, stop_pid, wait_port
@@ -46,14 +46,24 @@ def test_static_openssl_found_through_symtab(static_servers, workdir):
         proc.wait(timeout=10)
 
 
-def test_stripped_static_binary_is_refused_clearly(static_servers, workdir):
+def test_stripped_static_binary_is_counted_from_the_wire(static_servers, workdir):
+    """A stripped executable with OpenSSL linked in shows no TLS code to the agent: asked for
+    by pid, it is traced all the same, its handshakes counted and labelled from what its
+    connections carry and their CPU estimated in the kernel, and the log says so once."""
     _, stripped = static_servers
-    proc, _ = start(stripped, workdir)
+    proc, port = start(stripped, workdir)
     try:
-        r = run_tlsprof("run", "--pid", str(proc.pid), "--listen", "127.0.0.1:0")
+        with Agent("--pid", str(proc.pid)) as agent:
+            agent.wait_attached([proc.pid])
+            assert https_connections(port, 15, concurrency=1)["ok"] == 15
+            got = agent.wait_value("tlsprof_handshakes_total", 15, comm="static_tls_stri", role="server", result="ok")
+            cpu = agent.wait_value("tlsprof_handshake_cpu_seconds_count", 15, comm="static_tls_stri")
+            method = agent.value("tlsprof_handshake_cpu_method_info", comm="static_tls_stri",
+                                 method="kernel_estimate", reason="no_tls_library")
+            log = agent.output()
     finally:
         stop_pid(proc.pid)
         proc.wait(timeout=10)
-    assert r.returncode == 1, r
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "carries no TLS code" in lines[0] and "stripped" in lines[0], r.stderr
+    assert got == 15 and cpu == 15, (got, cpu)
+    assert method == 1, log
+    assert log.count("no TLS library found") == 1, log

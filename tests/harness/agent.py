@@ -57,7 +57,17 @@ class Agent:
              "--ready-file", str(self.ready_path), "-v", *args],
             stdout=self.log, stderr=subprocess.STDOUT,
         )
-        wait_for(self._up, 20, f"tlsprof to serve /metrics (log: {self.output()})")
+        try:
+            wait_for(self._up, 20, f"tlsprof to serve /metrics (log: {self.output()})")
+        except BaseException:
+            # an agent that exits at start (or never serves) leaves no process, log or directory
+            if self.proc.poll() is None:
+                self.stop()
+            else:
+                self.log.close()
+                self.log_path.unlink(missing_ok=True)
+                shutil.rmtree(self.dir, ignore_errors=True)
+            raise
 
     def _up(self):
         if self.proc.poll() is not None:

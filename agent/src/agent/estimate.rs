@@ -42,6 +42,10 @@ pub struct Estimates {
     /// to another connection), just after the capture's end (TLS 1.3 session tickets come
     /// after it): a handshake is measured SETTLE after its capture ended.
     ended: VecDeque<(ConnId, bool, Instant)>,
+    /// Connections whose handshake a probe timed (a process whose probes were attached while
+    /// the kernel estimated it, as a process forked per connection is): their parts are not
+    /// a second figure. Bounded by MAX_OPEN, the oldest going first.
+    timed: HashMap<ConnId, Instant>,
     /// Entries dropped at the bound, not exported yet.
     pub evicted: u64,
 }
@@ -50,6 +54,9 @@ impl Estimates {
     /// One part from the kernel (hs_event with `estimate` set).
     pub fn add(&mut self, e: &hs_event, now: Instant) {
         let id = e.conn_id;
+        if self.timed.contains_key(&id) {
+            return;
+        }
         if !self.open.contains_key(&id) && self.open.len() >= MAX_OPEN {
             let out = bounds::evict_oldest(&mut self.open, MAX_OPEN, |s| s.since);
             self.evicted += out.len() as u64;
@@ -68,6 +75,16 @@ impl Estimates {
         s.last_ns = s.last_ns.max(e.end_ns);
         s.cpu_ns += e.cpu_ns;
         s.parts += 1;
+    }
+
+    /// A probe timed this connection's handshake: every handshake gets one CPU figure, from
+    /// one source, and the probe's is the measurement.
+    pub fn timed(&mut self, id: ConnId, now: Instant) {
+        self.open.remove(&id);
+        if self.timed.len() >= MAX_OPEN {
+            bounds::evict_oldest(&mut self.timed, MAX_OPEN, |t| *t);
+        }
+        self.timed.insert(id, now);
     }
 
     /// A connection's handshake capture ended.
@@ -108,6 +125,7 @@ impl Estimates {
     pub fn expire(&mut self, now: Instant) {
         self.open
             .retain(|_, s| now.duration_since(s.since).as_secs() < STALE_SECS);
+        self.timed.retain(|_, t| now.duration_since(*t).as_secs() < STALE_SECS);
     }
 }
 

@@ -194,6 +194,7 @@ impl Handshakes {
             return self.count(&e, &Negotiated::UNKNOWN, Some(UNLABELLED_NO_CONNECTION), procs);
         }
         let id = e.conn_id;
+        self.estimates.timed(id, now);
         match self.wire.lookup(id) {
             Lookup::Ready(l, complete) => self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs),
             // a failed handshake may have sent nothing: take what is known

@@ -33,7 +33,7 @@ use crate::{
         calib::HitCost,
         hooks,
         loader::{Events, Kernel},
-        proc::{PROC_EV_EXIT, PROC_EV_FORK},
+        proc::{proc_notice, PROC_EV_EXEC, PROC_EV_EXIT, PROC_EV_FORK},
         uprobes::UPROBES,
     },
     cli::RunArgs,
@@ -127,10 +127,16 @@ impl Agent {
             conns,
             notices,
         } = self.kernel.drain();
+        // Processes the kernel began tracing first (a process per connection may be gone
+        // by now: named from the notice), so that their connections' events find them; then
+        // wire bytes: a handshake event finds its connection's parameters; and handshakes
+        // before exits: a process's last handshakes arrive before its exit.
+        let (started, exits): (Vec<_>, Vec<_>) = notices.into_iter().partition(|n| n.kind != PROC_EV_EXIT);
+        for n in started {
+            self.on_started(&n);
+        }
         let wire = self.ports.own_client_hellos(wire);
         let now = Instant::now();
-        // Wire bytes first: a handshake event finds its connection's parameters; and
-        // handshakes before exits: a process's last handshakes arrive before its exit.
         self.handshakes.on_wire(wire, &self.targets, now);
         for e in handshakes {
             self.handshakes.on_probe(e, &self.targets, now);
@@ -139,22 +145,30 @@ impl Agent {
         for e in conns {
             self.ports.on_conn(&e);
         }
-        for n in notices {
-            match n.kind {
-                PROC_EV_FORK => {
-                    let forked =
-                        self.targets
-                            .on_fork(n.pid, n.parent, &mut self.kernel, &mut self.profiler, &self.metrics);
-                    if forked {
-                        self.refresh_ports();
-                    }
-                }
-                PROC_EV_EXIT => {
-                    self.targets.on_exit(n.pid, &mut self.kernel, &mut self.profiler);
-                    self.targets.export_gauges(&self.metrics);
-                }
-                _ => {}
+        for n in exits {
+            self.targets.on_exit(n.pid, &mut self.kernel, &mut self.profiler);
+            self.targets.export_gauges(&self.metrics);
+        }
+    }
+
+    /// A process the kernel traces from its fork or its exec: examined now.
+    fn on_started(&mut self, n: &proc_notice) {
+        let name = n.name();
+        let traced = match n.kind {
+            PROC_EV_FORK => {
+                // its parent forks per connection, perhaps: the estimate's reads for the
+                // children the probes come too late for
+                self.kernel.needs_reads(n.parent);
+                self.targets
+                    .on_fork(n.pid, &name, &mut self.kernel, &mut self.profiler, &self.metrics)
             }
+            PROC_EV_EXEC => self
+                .targets
+                .on_exec(n.pid, &name, &mut self.kernel, &mut self.profiler, &self.metrics),
+            _ => false,
+        };
+        if traced {
+            self.refresh_ports();
         }
     }
 
@@ -264,6 +278,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
 
     let sample_hz = args.targets.sample_hz();
     let mut kernel = Kernel::load(&btf, sample_hz, args.exact, &args.avoid_hooks, !args.no_client_hellos)?;
+    kernel.select_comms(&args.targets.comms)?;
     let mode = Mode::new(args.exact, kernel.served.wire_counts());
     if mode == Mode::Exact(mode::ExactWhy::NoWireCapture) {
         log::warn!(

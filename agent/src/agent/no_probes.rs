@@ -19,15 +19,20 @@ pub enum NoProbes {
     SymbolNotFound,
     /// The kernel refused every probe (privileges, uprobes unsupported, the process gone).
     AttachRefused,
+    /// No TLS library or TLS code was found in its files (Java's JSSE, rustls, a stripped
+    /// static executable, a stack of its own): selected by `--pid` or `--comm`, it is traced
+    /// from what its connections carry.
+    NoTlsLibrary,
 }
 
 impl NoProbes {
-    pub const ALL: [NoProbes; 5] = [
+    pub const ALL: [NoProbes; 6] = [
         Self::Disabled,
         Self::NoEntryPoint,
         Self::FileUnreadable,
         Self::SymbolNotFound,
         Self::AttachRefused,
+        Self::NoTlsLibrary,
     ];
 
     pub fn label(self) -> &'static str {
@@ -37,6 +42,7 @@ impl NoProbes {
             Self::FileUnreadable => "file_unreadable",
             Self::SymbolNotFound => "symbol_not_found",
             Self::AttachRefused => "attach_refused",
+            Self::NoTlsLibrary => "no_tls_library",
         }
     }
 

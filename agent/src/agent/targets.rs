@@ -47,6 +47,10 @@ pub struct Traced {
     /// Its handshake probes, or why it has none (CPU and connections only; the kernel
     /// estimates its handshakes' CPU).
     probing: Probing,
+    /// Traced without a TLS library (NoProbes::NoTlsLibrary): its memory map's size when
+    /// last looked at, looked at again when it changes (a library loaded late, as DeleGate
+    /// loads libssl with dlopen).
+    regrow: Option<u64>,
 }
 
 /// A selected process as examined: its stat, name and memory map.
@@ -117,6 +121,38 @@ pub struct Targets {
     said: Said,
     /// Entries dropped at the bounds, exported at each scan.
     dropped: Dropped,
+    /// Processes that exited while their probes were being attached.
+    early_exits: EarlyExits,
+}
+
+/// Processes that exited while their probes were being attached (a process per connection:
+/// a PostgreSQL backend, an inetd service): their handshakes' CPU is the kernel's estimate,
+/// which the kernel ran from their fork or exec. Said in one line with a count, at most once
+/// a minute, not a warning per process.
+#[derive(Default)]
+struct EarlyExits {
+    count: u64,
+    said: u64,
+    said_at: Option<Instant>,
+}
+
+impl EarlyExits {
+    fn add(&mut self) {
+        self.count += 1;
+    }
+
+    fn say(&mut self, now: Instant) {
+        if self.count == self.said || self.said_at.is_some_and(|t| now.duration_since(t).as_secs() < 60) {
+            return;
+        }
+        log::info!(
+            "{} processes exited before their handshake probes were attached (a process per connection): their \
+             handshakes' CPU is the kernel's estimate",
+            self.count
+        );
+        self.said = self.count;
+        self.said_at = Some(now);
+    }
 }
 
 impl Targets {
@@ -139,6 +175,7 @@ impl Targets {
             fatal: None,
             said: Said::default(),
             dropped: Dropped::default(),
+            early_exits: EarlyExits::default(),
         }
     }
 
@@ -175,7 +212,11 @@ impl Targets {
         pids.sort_unstable();
         for pid in pids {
             let st = &stats[&pid];
-            if self.traced.contains_key(&pid) || !self.selector.selects(pid, &st.comm, parent_of) {
+            if self.traced.contains_key(&pid) {
+                self.regrown(pid, st, k, prof, m);
+                continue;
+            }
+            if !self.selector.selects(pid, &st.comm, parent_of) {
                 continue;
             }
             if self.watched.get(&pid).is_some_and(|w| w.vsize == st.vsize) {
@@ -183,7 +224,27 @@ impl Targets {
             }
             self.examine(pid, st.clone(), k, prof, m);
         }
+        self.early_exits.say(Instant::now());
         self.export_dropped(m);
+    }
+
+    /// A process traced without a TLS library whose memory map changed: attached again if
+    /// it now maps one (its probes, or its stack's name).
+    fn regrown(&mut self, pid: u32, st: &ProcStat, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) {
+        let Some(t) = self.traced.get_mut(&pid) else { return };
+        if t.regrow.is_none_or(|v| v == st.vsize) {
+            return;
+        }
+        t.regrow = Some(st.vsize);
+        let Ok(maps) = maps::read(&pid.to_string()) else { return };
+        let found = !self.no_probes && !tls_files(pid, &maps, &self.files, self.hooks).hooks.is_empty()
+            || stacks::process_tls_stack(pid, &maps, &self.files).is_some();
+        if found {
+            log::debug!("{pid} ({}) maps a TLS library now: attaching again", st.comm);
+            self.forget(pid, k, prof);
+            k.sweep(&std::mem::take(&mut self.exited));
+            self.examine(pid, st.clone(), k, prof, m);
+        }
     }
 
     /// What the bounds dropped since the last export: tlsprof_table_full_total.
@@ -192,13 +253,45 @@ impl Targets {
         self.dropped.export(m);
     }
 
-    /// A traced process forked: the child is attached at once if it is selected (nginx -s
-    /// reload). Returns whether it was.
-    pub fn on_fork(&mut self, pid: u32, parent: u32, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
-        if !self.traced.contains_key(&parent) || self.traced.contains_key(&pid) {
+    /// A traced process forked (the kernel traces the child from its fork: bpf/proc.bpf.h):
+    /// the child is attached at once if it is selected (nginx -s reload, a PostgreSQL
+    /// backend), else the kernel forgets it. Returns whether it was attached.
+    pub fn on_fork(&mut self, pid: u32, name: &str, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
+        if self.traced.contains_key(&pid) {
             return false;
         }
-        let Ok(st) = procfs::stat(pid) else { return false };
+        let attached = self.examine_new(pid, name, k, prof, m);
+        if !attached {
+            self.exited.push(pid); // the kernel's entry goes at the next sweep
+        }
+        attached
+    }
+
+    /// A process executed a new program: a traced one (its probes went with its old
+    /// memory), or one whose name `--comm` selects, which the kernel traces from its exec.
+    /// Examined afresh at once; the kernel forgets it if it is not traced after all.
+    pub fn on_exec(&mut self, pid: u32, name: &str, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
+        if let Some(t) = self.traced.remove(&pid) {
+            log::debug!("{pid} ({}) executed a new program: examined again", t.name);
+            t.probing.release(pid, k);
+            prof.remove(pid, k.oncpu_ns(pid));
+        }
+        self.watched.remove(&pid);
+        let attached = self.examine_new(pid, name, k, prof, m);
+        if !attached {
+            self.exited.push(pid);
+        }
+        attached
+    }
+
+    /// A process the kernel reported (fork, exec; `name`: its comm then): examined if
+    /// selected. Whether it is traced now. One gone already is remembered by that name: its
+    /// connections' events, still on their way, are its.
+    fn examine_new(&mut self, pid: u32, name: &str, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
+        let Ok(st) = procfs::stat(pid) else {
+            self.remember_exit(pid, name.to_string());
+            return false;
+        };
         // The ancestry the selector walks: the child's stat is in hand, its ancestors' are read.
         let child_ppid = st.ppid;
         let parent_of = |p: u32| {
@@ -213,13 +306,18 @@ impl Targets {
         }
         self.examine(pid, st, k, prof, m);
         self.export_dropped(m);
-        true
+        self.traced.contains_key(&pid)
     }
 
     /// A traced process exited: detached at once; the kernel maps are swept at the next
-    /// scan, for all exits together (a sweep walks hs_conns).
+    /// scan, for all exits together (a sweep walks hs_conns). One the kernel traced that
+    /// the agent never attached to (it exited first) is swept too.
     pub fn on_exit(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {
-        self.forget(pid, k, prof);
+        if self.traced.contains_key(&pid) {
+            self.forget(pid, k, prof);
+        } else {
+            self.exited.push(pid);
+        }
     }
 
     /// Attaches to a selected process if it carries a TLS stack, else watches it.
@@ -260,6 +358,20 @@ impl Targets {
                 }
                 return;
             }
+            if self.selector.explicit() {
+                // Asked for by pid or name: its TLS stack is none tlsprof knows (Java's JSSE,
+                // rustls, a stripped static executable, a stack of its own), or it has none:
+                // counted and labelled from what its connections carry, as any other.
+                self.watched.remove(&pid);
+                let why = NoProbes::NoTlsLibrary;
+                let msg = estimated(pid, &st.comm, "no TLS library found, counted from its connections, ", why);
+                let detail = "no TLS library or TLS code found in its files: its handshakes are counted from what its connections carry";
+                self.said.say(pid, &name, why, detail);
+                if self.track(Examined { pid, st, name, maps }, Probing::Without(why), k, prof, m) {
+                    self.ready.add(msg);
+                }
+                return;
+            }
             let watched = Watched {
                 start_time: st.start_time,
                 vsize: st.vsize,
@@ -289,8 +401,14 @@ impl Targets {
         // Each failure is counted, the first said once (re-attaching in a later cycle may
         // race the process's exit: that is only logged).
         let mut refused = None;
-        let (strict, fatal) = (self.strict, &mut self.fatal);
+        let mut exited_first = false;
+        let (strict, fatal, start_time) = (self.strict, &mut self.fatal, st.start_time);
         let probes = Probes::attach(k, pid, plan, stepped, duty, |prog, e| {
+            // a process started per connection may be gone already: not a failure
+            if procfs::stat(pid).map_or(true, |s| s.start_time != start_time) {
+                exited_first = true;
+                return;
+            }
             m.attach_failures
                 .get_or_create(&ProbeLabels { probe: prog.into() })
                 .inc();
@@ -299,6 +417,15 @@ impl Targets {
             }
             refused.get_or_insert(format!("{e:#}"));
         });
+        if exited_first {
+            self.early_exits.add();
+            self.remember_exit(pid, name);
+            if let Some(p) = probes {
+                Probing::Probes(Box::new(p)).release(pid, k);
+            }
+            self.exited.push(pid);
+            return;
+        }
         let probing = match (probes, refused) {
             (Some(p), refused) => {
                 if let Some(e) = refused {
@@ -327,7 +454,8 @@ impl Targets {
     fn track(&mut self, e: Examined, probing: Probing, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
         let Examined { pid, st, name, maps } = e;
         let probed = probing.attached();
-        if !k.trace(pid, !probed) {
+        let probed_ns = probing.probes().map_or(0, Probes::window_start_ns);
+        if !k.trace(pid, !probed, probed_ns) {
             // the kernel's traced map is full (Kernel counts it): not attached after all
             probing.release(pid, k);
             return false;
@@ -349,6 +477,7 @@ impl Targets {
                 name,
                 comm: st.comm,
                 start_time: st.start_time,
+                regrow: matches!(probing, Probing::Without(NoProbes::NoTlsLibrary)).then_some(st.vsize),
                 probing,
             },
         );
@@ -531,6 +660,7 @@ mod tests {
             comm: name.into(),
             start_time: 0,
             probing: Probing::Without(NoProbes::NoEntryPoint),
+            regrow: None,
         }
     }
 

@@ -103,7 +103,8 @@ pub struct wire_conn {
     pub end: u8,
     pub why: u8,
     pub fin_len: u16,
-    pub pad: [u8; 2],
+    pub pre: u8,
+    pub pad: u8,
     pub rx_first: u32,
     pub rx_flight: u32,
 }

@@ -82,9 +82,10 @@ pub const SCHEDULER: Capability = Capability {
 pub const PROCESSES: Capability = Capability {
     name: "processes",
     hooks: &[hook(
-        "tp_btf/sched_process_fork+exit",
+        "tp_btf/sched_process_fork+exec+exit",
         &[
             ("proc_fork", TpBtf("sched_process_fork")),
+            ("proc_exec", TpBtf("sched_process_exec")),
             ("proc_exit", TpBtf("sched_process_exit")),
         ],
     )],

@@ -21,7 +21,7 @@ use super::{
     handshake::{self as hs, hs_hits, hs_key, hs_state},
     hello_cgroups::{self, HelloCgroups},
     hooks::{self, CONNECTIONS, HELLO_CAPTURE, READ_SIDE},
-    proc::{proc_notice, proc_traced},
+    proc::{proc_comm, proc_notice, proc_traced, PROC_COMMS},
     read_record,
     readside::ReadSide,
     served::{attach_capabilities, Served, Storage},
@@ -302,13 +302,27 @@ impl Kernel {
         self.cpu_samples.take()
     }
 
+    /// The names `--comm` selects, for the kernel to trace a process that executes one from
+    /// its first instruction (bpf/proc.bpf.h); longer names are left to the /proc scan.
+    pub fn select_comms(&mut self, comms: &[String]) -> Result<()> {
+        let mut map: BpfHashMap<_, proc_comm, u8> = BpfHashMap::try_from(
+            self.ebpf.map_mut("proc_comms").context("proc_comms map missing")?,
+        )?;
+        for key in comms.iter().filter_map(|c| proc_comm::of(c)).take(PROC_COMMS as usize) {
+            map.insert(key, 1, 0).context("cannot fill proc_comms")?;
+        }
+        Ok(())
+    }
+
     /// Adds a process to the traced set (forks, exit, CPU accounting, samples). False, and
     /// counted (traced_processes), when the map has no room.
     /// `estimate`: it has no handshake probes, the kernel estimates its handshakes' CPU.
-    pub fn trace(&mut self, pid: u32, estimate: bool) -> bool {
+    pub fn trace(&mut self, pid: u32, estimate: bool, probed_ns: u64) -> bool {
+        // the kernel may trace it already (from its fork or exec): its CPU so far is kept
         let value = proc_traced {
             estimate: estimate.into(),
-            ..Default::default()
+            probed_ns,
+            ..self.traced.get(&pid, 0).unwrap_or_default()
         };
         let ok = self.traced.insert(pid, value, 0);
         if let Err(e) = &ok {

@@ -171,6 +171,7 @@ mod layout_tests {
                 end,
                 why,
                 fin_len,
+                pre,
                 rx_first,
                 rx_flight
             }
@@ -209,7 +210,8 @@ mod layout_tests {
                 tls
             }
         );
-        rust_layout!(rust, proc_notice { kind, pid, parent });
+        rust_layout!(rust, proc_notice { kind, pid, parent, comm });
+        rust_layout!(rust, proc_comm { name });
         rust_layout!(
             rust,
             cpu_sample {
@@ -228,7 +230,8 @@ mod layout_tests {
             proc_traced {
                 oncpu_ns,
                 exited,
-                estimate
+                estimate,
+                probed_ns
             }
         );
         rust_layout!(
@@ -331,6 +334,8 @@ mod layout_tests {
             PROC_TRACED_ENTRIES,
             PROC_EV_FORK,
             PROC_EV_EXIT,
+            PROC_EV_EXEC,
+            PROC_COMMS,
         );
         assert!(!c.is_empty(), "layout.txt has no constants");
         assert_eq!(rust, c, "Rust constants (left) differ from the C headers (right)");

@@ -16,16 +16,14 @@ impl Selector {
         }
     }
 
-    /// Selects the descendants of one process (and itself).
-    pub fn descendants_of(pid: u32) -> Self {
-        Self {
-            pids: vec![pid],
-            comms: Vec::new(),
-        }
-    }
-
     fn all(&self) -> bool {
         self.pids.is_empty() && self.comms.is_empty()
+    }
+
+    /// `--pid` or `--comm` was given: what they select is traced whatever its TLS stack
+    /// (without either, only processes that carry one).
+    pub fn explicit(&self) -> bool {
+        !self.all()
     }
 
     /// A process is selected by its comm, by its pid, or by descending from a selected pid.

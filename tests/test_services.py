@@ -1,0 +1,196 @@
+"""Servers beyond the web servers, from Debian 12's packages (tests/harness/services.py):
+Postfix (SMTP STARTTLS and submissions), Dovecot (IMAP STARTTLS and IMAPS), PostgreSQL 15
+(TLS after the SSLRequest), a Java HTTPS server on JSSE, and a TLS service that an
+inetd-like parent starts per connection. Each gets exactly N TLS connections from its own
+real client, whose count of handshakes made is the truth: tlsprof must count the same
+handshakes (result="ok"), time each one (tlsprof_handshake_cpu_seconds_count, --exact) and
+read each ClientHello (tlsprof_client_hellos_total), no more, no fewer.
+
+What makes them hard: the TLS handshake starts after a plaintext exchange (STARTTLS,
+SSLRequest); the process that makes it is started for the connection (smtpd, imap-login,
+a postmaster's backend, the inetd child), sometimes by a parent that maps no TLS library
+(Postfix's and Dovecot's masters) or is not traced at all (the inetd parent); or the stack
+is not a library at all (JSSE). Each test prints what the client and tlsprof counted."""
+import time
+
+import pytest
+
+from harness import services
+from harness.agent import Agent
+from harness.clients import https_connections
+from harness.metrics import since, value
+from harness.procs import wait_for
+
+N = 20
+# How long tlsprof's counts may take to reach the client's once it is done: they come at the
+# agent's next read of the kernel's events (every scan: 0.5 s here), and two more scans are
+# waited for after (counted()); an event the kernel did not queue never comes.
+SETTLE = 3.0
+
+
+def need(name: str):
+    why = services.available()[name]
+    if why:
+        pytest.skip(f"{why} (scripts/deps.sh test installs it)")
+
+
+class Timed(dict):
+    """Seconds each step of a test took, for its summary."""
+
+    def __call__(self, step: str, f):
+        t = time.monotonic()
+        try:
+            return f()
+        finally:
+            self[step] = round(time.monotonic() - t, 1)
+
+
+def start_agent(timed: Timed, *args: str) -> Agent:
+    """`tlsprof run --exact` (every handshake timed: its CPU count is exact), once its first
+    scan is done (the ready file appears then, listing what it attached to)."""
+    def start():
+        agent = Agent(*args)
+        try:
+            wait_for(lambda: agent.ready_path.exists(), 15, f"tlsprof's first scan (log: {agent.output()[-2000:]})")
+        except BaseException:
+            agent.stop()
+            raise
+        return agent
+    return timed("agent start", start)
+
+
+def attached(agent: Agent, pid: int, timeout: float = 3.0) -> bool:
+    """Whether the agent lists the process as attached (a master that maps no TLS library
+    may never be): waited for a little, not asserted."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if agent.attached(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def counted(agent: Agent, base: list, expected: int) -> dict:
+    """tlsprof's counts since `base` (a mark()), once they reach `expected` or SETTLE seconds
+    have passed, after two more scans (so that a count past `expected` shows too)."""
+    def now():
+        m = since(agent.scrape(), base)
+        return {
+            "ok": value(m, "tlsprof_handshakes_total", result="ok"),
+            "failed": value(m, "tlsprof_handshakes_total", result="failed"),
+            "cpu": value(m, "tlsprof_handshake_cpu_seconds_count"),
+            "hellos": value(m, "tlsprof_client_hellos_total"),
+        }
+    deadline = time.monotonic() + SETTLE
+    while time.monotonic() < deadline:
+        c = now()
+        if c["ok"] >= expected and c["cpu"] >= expected and c["hellos"] >= expected:
+            break
+        time.sleep(0.2)
+    agent.settle()
+    return {k: int(v) for k, v in now().items()}
+
+
+def run(agent: Agent, timed: Timed, name: str, client) -> dict:
+    """One client run against a started agent: the client's counts and tlsprof's."""
+    base = agent.mark()
+    c = timed(f"{name} client", client)
+    got = timed(f"{name} tlsprof", lambda: counted(agent, base, c["ok"]))
+    print(f"{name}: client {c}; tlsprof {got}")
+    return {"client": c, "tlsprof": got}
+
+
+def check(name: str, runs: dict, timed: Timed, attach: dict, started: float):
+    """The client made exactly N handshakes in all; tlsprof counted, timed and read the
+    ClientHellos of exactly as many."""
+    client_ok = sum(r["client"]["ok"] for r in runs.values())
+    total = {k: sum(r["tlsprof"][k] for r in runs.values()) for k in ("ok", "cpu", "hellos", "failed")}
+    summary = (f"{name}: client ok {client_ok}/{N}; tlsprof ok {total['ok']}, with CPU {total['cpu']}, "
+               f"ClientHellos {total['hellos']}, failed {total['failed']}; attached {attach}; "
+               f"per client {runs}; seconds {dict(timed)}, {time.monotonic() - started:.1f} in all")
+    print(summary)
+    assert client_ok == N, summary
+    assert {k: total[k] for k in ("ok", "cpu", "hellos")} == {"ok": N, "cpu": N, "hellos": N}, summary
+
+
+def test_postfix_starttls_and_submissions(workdir):
+    """Postfix's master starts smtpd when connections come (and keeps it for the next ones):
+    10 SMTP sessions upgraded by STARTTLS, 10 on the submissions port (implicit TLS)."""
+    need("postfix")
+    started, timed = time.monotonic(), Timed()
+    srv = timed("server start", lambda: services.Postfix(workdir))
+    try:
+        with start_agent(timed, "--pid", str(srv.pid)) as agent:
+            attach = {"master": attached(agent, srv.pid)}
+            runs = {
+                "starttls": run(agent, timed, "starttls", lambda: services.smtp_starttls_connections(srv.port, N // 2)),
+                "submissions": run(agent, timed, "submissions",
+                                   lambda: services.smtps_connections(srv.submissions_port, N // 2)),
+            }
+            attach["smtpd"] = {p: agent.attached(p) for p in srv.smtpds()}
+    finally:
+        srv.stop()
+    check("postfix", runs, timed, attach, started)
+
+
+def test_dovecot_starttls_and_imaps(workdir):
+    """Dovecot's master (no TLS library) starts an imap-login process per connection: 10
+    IMAP sessions upgraded by STARTTLS, 10 on the IMAPS port."""
+    need("dovecot")
+    started, timed = time.monotonic(), Timed()
+    srv = timed("server start", lambda: services.Dovecot(workdir))
+    try:
+        with start_agent(timed, "--pid", str(srv.pid)) as agent:
+            attach = {"master": attached(agent, srv.pid)}
+            runs = {
+                "starttls": run(agent, timed, "starttls", lambda: services.imap_starttls_connections(srv.port, N // 2)),
+                "imaps": run(agent, timed, "imaps", lambda: services.imaps_connections(srv.imaps_port, N // 2)),
+            }
+    finally:
+        srv.stop()
+    check("dovecot", runs, timed, attach, started)
+
+
+def test_postgres_sslrequest(workdir):
+    """PostgreSQL 15: pgbench over TLS, a new connection per transaction (-C), each a new
+    backend forked by the postmaster, which answers the SSLRequest before the handshake."""
+    need("postgres")
+    started, timed = time.monotonic(), Timed()
+    srv = timed("server start", lambda: services.Postgres(workdir))
+    try:
+        with start_agent(timed, "--pid", str(srv.pid)) as agent:
+            attach = {"postmaster": attached(agent, srv.pid)}
+            runs = {"pgbench": run(agent, timed, "pgbench", lambda: services.pgbench_connections(srv.port, N))}
+    finally:
+        srv.stop()
+    check("postgres", runs, timed, attach, started)
+
+
+def test_java_jsse(workdir):
+    """An HTTPS server on the JDK's own TLS stack: the JVM maps no TLS library."""
+    need("java")
+    started, timed = time.monotonic(), Timed()
+    srv = timed("server start", lambda: services.JsseServer(workdir))
+    try:
+        with start_agent(timed, "--pid", str(srv.pid)) as agent:
+            attach = {"java": attached(agent, srv.pid)}
+            runs = {"https": run(agent, timed, "https", lambda: https_connections(srv.port, N, concurrency=2, timeout=60))}
+    finally:
+        srv.stop()
+    check("java", runs, timed, attach, started)
+
+
+def test_inetd_service_per_connection(workdir):
+    """A TLS server program exec'd per connection by a parent that is not traced (inetd,
+    systemd's Accept=yes): tlsprof is told the program's name (--comm), and each process
+    lives only for its connection."""
+    need("inetd")
+    started, timed = time.monotonic(), Timed()
+    srv = timed("server start", lambda: services.Inetd(workdir))
+    try:
+        with start_agent(timed, "--comm", services.INETD_CHILD_COMM) as agent:
+            attach = {"parent (not traced)": agent.attached(srv.pid)}
+            runs = {"https": run(agent, timed, "https", lambda: https_connections(srv.port, N, concurrency=2, timeout=60))}
+    finally:
+        srv.stop()
+    check("inetd", runs, timed, attach, started)
