@@ -101,6 +101,10 @@ int main(void)
 	F(wire_conn, why);
 	F(wire_conn, fin_len);
 	F(wire_conn, pre);
+	F(wire_conn, proto);
+	S(wire_end);
+	F(wire_end, conn_start);
+	F(wire_end, proto);
 	F(wire_conn, rx_first);
 	F(wire_conn, rx_flight);
 	S(conn_state);
@@ -214,6 +218,18 @@ int main(void)
 	C(WIRE_END_CLOSED);
 	C(WIRE_END_CAP);
 	C(WIRE_CHUNK);
+	C(WIRE_END_LEN);
+	C(WIRE_PROTO_NONE);
+	C(WIRE_PROTO_OTHER);
+	C(WIRE_PROTO_SMTP);
+	C(WIRE_PROTO_FTP);
+	C(WIRE_PROTO_IMAP);
+	C(WIRE_PROTO_POP3);
+	C(WIRE_PROTO_LDAP);
+	C(WIRE_PROTO_XMPP);
+	C(WIRE_PROTO_NNTP);
+	C(WIRE_PROTO_POSTGRESQL);
+	C(WIRE_PROTO_MYSQL);
 	C(WIRE_EVENT_HEADER);
 	C(PROC_TRACED_ENTRIES);
 	C(PROC_EV_FORK);
@@ -221,5 +237,6 @@ int main(void)
 	C(PROC_EV_EXEC);
 	C(PROC_COMMS);
 	S(proc_comm);
+	F(proc_comm, name);
 	return 0;
 }

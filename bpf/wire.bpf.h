@@ -94,7 +94,12 @@ static __always_inline void wire_finish(const struct sock *sk, struct conn_state
 	if (!e)
 		return;
 	e->flags = why;
-	wire_out(e, 0);
+	/* when the connection was accepted (the agent asks whether the process's probes were
+	 * there), and what its preamble was */
+	__builtin_memcpy(e->data, &c->life.start_ns, 8);
+	e->data[8] = c->wire.proto;
+	e->len = WIRE_END_LEN;
+	wire_out(e, WIRE_END_LEN);
 }
 
 /* The connection closed while its handshake output was being captured (conn.bpf.h). */
@@ -184,6 +189,35 @@ static __always_inline void wire_copy(const struct sock *sk, struct conn_state *
  * are not looked at) */
 #define WIRE_F_SKIP 0x80
 
+/* A preamble send's first `have` bytes (at most 5, in h): its protocol, told once from the
+ * first send, and FTP from SMTP by the answer to the client's request for TLS (234). */
+static __always_inline void wire_preamble_seen(struct conn_state *c, const __u8 *h, __u32 have)
+{
+	if (c->wire.pre) {
+		if (c->wire.proto == WIRE_PROTO_SMTP && have >= 3 && h[0] == '2' && h[1] == '3' && h[2] == '4')
+			c->wire.proto = WIRE_PROTO_FTP;
+		return;
+	}
+	__u8 p = WIRE_PROTO_OTHER;
+	if (have == 1 && h[0] == 'S')
+		p = WIRE_PROTO_POSTGRESQL;
+	else if (have >= 1 && h[0] == 0x30)
+		p = WIRE_PROTO_LDAP;
+	else if (have >= 5 && h[3] == 0 && h[4] == 10)
+		p = WIRE_PROTO_MYSQL;
+	else if (have >= 4 && h[0] == '*' && h[1] == ' ' && h[2] == 'O' && h[3] == 'K')
+		p = WIRE_PROTO_IMAP;
+	else if (have >= 3 && h[0] == '+' && h[1] == 'O' && h[2] == 'K')
+		p = WIRE_PROTO_POP3;
+	else if (have >= 3 && h[0] == '2' && h[1] == '2' && h[2] == '0')
+		p = WIRE_PROTO_SMTP;
+	else if (have >= 3 && h[0] == '2' && h[1] == '0' && (h[2] == '0' || h[2] == '1'))
+		p = WIRE_PROTO_NNTP;
+	else if (have >= 2 && h[0] == '<' && (h[1] == '?' || h[1] == 's'))
+		p = WIRE_PROTO_XMPP;
+	c->wire.proto = p;
+}
+
 /* Whether the first `have` bytes of a record header (at most 5) can begin the server's TLS:
  * a handshake or alert record of SSL 3.0 to TLS 1.3 (record versions 3.0-3.4). */
 static __always_inline bool wire_tls_prefix(const __u8 *h, __u32 have)
@@ -206,8 +240,10 @@ static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state
 	bool valid = type >= 20 && type <= 23 && h[1] == 3 && h[2] <= 4 && len > 0 && len <= WIRE_MAX_RECORD;
 
 	if (!(c->wire.flags & WIRE_F_TLS)) {
-		if (!valid || (type != 22 && type != 21))
+		if (!valid || (type != 22 && type != 21)) {
+			wire_preamble_seen(c, h, 5);
 			return WIRE_PREAMBLE; /* plaintext first (or not TLS at all) */
+		}
 		c->wire.flags |= WIRE_F_TLS;
 		conn_mark_tls(c); /* also for servers without handshake probes */
 	} else if (!valid) {
@@ -311,6 +347,9 @@ static long wire_step(__u32 i, void *ctx)
 		w->off = off;
 		c->wire.hdr_have = have;
 		if (!(c->wire.flags & WIRE_F_TLS) && !wire_tls_prefix(c->wire.hdr, have)) {
+			__u8 b[8] = {};
+			__builtin_memcpy(b, c->wire.hdr, 8);
+			wire_preamble_seen(c, b, have < 5 ? have : 5);
 			w->why = WIRE_PREAMBLE; /* a short plaintext send (PostgreSQL's 'S') */
 			return 1;
 		}

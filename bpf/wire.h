@@ -36,6 +36,29 @@
 #define WIRE_EV_HELLO 4  /* data[0..len]: the client's stream at `offset`, its ClientHello's
 			  * records (hello.h, hello.bpf.h); flags: HELLO_LAST, HELLO_WHY_MASK */
 
+/* The protocol of a plaintext preamble, told from the first bytes of the server's first
+ * send (and of its last, which answers the client's request to start TLS), in the kernel:
+ * sent to the agent as this code alone, in a WIRE_EV_END's data[8] (wire_end). */
+#define WIRE_PROTO_NONE 0       /* TLS from the connection's first byte */
+#define WIRE_PROTO_OTHER 1      /* a preamble of no protocol below */
+#define WIRE_PROTO_SMTP 2       /* "220" greeting, "220" answer to STARTTLS */
+#define WIRE_PROTO_FTP 3        /* "220" greeting, "234" answer to AUTH TLS */
+#define WIRE_PROTO_IMAP 4       /* "* OK" greeting */
+#define WIRE_PROTO_POP3 5       /* "+OK" greeting */
+#define WIRE_PROTO_LDAP 6       /* a BER SEQUENCE (0x30): the StartTLS extended response */
+#define WIRE_PROTO_XMPP 7       /* "<?xml" or "<stream" */
+#define WIRE_PROTO_NNTP 8       /* "200" or "201" greeting */
+#define WIRE_PROTO_POSTGRESQL 9 /* the single byte 'S' answering an SSLRequest */
+#define WIRE_PROTO_MYSQL 10     /* a handshake packet: sequence 0, protocol version 10 */
+
+/* data of WIRE_EV_END: the connection's accept time (conn_life.start_ns) and its
+ * preamble's protocol. */
+struct wire_end {
+	__u64 conn_start;
+	__u8 proto;
+};
+#define WIRE_END_LEN 9 /* bytes of it sent: conn_start, proto */
+
 /* wire_event.flags of WIRE_EV_END: why it ended */
 #define WIRE_END_FINISHED 1 /* TLS 1.2 server Finished sent, or the client answered the
 			     * server's encrypted flight (TLS 1.3) */
@@ -68,7 +91,7 @@ struct wire_conn {
 	__u16 fin_len;   /* body length of the server's latest Finished-sized record: the
 			  * client's Finished record has the same (same suite, same hash) */
 	__u8 pre;        /* sends of a plaintext preamble before TLS (STARTTLS, an SSLRequest) */
-	__u8 pad;
+	__u8 proto;      /* the preamble's protocol (WIRE_PROTO_*), from its first bytes */
 	/* how far the server had read the client's stream (tcp copied_seq) at its sends: */
 	__u32 rx_first;  /* at the first (its first flight answers the ClientHello) */
 	__u32 rx_flight; /* at the latest while the capture runs */

@@ -49,7 +49,7 @@ def start_agent(timed: Timed, *args: str) -> Agent:
     """`tlsprof run --exact` (every handshake timed: its CPU count is exact), once its first
     scan is done (the ready file appears then, listing what it attached to)."""
     def start():
-        agent = Agent(*args)
+        agent = Agent(*args, "--exact")
         try:
             wait_for(lambda: agent.ready_path.exists(), 15, f"tlsprof's first scan (log: {agent.output()[-2000:]})")
         except BaseException:

@@ -46,6 +46,9 @@ pub struct Estimates {
     /// the kernel estimated it, as a process forked per connection is): their parts are not
     /// a second figure. Bounded by MAX_OPEN, the oldest going first.
     timed: HashMap<ConnId, Instant>,
+    /// Per process, the time a probe last timed one of its handshakes it could not tie to a
+    /// connection (timed_during): parts within it that come later are that handshake's too.
+    timed_unlinked: HashMap<u32, (u64, u64)>,
     /// Entries dropped at the bound, not exported yet.
     pub evicted: u64,
 }
@@ -57,11 +60,18 @@ impl Estimates {
         if self.timed.contains_key(&id) {
             return;
         }
+        let first = e.end_ns.saturating_sub(e.duration_ns);
+        if self
+            .timed_unlinked
+            .get(&e.tgid)
+            .is_some_and(|&(a, b)| first <= b && e.end_ns >= a)
+        {
+            return;
+        }
         if !self.open.contains_key(&id) && self.open.len() >= MAX_OPEN {
             let out = bounds::evict_oldest(&mut self.open, MAX_OPEN, |s| s.since);
             self.evicted += out.len() as u64;
         }
-        let first = e.end_ns.saturating_sub(e.duration_ns);
         let s = self.open.entry(id).or_insert(Sum {
             tgid: e.tgid,
             conn_start: e.conn_start,
@@ -85,6 +95,18 @@ impl Estimates {
             bounds::evict_oldest(&mut self.timed, MAX_OPEN, |t| *t);
         }
         self.timed.insert(id, now);
+    }
+
+    /// A probe timed a handshake of process `tgid` from `first_ns` to `last_ns` that it
+    /// could not tie to its connection (a server whose TLS library reads through a memory
+    /// BIO pair, as Dovecot's does): the parts of that process's connections estimated over
+    /// the same time are that handshake's, and go.
+    pub fn timed_during(&mut self, tgid: u32, first_ns: u64, last_ns: u64) {
+        self.open
+            .retain(|_, s| s.tgid != tgid || s.last_ns < first_ns || s.first_ns > last_ns);
+        if self.timed_unlinked.len() < MAX_OPEN || self.timed_unlinked.contains_key(&tgid) {
+            self.timed_unlinked.insert(tgid, (first_ns, last_ns));
+        }
     }
 
     /// A connection's handshake capture ended.

@@ -32,8 +32,6 @@ pub trait ProcInfo {
     fn name(&self, tgid: u32) -> String;
     /// Traced now, or exited lately.
     fn known(&self, tgid: u32) -> bool;
-    /// Traced: whether it has handshake probes (OpenSSL); None when not traced.
-    fn has_probes(&self, tgid: u32) -> Option<bool>;
     /// When its probes were last attached (bpf_ktime_get_ns clock), 0 if never.
     fn window_start_ns(&self, tgid: u32) -> u64;
 }
@@ -122,8 +120,8 @@ impl Handshakes {
             };
             self.metrics.protocols.get_or_create(&labels).inc();
         }
-        if !self.mode.wire_counts(procs.has_probes(h.tgid)) {
-            return; // the probes count this process's handshakes
+        if !self.mode.wire_counts() {
+            return; // the probes count the handshakes
         }
         if !procs.known(h.tgid) || (!h.hello && !h.alert) {
             return;
@@ -188,13 +186,24 @@ impl Handshakes {
             && e.conn_start != 0
             && e.conn_start < procs.window_start_ns(e.tgid)
         {
-            return; // the connection came before the probes' window: its first calls may be missing
+            // The connection came before the probes' window: its first calls may be missing.
+            // The wire counts it; the kernel estimated it outside the probed calls (bpf/proc.h
+            // probed_ns), and this call's CPU is the rest: a part of that one figure.
+            return self.estimates.add(&e, now);
+        }
+        if e.role != hs::HS_ROLE_CLIENT {
+            // the probe's figure is this handshake's: not the kernel estimate's too
+            match e.conn_id {
+                0 => self
+                    .estimates
+                    .timed_during(e.tgid, e.end_ns.saturating_sub(e.duration_ns), e.end_ns),
+                id => self.estimates.timed(id, now),
+            }
         }
         if e.conn_id == 0 || !self.wire_counts {
             return self.count(&e, &Negotiated::UNKNOWN, Some(UNLABELLED_NO_CONNECTION), procs);
         }
         let id = e.conn_id;
-        self.estimates.timed(id, now);
         match self.wire.lookup(id) {
             Lookup::Ready(l, complete) => self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs),
             // a failed handshake may have sent nothing: take what is known
@@ -349,9 +358,6 @@ mod tests {
         fn known(&self, tgid: u32) -> bool {
             self.0.contains_key(&tgid)
         }
-        fn has_probes(&self, tgid: u32) -> Option<bool> {
-            self.0.get(&tgid).map(|p| p.1)
-        }
         fn window_start_ns(&self, _: u32) -> u64 {
             100
         }
@@ -477,7 +483,7 @@ mod tests {
     }
 
     #[test]
-    fn exact_mode_counts_from_the_probes() {
+    fn exact_mode_counts_from_the_wire_where_it_captures() {
         let m = Arc::new(Metrics::new());
         let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::Asked), true);
         let (p, t0) = (procs(), Instant::now());
@@ -485,13 +491,26 @@ mod tests {
         h.on_wire(captured(GNUTLS, 201, WIRE_END_FINISHED), &p, t0);
         assert_eq!(
             count(&m, "nginx", "server", "ok", &RESUMED),
+            1,
+            "the wire counts nginx's"
+        );
+        assert_eq!(count(&m, "lighttpd", "server", "ok", &RESUMED), 1, "and lighttpd's");
+        // the probes time nginx's: measured, not counted again
+        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 200, 500_000), &p, t0);
+        assert_eq!(count(&m, "nginx", "server", "ok", &RESUMED), 1);
+        assert_eq!(h.summary[&("nginx".to_string(), "server", "ok")].measured, 1);
+    }
+
+    #[test]
+    fn without_a_wire_capture_the_probes_count() {
+        let m = Arc::new(Metrics::new());
+        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture), true);
+        let (p, t0) = (procs(), Instant::now());
+        h.on_wire(captured(NGINX, 200, WIRE_END_FINISHED), &p, t0);
+        assert_eq!(
+            count(&m, "nginx", "server", "ok", &RESUMED),
             0,
             "the probes count nginx's"
-        );
-        assert_eq!(
-            count(&m, "lighttpd", "server", "ok", &RESUMED),
-            1,
-            "the wire counts lighttpd's"
         );
         // every handshake is counted, even on a connection from before the window
         h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 200, 500_000), &p, t0);
@@ -535,7 +554,7 @@ mod tests {
     #[test]
     fn waiting_handshakes_are_bounded() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::Asked), true);
+        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture), true);
         let (p, t0) = (procs(), Instant::now());
         // handshakes whose connections' bytes never come
         for conn in 0..MAX_PENDING as u64 + 3 {

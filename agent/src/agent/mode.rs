@@ -5,9 +5,11 @@
 //!
 //! - Default: the probes come and go under the budget and only time handshakes; the wire
 //!   counts every server's handshakes, probed or not.
-//! - Exact (`--exact`, or a kernel whose sends cannot be captured): the probes stay
-//!   attached and count what they see; the wire counts only the processes without probes.
-//! - Client-role handshakes are seen by the probes only: they count them in both modes.
+//! - Exact (`--exact`): the probes stay attached and time every handshake they see; the
+//!   wire still counts every server's handshakes (a process forked or executed per
+//!   connection has its first handshakes before its probes: the kernel estimate times them).
+//! - Exact because the kernel's sends cannot be captured: the probes count what they see.
+//! - Client-role handshakes are seen by the probes only: they count them in every mode.
 //! - The kernel estimate (processes without probes) never counts: the wire does.
 
 /// Why the probes count handshakes and stay attached.
@@ -48,26 +50,23 @@ impl Mode {
         self == Mode::Default
     }
 
-    /// A server handshake its wire capture ended with, in a process with handshake probes
-    /// (`probed`: None when the process is not traced): does the wire count it?
-    pub fn wire_counts(self, probed: Option<bool>) -> bool {
-        match self {
-            Mode::Default => true,
-            Mode::Exact(_) => probed == Some(false),
-        }
+    /// A server handshake its wire capture ended with: does the wire count it? Wherever
+    /// there is a wire capture.
+    pub fn wire_counts(self) -> bool {
+        self != Mode::Exact(ExactWhy::NoWireCapture)
     }
 
     /// A handshake the probes timed (`client`: the process was the client; `estimate`: the
     /// kernel estimate's, not a probe's): do they count it too?
     pub fn probes_count(self, client: bool, estimate: bool) -> bool {
-        client || (matches!(self, Mode::Exact(_)) && !estimate)
+        client || (self == Mode::Exact(ExactWhy::NoWireCapture) && !estimate)
     }
 
     /// A server handshake the probes timed on a connection accepted before their window
     /// opened (their first calls on it may have been missed): is it measured? Only where
-    /// the probes never leave, and so count every handshake.
+    /// the probes count every handshake; elsewhere the kernel estimate times it.
     pub fn measures_before_window(self) -> bool {
-        matches!(self, Mode::Exact(_))
+        self.probes_count(false, false)
     }
 }
 
@@ -82,16 +81,10 @@ mod tests {
             Mode::Exact(ExactWhy::Asked),
             Mode::Exact(ExactWhy::NoWireCapture),
         ] {
-            // a server with probes: the wire or the probes, never both, never neither
-            assert!(
-                mode.wire_counts(Some(true)) ^ mode.probes_count(false, false),
-                "{mode:?}"
-            );
-            // a server without probes: the wire, and never the estimate
-            assert!(
-                mode.wire_counts(Some(false)) && !mode.probes_count(false, true),
-                "{mode:?}"
-            );
+            // a server: the wire or the probes, never both, never neither
+            assert!(mode.wire_counts() ^ mode.probes_count(false, false), "{mode:?}");
+            // never the estimate
+            assert!(!mode.probes_count(false, true), "{mode:?}");
             // a client: the probes
             assert!(mode.probes_count(true, false), "{mode:?}");
         }
@@ -99,8 +92,8 @@ mod tests {
         assert_eq!(Mode::new(false, false), Mode::Exact(ExactWhy::NoWireCapture));
         assert_eq!(Mode::new(true, false), Mode::Exact(ExactWhy::Asked));
         assert!(
-            !Mode::Exact(ExactWhy::Asked).wire_counts(None),
-            "an untraced process under --exact"
+            Mode::Exact(ExactWhy::Asked).wire_counts(),
+            "under --exact a process forked per connection has handshakes only the wire saw"
         );
     }
 }

@@ -86,6 +86,11 @@ pub const MAX_NAMES: usize = 4096;
 /// most: beyond, they are swept at once (nothing is lost).
 pub const MAX_UNSWEPT: usize = 1024;
 
+/// Whether the process that started at `start_time` is gone (its pid free or reused).
+fn exited(pid: u32, start_time: u64) -> bool {
+    procfs::stat(pid).map_or(true, |s| s.start_time != start_time)
+}
+
 /// The "attached to" line of a process traced without probes (`what`: its stack, if said).
 fn estimated(pid: u32, comm: &str, what: &str, why: NoProbes) -> String {
     format!(
@@ -341,6 +346,11 @@ impl Targets {
         } else {
             tls_files(pid, &maps, &self.files, self.hooks)
         };
+        if matches!(files.why_none, Some((NoProbes::FileUnreadable, _))) && exited(pid, st.start_time) {
+            // a process per connection, gone while its files were read: not a failure
+            self.exited_early(pid, name);
+            return;
+        }
         if files.hooks.is_empty() {
             // A TLS stack without an entry point to probe (NSS, Go, a server's own), a TLS
             // library that cannot be read or has lost its symbols, or --no-handshake-probes:
@@ -364,7 +374,12 @@ impl Targets {
                 // counted and labelled from what its connections carry, as any other.
                 self.watched.remove(&pid);
                 let why = NoProbes::NoTlsLibrary;
-                let msg = estimated(pid, &st.comm, "no TLS library found, counted from its connections, ", why);
+                let msg = estimated(
+                    pid,
+                    &st.comm,
+                    "no TLS library found, counted from its connections, ",
+                    why,
+                );
                 let detail = "no TLS library or TLS code found in its files: its handshakes are counted from what its connections carry";
                 self.said.say(pid, &name, why, detail);
                 if self.track(Examined { pid, st, name, maps }, Probing::Without(why), k, prof, m) {
@@ -405,7 +420,7 @@ impl Targets {
         let (strict, fatal, start_time) = (self.strict, &mut self.fatal, st.start_time);
         let probes = Probes::attach(k, pid, plan, stepped, duty, |prog, e| {
             // a process started per connection may be gone already: not a failure
-            if procfs::stat(pid).map_or(true, |s| s.start_time != start_time) {
+            if exited(pid, start_time) {
                 exited_first = true;
                 return;
             }
@@ -418,12 +433,10 @@ impl Targets {
             refused.get_or_insert(format!("{e:#}"));
         });
         if exited_first {
-            self.early_exits.add();
-            self.remember_exit(pid, name);
             if let Some(p) = probes {
                 Probing::Probes(Box::new(p)).release(pid, k);
             }
-            self.exited.push(pid);
+            self.exited_early(pid, name);
             return;
         }
         let probing = match (probes, refused) {
@@ -448,6 +461,14 @@ impl Targets {
                 k.needs_reads(pid); // a goroutine's stretches open and close at its reads
             }
         }
+    }
+
+    /// A process that exited while it was being attached: counted (said once a minute),
+    /// named for its events still on their way, its kernel entries swept.
+    fn exited_early(&mut self, pid: u32, name: String) {
+        self.early_exits.add();
+        self.remember_exit(pid, name);
+        self.exited.push(pid);
     }
 
     /// Starts following a process: forks, CPU, listening ports.
@@ -627,10 +648,6 @@ impl ProcInfo for Targets {
 
     fn known(&self, tgid: u32) -> bool {
         self.traced.contains_key(&tgid) || self.recent_exits.contains_key(&tgid)
-    }
-
-    fn has_probes(&self, tgid: u32) -> Option<bool> {
-        self.traced.get(&tgid).map(|t| t.probing.probes().is_some())
     }
 
     fn window_start_ns(&self, tgid: u32) -> u64 {

@@ -104,7 +104,7 @@ pub struct wire_conn {
     pub why: u8,
     pub fin_len: u16,
     pub pre: u8,
-    pub pad: u8,
+    pub proto: u8,
     pub rx_first: u32,
     pub rx_flight: u32,
 }

@@ -305,9 +305,8 @@ impl Kernel {
     /// The names `--comm` selects, for the kernel to trace a process that executes one from
     /// its first instruction (bpf/proc.bpf.h); longer names are left to the /proc scan.
     pub fn select_comms(&mut self, comms: &[String]) -> Result<()> {
-        let mut map: BpfHashMap<_, proc_comm, u8> = BpfHashMap::try_from(
-            self.ebpf.map_mut("proc_comms").context("proc_comms map missing")?,
-        )?;
+        let mut map: BpfHashMap<_, proc_comm, u8> =
+            BpfHashMap::try_from(self.ebpf.map_mut("proc_comms").context("proc_comms map missing")?)?;
         for key in comms.iter().filter_map(|c| proc_comm::of(c)).take(PROC_COMMS as usize) {
             map.insert(key, 1, 0).context("cannot fill proc_comms")?;
         }

@@ -172,6 +172,7 @@ mod layout_tests {
                 why,
                 fin_len,
                 pre,
+                proto,
                 rx_first,
                 rx_flight
             }
@@ -210,8 +211,17 @@ mod layout_tests {
                 tls
             }
         );
-        rust_layout!(rust, proc_notice { kind, pid, parent, comm });
+        rust_layout!(
+            rust,
+            proc_notice {
+                kind,
+                pid,
+                parent,
+                comm
+            }
+        );
         rust_layout!(rust, proc_comm { name });
+        rust_layout!(rust, wire_end { conn_start, proto });
         rust_layout!(
             rust,
             cpu_sample {
@@ -330,6 +340,18 @@ mod layout_tests {
             WIRE_END_CLOSED,
             WIRE_END_CAP,
             WIRE_CHUNK,
+            WIRE_END_LEN,
+            WIRE_PROTO_NONE,
+            WIRE_PROTO_OTHER,
+            WIRE_PROTO_SMTP,
+            WIRE_PROTO_FTP,
+            WIRE_PROTO_IMAP,
+            WIRE_PROTO_POP3,
+            WIRE_PROTO_LDAP,
+            WIRE_PROTO_XMPP,
+            WIRE_PROTO_NNTP,
+            WIRE_PROTO_POSTGRESQL,
+            WIRE_PROTO_MYSQL,
             WIRE_EVENT_HEADER,
             PROC_TRACED_ENTRIES,
             PROC_EV_FORK,

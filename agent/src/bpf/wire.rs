@@ -24,6 +24,48 @@ pub const WIRE_END_CLOSED: u8 = 3;
 #[cfg(test)]
 pub const WIRE_END_CAP: u8 = 4;
 
+/// The protocol of a connection's plaintext preamble (bpf/wire.h), in a WIRE_EV_END's data.
+pub const WIRE_PROTO_NONE: u8 = 0;
+#[cfg(test)]
+pub const WIRE_PROTO_OTHER: u8 = 1;
+pub const WIRE_PROTO_SMTP: u8 = 2;
+pub const WIRE_PROTO_FTP: u8 = 3;
+pub const WIRE_PROTO_IMAP: u8 = 4;
+pub const WIRE_PROTO_POP3: u8 = 5;
+pub const WIRE_PROTO_LDAP: u8 = 6;
+pub const WIRE_PROTO_XMPP: u8 = 7;
+pub const WIRE_PROTO_NNTP: u8 = 8;
+pub const WIRE_PROTO_POSTGRESQL: u8 = 9;
+pub const WIRE_PROTO_MYSQL: u8 = 10;
+/// Bytes of a WIRE_EV_END's data: the connection's accept time, its preamble's protocol.
+pub const WIRE_END_LEN: usize = 9;
+
+/// Mirror of bpf/wire.h's struct wire_end (the layout test checks it); WireEvent::end reads
+/// it from a WIRE_EV_END's data.
+#[cfg(test)]
+#[repr(C)]
+pub struct wire_end {
+    pub conn_start: u64,
+    pub proto: u8,
+}
+
+/// A preamble's protocol as a `protocol` label value (None: TLS from the first byte).
+pub fn preamble_protocol(code: u8) -> Option<&'static str> {
+    Some(match code {
+        WIRE_PROTO_NONE => return None,
+        WIRE_PROTO_SMTP => "smtp",
+        WIRE_PROTO_FTP => "ftp",
+        WIRE_PROTO_IMAP => "imap",
+        WIRE_PROTO_POP3 => "pop3",
+        WIRE_PROTO_LDAP => "ldap",
+        WIRE_PROTO_XMPP => "xmpp",
+        WIRE_PROTO_NNTP => "nntp",
+        WIRE_PROTO_POSTGRESQL => "postgresql",
+        WIRE_PROTO_MYSQL => "mysql",
+        _ => "starttls_other",
+    })
+}
+
 pub const WIRE_CHUNK: usize = 4096;
 /// Bytes before `data` in an event.
 pub const WIRE_EVENT_HEADER: usize = 24;
@@ -57,6 +99,17 @@ pub struct WireEvent {
     /// WIRE_EV_HELLO: the client stream's offset of data[0].
     pub offset: u16,
     pub data: Vec<u8>,
+}
+
+impl WireEvent {
+    /// A WIRE_EV_END's data: the connection's accept time (bpf_ktime_get_ns) and its
+    /// preamble's protocol (WIRE_PROTO_*); (0, NONE) if the kernel sent none.
+    pub fn end(&self) -> (u64, u8) {
+        match self.data.get(..WIRE_END_LEN) {
+            Some(d) => (u64::from_le_bytes(d[..8].try_into().unwrap_or_default()), d[8]),
+            None => (0, WIRE_PROTO_NONE),
+        }
+    }
 }
 
 impl WireEvent {

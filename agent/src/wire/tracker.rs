@@ -19,8 +19,8 @@ use super::tls::{self, hello::Offer, Negotiated, Parsed};
 use crate::{
     bounds::{self, Dropped},
     bpf::wire::{
-        WireEvent, HELLO_BAD, HELLO_CUT, HELLO_GAP, HELLO_LAST, HELLO_MAX, HELLO_UNREADABLE, HELLO_WHY_MASK,
-        WIRE_END_ALERT, WIRE_END_CLOSED, WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_HELLO, WIRE_EV_RECORD,
+        preamble_protocol, WireEvent, HELLO_BAD, HELLO_CUT, HELLO_GAP, HELLO_LAST, HELLO_MAX, HELLO_UNREADABLE,
+        HELLO_WHY_MASK, WIRE_END_ALERT, WIRE_END_CLOSED, WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_HELLO, WIRE_EV_RECORD,
     },
 };
 
@@ -146,8 +146,11 @@ pub struct WireHandshake {
     pub alert: bool,
     /// Every label is known.
     pub complete: bool,
-    /// The application protocol, as far as the output shows it (tls::PROTOCOLS).
+    /// The application protocol: its plaintext preamble's (STARTTLS, an SSLRequest:
+    /// bpf/wire.h WIRE_PROTO_*), else as far as the output shows it (tls::PROTOCOLS).
     pub protocol: &'static str,
+    /// When the connection was accepted (bpf_ktime_get_ns; 0 if the kernel did not say).
+    pub conn_start: u64,
 }
 
 /// What is known of a connection's parameters.
@@ -274,6 +277,7 @@ impl Tracker {
                 self.plain_bytes -= c.plain.len();
                 let p = tls::parse(&c.plain, &c.sealed, true);
                 let failed = p.alert || matches!(e.flags, WIRE_END_ALERT | WIRE_END_CLOSED);
+                let (conn_start, preamble) = e.end();
                 let h = WireHandshake {
                     conn: id,
                     tgid: e.tgid,
@@ -284,7 +288,8 @@ impl Tracker {
                     hello: p.hello,
                     alert: p.alert || e.flags == WIRE_END_ALERT,
                     complete: p.complete,
-                    protocol: p.protocol,
+                    protocol: preamble_protocol(preamble).unwrap_or(p.protocol),
+                    conn_start,
                 };
                 // nothing was negotiated (an alert, or closed before a ServerHello): the
                 // labels are other, and that is all there is to know
