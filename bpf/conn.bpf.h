@@ -57,6 +57,19 @@ static __always_inline bool conn_port_maybe(__u32 port)
 }
 
 /*
+ * The port numbers some socket listens on in the namespaces of the traced processes and the
+ * agent's own (1: listened on), kept by the agent from the same dumps: a connection whose
+ * local port is one was accepted from a listener (conn_adopt), where an outbound one has an
+ * ephemeral port.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} conn_listen_nums SEC(".maps");
+
+/*
  * Each connection's state lives in socket-local storage (freed with the socket), or, where
  * the kernel does not let tracing programs use it (before 5.11) or a hook cannot pass it a
  * typed socket (raw tracepoints, kprobes), in a hash keyed by the socket's address, from
@@ -187,6 +200,48 @@ static __always_inline void conn_accepted(const struct sock *sk)
 	__sync_fetch_and_add(&ps->accepted, 1);
 }
 
+/*
+ * A connection a traced process serves on a port no one watched when it was accepted: a
+ * program executed per connection by a parent that is not traced (an inetd service,
+ * dovecot's imap-login under --comm), handed the accepted socket. Taken on at the
+ * process's first read or send on it (`rx`, `tx`: the bytes it had read or sent before),
+ * as far as it goes from there: its accept time is now, and its ClientHello, which came
+ * before, is not read. Only a socket whose local port a listener has (conn_listen_nums:
+ * accepted from it, where an outbound connection has an ephemeral port) and still at its
+ * start; NULL for any other.
+ */
+static __always_inline struct conn_state *conn_adopt(const struct sock *sk, __u64 rx, __u64 tx)
+{
+	if (rx || tx)
+		return NULL; /* the connection is under way: not its start */
+	if (BPF_CORE_READ(sk, __sk_common.skc_state) != TCP_ESTABLISHED ||
+	    BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return NULL;
+	__u32 port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	__u8 *listened = bpf_map_lookup_elem(&conn_listen_nums, &port);
+	if (!listened || !*listened)
+		return NULL;
+	struct proc_traced *p = proc_of(bpf_get_current_pid_tgid() >> 32);
+	if (!p || p->exited)
+		return NULL;
+	struct conn_state init = {
+		.life = {
+			.id = conn_new_id(),
+			.start_ns = bpf_ktime_get_ns(),
+			.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum),
+			.port = port,
+		},
+	};
+	if (!init.life.id)
+		return NULL;
+	req_accepted(&init.req, 0, data_read(sk));
+	if (!conn_create(sk, &init)) {
+		stat_inc(STAT_CONN_STORAGE_FULL);
+		return NULL;
+	}
+	return conn_of(sk);
+}
+
 /* The connection's full socket closed: who closed it, and did it enter TIME_WAIT. One
  * without TLS is counted on its port (conn_port_stats.plain), whose TLS may be known only
  * later: the agent counts them as failed handshakes once it is. */
@@ -194,7 +249,9 @@ static __always_inline void conn_closed(const struct sock *sk, struct conn_state
 {
 	__u8 by, tw = CONN_TW_NO;
 
-	if (!c->life.tls) {
+	if (!c->life.tls && !wire_spoke_plaintext(c)) {
+		/* closed before any TLS, the server having said nothing in the clear (a session
+		 * that stayed plaintext on a STARTTLS port is no failed handshake) */
 		struct conn_port p = { .netns = c->life.netns, .port = c->life.port };
 		struct conn_port_stats *ps = bpf_map_lookup_elem(&conn_ports, &p);
 		if (ps)

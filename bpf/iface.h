@@ -52,6 +52,7 @@ static __always_inline void cpu_account(struct cpu_now *c, const struct task_str
 
 /* conn.bpf.h: connections (conn_state.life) */
 static __always_inline struct conn_state *conn_of(const struct sock *sk);
+static __always_inline struct conn_state *conn_adopt(const struct sock *sk, __u64 rx, __u64 tx);
 static __always_inline bool conn_port_maybe(__u32 port);
 static __always_inline void conn_mark_tls(struct conn_state *c);
 static __always_inline void conn_handshake_io(struct conn_state *c, __u32 tid);
@@ -66,6 +67,7 @@ static __always_inline void req_handshake_over(struct conn_state *c, bool tls, _
 static __always_inline void wire_closed(const struct sock *sk, struct conn_state *c);
 static __always_inline void wire_read_data(const struct sock *sk, struct conn_state *c);
 static __always_inline bool wire_client_handshake(const struct conn_state *c, __u32 copied);
+static __always_inline bool wire_spoke_plaintext(const struct conn_state *c);
 /* ... and how a msghdr's iterator reads (also the ClientHello capture's, hello.bpf.h) */
 static __always_inline __u32 wire_iter_type(const struct msghdr *msg);
 static __always_inline const struct iovec *wire_iovecs(const struct msghdr *msg);

@@ -144,8 +144,19 @@ static __always_inline int req_received(struct sock *sk, int ret, int flags)
 	if (!ctl || !ctl->reads)
 		return 0;
 	struct conn_state *c = conn_of(sk);
-	if (!c)
-		return 0;
+	if (!c) {
+		/* a traced process's first read on a connection accepted where no one watched:
+		 * nothing read before this read's bytes, nothing sent */
+		if (ret <= 0 || (flags & MSG_PEEK))
+			return 0;
+		const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+		__u64 before = BPF_CORE_READ(tp, bytes_received) - (__u64)(__u32)(BPF_CORE_READ(tp, rcv_nxt) -
+										     BPF_CORE_READ(tp, copied_seq)) -
+			       (__u64)ret;
+		c = conn_adopt(sk, before, BPF_CORE_READ(tp, bytes_sent));
+		if (!c)
+			return 0;
+	}
 	go_on_read(c, ret); /* a Go handshake's goroutine parks or resumes (gotls.bpf.h) */
 	if (ctl->wire_counts) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();

@@ -28,6 +28,13 @@ static __always_inline __u8 tls13_answer(const struct conn_state *c, __u32 copie
 	return answer >= TLS13_MIN_FINISHED ? WIRE_END_FINISHED : WIRE_END_CLIENT_ALERT;
 }
 
+/* The server sent plaintext first (a STARTTLS greeting, PostgreSQL's 'S'): a connection
+ * that closes without TLS after that was a plaintext session, not a failed handshake. */
+static __always_inline bool wire_spoke_plaintext(const struct conn_state *c)
+{
+	return c->wire.pre != 0;
+}
+
 /* The capture is still in the connection's plaintext preamble (it has sent, but no TLS record yet). */
 static __always_inline bool wire_preamble(const struct conn_state *c)
 {
@@ -350,6 +357,7 @@ static long wire_step(__u32 i, void *ctx)
 			__u8 b[8] = {};
 			__builtin_memcpy(b, c->wire.hdr, 8);
 			wire_preamble_seen(c, b, have < 5 ? have : 5);
+			__builtin_memset(c->wire.hdr, 0, sizeof(c->wire.hdr)); /* nothing of it is kept */
 			w->why = WIRE_PREAMBLE; /* a short plaintext send (PostgreSQL's 'S') */
 			return 1;
 		}
@@ -572,8 +580,15 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 static __always_inline int wire_on_send(const struct sock *sk, const struct msghdr *msg, const bool bounded)
 {
 	struct conn_state *c = conn_of(sk);
-	if (!c)
-		return 0;
+	if (!c) {
+		/* a traced process's first send on a connection accepted where no one watched */
+		const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+		if (BPF_CORE_READ(tp, bytes_sent))
+			return 0;
+		c = conn_adopt(sk, 0, 0);
+		if (!c)
+			return 0;
+	}
 	est_before_send(sk);
 	go_before_send(c);
 	return wire_capture_send(sk, c, msg, bounded);

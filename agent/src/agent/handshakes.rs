@@ -34,6 +34,9 @@ pub trait ProcInfo {
     fn known(&self, tgid: u32) -> bool;
     /// When its probes were last attached (bpf_ktime_get_ns clock), 0 if never.
     fn window_start_ns(&self, tgid: u32) -> u64;
+    /// When its probes were first attached (the kernel estimates the connections accepted
+    /// before: bpf/proc.h probed_ns), 0 if never.
+    fn probed_since_ns(&self, tgid: u32) -> u64;
 }
 
 /// Handshakes per process, role and result, for the summary at exit.
@@ -187,9 +190,15 @@ impl Handshakes {
             && e.conn_start < procs.window_start_ns(e.tgid)
         {
             // The connection came before the probes' window: its first calls may be missing.
-            // The wire counts it; the kernel estimated it outside the probed calls (bpf/proc.h
-            // probed_ns), and this call's CPU is the rest: a part of that one figure.
-            return self.estimates.add(&e, now);
+            // The wire counts it. Where the kernel estimated it outside the probed calls (a
+            // connection accepted before its process's first probes: bpf/proc.h probed_ns,
+            // a process forked or executed per connection), this call's CPU is the rest of
+            // that one figure; else (accepted while the budget had the probes detached) the
+            // calls before it went unseen, and it is not timed.
+            if e.conn_start < procs.probed_since_ns(e.tgid) {
+                self.estimates.add(&e, now);
+            }
+            return;
         }
         if e.role != hs::HS_ROLE_CLIENT {
             // the probe's figure is this handshake's: not the kernel estimate's too
@@ -360,6 +369,9 @@ mod tests {
         }
         fn window_start_ns(&self, _: u32) -> u64 {
             100
+        }
+        fn probed_since_ns(&self, _: u32) -> u64 {
+            50
         }
     }
 

@@ -134,6 +134,26 @@ impl Ports {
             }
             procs.push((pid, name, netns));
         }
+        // the agent's own namespace too (the host's, usually): a process executed per
+        // connection by a parent not traced is handed a socket accepted there
+        if let Ok(own) = procfs::netns(std::process::id()) {
+            if let std::collections::hash_map::Entry::Vacant(e) = listeners.entry(own) {
+                let table = match self.listening.get(&own) {
+                    Some((table, read)) if unchanged && t.duration_since(*read) < REREAD_FILES => table.clone(),
+                    _ => {
+                        let path = PathBuf::from("/proc/self/ns/net");
+                        let table = self
+                            .churn
+                            .listeners(own, &path)
+                            .unwrap_or_else(|| procfs::proc_listeners(std::process::id()));
+                        self.listening.insert(own, (table.clone(), t));
+                        table
+                    }
+                };
+                e.insert(table);
+            }
+        }
+        k.set_listening(listeners.values().flatten().map(|(port, _)| *port).collect());
         self.listen_seen = changes;
         self.listening.retain(|ns, _| listeners.contains_key(ns));
         let live: HashSet<u32> = procs.iter().map(|p| p.0).collect();

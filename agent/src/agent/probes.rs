@@ -71,6 +71,8 @@ pub struct Probes {
     /// When the probes were last attached (bpf_ktime_get_ns clock): a handshake on a
     /// connection accepted before that may have had calls they missed.
     window_start_ns: u64,
+    /// When they were first attached (bpf_ktime_get_ns clock).
+    first_ns: u64,
     /// Hit counters (hs_hits) already exported: the highest read of each (budget.rs).
     pub hits_seen: hs_hits,
     /// The probes' CPU cost so far (hits x the cost of one trap, plus their programs' run
@@ -100,6 +102,7 @@ impl Probes {
             links,
             duty,
             window_start_ns: ktime_ns(),
+            first_ns: ktime_ns(),
             hits_seen: hs_hits::default(),
             probe_cpu: 0.0,
             detach_sent: None,
@@ -109,6 +112,12 @@ impl Probes {
 
     pub fn window_start_ns(&self) -> u64 {
         self.window_start_ns
+    }
+
+    /// When they were first attached (the kernel's proc_traced.probed_ns): the kernel
+    /// estimates the connections accepted before, outside the probed calls.
+    pub fn first_ns(&self) -> u64 {
+        self.first_ns
     }
 
     /// How many are attached now.

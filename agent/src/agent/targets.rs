@@ -475,7 +475,7 @@ impl Targets {
     fn track(&mut self, e: Examined, probing: Probing, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
         let Examined { pid, st, name, maps } = e;
         let probed = probing.attached();
-        let probed_ns = probing.probes().map_or(0, Probes::window_start_ns);
+        let probed_ns = probing.probes().map_or(0, Probes::first_ns);
         if !k.trace(pid, !probed, probed_ns) {
             // the kernel's traced map is full (Kernel counts it): not attached after all
             probing.release(pid, k);
@@ -655,6 +655,13 @@ impl ProcInfo for Targets {
             .get(&tgid)
             .and_then(|t| t.probing.probes())
             .map_or(0, Probes::window_start_ns)
+    }
+
+    fn probed_since_ns(&self, tgid: u32) -> u64 {
+        self.traced
+            .get(&tgid)
+            .and_then(|t| t.probing.probes())
+            .map_or(0, Probes::first_ns)
     }
 }
 

@@ -60,6 +60,9 @@ pub struct Kernel {
     /// The port numbers watched in any namespace (bpf/conn.bpf.h), and in how many.
     conn_port_nums: Array<MapData, u8>,
     port_nums: std::collections::HashMap<u16, u32>,
+    /// Port numbers listened on (bpf/conn.bpf.h conn_listen_nums), as last set.
+    conn_listen_nums: Array<MapData, u8>,
+    listen_nums: std::collections::HashSet<u16>,
     /// Live exchange counters, a slot per watched port (bpf/conn.h), and the free slots
     /// (1-based, as conn_port_stats.slot holds them).
     conn_exchanges: PerCpuArray<MapData, u64>,
@@ -272,6 +275,8 @@ impl Kernel {
             conn_ports: take(&mut ebpf, "conn_ports")?,
             conn_port_nums: take(&mut ebpf, "conn_port_nums")?,
             port_nums: Default::default(),
+            conn_listen_nums: take(&mut ebpf, "conn_listen_nums")?,
+            listen_nums: Default::default(),
             conn_exchanges: take(&mut ebpf, "conn_exchanges")?,
             free_slots: (1..=cn::CONN_EXCHANGE_SLOTS).rev().collect(),
             traced: take(&mut ebpf, "traced")?,
@@ -456,6 +461,19 @@ impl Kernel {
             }
         }
         ok.is_ok()
+    }
+
+    /// The port numbers listened on in the namespaces the agent reads (conn_listen_nums):
+    /// a traced process's connection accepted there is taken on at its first read or send
+    /// even where no traced process listens (bpf/conn.bpf.h conn_adopt).
+    pub fn set_listening(&mut self, ports: std::collections::HashSet<u16>) {
+        for gone in self.listen_nums.difference(&ports) {
+            let _ = self.conn_listen_nums.set(u32::from(*gone), 0, 0);
+        }
+        for new in ports.difference(&self.listen_nums) {
+            let _ = self.conn_listen_nums.set(u32::from(*new), 1, 0);
+        }
+        self.listen_nums = ports;
     }
 
     pub fn unwatch_port(&mut self, key: &conn_port) {
