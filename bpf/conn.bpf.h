@@ -204,15 +204,18 @@ static __always_inline void conn_accepted(const struct sock *sk)
  * A connection a traced process serves on a port no one watched when it was accepted: a
  * program executed per connection by a parent that is not traced (an inetd service,
  * dovecot's imap-login under --comm), handed the accepted socket. Taken on at the
- * process's first read or send on it (`rx`, `tx`: the bytes it had read or sent before),
+ * process's first read or send on it (`tx`: the bytes it had sent before; `rx`: read
+ * before, its start at a read, the client's first message missed at a send: `late`;
+ * `any`: by a process not traced, whose first send begins TLS or a greeting of a protocol
+ * that can start TLS later, when tlsprof runs without a selector),
  * as far as it goes from there: its accept time is now, and its ClientHello, which came
  * before, is not read. Only a socket whose local port a listener has (conn_listen_nums:
  * accepted from it, where an outbound connection has an ephemeral port) and still at its
  * start; NULL for any other.
  */
-static __always_inline struct conn_state *conn_adopt(const struct sock *sk, __u64 rx, __u64 tx)
+static __always_inline struct conn_state *conn_adopt(const struct sock *sk, __u64 rx, __u64 tx, bool any)
 {
-	if (rx || tx)
+	if (tx)
 		return NULL; /* the connection is under way: not its start */
 	if (BPF_CORE_READ(sk, __sk_common.skc_state) != TCP_ESTABLISHED ||
 	    BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
@@ -221,8 +224,9 @@ static __always_inline struct conn_state *conn_adopt(const struct sock *sk, __u6
 	__u8 *listened = bpf_map_lookup_elem(&conn_listen_nums, &port);
 	if (!listened || !*listened)
 		return NULL;
+	/* `any`: a process not traced yet, whose first send looks like TLS (proc_find) */
 	struct proc_traced *p = proc_of(bpf_get_current_pid_tgid() >> 32);
-	if (!p || p->exited)
+	if (!any && (!p || p->exited))
 		return NULL;
 	struct conn_state init = {
 		.life = {
@@ -230,6 +234,7 @@ static __always_inline struct conn_state *conn_adopt(const struct sock *sk, __u6
 			.start_ns = bpf_ktime_get_ns(),
 			.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum),
 			.port = port,
+			.late = rx != 0,
 		},
 	};
 	if (!init.life.id)

@@ -68,7 +68,9 @@ struct conn_life {
 	__u8 first_fin;   /* CONN_BY_SERVER / CONN_BY_CLIENT, 0 before any FIN */
 	__u8 reset;       /* a reset was sent or received */
 	__u8 tls;         /* a TLS handshake call read or wrote this socket, or it sent TLS records */
-	__u8 pad[7];
+	__u8 late;        /* taken on after the client's first bytes were read (conn_adopt): the
+			   * kernel estimate cannot time its handshake */
+	__u8 pad[6];
 };
 
 /*

@@ -80,9 +80,13 @@ static __always_inline void est_on_read(struct sock *sk, struct conn_state *c, i
 		return;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id, tgid = id >> 32;
+	/* the process is estimated, or its probes came after the connection, or (no selector)
+	 * it is not traced yet and may be found by this connection's TLS (proc_found) */
 	struct proc_traced *p = proc_of(tgid);
-	if (!p || !(p->estimate || c->life.start_ns < p->probed_ns))
+	if (p ? !(p->estimate || c->life.start_ns < p->probed_ns) : !proc_find)
 		return;
+	if (c->life.late)
+		return; /* its first messages were read before it was followed */
 	/* TLS 1.3, after the server's encrypted flight: the client's answer is a
 	 * change_cipher_spec and a Finished record as long as the server's; bytes read past it
 	 * are a request, which is not the handshake's; so is everything once the capture is over */

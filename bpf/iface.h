@@ -22,6 +22,7 @@
 
 /* proc.bpf.h: the traced set */
 static __always_inline struct proc_traced *proc_of(__u32 tgid);
+static __always_inline void proc_found(__u32 tgid, __u16 port);
 
 /* handshake.bpf.h: handshake calls in progress, per thread. The kernel estimate
  * (estimate.bpf.h) and Go (gotls.bpf.h) are handshake calls of their own kinds: they also
@@ -52,7 +53,7 @@ static __always_inline void cpu_account(struct cpu_now *c, const struct task_str
 
 /* conn.bpf.h: connections (conn_state.life) */
 static __always_inline struct conn_state *conn_of(const struct sock *sk);
-static __always_inline struct conn_state *conn_adopt(const struct sock *sk, __u64 rx, __u64 tx);
+static __always_inline struct conn_state *conn_adopt(const struct sock *sk, __u64 rx, __u64 tx, bool any);
 static __always_inline bool conn_port_maybe(__u32 port);
 static __always_inline void conn_mark_tls(struct conn_state *c);
 static __always_inline void conn_handshake_io(struct conn_state *c, __u32 tid);

@@ -81,6 +81,7 @@ int main(void)
 	F(conn_life, first_fin);
 	F(conn_life, reset);
 	F(conn_life, tls);
+	F(conn_life, late);
 	S(req_conn);
 	F(req_conn, requests);
 	F(req_conn, slot);
@@ -235,6 +236,7 @@ int main(void)
 	C(PROC_EV_FORK);
 	C(PROC_EV_EXIT);
 	C(PROC_EV_EXEC);
+	C(PROC_EV_FOUND);
 	C(PROC_COMMS);
 	S(proc_comm);
 	F(proc_comm, name);

@@ -63,6 +63,20 @@ static __always_inline void proc_trace_now(__u32 tgid)
 	bpf_map_update_elem(&traced, &tgid, &v, BPF_NOEXIST);
 }
 
+/* Set by the agent at load: no --pid or --comm, every process whose accepted connections
+ * carry TLS is traced (proc_found). */
+const volatile __u32 proc_find = 0;
+
+/* A process not traced sent TLS on a connection it accepted on `port` (wire.bpf.h): without
+ * a selector it is traced from here, the agent told. */
+static __always_inline void proc_found(__u32 tgid, __u16 port)
+{
+	if (!proc_find || proc_of(tgid))
+		return;
+	proc_trace_now(tgid);
+	proc_notify(PROC_EV_FOUND, tgid, port);
+}
+
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(proc_fork, struct task_struct *parent, struct task_struct *child)
 {

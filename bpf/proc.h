@@ -24,6 +24,8 @@
 #define PROC_EV_FORK 1
 #define PROC_EV_EXIT 2
 #define PROC_EV_EXEC 3 /* a traced process executed a new program, or one selected by name */
+#define PROC_EV_FOUND 4 /* without --pid/--comm: a process not traced sent TLS on a connection
+			 * it accepted (found by what its connections carry); parent: the port */
 
 /* Value of traced (key: tgid). */
 struct proc_traced {

@@ -153,7 +153,9 @@ static __always_inline int req_received(struct sock *sk, int ret, int flags)
 		__u64 before = BPF_CORE_READ(tp, bytes_received) - (__u64)(__u32)(BPF_CORE_READ(tp, rcv_nxt) -
 										     BPF_CORE_READ(tp, copied_seq)) -
 			       (__u64)ret;
-		c = conn_adopt(sk, before, BPF_CORE_READ(tp, bytes_sent));
+		if (before)
+			return 0; /* under way: not its start */
+		c = conn_adopt(sk, 0, BPF_CORE_READ(tp, bytes_sent), false);
 		if (!c)
 			return 0;
 	}

@@ -253,6 +253,8 @@ static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state
 		}
 		c->wire.flags |= WIRE_F_TLS;
 		conn_mark_tls(c); /* also for servers without handshake probes */
+		/* without a selector, its process is found by this (if it is not traced yet) */
+		proc_found(c->wire.tgid, c->life.port);
 	} else if (!valid) {
 		return WIRE_END_BAD;
 	}
@@ -435,6 +437,57 @@ static __always_inline void wire_walk(const struct sock *sk, struct conn_state *
 		wire_walk_loop(sk, c, ptr, len);
 }
 
+/* The first bytes a send begins with (from its first buffer), for wire_looks_tls: false if
+ * they cannot be read. */
+static __always_inline bool wire_send_start(const struct msghdr *msg, __u8 *b, __u32 n)
+{
+	__u64 left = BPF_CORE_READ(msg, msg_iter.count);
+	if (left < n)
+		return false;
+	__u32 type = wire_iter_type(msg);
+	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
+	__u64 base;
+	if (bpf_core_enum_value_exists(enum iter_type, ITER_UBUF) &&
+	    type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
+		base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf) + offset;
+	} else if (type == bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
+		struct iovec v;
+		if (bpf_probe_read_kernel(&v, sizeof(v), wire_iovecs(msg)) || v.iov_len < offset + n)
+			return false;
+		base = (__u64)v.iov_base + offset;
+	} else {
+		return false;
+	}
+	return bpf_probe_read_user(b, n, (void *)base) == 0;
+}
+
+/*
+ * Without a selector, a process not traced is found by its connections: its first send on
+ * a connection it accepted is looked at (its first 5 bytes, in the kernel) for a TLS record
+ * (TLS from the first byte) or a greeting of a protocol that can start TLS later (SMTP, FTP
+ * and NNTP's 2xx, IMAP's "* OK", POP3's "+OK", XMPP's "<", MySQL's handshake packet,
+ * PostgreSQL's 'S'): such a connection is followed (the capture tells TLS when it starts,
+ * and proc_found traces its process then); any other (an HTTP response) is not looked at
+ * again.
+ */
+static __always_inline bool wire_looks_tls(const struct msghdr *msg)
+{
+	__u8 b[5] = {};
+	if (BPF_CORE_READ(msg, msg_iter.count) == 1)
+		return wire_send_start(msg, b, 1) && b[0] == 'S';
+	if (!wire_send_start(msg, b, 5))
+		return false;
+	if ((b[0] == 22 || b[0] == 21) && b[1] == 3 && b[2] <= 4)
+		return true;
+	if (b[0] == '2' && (b[1] == '2' || b[1] == '0') && b[2] >= '0' && b[2] <= '9' && (b[3] == ' ' || b[3] == '-'))
+		return true;
+	if ((b[0] == '*' && b[1] == ' ' && b[2] == 'O' && b[3] == 'K') || (b[0] == '+' && b[1] == 'O' && b[2] == 'K'))
+		return true;
+	if (b[0] == '<' && (b[1] == '?' || b[1] == 's'))
+		return true;
+	return b[3] == 0 && b[4] == 10; /* MySQL: sequence 0, protocol version 10 */
+}
+
 /* struct iov_iter before 5.14 (type and direction in one field) and before 6.4 (`iov`). */
 struct iov_iter___old {
 	unsigned int type;
@@ -581,11 +634,13 @@ static __always_inline int wire_on_send(const struct sock *sk, const struct msgh
 {
 	struct conn_state *c = conn_of(sk);
 	if (!c) {
-		/* a traced process's first send on a connection accepted where no one watched */
+		/* a traced process's first send on a connection accepted where no one watched; or
+		 * without a selector, any process's that looks like TLS or a STARTTLS greeting */
 		const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 		if (BPF_CORE_READ(tp, bytes_sent))
 			return 0;
-		c = conn_adopt(sk, 0, 0);
+		__u32 read = data_read(sk) - BPF_CORE_READ(tp, rcv_nxt) + (__u32)BPF_CORE_READ(tp, bytes_received);
+		c = conn_adopt(sk, read, 0, proc_find && wire_looks_tls(msg));
 		if (!c)
 			return 0;
 	}

@@ -4,7 +4,16 @@ Postfix (SMTP STARTTLS and submissions), Dovecot (IMAP STARTTLS and IMAPS), Post
 inetd-like parent starts per connection. Each gets exactly N TLS connections from its own
 real client, whose count of handshakes made is the truth: tlsprof must count the same
 handshakes (result="ok"), time each one (tlsprof_handshake_cpu_seconds_count, --exact) and
-read each ClientHello (tlsprof_client_hellos_total), no more, no fewer.
+read each ClientHello (tlsprof_client_hellos_total), no more, no fewer; each server three
+ways: by --pid, by --comm (the process that makes the handshakes), and with no selector at
+all (tlsprof finds it by what its connections carry).
+
+Where nothing tells tlsprof a port before its first connection (--comm naming a process a
+parent that is not traced starts per connection; no selector and a server without a TLS
+library or a master without one), that first connection teaches it the port: it is counted,
+but its ClientHello came before it was followed (and, where it was taken on at the server's
+answer, its CPU too). Each such port gets one connection first, asserted counted, then the
+N counted exactly.
 
 What makes them hard: the TLS handshake starts after a plaintext exchange (STARTTLS,
 SSLRequest); the process that makes it is started for the connection (smtpd, imap-login,
@@ -71,14 +80,15 @@ def attached(agent: Agent, pid: int, timeout: float = 3.0) -> bool:
 
 
 def counted(agent: Agent, base: list, expected: int) -> dict:
-    """tlsprof's counts since `base` (a mark()), once they reach `expected` or SETTLE seconds
-    have passed, after two more scans (so that a count past `expected` shows too)."""
+    """tlsprof's counts of server handshakes since `base` (a mark()), once they reach
+    `expected` or SETTLE seconds have passed, after two more scans (so that a count past
+    `expected` shows too)."""
     def now():
         m = since(agent.scrape(), base)
         return {
-            "ok": value(m, "tlsprof_handshakes_total", result="ok"),
-            "failed": value(m, "tlsprof_handshakes_total", result="failed"),
-            "cpu": value(m, "tlsprof_handshake_cpu_seconds_count"),
+            "ok": value(m, "tlsprof_handshakes_total", role="server", result="ok"),
+            "failed": value(m, "tlsprof_handshakes_total", role="server", result="failed"),
+            "cpu": value(m, "tlsprof_handshake_cpu_seconds_count", role="server"),
             "hellos": value(m, "tlsprof_client_hellos_total"),
         }
     deadline = time.monotonic() + SETTLE
@@ -100,6 +110,18 @@ def run(agent: Agent, timed: Timed, name: str, client) -> dict:
     return {"client": c, "tlsprof": got}
 
 
+def teach(agent: Agent, timed: Timed, name: str, port: int, client):
+    """One connection to a port tlsprof cannot know before (see above): counted, and once
+    the agent says it watches the port (or found its server there), the next are followed
+    from their accept."""
+    base = agent.mark()
+    c = timed(f"{name} first", client)
+    assert c["ok"] == 1, c
+    got = counted(agent, base, 1)  # two scans: the port is watched by then
+    print(f"{name} first connection: client {c}; tlsprof {got}")
+    assert got["ok"] == 1 and got["failed"] == 0, got
+
+
 def check(name: str, runs: dict, timed: Timed, attach: dict, started: float):
     """The client made exactly N handshakes in all; tlsprof counted, timed and read the
     ClientHellos of exactly as many."""
@@ -110,86 +132,126 @@ def check(name: str, runs: dict, timed: Timed, attach: dict, started: float):
                f"per client {runs}; seconds {dict(timed)}, {time.monotonic() - started:.1f} in all")
     print(summary)
     assert client_ok == N, summary
-    assert {k: total[k] for k in ("ok", "cpu", "hellos")} == {"ok": N, "cpu": N, "hellos": N}, summary
+    assert {k: total[k] for k in ("ok", "cpu", "hellos", "failed")} == {"ok": N, "cpu": N, "hellos": N, "failed": 0}, \
+        summary
 
 
-def test_postfix_starttls_and_submissions(workdir):
-    """Postfix's master starts smtpd when connections come (and keeps it for the next ones):
-    10 SMTP sessions upgraded by STARTTLS, 10 on the submissions port (implicit TLS)."""
+SELECTORS = ["pid", "comm", "none"]
+
+
+def selector(how: str, pid: int, comm: str) -> list[str]:
+    return {"pid": ["--pid", str(pid)], "comm": ["--comm", comm], "none": []}[how]
+
+
+@pytest.mark.parametrize("how", SELECTORS)
+def test_postfix_starttls_and_submissions(workdir, how):
+    """Postfix's master (no TLS library) starts smtpd when connections come and keeps it
+    for the next ones: 10 SMTP sessions upgraded by STARTTLS, 10 on the submissions port
+    (implicit TLS)."""
     need("postfix")
     started, timed = time.monotonic(), Timed()
     srv = timed("server start", lambda: services.Postfix(workdir))
     try:
-        with start_agent(timed, "--pid", str(srv.pid)) as agent:
+        with start_agent(timed, *selector(how, srv.pid, "smtpd")) as agent:
             attach = {"master": attached(agent, srv.pid)}
+            if how != "pid":
+                # smtpd is started for the first connection, by a master tlsprof does not trace
+                teach(agent, timed, "starttls", srv.port, lambda: services.smtp_starttls_connections(srv.port, 1))
+                teach(agent, timed, "submissions", srv.submissions_port,
+                      lambda: services.smtps_connections(srv.submissions_port, 1))
             runs = {
                 "starttls": run(agent, timed, "starttls", lambda: services.smtp_starttls_connections(srv.port, N // 2)),
                 "submissions": run(agent, timed, "submissions",
                                    lambda: services.smtps_connections(srv.submissions_port, N // 2)),
             }
             attach["smtpd"] = {p: agent.attached(p) for p in srv.smtpds()}
+            protocols = {p: agent.value("tlsprof_tls_connections_by_protocol_total", port=str(p), protocol="smtp")
+                         for p in (srv.port, srv.submissions_port)}
     finally:
         srv.stop()
     check("postfix", runs, timed, attach, started)
+    # STARTTLS's port is named by its preamble; the submissions port has none to name it by
+    assert protocols[srv.port] >= N // 2 and protocols[srv.submissions_port] == 0, protocols
 
 
-def test_dovecot_starttls_and_imaps(workdir):
+@pytest.mark.parametrize("how", SELECTORS)
+def test_dovecot_starttls_and_imaps(workdir, how):
     """Dovecot's master (no TLS library) starts an imap-login process per connection: 10
     IMAP sessions upgraded by STARTTLS, 10 on the IMAPS port."""
     need("dovecot")
     started, timed = time.monotonic(), Timed()
     srv = timed("server start", lambda: services.Dovecot(workdir))
     try:
-        with start_agent(timed, "--pid", str(srv.pid)) as agent:
+        with start_agent(timed, *selector(how, srv.pid, "imap-login")) as agent:
             attach = {"master": attached(agent, srv.pid)}
+            if how != "pid":
+                teach(agent, timed, "starttls", srv.port, lambda: services.imap_starttls_connections(srv.port, 1))
+                teach(agent, timed, "imaps", srv.imaps_port, lambda: services.imaps_connections(srv.imaps_port, 1))
             runs = {
                 "starttls": run(agent, timed, "starttls", lambda: services.imap_starttls_connections(srv.port, N // 2)),
                 "imaps": run(agent, timed, "imaps", lambda: services.imaps_connections(srv.imaps_port, N // 2)),
             }
+            imap = agent.value("tlsprof_tls_connections_by_protocol_total", port=str(srv.port), protocol="imap")
     finally:
         srv.stop()
     check("dovecot", runs, timed, attach, started)
+    assert imap >= N // 2, imap
 
 
-def test_postgres_sslrequest(workdir):
+@pytest.mark.parametrize("how", SELECTORS)
+def test_postgres_sslrequest(workdir, how):
     """PostgreSQL 15: pgbench over TLS, a new connection per transaction (-C), each a new
     backend forked by the postmaster, which answers the SSLRequest before the handshake."""
     need("postgres")
     started, timed = time.monotonic(), Timed()
     srv = timed("server start", lambda: services.Postgres(workdir))
     try:
-        with start_agent(timed, "--pid", str(srv.pid)) as agent:
+        with start_agent(timed, *selector(how, srv.pid, "postgres")) as agent:
             attach = {"postmaster": attached(agent, srv.pid)}
             runs = {"pgbench": run(agent, timed, "pgbench", lambda: services.pgbench_connections(srv.port, N))}
+            pg = agent.value("tlsprof_tls_connections_by_protocol_total", port=str(srv.port), protocol="postgresql")
     finally:
         srv.stop()
     check("postgres", runs, timed, attach, started)
+    assert pg == N, pg
 
 
-def test_java_jsse(workdir):
+@pytest.mark.parametrize("how", SELECTORS)
+def test_java_jsse(workdir, how):
     """An HTTPS server on the JDK's own TLS stack: the JVM maps no TLS library."""
     need("java")
     started, timed = time.monotonic(), Timed()
     srv = timed("server start", lambda: services.JsseServer(workdir))
     try:
-        with start_agent(timed, "--pid", str(srv.pid)) as agent:
-            attach = {"java": attached(agent, srv.pid)}
+        with start_agent(timed, *selector(how, srv.pid, "java")) as agent:
+            attach = {"java": attached(agent, srv.pid, timeout=0.5 if how == "none" else 3.0)}
+            if how == "none":
+                # nothing says it serves TLS before it does
+                teach(agent, timed, "https", srv.port, lambda: https_connections(srv.port, 1, concurrency=1))
             runs = {"https": run(agent, timed, "https", lambda: https_connections(srv.port, N, concurrency=2, timeout=60))}
+            method = agent.value("tlsprof_handshake_cpu_method_info", method="kernel_estimate", reason="no_tls_library")
+            found = agent.output()
     finally:
         srv.stop()
     check("java", runs, timed, attach, started)
+    assert method >= 1, found[-2000:]
+    if how == "none":
+        assert f"found by its connections (TLS on port {srv.port})" in found, found[-2000:]
 
 
-def test_inetd_service_per_connection(workdir):
-    """A TLS server program exec'd per connection by a parent that is not traced (inetd,
-    systemd's Accept=yes): tlsprof is told the program's name (--comm), and each process
-    lives only for its connection."""
+@pytest.mark.parametrize("how", SELECTORS)
+def test_inetd_service_per_connection(workdir, how):
+    """A TLS server program exec'd per connection by a parent that maps no TLS library
+    (inetd, systemd's Accept=yes): by the parent's pid, by the program's name (--comm: the
+    parent is not traced), or found; each process lives only for its connection."""
     need("inetd")
     started, timed = time.monotonic(), Timed()
     srv = timed("server start", lambda: services.Inetd(workdir))
     try:
-        with start_agent(timed, "--comm", services.INETD_CHILD_COMM) as agent:
-            attach = {"parent (not traced)": agent.attached(srv.pid)}
+        with start_agent(timed, *selector(how, srv.pid, services.INETD_CHILD_COMM)) as agent:
+            attach = {"parent": attached(agent, srv.pid, timeout=0.5 if how != "pid" else 3.0)}
+            if how != "pid":
+                teach(agent, timed, "https", srv.port, lambda: https_connections(srv.port, 1, concurrency=1))
             runs = {"https": run(agent, timed, "https", lambda: https_connections(srv.port, N, concurrency=2, timeout=60))}
     finally:
         srv.stop()

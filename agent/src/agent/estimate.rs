@@ -97,6 +97,20 @@ impl Estimates {
         self.timed.insert(id, now);
     }
 
+    /// A probe's handshake call it could not tie to a connection, in a process whose one
+    /// connection in progress the kernel is estimating (a process started for it, whose
+    /// probes came in its middle): a part of that connection's figure. False where the
+    /// process has no such connection, or more than one.
+    pub fn absorb_unlinked(&mut self, e: &hs_event, now: Instant) -> bool {
+        let mut open = self.open.iter().filter(|(_, s)| s.tgid == e.tgid).map(|(id, _)| *id);
+        let (Some(id), None) = (open.next(), open.next()) else {
+            return false;
+        };
+        let part = hs_event { conn_id: id, ..*e };
+        self.add(&part, now);
+        true
+    }
+
     /// A probe timed a handshake of process `tgid` from `first_ns` to `last_ns` that it
     /// could not tie to its connection (a server whose TLS library reads through a memory
     /// BIO pair, as Dovecot's does): the parts of that process's connections estimated over

@@ -203,9 +203,15 @@ impl Handshakes {
         if e.role != hs::HS_ROLE_CLIENT {
             // the probe's figure is this handshake's: not the kernel estimate's too
             match e.conn_id {
-                0 => self
-                    .estimates
-                    .timed_during(e.tgid, e.end_ns.saturating_sub(e.duration_ns), e.end_ns),
+                0 => {
+                    // a process whose one connection the kernel is estimating (started for
+                    // it: the probes came in its middle): this call is a part of that figure
+                    if self.estimates.absorb_unlinked(&e, now) {
+                        return;
+                    }
+                    self.estimates
+                        .timed_during(e.tgid, e.end_ns.saturating_sub(e.duration_ns), e.end_ns)
+                }
                 id => self.estimates.timed(id, now),
             }
         }

@@ -33,12 +33,12 @@ use crate::{
         calib::HitCost,
         hooks,
         loader::{Events, Kernel},
-        proc::{proc_notice, PROC_EV_EXEC, PROC_EV_EXIT, PROC_EV_FORK},
+        proc::{proc_notice, PROC_EV_EXEC, PROC_EV_EXIT, PROC_EV_FORK, PROC_EV_FOUND},
         uprobes::UPROBES,
     },
     cli::RunArgs,
     cpu::{flame, Profiler},
-    discovery::files::ElfFiles,
+    discovery::{files::ElfFiles, select::Selector},
     metrics::{defs, FigureLabels, HookLabels, Metrics, ModeLabels, ProbeLabels, ScanLabels},
     preflight, web,
 };
@@ -95,8 +95,6 @@ impl Agent {
     fn scan(&mut self) {
         let t = Instant::now();
         self.targets.scan(&mut self.kernel, &mut self.profiler, &self.metrics);
-        let pids: Vec<u32> = self.targets.named().map(|(pid, _)| pid).collect();
-        self.kernel.watch_cgroups(&pids);
         self.kernel.settle_read_side();
         self.kernel.release_idle_uprobes();
         let ports = Instant::now();
@@ -111,6 +109,9 @@ impl Agent {
     }
 
     fn refresh_ports(&mut self) {
+        // their cgroups first: the ClientHellos of a watched port's next connections
+        let pids: Vec<u32> = self.targets.named().map(|(pid, _)| pid).collect();
+        self.kernel.watch_cgroups(&pids);
         let traced = self.targets.named();
         for (comm, n) in self.ports.refresh(traced, &mut self.kernel) {
             self.handshakes.failed_without_tls(&comm, n);
@@ -135,6 +136,13 @@ impl Agent {
         for n in started {
             self.on_started(&n);
         }
+        let targets = &self.targets;
+        let learned = self
+            .ports
+            .learn(&wire, |pid| targets.known_name(pid).map(str::to_string));
+        if learned {
+            self.refresh_ports();
+        }
         let wire = self.ports.own_client_hellos(wire);
         let now = Instant::now();
         self.handshakes.on_wire(wire, &self.targets, now);
@@ -157,14 +165,25 @@ impl Agent {
         let traced = match n.kind {
             PROC_EV_FORK => {
                 // its parent forks per connection, perhaps: the estimate's reads for the
-                // children the probes come too late for
-                self.kernel.needs_reads(n.parent);
+                // children the probes come too late for (while the agent traces the parent:
+                // it stops needing them when it goes)
+                if self.targets.traced_name(n.parent).is_some() {
+                    self.kernel.needs_reads(n.parent);
+                }
                 self.targets
                     .on_fork(n.pid, &name, &mut self.kernel, &mut self.profiler, &self.metrics)
             }
             PROC_EV_EXEC => self
                 .targets
                 .on_exec(n.pid, &name, &mut self.kernel, &mut self.profiler, &self.metrics),
+            PROC_EV_FOUND => self.targets.on_found(
+                n.pid,
+                n.parent as u16,
+                &name,
+                &mut self.kernel,
+                &mut self.profiler,
+                &self.metrics,
+            ),
             _ => false,
         };
         if traced {
@@ -277,7 +296,14 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     preflight::bpf_stats();
 
     let sample_hz = args.targets.sample_hz();
-    let mut kernel = Kernel::load(&btf, sample_hz, args.exact, &args.avoid_hooks, !args.no_client_hellos)?;
+    let mut kernel = Kernel::load(
+        &btf,
+        sample_hz,
+        args.exact,
+        !Selector::new(&args.targets).explicit(),
+        &args.avoid_hooks,
+        !args.no_client_hellos,
+    )?;
     kernel.select_comms(&args.targets.comms)?;
     let mode = Mode::new(args.exact, kernel.served.wire_counts());
     if mode == Mode::Exact(mode::ExactWhy::NoWireCapture) {

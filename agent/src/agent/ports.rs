@@ -41,6 +41,12 @@ pub struct Ports {
     plain_seen: HashMap<conn_port, u64>,
     /// A traced process listening on each watched port (the first found).
     owners: HashMap<conn_port, u32>,
+    /// Ports no traced process listens on whose connections traced processes serve (a
+    /// program executed per connection by a parent that is not traced, handed the accepted
+    /// socket; the kernel took its connection on: bpf/conn.bpf.h conn_adopt), by the name of
+    /// the last to serve one: watched while something listens there, so that the next
+    /// connections are followed from their accept. Bounded by MAX_WATCHED_PORTS.
+    learned: HashMap<conn_port, (String, u32)>,
     /// Names of ports no longer listened on, for connections that close afterwards.
     port_names: HashMap<conn_port, String>,
     /// Each traced process's listening sockets (listening_of); bounded by the traced set.
@@ -88,6 +94,7 @@ impl Ports {
             plain_seen: HashMap::new(),
             port_names: HashMap::new(),
             owners: HashMap::new(),
+            learned: HashMap::new(),
             owned: HashMap::new(),
             listening: HashMap::new(),
             listen_seen: None,
@@ -169,6 +176,28 @@ impl Ports {
                 owners.entry(key).or_insert(pid);
             }
         }
+        // a port whose traced owners are gone while something still listens there (a login
+        // process per connection holds its master's listener only while it lives): learned,
+        // the next connections are theirs too
+        for (key, name) in &self.ports {
+            let listened = listeners
+                .get(&key.netns)
+                .is_some_and(|table| table.iter().any(|(port, _)| *port == key.port));
+            if !now.contains_key(key) && listened && self.learned.len() < MAX_WATCHED_PORTS {
+                let owner = self.owners.get(key).copied().unwrap_or(0);
+                self.learned.entry(*key).or_insert_with(|| (name.clone(), owner));
+            }
+        }
+        // the ports learned from connections, while something still listens there
+        self.learned.retain(|key, _| {
+            listeners
+                .get(&key.netns)
+                .is_some_and(|table| table.iter().any(|(port, _)| *port == key.port))
+        });
+        for (key, (name, pid)) in &self.learned {
+            now.entry(*key).or_insert_with(|| name.clone());
+            owners.entry(*key).or_insert(*pid);
+        }
         let left_out = cap_ports(&mut now, &self.ports);
         bounds::count(&self.metrics, "watched_ports", left_out);
         // Each namespace: a way into it, and its watched ports.
@@ -223,6 +252,44 @@ impl Ports {
 
     /// ClientHello bytes read from the client's packets (bpf/hello_skb.bpf.h) carry no
     /// process (tgid 0: they arrive in no process's time): they are the port's owner's.
+    /// The ports of the wire's connections that are not watched (taken on by the kernel at
+    /// their process's first read or send), served by a traced process (`name`: its name,
+    /// None if not traced): learned, to be watched from the next refresh. Whether any is new.
+    pub fn learn(&mut self, wire: &[WireEvent], name: impl Fn(u32) -> Option<String>) -> bool {
+        let mut new = false;
+        for e in wire.iter().filter(|e| e.tgid != 0) {
+            let key = conn_port::new(e.netns, e.port);
+            if let Some(l) = self.learned.get_mut(&key) {
+                // the latest to serve one owns it: its ClientHellos read from packets are its
+                if l.1 != e.tgid {
+                    if let Some(name) = name(e.tgid) {
+                        *l = (name, e.tgid);
+                        self.owners.insert(key, e.tgid);
+                    }
+                }
+                continue;
+            }
+            if self.ports.contains_key(&key) {
+                continue;
+            }
+            if self.learned.len() >= MAX_WATCHED_PORTS {
+                bounds::count(&self.metrics, "watched_ports", 1);
+                continue;
+            }
+            if let Some(name) = name(e.tgid) {
+                log::info!(
+                    "port {} (netns {}): connections served by {} ({name}), a process its listener's owner started                      for them: watched from the next one",
+                    e.port,
+                    e.netns,
+                    e.tgid
+                );
+                self.learned.insert(key, (name, e.tgid));
+                new = true;
+            }
+        }
+        new
+    }
+
     pub fn own_client_hellos(&self, mut wire: Vec<WireEvent>) -> Vec<WireEvent> {
         for e in wire.iter_mut().filter(|e| e.kind == WIRE_EV_HELLO && e.tgid == 0) {
             e.tgid = self.owners.get(&conn_port::new(e.netns, e.port)).copied().unwrap_or(0);

@@ -126,6 +126,9 @@ pub struct Targets {
     said: Said,
     /// Entries dropped at the bounds, exported at each scan.
     dropped: Dropped,
+    /// Processes found by what their connections carry (no selector: PROC_EV_FOUND), with
+    /// the port; bounded by MAX_TRACED, forgotten with them.
+    found: HashMap<u32, u16>,
     /// Processes that exited while their probes were being attached.
     early_exits: EarlyExits,
 }
@@ -181,6 +184,7 @@ impl Targets {
             said: Said::default(),
             dropped: Dropped::default(),
             early_exits: EarlyExits::default(),
+            found: HashMap::new(),
         }
     }
 
@@ -289,6 +293,33 @@ impl Targets {
         attached
     }
 
+    /// Without a selector, a process not traced sent TLS on a connection it accepted on
+    /// `port` (the kernel traces it from then: bpf/proc.bpf.h proc_found): traced whatever
+    /// its TLS stack, found by what its connections carry, said once in the log.
+    pub fn on_found(
+        &mut self,
+        pid: u32,
+        port: u16,
+        name: &str,
+        k: &mut Kernel,
+        prof: &mut Profiler,
+        m: &Metrics,
+    ) -> bool {
+        if self.traced.contains_key(&pid) {
+            return false;
+        }
+        if self.found.len() < MAX_TRACED {
+            self.found.insert(pid, port);
+        }
+        self.watched.remove(&pid);
+        let attached = self.examine_new(pid, name, k, prof, m);
+        if !attached {
+            self.found.remove(&pid);
+            self.exited.push(pid);
+        }
+        attached
+    }
+
     /// A process the kernel reported (fork, exec; `name`: its comm then): examined if
     /// selected. Whether it is traced now. One gone already is remembered by that name: its
     /// connections' events, still on their way, are its.
@@ -363,6 +394,24 @@ impl Targets {
                 });
                 let msg = estimated(pid, &st.comm, &format!("TLS stack {stack}, "), why);
                 self.said.say(pid, &name, why, &detail);
+                if self.track(Examined { pid, st, name, maps }, Probing::Without(why), k, prof, m) {
+                    self.ready.add(msg);
+                }
+                return;
+            }
+            if let Some(port) = self.found.get(&pid).copied().filter(|_| !self.selector.explicit()) {
+                // Found by its connections (no selector): its TLS stack is none tlsprof knows
+                // (Java's JSSE, rustls, a stripped static executable, a stack of its own).
+                self.watched.remove(&pid);
+                let why = NoProbes::NoTlsLibrary;
+                let msg = estimated(
+                    pid,
+                    &st.comm,
+                    &format!("found by its connections (TLS on port {port}), no TLS library found, "),
+                    why,
+                );
+                let detail = "no TLS library or TLS code found in its files: found by the TLS on its connections";
+                self.said.say(pid, &name, why, detail);
                 if self.track(Examined { pid, st, name, maps }, Probing::Without(why), k, prof, m) {
                     self.ready.add(msg);
                 }
@@ -518,6 +567,7 @@ impl Targets {
     }
 
     fn forget(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {
+        self.found.remove(&pid);
         if let Some(t) = self.traced.remove(&pid) {
             log::debug!("forgetting {pid} ({})", t.name);
             t.probing.release(pid, k);
@@ -600,6 +650,17 @@ impl Targets {
     }
 
     /// Each traced process and its name.
+    /// A traced process's name (None when it is not traced).
+    pub fn traced_name(&self, pid: u32) -> Option<&str> {
+        self.traced.get(&pid).map(|t| t.name.as_str())
+    }
+
+    /// The name of a process traced now or lately (None for any other).
+    pub fn known_name(&self, pid: u32) -> Option<&str> {
+        self.traced_name(pid)
+            .or_else(|| self.recent_exits.get(&pid).map(String::as_str))
+    }
+
     pub fn named(&self) -> impl Iterator<Item = (u32, &str)> {
         self.traced.iter().map(|(pid, t)| (*pid, t.name.as_str()))
     }

@@ -72,7 +72,8 @@ pub struct conn_life {
     pub first_fin: u8,
     pub reset: u8,
     pub tls: u8,
-    pub pad: [u8; 7],
+    pub late: u8,
+    pub pad: [u8; 6],
 }
 
 #[cfg(test)]

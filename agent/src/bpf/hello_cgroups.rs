@@ -12,6 +12,7 @@ use std::{
     fs::File,
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
 
 use aya::{
@@ -150,7 +151,14 @@ pub struct HelloCgroups {
     links: HashMap<u64, (PathBuf, CgroupSkbLinkId)>,
     /// Cgroups refused while a traced process is in them, said once.
     refused: HashSet<u64>,
+    /// When each attached cgroup last had a traced process: it stays attached LINGER after
+    /// (a server that starts a process per connection has none between two connections,
+    /// and the next one's ClientHello comes before its process).
+    last_needed: HashMap<u64, Instant>,
 }
+
+/// How long a cgroup stays attached after its last traced process left.
+const LINGER: Duration = Duration::from_secs(60);
 
 impl HelloCgroups {
     pub fn new(root: PathBuf) -> Self {
@@ -159,6 +167,7 @@ impl HelloCgroups {
             of_pid: HashMap::new(),
             links: HashMap::new(),
             refused: HashSet::new(),
+            last_needed: HashMap::new(),
         }
     }
 
@@ -199,7 +208,25 @@ impl HelloCgroups {
             .filter(|(ino, _)| !self.links.contains_key(ino))
             .map(|(ino, dir)| (*ino, dir.clone()))
             .collect();
-        let gone: Vec<u64> = self.links.keys().filter(|k| !needed.contains_key(k)).copied().collect();
+        let now = Instant::now();
+        for ino in needed.keys() {
+            self.last_needed.insert(*ino, now);
+        }
+        let lingering = |ino: &u64| {
+            self.last_needed
+                .get(ino)
+                .is_some_and(|t| now.duration_since(*t) < LINGER)
+        };
+        // an attached cgroup's ancestor attached since is needed instead
+        let under_needed = |dir: &PathBuf| needed.values().any(|other| other != dir && dir.starts_with(other));
+        let gone: Vec<u64> = self
+            .links
+            .iter()
+            .filter(|(ino, (dir, _))| !needed.contains_key(*ino) && (!lingering(ino) || under_needed(dir)))
+            .map(|(ino, _)| *ino)
+            .collect();
+        self.last_needed
+            .retain(|ino, _| needed.contains_key(ino) || (self.links.contains_key(ino) && !gone.contains(ino)));
         // bounded by the cgroups needed now (containers come and go)
         self.refused.retain(|ino| needed.contains_key(ino));
         let Some(Ok(p)) = ebpf.program_mut(PROGRAM).map(<&mut CgroupSkb>::try_from) else {

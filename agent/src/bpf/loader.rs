@@ -103,8 +103,11 @@ where
 
 /// Loads the object with its load-time settings (read-only globals: fixed once loaded);
 /// programs are loaded later, one by one.
-fn load_object(cpus: usize, sample_hz: u64, exact: bool, storage: Storage) -> Result<Ebpf> {
+/// `find`: no --pid or --comm: processes are also found by what their connections carry
+/// (bpf/proc.bpf.h proc_find).
+fn load_object(cpus: usize, sample_hz: u64, exact: bool, find: bool, storage: Storage) -> Result<Ebpf> {
     let cpu_accounting = u32::from(sample_hz > 0);
+    let proc_find = u32::from(find);
     let conn_hash = u32::from(storage == Storage::Hash);
     let read_links = u32::from(exact);
     let sizes = MapSizes::here(cpus);
@@ -125,6 +128,7 @@ fn load_object(cpus: usize, sample_hz: u64, exact: bool, storage: Storage) -> Re
         .override_global("cpu_accounting", &cpu_accounting, true)
         .override_global("conn_hash", &conn_hash, true)
         .override_global("req_read_links", &read_links, true)
+        .override_global("proc_find", &proc_find, true)
         .load(super::OBJECT)
         .context("cannot load tlsprof's BPF programs into the kernel")
 }
@@ -203,7 +207,14 @@ impl Kernel {
     /// (--avoid-hook); `client_hellos` false leaves the ClientHello capture detached
     /// (--no-client-hellos). The uprobe programs are loaded, not attached (the agent attaches them
     /// per process).
-    pub fn load(btf: &Btf, sample_hz: u64, exact: bool, avoid: &[String], client_hellos: bool) -> Result<Self> {
+    pub fn load(
+        btf: &Btf,
+        sample_hz: u64,
+        exact: bool,
+        find: bool,
+        avoid: &[String],
+        client_hellos: bool,
+    ) -> Result<Self> {
         let cpus = aya::util::online_cpus()
             .map_err(|(_, e)| e)
             .context("cannot read the online CPUs")?;
@@ -212,10 +223,10 @@ impl Kernel {
         } else {
             Storage::Socket
         };
-        let mut ebpf = load_object(cpus.len(), sample_hz, exact, first)?;
+        let mut ebpf = load_object(cpus.len(), sample_hz, exact, find, first)?;
         let mut served = attach_capabilities(&mut ebpf, btf, first, avoid, client_hellos)?;
         if first == Storage::Socket && served.connections_short() {
-            let mut hash = load_object(cpus.len(), sample_hz, exact, Storage::Hash)?;
+            let mut hash = load_object(cpus.len(), sample_hz, exact, find, Storage::Hash)?;
             let hash_served = attach_capabilities(&mut hash, btf, Storage::Hash, avoid, client_hellos)?;
             if hash_served.connection_score() > served.connection_score() {
                 (ebpf, served) = (hash, hash_served);

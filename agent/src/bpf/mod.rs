@@ -143,7 +143,8 @@ mod layout_tests {
                 port,
                 first_fin,
                 reset,
-                tls
+                tls,
+                late
             }
         );
         rust_layout!(
@@ -357,6 +358,7 @@ mod layout_tests {
             PROC_EV_FORK,
             PROC_EV_EXIT,
             PROC_EV_EXEC,
+            PROC_EV_FOUND,
             PROC_COMMS,
         );
         assert!(!c.is_empty(), "layout.txt has no constants");

@@ -7,6 +7,9 @@ pub const PROC_EV_FORK: u32 = 1;
 pub const PROC_EV_EXIT: u32 = 2;
 /// A traced process executed a new program, or an untraced one a program `--comm` names.
 pub const PROC_EV_EXEC: u32 = 3;
+/// Without --pid/--comm: a process not traced sent TLS on a connection it accepted
+/// (`parent`: the port).
+pub const PROC_EV_FOUND: u32 = 4;
 /// Names in `proc_comms` at most.
 pub const PROC_COMMS: u32 = 64;
 
