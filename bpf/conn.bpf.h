@@ -327,6 +327,8 @@ static __always_inline int conn_state_changed(const struct sock *sk, int oldstat
 		__u64 *n = bpf_map_lookup_elem(&listen_changes, &zero);
 		if (n)
 			__sync_fetch_and_add(n, 1);
+		if (newstate == TCP_LISTEN)
+			proc_listened(BPF_CORE_READ(sk, __sk_common.skc_num));
 		return 0;
 	}
 	if (oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED) {

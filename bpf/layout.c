@@ -237,6 +237,7 @@ int main(void)
 	C(PROC_EV_EXIT);
 	C(PROC_EV_EXEC);
 	C(PROC_EV_FOUND);
+	C(PROC_EV_LISTEN);
 	C(PROC_COMMS);
 	S(proc_comm);
 	F(proc_comm, name);

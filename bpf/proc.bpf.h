@@ -67,6 +67,16 @@ static __always_inline void proc_trace_now(__u32 tgid)
  * carry TLS is traced (proc_found). */
 const volatile __u32 proc_find = 0;
 
+/* A socket started listening on `port` (conn.bpf.h), in the process that called listen(): a
+ * traced one's ports are read again at once, so that its first connections are followed. */
+static __always_inline void proc_listened(__u16 port)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct proc_traced *p = proc_of(tgid);
+	if (p && !p->exited)
+		proc_notify(PROC_EV_LISTEN, tgid, port);
+}
+
 /* A process not traced sent TLS on a connection it accepted on `port` (wire.bpf.h): without
  * a selector it is traced from here, the agent told. */
 static __always_inline void proc_found(__u32 tgid, __u16 port)

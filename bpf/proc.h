@@ -26,6 +26,8 @@
 #define PROC_EV_EXEC 3 /* a traced process executed a new program, or one selected by name */
 #define PROC_EV_FOUND 4 /* without --pid/--comm: a process not traced sent TLS on a connection
 			 * it accepted (found by what its connections carry); parent: the port */
+#define PROC_EV_LISTEN 5 /* a traced process started listening (parent: the port): its ports
+			  * are read again now, not at the next scan */
 
 /* Value of traced (key: tgid). */
 struct proc_traced {

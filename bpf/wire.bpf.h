@@ -247,10 +247,8 @@ static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state
 	bool valid = type >= 20 && type <= 23 && h[1] == 3 && h[2] <= 4 && len > 0 && len <= WIRE_MAX_RECORD;
 
 	if (!(c->wire.flags & WIRE_F_TLS)) {
-		if (!valid || (type != 22 && type != 21)) {
-			wire_preamble_seen(c, h, 5);
+		if (!valid || (type != 22 && type != 21))
 			return WIRE_PREAMBLE; /* plaintext first (or not TLS at all) */
-		}
 		c->wire.flags |= WIRE_F_TLS;
 		conn_mark_tls(c); /* also for servers without handshake probes */
 		/* without a selector, its process is found by this (if it is not traced yet) */
@@ -304,7 +302,9 @@ struct wire_walk_ctx {
 	__u32 n;        /* how many */
 	__u32 off;      /* walked so far */
 	__u32 plain_end; /* end of the plaintext-phase bytes among them */
-	__u8 why;       /* the capture ends: WIRE_END_*, WIRE_NOT_TLS */
+	__u8 why;       /* the capture ends: WIRE_END_*, WIRE_NOT_TLS, WIRE_PREAMBLE */
+	__u8 pre_have;  /* WIRE_PREAMBLE: the send's first bytes in pre (at most 5) */
+	__u8 pre[8];
 };
 
 /* One step of the walk (bpf_loop: verified once, whatever the number of steps): a record
@@ -356,9 +356,8 @@ static long wire_step(__u32 i, void *ctx)
 		w->off = off;
 		c->wire.hdr_have = have;
 		if (!(c->wire.flags & WIRE_F_TLS) && !wire_tls_prefix(c->wire.hdr, have)) {
-			__u8 b[8] = {};
-			__builtin_memcpy(b, c->wire.hdr, 8);
-			wire_preamble_seen(c, b, have < 5 ? have : 5);
+			__builtin_memcpy(w->pre, c->wire.hdr, 8);
+			w->pre_have = have < 5 ? have : 5;
 			__builtin_memset(c->wire.hdr, 0, sizeof(c->wire.hdr)); /* nothing of it is kept */
 			w->why = WIRE_PREAMBLE; /* a short plaintext send (PostgreSQL's 'S') */
 			return 1;
@@ -373,6 +372,10 @@ static long wire_step(__u32 i, void *ctx)
 	}
 	w->off = off;
 	w->why = wire_header(w->sk, c, h, w->ptr + off, n - off);
+	if (w->why == WIRE_PREAMBLE) {
+		__builtin_memcpy(w->pre, h, 8);
+		w->pre_have = 5;
+	}
 	if (plain)
 		w->plain_end = c->wire.state == WIRE_PLAIN ? off : hdr_at;
 	return w->why ? 1 : 0;
@@ -384,6 +387,7 @@ static __always_inline void wire_walked(struct wire_walk_ctx *w, bool plain_star
 	struct conn_state *c = w->c;
 	if (w->why == WIRE_PREAMBLE) {
 		/* the rest of this send is not looked at; the next may begin TLS */
+		wire_preamble_seen(c, w->pre, w->pre_have);
 		c->wire.hdr_have = 0;
 		c->wire.left = 0;
 		c->wire.flags |= WIRE_F_SKIP;

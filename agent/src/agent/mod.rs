@@ -33,7 +33,7 @@ use crate::{
         calib::HitCost,
         hooks,
         loader::{Events, Kernel},
-        proc::{proc_notice, PROC_EV_EXEC, PROC_EV_EXIT, PROC_EV_FORK, PROC_EV_FOUND},
+        proc::{proc_notice, PROC_EV_EXEC, PROC_EV_EXIT, PROC_EV_FORK, PROC_EV_FOUND, PROC_EV_LISTEN},
         uprobes::UPROBES,
     },
     cli::RunArgs,
@@ -133,8 +133,12 @@ impl Agent {
         // wire bytes: a handshake event finds its connection's parameters; and handshakes
         // before exits: a process's last handshakes arrive before its exit.
         let (started, exits): (Vec<_>, Vec<_>) = notices.into_iter().partition(|n| n.kind != PROC_EV_EXIT);
+        let mut refresh = false;
         for n in started {
-            self.on_started(&n);
+            refresh |= self.on_started(&n);
+        }
+        if refresh {
+            self.refresh_ports(); // once for them all
         }
         let targets = &self.targets;
         let learned = self
@@ -159,8 +163,9 @@ impl Agent {
         }
     }
 
-    /// A process the kernel traces from its fork or its exec: examined now.
-    fn on_started(&mut self, n: &proc_notice) {
+    /// A process the kernel traces from its fork, its exec or its connections: examined
+    /// now; or one that started listening. Whether the ports are to be read again.
+    fn on_started(&mut self, n: &proc_notice) -> bool {
         let name = n.name();
         let traced = match n.kind {
             PROC_EV_FORK => {
@@ -176,6 +181,7 @@ impl Agent {
             PROC_EV_EXEC => self
                 .targets
                 .on_exec(n.pid, &name, &mut self.kernel, &mut self.profiler, &self.metrics),
+            PROC_EV_LISTEN => true, // its ports, read again below
             PROC_EV_FOUND => self.targets.on_found(
                 n.pid,
                 n.parent as u16,
@@ -186,9 +192,7 @@ impl Agent {
             ),
             _ => false,
         };
-        if traced {
-            self.refresh_ports();
-        }
+        traced
     }
 
     /// The CPU split, from the kernel's per-process on-CPU time.

@@ -359,6 +359,7 @@ mod layout_tests {
             PROC_EV_EXIT,
             PROC_EV_EXEC,
             PROC_EV_FOUND,
+            PROC_EV_LISTEN,
             PROC_COMMS,
         );
         assert!(!c.is_empty(), "layout.txt has no constants");

@@ -10,6 +10,8 @@ pub const PROC_EV_EXEC: u32 = 3;
 /// Without --pid/--comm: a process not traced sent TLS on a connection it accepted
 /// (`parent`: the port).
 pub const PROC_EV_FOUND: u32 = 4;
+/// A traced process started listening (`parent`: the port): its ports are read again now.
+pub const PROC_EV_LISTEN: u32 = 5;
 /// Names in `proc_comms` at most.
 pub const PROC_COMMS: u32 = 64;
 

@@ -30,9 +30,17 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
     })
 }
 
+/// A live process's stat; a zombie (exited, not yet reaped by its parent: no memory, no
+/// files) is gone.
 pub fn stat(pid: u32) -> io::Result<ProcStat> {
     // comm is bytes: one that is not UTF-8 must not hide the process
     let text = String::from_utf8_lossy(&fs::read(format!("/proc/{pid}/stat"))?).into_owned();
+    let state = text
+        .rfind(')')
+        .and_then(|c| text.get(c + 1..)?.split_whitespace().next());
+    if matches!(state, Some("Z" | "X")) {
+        return Err(io::Error::new(io::ErrorKind::NotFound, "exited (a zombie)"));
+    }
     parse_stat(&text).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc/PID/stat"))
 }
 

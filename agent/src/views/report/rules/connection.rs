@@ -1,5 +1,8 @@
 //! Connection rules: keep-alive (requests per connection) and TIME_WAIT.
-use super::{finish, ms, Finding, FEW_REQUESTS, MIN_EVENTS, REUSED_LIFETIME, TARGET_REQUESTS, TIME_WAIT_SECONDS};
+use super::{
+    finish, ms, protocol::Protocol, Finding, FEW_REQUESTS, MIN_EVENTS, REUSED_LIFETIME, TARGET_REQUESTS,
+    TIME_WAIT_SECONDS,
+};
 use crate::views::snapshot::Proc;
 
 /// Connections that carry few requests: each new one costs a handshake, a TCP set-up and
@@ -77,46 +80,49 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
             String::new()
         };
         let server_closes = v.closed_share("server");
+        let proto = Protocol::of_port(v);
+        let unit = proto.unit();
         let limit = v
             .common_request_count(0.8)
             .filter(|(k, _)| *k >= 2 && server_closes >= 0.8);
         let (title, why) = match limit {
             Some((k, share)) => (
                 format!(
-                    "{}: port {port}: the server closes every connection after {k} requests",
+                    "{}: port {port}: the server closes every connection after {k} {unit}",
                     p.comm
                 ),
                 format!(
-                    "{:.0}% of connections carried exactly {k} requests and the server closed {:.0}% of them: a \
-                     per-connection request limit",
+                    "{:.0}% of connections carried exactly {k} {unit} and the server closed {:.0}% of them: a \
+                     per-connection limit",
                     share * 100.0,
                     server_closes * 100.0
                 ),
             ),
             None if r < 1.5 && server_closes >= 0.5 => (
                 format!(
-                    "{}: port {port}: one request per connection, and the server closes them",
+                    "{}: port {port}: one exchange per connection, and the server closes them",
                     p.comm
                 ),
                 format!(
-                    "the server closed {:.0}% of connections after about one request: keep-alive looks off",
+                    "the server closed {:.0}% of connections after about one exchange: keep-alive looks off",
                     server_closes * 100.0
                 ),
             ),
             None if r < 1.5 => (
                 format!(
-                    "{}: port {port}: clients open a new connection for every request",
-                    p.comm
+                    "{}: port {port}: {} clients open a new connection for every exchange",
+                    p.comm,
+                    proto.name()
                 ),
                 format!(
-                    "clients ended {:.0}% of connections after about one request ({:.0}% with a reset): they do not \
+                    "clients ended {:.0}% of connections after about one exchange ({:.0}% with a reset): they do not \
                      reuse connections",
                     (1.0 - server_closes) * 100.0,
                     v.closed_share("reset") * 100.0
                 ),
             ),
             None => (
-                format!("{}: port {port}: connections carry only {r:.1} requests", p.comm),
+                format!("{}: port {port}: connections carry only {r:.1} {unit}", p.comm),
                 format!("the server closed {:.0}% of them", server_closes * 100.0),
             ),
         };
@@ -134,17 +140,12 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
                 port: Some(port.clone()),
                 title,
                 evidence: format!(
-                    "{conn_rate:.1} connections/s ended carrying {r:.1} requests each{h2}; {why}. Each new connection \
+                    "{conn_rate:.1} connections/s ended carrying {r:.1} {unit} each{h2}; {why}. Each new connection \
                      costs a handshake ({}) and {:.2} TIME_WAIT entries.",
                     c_hs.map(ms).unwrap_or_else(|| "not measured".into()),
                     if v.ended > 0.0 { v.time_wait / v.ended } else { 0.0 },
                 ),
-                fix: "Let connections carry many requests: raise the per-connection request limit (nginx \
-                      `keepalive_requests` (default 1000), Apache `MaxKeepAliveRequests` (100), HCL Domino's \
-                      \"Maximum requests per persistent connection\" (default 5)), turn keep-alive on (nginx \
-                      `keepalive_timeout 75s`, Apache `KeepAlive On`), and make clients reuse connections \
-                      (ab -k, HTTP client connection pools)."
-                    .into(),
+                fix: proto.reuse_fix().into(),
                 saving_cpu: saving,
                 saving_share: None,
                 clients: None,

@@ -1,5 +1,7 @@
 //! Handshake rules: session resumption, the key-exchange group, the certificate.
-use super::{dominant, finish, is_full, ms, with_clients, would_fail, Finding, MIN_EVENTS, MIN_GAIN};
+use super::{
+    dominant, finish, is_full, ms, protocol::Protocol, with_clients, would_fail, Finding, MIN_EVENTS, MIN_GAIN,
+};
 use crate::views::{report::hostcost::HostCosts, snapshot::Proc};
 
 /// What a resumed handshake costs this process, and how that was found: resumed
@@ -128,7 +130,8 @@ pub fn resumption_refused(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Opti
                     ))
                     .unwrap_or_default()
             ),
-            fix: "Keep sessions long enough and share them: nginx `ssl_session_cache shared:SSL:50m;` (one cache for \
+            fix: [
+                "Keep sessions long enough and share them: nginx `ssl_session_cache shared:SSL:50m;` (one cache for \
                   all workers; about 4000 sessions per MiB), `ssl_session_timeout` (default 5m), `ssl_session_tickets \
                   on;` with the same `ssl_session_ticket_key` file on every host (rotated together); Apache \
                   `SSLSessionCache shmcb:…(512000)`, `SSLSessionCacheTimeout` (default 300), `SSLSessionTickets on` \
@@ -138,8 +141,10 @@ pub fn resumption_refused(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Opti
                   cluster worker and host; HCL Domino: `SSL_RESUMABLE_SESSIONS` in NOTES.INI, the number of sessions \
                   its cache keeps (default only the 50 most recent; 1 turns resumption off; their lifetime \
                   cannot be set). Behind a load balancer, \
-                  share the ticket keys between hosts or keep a client on one host."
-                .into(),
+                  share the ticket keys between hosts or keep a client on one host.",
+                Protocol::of_proc(p).resumption_fix(),
+            ]
+            .concat(),
             saving_cpu: saving,
             saving_share: None,
             clients: None,
@@ -269,11 +274,14 @@ pub fn resumption(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<Findi
                     ""
                 }
             ),
-            fix: "Offer resumption: a shared session cache and session tickets with keys shared by all \
+            fix: [
+                "Offer resumption: a shared session cache and session tickets with keys shared by all \
                   workers and hosts (nginx `ssl_session_cache shared:SSL:10m; ssl_session_tickets on;`, \
                   Apache `SSLSessionCache shmcb:…` and `SSLSessionTickets on`, HAProxy `tune.ssl.cachesize`). \
-                  Load generators such as ab and h2load do not resume; browsers and most HTTP clients do."
-                .into(),
+                  Load generators such as ab and h2load do not resume; browsers and most HTTP clients do.",
+                Protocol::of_proc(p).resumption_fix(),
+            ]
+            .concat(),
             saving_cpu: saving,
             saving_share: None,
             clients: None,

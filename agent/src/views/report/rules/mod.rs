@@ -1,9 +1,11 @@
 //! The report's rules: each reads a process's window (views/snapshot.rs) and, for what
 //! the server does not use yet, the costs measured on this host (hostcost.rs), and says
 //! what to change and what it would save. handshake.rs: resumption, key-exchange group,
-//! certificate; record.rs: the record cipher; connection.rs: keep-alive and TIME_WAIT.
+//! certificate; record.rs: the record cipher; connection.rs: keep-alive and TIME_WAIT;
+//! protocol.rs: what a port's protocol (SMTP, IMAP, PostgreSQL...) changes in the fixes.
 mod connection;
 mod handshake;
+mod protocol;
 mod record;
 #[cfg(test)]
 mod tests;
