@@ -183,7 +183,6 @@ static __always_inline void wire_copy(const struct sock *sk, struct conn_state *
 }
 
 #define WIRE_NOT_TLS 255 /* internal: the output is not TLS, end silently */
-#define WIRE_PREAMBLE 254 /* internal: this send is plaintext before TLS: skip the rest of it */
 
 /* A connection's TLS may start after a plaintext preamble: STARTTLS (SMTP, IMAP, POP3,
  * LDAP, XMPP, NNTP, FTP's AUTH TLS), PostgreSQL's SSLRequest, MySQL's SSL request. The
@@ -192,9 +191,6 @@ static __always_inline void wire_copy(const struct sock *sk, struct conn_state *
  * looked at, nothing more, and nothing of them is copied; after WIRE_PREAMBLE_SENDS sends
  * that begin no TLS record the connection is taken to be plaintext. */
 #define WIRE_PREAMBLE_SENDS 16
-/* wire_conn.flags, internal: the rest of this send is preamble (its other iovec segments
- * are not looked at) */
-#define WIRE_F_SKIP 0x80
 
 /* A preamble send's first `have` bytes (at most 5, in h): its protocol, told once from the
  * first send, and FTP from SMTP by the answer to the client's request for TLS (234). */
@@ -248,7 +244,7 @@ static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state
 
 	if (!(c->wire.flags & WIRE_F_TLS)) {
 		if (!valid || (type != 22 && type != 21))
-			return WIRE_PREAMBLE; /* plaintext first (or not TLS at all) */
+			return WIRE_NOT_TLS; /* the server does not speak TLS here (wire_preamble_send) */
 		c->wire.flags |= WIRE_F_TLS;
 		conn_mark_tls(c); /* also for servers without handshake probes */
 		/* without a selector, its process is found by this (if it is not traced yet) */
@@ -302,9 +298,7 @@ struct wire_walk_ctx {
 	__u32 n;        /* how many */
 	__u32 off;      /* walked so far */
 	__u32 plain_end; /* end of the plaintext-phase bytes among them */
-	__u8 why;       /* the capture ends: WIRE_END_*, WIRE_NOT_TLS, WIRE_PREAMBLE */
-	__u8 pre_have;  /* WIRE_PREAMBLE: the send's first bytes in pre (at most 5) */
-	__u8 pre[8];
+	__u8 why;       /* the capture ends: WIRE_END_*, WIRE_NOT_TLS */
 };
 
 /* One step of the walk (bpf_loop: verified once, whatever the number of steps): a record
@@ -355,13 +349,6 @@ static long wire_step(__u32 i, void *ctx)
 		}
 		w->off = off;
 		c->wire.hdr_have = have;
-		if (!(c->wire.flags & WIRE_F_TLS) && !wire_tls_prefix(c->wire.hdr, have)) {
-			__builtin_memcpy(w->pre, c->wire.hdr, 8);
-			w->pre_have = have < 5 ? have : 5;
-			__builtin_memset(c->wire.hdr, 0, sizeof(c->wire.hdr)); /* nothing of it is kept */
-			w->why = WIRE_PREAMBLE; /* a short plaintext send (PostgreSQL's 'S') */
-			return 1;
-		}
 		if (have < 5) {
 			if (plain)
 				w->plain_end = off;
@@ -372,10 +359,6 @@ static long wire_step(__u32 i, void *ctx)
 	}
 	w->off = off;
 	w->why = wire_header(w->sk, c, h, w->ptr + off, n - off);
-	if (w->why == WIRE_PREAMBLE) {
-		__builtin_memcpy(w->pre, h, 8);
-		w->pre_have = 5;
-	}
 	if (plain)
 		w->plain_end = c->wire.state == WIRE_PLAIN ? off : hdr_at;
 	return w->why ? 1 : 0;
@@ -385,16 +368,6 @@ static long wire_step(__u32 i, void *ctx)
 static __always_inline void wire_walked(struct wire_walk_ctx *w, bool plain_start)
 {
 	struct conn_state *c = w->c;
-	if (w->why == WIRE_PREAMBLE) {
-		/* the rest of this send is not looked at; the next may begin TLS */
-		wire_preamble_seen(c, w->pre, w->pre_have);
-		c->wire.hdr_have = 0;
-		c->wire.left = 0;
-		c->wire.flags |= WIRE_F_SKIP;
-		if (++c->wire.pre >= WIRE_PREAMBLE_SENDS)
-			wire_finish(w->sk, c, 0); /* not TLS: nothing was copied, nothing to say */
-		return;
-	}
 	if (!w->why && w->off < w->n)
 		w->why = WIRE_END_CAP; /* more records in one write than walked */
 	if (plain_start && w->plain_end && (c->wire.flags & WIRE_F_TLS))
@@ -522,14 +495,37 @@ static __always_inline void wire_unsupported(const struct sock *sk, struct conn_
 	wire_hand_over(c, copied);
 }
 
-/* After a send's walk: the capture ended (requests are counted from here), or the send was
- * the preamble's (a plaintext exchange, counted as any without TLS). */
-static __always_inline void wire_after_send(struct conn_state *c, bool preamble, __u32 copied)
+/* After a send's walk: the capture ended (requests are counted from here). */
+static __always_inline void wire_after_send(struct conn_state *c, __u32 copied)
 {
 	if (c->wire.state == WIRE_DONE)
 		wire_hand_over(c, copied);
-	else if (preamble && wire_preamble(c))
-		req_sent(c, copied);
+}
+
+/*
+ * A send while nothing of TLS was sent yet (wire_preamble): its first bytes (5, or 1 of a
+ * shorter send), read once before any walk, begin a TLS record, or the send is one more of
+ * a plaintext preamble: its protocol told from them, counted as an exchange, and not walked
+ * (the walk itself, which older kernels verify step by step, knows nothing of preambles).
+ * 1 when the send was the preamble's. A function of its own: its stack is gone when it
+ * returns, so that the verifier finds the walk after it in states it has seen.
+ */
+static __noinline int wire_preamble_send(const struct sock *sk, struct conn_state *c, const struct msghdr *msg,
+					 __u64 left, __u32 copied)
+{
+	__u8 b[8] = {};
+	__u32 n = left >= 5 ? 5 : 1;
+	bool read = n == 5 ? wire_send_start(msg, b, 5) : wire_send_start(msg, b, 1);
+	if (!read || wire_tls_prefix(b, n))
+		return false; /* TLS (or unreadable: the walk says so) */
+	wire_preamble_seen(c, b, n);
+	if (++c->wire.pre >= WIRE_PREAMBLE_SENDS) {
+		wire_finish(sk, c, 0); /* not TLS: nothing was copied, nothing to say */
+		wire_hand_over(c, copied);
+	} else {
+		req_sent(c, copied); /* a plaintext exchange, counted as any without TLS */
+	}
+	return true;
 }
 
 /* The capture of a server send's handshake output, and the request count
@@ -556,7 +552,6 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	bool preamble = wire_preamble(c);
 	if (preamble) {
 		/* nothing of TLS sent yet: this send may be its first flight */
-		c->wire.flags &= ~WIRE_F_SKIP;
 		c->wire.tgid = id >> 32;
 		c->wire.rx_first = copied;
 		c->wire.rx_flight = copied;
@@ -583,6 +578,10 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	if ((__u64)skip >= left)
 		return 0; /* already walked when this send began: the kernel calls once per chunk */
 	c->wire.seq = seq + (__u32)left;
+	/* (not where the walk is a bounded loop, before 5.17: with this branch that program
+	 * passes the verifier's million instructions; there TLS after a preamble is not seen) */
+	if (!bounded && preamble && !c->wire.hdr_have && wire_preamble_send(sk, c, msg, left, copied))
+		return 0; /* one more plaintext send before TLS */
 
 	__u32 type = wire_iter_type(msg);
 	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
@@ -591,7 +590,7 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	    type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
 		__u64 base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
 		wire_walk(sk, c, base + offset + skip, left - skip, bounded);
-		wire_after_send(c, preamble, copied);
+		wire_after_send(c, copied);
 		return 0;
 	}
 	if (type != bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
@@ -602,7 +601,7 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	__u64 nsegs = BPF_CORE_READ(msg, msg_iter.nr_segs);
 	__u64 todo = left;
 	for (int i = 0; i < WIRE_SEGS; i++) {
-		if (i >= nsegs || todo == 0 || c->wire.state == WIRE_DONE || (c->wire.flags & WIRE_F_SKIP))
+		if (i >= nsegs || todo == 0 || c->wire.state == WIRE_DONE)
 			break;
 		struct iovec v;
 		if (bpf_probe_read_kernel(&v, sizeof(v), &iov[i]))
@@ -624,9 +623,9 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 		skip = 0;
 		wire_walk(sk, c, base, len, bounded);
 	}
-	if (todo && c->wire.state != WIRE_DONE && !(c->wire.flags & WIRE_F_SKIP))
+	if (todo && c->wire.state != WIRE_DONE)
 		wire_finish(sk, c, WIRE_END_CAP);
-	wire_after_send(c, preamble, copied);
+	wire_after_send(c, copied);
 	return 0;
 }
 

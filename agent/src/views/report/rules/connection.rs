@@ -82,6 +82,12 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
         let server_closes = v.closed_share("server");
         let proto = Protocol::of_port(v);
         let unit = proto.unit();
+        let one = proto.one();
+        let whose = if proto == Protocol::Http {
+            String::new()
+        } else {
+            format!("{} ", proto.name())
+        };
         let limit = v
             .common_request_count(0.8)
             .filter(|(k, _)| *k >= 2 && server_closes >= 0.8);
@@ -100,22 +106,21 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
             ),
             None if r < 1.5 && server_closes >= 0.5 => (
                 format!(
-                    "{}: port {port}: one exchange per connection, and the server closes them",
+                    "{}: port {port}: one {one} per connection, and the server closes them",
                     p.comm
                 ),
                 format!(
-                    "the server closed {:.0}% of connections after about one exchange: keep-alive looks off",
+                    "the server closed {:.0}% of connections after about one {one}: keep-alive looks off",
                     server_closes * 100.0
                 ),
             ),
             None if r < 1.5 => (
                 format!(
-                    "{}: port {port}: {} clients open a new connection for every exchange",
-                    p.comm,
-                    proto.name()
+                    "{}: port {port}: {whose}clients open a new connection for every {one}",
+                    p.comm
                 ),
                 format!(
-                    "clients ended {:.0}% of connections after about one exchange ({:.0}% with a reset): they do not \
+                    "clients ended {:.0}% of connections after about one {one} ({:.0}% with a reset): they do not \
                      reuse connections",
                     (1.0 - server_closes) * 100.0,
                     v.closed_share("reset") * 100.0

@@ -90,6 +90,15 @@ impl Protocol {
         }
     }
 
+    /// One of them.
+    pub fn one(self) -> &'static str {
+        if self == Self::Http {
+            "request"
+        } else {
+            "exchange"
+        }
+    }
+
     /// How to make its clients open fewer connections (the keep-alive finding).
     pub fn reuse_fix(self) -> &'static str {
         match self {
