@@ -78,11 +78,12 @@ pub struct RunArgs {
     /// Exit with an error when a probe fails to attach (default: log and count it).
     #[arg(long)]
     pub strict: bool,
-    /// Keep the handshake probes attached all the time: every handshake timed (CPU and
-    /// duration), counted by the probes. Costs one uprobe trap per handshake call: 4.32% of
-    /// a server's CPU under new connections, against 1.85% by default (docs/how-it-works.md).
-    /// Default: the probes come and go under --overhead-budget and server handshakes are
-    /// counted from what the server sends.
+    /// Keep the handshake probes attached all the time: every handshake they see timed (CPU
+    /// and duration); server handshakes are still counted from what the server sends (by the
+    /// probes only where the kernel's sends cannot be captured). Costs one uprobe trap per
+    /// handshake call: 4.32% of a server's CPU under new connections, against 1.85% by
+    /// default (docs/how-it-works.md). Default: the probes come and go under
+    /// --overhead-budget.
     #[arg(long)]
     pub exact: bool,
     /// Share of one CPU that the handshake probes may cost each traced process, in every

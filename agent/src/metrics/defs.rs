@@ -258,7 +258,8 @@ pub const CONNECTION_PROTOCOLS: Def<ProtocolLabels> = Def::new(
     None,
     "TLS handshakes on connections accepted on this port, by the application protocol the server chose (ALPN) \
      as its ServerHello shows it: h2 (HTTP/2: exchanges are not requests), http/1.1, other, none (no ALPN); \
-     encrypted: TLS 1.3 sends the choice encrypted",
+     encrypted: TLS 1.3 sends the choice encrypted; or the protocol of the plaintext preamble before TLS: smtp, \
+     ftp, imap, pop3, ldap, xmpp, nntp, postgresql, mysql, starttls_other",
 );
 pub const PROCESS_CPU: Def<CommLabels> = Def::new(
     "process_cpu",
