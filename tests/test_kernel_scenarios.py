@@ -364,6 +364,51 @@ class TestExact:
         assert value(now, "tlsprof_handshake_cpu_method_info", comm="gotls", method="probes") == 1
 
 
+# ------------------------------------------------------------------ TLS after a preamble
+
+def test_starttls(workdir):
+    """An SMTP-like server that starts TLS after a plaintext exchange (tests/servers/
+    starttls_server.py), 6 sessions by Python's smtplib: where the send capture walks with
+    bpf_loop (5.17+), each handshake counted and labelled, each ClientHello read, the port
+    named smtp; where it walks in a bounded loop (5.10), the preamble is not looked past
+    (docs/servers.md): none counted, and the ClientHellos (read from packets) all the same."""
+    import smtplib
+    import sys
+    import time
+
+    from harness.certs import make_cert
+    from harness.procs import ROOT, free_port, stop_pid, wait_port
+    key, crt = make_cert(workdir)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests/servers/starttls_server.py"), str(port), str(crt),
+                             str(key), "300"], stdout=subprocess.DEVNULL)
+    try:
+        wait_port(port, timeout=60)
+        with Agent("--pid", str(proc.pid), "--exact", "--sample-hz", "0") as agent:
+            agent.wait_attached([proc.pid], timeout=120)
+            base = agent.mark()
+            ctx = ssl._create_unverified_context()
+            for _ in range(6):
+                with smtplib.SMTP("127.0.0.1", port, timeout=30) as c:
+                    c.ehlo()
+                    c.starttls(context=ctx)
+                    c.ehlo()
+            bounded = hook_info(agent.scrape()).get("capture_loop") == "bounded_loop"
+            want = 0 if bounded else 6
+            agent.wait_value("tlsprof_client_hellos_total", 6, base=base, timeout=60)
+            if want:
+                agent.wait_value("tlsprof_handshakes_total", 6, base=base, role="server", result="ok", timeout=60)
+            else:
+                time.sleep(2)
+            m = since(agent.scrape(), base)
+    finally:
+        stop_pid(proc.pid)
+        proc.wait(timeout=10)
+    assert value(m, "tlsprof_client_hellos_total") == 6, m
+    assert value(m, "tlsprof_handshakes_total", role="server", result="ok") == want, (bounded, m)
+    assert value(m, "tlsprof_tls_connections_by_protocol_total", protocol="smtp") == want, (bounded, m)
+
+
 # ------------------------------------------------------------------ the other hook chains
 
 def test_kernel_estimate(workdir):
