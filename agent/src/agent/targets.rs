@@ -399,37 +399,21 @@ impl Targets {
                 }
                 return;
             }
-            if let Some(port) = self.found.get(&pid).copied().filter(|_| !self.selector.explicit()) {
-                // Found by its connections (no selector): its TLS stack is none tlsprof knows
-                // (Java's JSSE, rustls, a stripped static executable, a stack of its own).
+            // Asked for by pid or name, or (no selector) found by its connections: its TLS
+            // stack is none tlsprof knows (Java's JSSE, rustls, a stripped static
+            // executable, a stack of its own), or it has none: counted and labelled from
+            // what its connections carry, as any other.
+            let found = self.found.get(&pid).copied().filter(|_| !self.selector.explicit());
+            if found.is_some() || self.selector.explicit() {
                 self.watched.remove(&pid);
                 let why = NoProbes::NoTlsLibrary;
-                let msg = estimated(
-                    pid,
-                    &st.comm,
-                    &format!("found by its connections (TLS on port {port}), no TLS library found, "),
-                    why,
-                );
-                let detail = "no TLS library or TLS code found in its files: found by the TLS on its connections";
-                self.said.say(pid, &name, why, detail);
-                if self.track(Examined { pid, st, name, maps }, Probing::Without(why), k, prof, m) {
-                    self.ready.add(msg);
-                }
-                return;
-            }
-            if self.selector.explicit() {
-                // Asked for by pid or name: its TLS stack is none tlsprof knows (Java's JSSE,
-                // rustls, a stripped static executable, a stack of its own), or it has none:
-                // counted and labelled from what its connections carry, as any other.
-                self.watched.remove(&pid);
-                let why = NoProbes::NoTlsLibrary;
-                let msg = estimated(
-                    pid,
-                    &st.comm,
-                    "no TLS library found, counted from its connections, ",
-                    why,
-                );
-                let detail = "no TLS library or TLS code found in its files: its handshakes are counted from what its connections carry";
+                let how = match found {
+                    Some(port) => format!("found by its connections (TLS on port {port}), no TLS library found, "),
+                    None => "no TLS library found, counted from its connections, ".to_string(),
+                };
+                let msg = estimated(pid, &st.comm, &how, why);
+                let detail = "no TLS library or TLS code found in its files: its handshakes are counted from what its \
+                              connections carry";
                 self.said.say(pid, &name, why, detail);
                 if self.track(Examined { pid, st, name, maps }, Probing::Without(why), k, prof, m) {
                     self.ready.add(msg);
