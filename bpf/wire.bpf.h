@@ -28,11 +28,13 @@ static __always_inline __u8 tls13_answer(const struct conn_state *c, __u32 copie
 	return answer >= TLS13_MIN_FINISHED ? WIRE_END_FINISHED : WIRE_END_CLIENT_ALERT;
 }
 
-/* The server sent plaintext first (a STARTTLS greeting, PostgreSQL's 'S'): a connection
- * that closes without TLS after that was a plaintext session, not a failed handshake. */
+/* The server spoke a protocol that can start TLS later (a STARTTLS greeting, PostgreSQL's
+ * 'S'): a connection that closes without TLS after that was a plaintext session, not a
+ * failed handshake. (A server that answers plaintext on a TLS port, nginx's 400, is not
+ * one: its connection is a failed handshake.) */
 static __always_inline bool wire_spoke_plaintext(const struct conn_state *c)
 {
-	return c->wire.pre != 0;
+	return c->wire.proto > WIRE_PROTO_OTHER;
 }
 
 /* The capture is still in the connection's plaintext preamble (it has sent, but no TLS record yet). */

@@ -186,10 +186,15 @@ def test_each_of_the_units_capabilities_is_needed(www_nginx, dropped, symptom):
         assert out.count("warning: no handshake probes for") == 1 and "attach_refused" in out, out[-2000:]
         assert value(m, "tlsprof_handshake_cpu_seconds_count") == value(m, "tlsprof_handshakes_total") == 23
     elif dropped == "sys_ptrace":
-        assert value(m, "tlsprof_handshakes_total") == 0
+        # the workers' memory cannot be read: no probes, but asked for by --pid they are
+        # traced, their handshakes counted from what their connections carry
+        assert value(m, "tlsprof_attached_probes") == 0
+        assert value(m, "tlsprof_handshakes_total", cert="ecdsa_p256") == 23
     elif dropped == "dac_override":
-        assert value(m, "tlsprof_tcp_connections_total") == 0
-        assert value(m, "tlsprof_handshakes_total", cert="ecdsa_p256") == 0
+        # their sockets cannot be listed: their connections are taken on at their first read
+        # or send (the port is listened on), so they are counted all the same
+        assert value(m, "tlsprof_tcp_connections_total") == 23
+        assert value(m, "tlsprof_handshakes_total", cert="ecdsa_p256") == 23
         # tracefs cannot be written: uprobes of each process's own, every handshake still timed
         assert "uprobes: one of its own per process and probe" in out and "uprobes: shared per file" not in out, out[-2000:]
         assert value(m, "tlsprof_handshake_cpu_seconds_count") == 23
