@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -150,14 +151,18 @@ def _boot(img: Path, rw: Path, script: Path, kvm: bool, timeout: float, host: Ho
     cmd += ["--cpus", "2", "--memory", "3G", *(host.vng_flags(rw) if host else ["--rwdir", str(rw)]),
             "--verbose", "--exec", str(script)]
     env = {**os.environ, "PATH": f"{VNG.parent}:{os.environ.get('PATH', '')}"}
-    try:
-        # at the lowest priority: a guest runs on the CPU time the host's tests leave idle
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, errors="replace",
-                           preexec_fn=lambda: os.nice(19))
-        return r.stdout + r.stderr
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return out + f"\n[timed out after {timeout:.0f} s]"
+    # at the lowest priority: a guest runs on the CPU time the host's tests leave idle; in a
+    # session of its own, so that a guest that outlives its time (a KVM probe that hangs) is
+    # stopped whole, QEMU with it, not left running after the tests
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, errors="replace",
+                          preexec_fn=lambda: os.nice(19), start_new_session=True) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+            return out + err
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            return (out or "") + (err or "") + f"\n[timed out after {timeout:.0f} s]"
 
 
 # (suite, run) of every guest that ran, for the session's summary (conftest.py)
