@@ -239,6 +239,37 @@ def test_java_jsse(workdir, how):
         assert f"found by its connections (TLS on port {srv.port})" in found, found[-2000:]
 
 
+@pytest.mark.parametrize("how", ["comm", "none"])
+def test_java_jsse_mapping_openssl(workdir, how):
+    """A server whose probes never see its handshakes: the JVM maps OpenSSL (LD_PRELOAD), so
+    its probes are attached, and JSSE terminates every connection's TLS, as an HCL Domino
+    task's own stack does while the OpenSSL it maps serves its outbound calls. Every
+    handshake still gets a CPU figure (the kernel estimate: from the first, while tlsprof
+    judges the probes, and for good once it finds they miss them), and the method says why."""
+    need("java")
+    lib = services.libssl()
+    if lib is None:
+        pytest.skip("no libssl.so.3 for the dynamic loader (ldconfig -p)")
+    started, timed = time.monotonic(), Timed()
+    srv = timed("server start", lambda: services.JsseServer(workdir, preload=lib))
+    try:
+        with start_agent(timed, *selector(how, srv.pid, "java")) as agent:
+            attach = {"java": attached(agent, srv.pid)}
+            assert attach["java"], agent.output()[-2000:]
+            probes = agent.value("tlsprof_attached_probes")
+            runs = {"https": run(agent, timed, "https", lambda: https_connections(srv.port, N, concurrency=2, timeout=60))}
+            method = agent.value("tlsprof_handshake_cpu_method_info", comm="java", method="kernel_estimate",
+                                 reason="unseen_by_probes")
+            trusted = agent.value("tlsprof_handshake_cpu_method_info", comm="java", method="probes")
+            found = agent.output()
+    finally:
+        srv.stop()
+    check("java+libssl", runs, timed, attach, started)
+    assert probes > 0, f"the JVM maps {lib}: its probes are attached ({found[-2000:]})"
+    assert (method, trusted) == (1, 0), found[-2000:]
+    assert "unseen_by_probes: its probes timed 0 of the 2 server handshakes" in found, found[-2000:]
+
+
 @pytest.mark.parametrize("how", SELECTORS)
 def test_inetd_service_per_connection(workdir, how):
     """A TLS server program exec'd per connection by a parent that maps no TLS library

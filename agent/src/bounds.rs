@@ -28,6 +28,7 @@ pub const TABLES: &[&str] = &[
     "client_hellos",
     "client_offers",
     "estimate_parts",
+    "sighting_checks",
     // ports and connections (agent/ports.rs, conns/churn.rs)
     "port_names",
     "unsettled_connections",
@@ -36,6 +37,7 @@ pub const TABLES: &[&str] = &[
     "elf_files",
     "recent_exits",
     "attached_names",
+    "sighting_names",
     // CPU attribution (cpu/)
     "tls_libraries",
     "symbol_files",

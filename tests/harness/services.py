@@ -491,9 +491,11 @@ class JsseServer(SpawnedServer):
     TLS stack, with the certificate in a PKCS12 keystore. Compiled once per session into the
     workdir by javac (0.85 s, then 0.45 s to listen), faster from the second start on than
     the source launcher (`java JsseServer.java`: 1.2 s to listen every time); the process is
-    `java` either way. The JVM maps no TLS library."""
+    `java` either way. The JVM maps no TLS library, unless `preload` names one for the
+    dynamic loader to map into it (LD_PRELOAD): then it maps OpenSSL, as an HCL Domino task
+    does for its outbound calls, and its own stack still terminates its clients' TLS."""
 
-    def __init__(self, workdir: Path, cert: str = "ecdsa_p256"):
+    def __init__(self, workdir: Path, cert: str = "ecdsa_p256", preload: str | None = None):
         key, crt = make_cert(workdir, cert)
         keystore = workdir / f"{cert}.p12"
         if not keystore.exists():
@@ -505,7 +507,8 @@ class JsseServer(SpawnedServer):
             r = subprocess.run(["javac", "-d", classes, ROOT / "tests/servers/JsseServer.java"],
                                capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, f"javac: {r.stdout}{r.stderr}"
-        self._spawn(lambda port: ["java", "-cp", classes, "JsseServer", port, keystore, KEYSTORE_PASSWORD])
+        self._spawn(lambda port: ["java", "-cp", classes, "JsseServer", port, keystore, KEYSTORE_PASSWORD],
+                    env={"LD_PRELOAD": preload} if preload else None)
 
 
 # --- a service started per connection (inetd) ----------------------------------------------
@@ -525,6 +528,13 @@ class Inetd(SpawnedServer):
         assert os.access(INETD_CHILD, os.X_OK), f"{INETD_CHILD} is not executable"
         self._spawn(lambda port: [sys.executable, ROOT / "tests/servers/inetd.py", port, limit, INETD_CHILD, crt, key],
                     timeout=10)
+
+
+def libssl() -> str | None:
+    """The system's OpenSSL libssl, as the dynamic loader finds it (None: not found)."""
+    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
+    names = [line.split("=>")[-1].strip() for line in out.splitlines() if "libssl.so.3 " in line]
+    return names[0] if names else None
 
 
 def available() -> dict[str, str | None]:

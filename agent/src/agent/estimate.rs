@@ -11,7 +11,7 @@ use std::{
 use crate::{
     bounds,
     bpf::handshake::{self as hs, hs_event},
-    wire::tracker::ConnId,
+    wire::tracker::{ConnId, WAIT},
 };
 
 /// Connections with parts and no end yet, at most: beyond, the oldest sixteenth go, counted:
@@ -42,6 +42,10 @@ pub struct Estimates {
     /// to another connection), just after the capture's end (TLS 1.3 session tickets come
     /// after it): a handshake is measured SETTLE after its capture ended.
     ended: VecDeque<(ConnId, bool, Instant)>,
+    /// The same, for processes with probes (estimated beside them: sightings.rs): measured
+    /// `tracker::WAIT` after, so that a probe's figure for the same handshake, which comes
+    /// when the client has answered the server's flight, is there first and is the one.
+    ended_probed: VecDeque<(ConnId, bool, Instant)>,
     /// Connections whose handshake a probe timed (a process whose probes were attached while
     /// the kernel estimated it, as a process forked per connection is): their parts are not
     /// a second figure. Bounded by MAX_OPEN, the oldest going first.
@@ -123,22 +127,35 @@ impl Estimates {
         }
     }
 
-    /// A connection's handshake capture ended.
-    pub fn capture_ended(&mut self, id: ConnId, ok: bool, now: Instant) {
-        if self.ended.len() < MAX_OPEN {
-            self.ended.push_back((id, ok, now));
+    /// A connection's handshake capture ended (`probed`: its process has handshake probes).
+    pub fn capture_ended(&mut self, id: ConnId, ok: bool, probed: bool, now: Instant) {
+        let q = if probed { &mut self.ended_probed } else { &mut self.ended };
+        if q.len() < MAX_OPEN {
+            q.push_back((id, ok, now));
         }
+    }
+
+    /// Whether a probe timed the handshake on connection `id` of process `tgid`, accepted at
+    /// `conn_start`: tied to it, or (a memory-BIO server's) timed by the process after it came.
+    pub fn probe_timed(&self, id: ConnId, tgid: u32, conn_start: u64) -> bool {
+        self.timed.contains_key(&id) || self.timed_unlinked.get(&tgid).is_some_and(|&(_, last)| last >= conn_start)
     }
 
     /// The handshakes whose capture ended SETTLE ago or more (`all`: every one, at exit),
     /// each the sum of its parts, as a probed handshake would be reported.
     pub fn finished(&mut self, all: bool, now: Instant) -> Vec<hs_event> {
         let mut out = Vec::new();
-        while let Some(&(id, ok, at)) = self.ended.front() {
-            if !all && now.duration_since(at) < SETTLE {
-                break;
+        let mut ends = Vec::new();
+        for (q, settle) in [(&mut self.ended, SETTLE), (&mut self.ended_probed, WAIT)] {
+            while let Some(&(id, ok, at)) = q.front() {
+                if !all && now.duration_since(at) < settle {
+                    break;
+                }
+                q.pop_front();
+                ends.push((id, ok));
             }
-            self.ended.pop_front();
+        }
+        for (id, ok) in ends {
             let Some(s) = self.open.remove(&id) else { continue };
             out.push(hs_event {
                 duration_ns: s.last_ns.saturating_sub(s.first_ns),
@@ -195,8 +212,8 @@ mod tests {
         e.add(&part(200, 1_100_000, 100_000, 90_000), t0);
         e.add(&part(100, 3_000_000, 200_000, 150_000), t0);
         assert!(e.finished(false, t0).is_empty(), "no capture ended yet");
-        e.capture_ended(100, true, t0);
-        e.capture_ended(999, true, t0); // a probed connection: no parts
+        e.capture_ended(100, true, false, t0);
+        e.capture_ended(999, true, false, t0); // a probed connection: no parts
         assert!(e.finished(false, t0).is_empty(), "its last part may still come");
         let done = e.finished(false, t0 + SETTLE);
         assert_eq!(done.len(), 1);
@@ -206,7 +223,7 @@ mod tests {
             (450_000, 2_400_000, 2, hs::HS_RESULT_OK)
         );
         assert_eq!((h.conn_id, h.conn_start, h.estimate, h.tgid), (100, 1, 1, 7));
-        e.capture_ended(200, false, t0);
+        e.capture_ended(200, false, false, t0);
         assert_eq!(e.finished(true, t0)[0].result, hs::HS_RESULT_FAILED);
         assert!(e.open.is_empty());
     }

@@ -13,6 +13,7 @@ use std::{
 use super::{
     estimate::Estimates,
     mode::Mode,
+    sightings::Checks,
     targets::{UNLABELLED_INCOMPLETE, UNLABELLED_NO_CONNECTION},
 };
 use crate::{
@@ -37,6 +38,9 @@ pub trait ProcInfo {
     /// When its probes were first attached (the kernel estimates the connections accepted
     /// before: bpf/proc.h probed_ns), 0 if never.
     fn probed_since_ns(&self, tgid: u32) -> u64;
+    /// Its probes' window (window_start_ns) while they are attached and its name is judged
+    /// (do they see its handshakes? sightings.rs); None otherwise.
+    fn judged_window(&self, tgid: u32) -> Option<u64>;
 }
 
 /// Handshakes per process, role and result, for the summary at exit.
@@ -70,6 +74,10 @@ pub struct Handshakes {
     pending: VecDeque<(hs::hs_event, Instant)>,
     /// The kernel estimate's parts, per connection, until its capture ends.
     estimates: Estimates,
+    /// Handshakes of processes whose probes are judged, to be looked at (sightings.rs).
+    checks: Checks,
+    /// Handshakes looked at: (process, a probe timed it), for the targets' judges.
+    pub sightings: Vec<(u32, bool)>,
     /// What each connection's client offered, joined with what its server did.
     clients: Clients,
     pub summary: BTreeMap<SummaryKey, Summary>,
@@ -86,6 +94,8 @@ impl Handshakes {
             wire: Tracker::default(),
             pending: VecDeque::new(),
             estimates: Estimates::default(),
+            checks: Checks::default(),
+            sightings: Vec::new(),
             clients: Clients::new(metrics.clone()),
             summary: BTreeMap::new(),
             mode,
@@ -98,7 +108,11 @@ impl Handshakes {
         for e in events {
             match self.wire.on_event(e, now) {
                 Some(Seen::Handshake(h)) => {
-                    self.estimates.capture_ended(h.conn, h.ok, now);
+                    let probed = procs.window_start_ns(h.tgid) != 0;
+                    self.estimates.capture_ended(h.conn, h.ok, probed, now);
+                    if let (true, Some(window)) = (h.ok && h.hello, procs.judged_window(h.tgid)) {
+                        self.checks.add(h.conn, h.tgid, h.conn_start, window, now);
+                    }
                     self.on_wire_handshake(h, procs);
                 }
                 Some(Seen::Hello(h)) => self.on_client_hello(h, procs, now),
@@ -230,6 +244,13 @@ impl Handshakes {
     /// Counts the waiting handshakes whose parameters arrived, and those that waited too
     /// long (or all, at exit) with what is known.
     pub fn flush(&mut self, all: bool, procs: &impl ProcInfo, now: Instant) {
+        let estimates = &self.estimates;
+        let looked = self.checks.due(
+            now,
+            |tgid| procs.judged_window(tgid),
+            |conn, tgid, start| estimates.probe_timed(conn, tgid, start),
+        );
+        self.sightings.extend(looked);
         for e in self.estimates.finished(all, now) {
             let (l, complete) = self.wire.give_up(e.conn_id);
             self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs);
@@ -258,6 +279,9 @@ impl Handshakes {
         self.wire
             .dropped
             .add("estimate_parts", std::mem::take(&mut self.estimates.evicted));
+        self.wire
+            .dropped
+            .add("sighting_checks", std::mem::take(&mut self.checks.dropped));
         self.wire.dropped.export(&self.metrics);
     }
 
@@ -373,11 +397,22 @@ mod tests {
         fn known(&self, tgid: u32) -> bool {
             self.0.contains_key(&tgid)
         }
-        fn window_start_ns(&self, _: u32) -> u64 {
-            100
+        fn window_start_ns(&self, tgid: u32) -> u64 {
+            if self.0.get(&tgid).is_some_and(|p| p.1) {
+                100
+            } else {
+                0
+            }
         }
-        fn probed_since_ns(&self, _: u32) -> u64 {
-            50
+        fn probed_since_ns(&self, tgid: u32) -> u64 {
+            if self.0.get(&tgid).is_some_and(|p| p.1) {
+                50
+            } else {
+                0
+            }
+        }
+        fn judged_window(&self, _: u32) -> Option<u64> {
+            None
         }
     }
 

@@ -14,6 +14,7 @@ mod no_probes;
 mod ports;
 mod probes;
 mod ready;
+mod sightings;
 mod targets;
 
 use std::{
@@ -154,6 +155,10 @@ impl Agent {
             self.handshakes.on_probe(e, &self.targets, now);
         }
         self.handshakes.flush(false, &self.targets, now);
+        let looked = std::mem::take(&mut self.handshakes.sightings);
+        if !looked.is_empty() {
+            self.targets.on_sightings(looked, &mut self.kernel, &self.metrics);
+        }
         for e in conns {
             self.ports.on_conn(&e);
         }

@@ -3,7 +3,8 @@
 //! the one log line that says it, once per process name and reason.
 use std::collections::BTreeSet;
 
-/// Why no handshake probe is attached to a process.
+/// Why a traced process's handshake CPU is the kernel's estimate: no handshake probe is
+/// attached to it, or (UnseenByProbes) those attached do not see its handshakes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum NoProbes {
     /// --no-handshake-probes.
@@ -23,16 +24,21 @@ pub enum NoProbes {
     /// static executable, a stack of its own): selected by `--pid` or `--comm`, it is traced
     /// from what its connections carry.
     NoTlsLibrary,
+    /// Its probes are attached, but the wire shows handshakes they never time: another TLS
+    /// stack terminates its clients' TLS (an HCL Domino task maps OpenSSL for its outbound
+    /// calls only): those handshakes' CPU is the kernel's estimate (sightings.rs).
+    UnseenByProbes,
 }
 
 impl NoProbes {
-    pub const ALL: [NoProbes; 6] = [
+    pub const ALL: [NoProbes; 7] = [
         Self::Disabled,
         Self::NoEntryPoint,
         Self::FileUnreadable,
         Self::SymbolNotFound,
         Self::AttachRefused,
         Self::NoTlsLibrary,
+        Self::UnseenByProbes,
     ];
 
     pub fn label(self) -> &'static str {
@@ -43,6 +49,7 @@ impl NoProbes {
             Self::SymbolNotFound => "symbol_not_found",
             Self::AttachRefused => "attach_refused",
             Self::NoTlsLibrary => "no_tls_library",
+            Self::UnseenByProbes => "unseen_by_probes",
         }
     }
 
@@ -72,10 +79,17 @@ pub struct Said(BTreeSet<(String, NoProbes)>);
 
 impl Said {
     pub fn say(&mut self, pid: u32, name: &str, why: NoProbes, detail: &str) {
-        let line = format!(
-            "no handshake probes for {pid} ({name}): {}: {detail}; its handshake CPU is estimated from the kernel",
-            why.label()
-        );
+        let line = match why {
+            NoProbes::UnseenByProbes => format!(
+                "handshake probes of {pid} ({name}) miss its handshakes: {}: {detail}; their CPU is estimated from the \
+                 kernel",
+                why.label()
+            ),
+            _ => format!(
+                "no handshake probes for {pid} ({name}): {}: {detail}; its handshake CPU is estimated from the kernel",
+                why.label()
+            ),
+        };
         let first = self.0.len() < MAX_SAID && self.0.insert((name.to_string(), why));
         match (first, why.warns()) {
             (true, true) => log::warn!("{line}"),

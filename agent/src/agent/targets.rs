@@ -16,6 +16,7 @@ use super::{
     no_probes::{NoProbes, Said},
     probes::{Plan, Probes, Probing},
     ready::Ready,
+    sightings::{Judges, Verdict},
 };
 use crate::{
     bounds::Dropped,
@@ -131,6 +132,8 @@ pub struct Targets {
     found: HashMap<u32, u16>,
     /// Processes that exited while their probes were being attached.
     early_exits: EarlyExits,
+    /// Whether each name's probes see its handshakes (sightings.rs).
+    judges: Judges,
 }
 
 /// Processes that exited while their probes were being attached (a process per connection:
@@ -185,7 +188,34 @@ impl Targets {
             dropped: Dropped::default(),
             early_exits: EarlyExits::default(),
             found: HashMap::new(),
+            judges: Judges::new(mode.wire_counts()),
         }
+    }
+
+    /// Handshakes of processes with probes, looked at (handshakes.rs): (process, a probe
+    /// timed it). A name's verdict applies to every process of it: trusted probes stop the
+    /// kernel estimate; probes that miss the handshakes leave them to it, said once.
+    pub fn on_sightings(&mut self, looked: Vec<(u32, bool)>, k: &mut Kernel, m: &Metrics) {
+        for (pid, seen) in looked {
+            let Some(name) = self.traced_name(pid).map(str::to_string) else { continue };
+            let Some(verdict) = self.judges.sighted(&name, seen) else { continue };
+            let (timed, missed) = self.judges.tally(&name);
+            for (p, _) in self.traced.iter().filter(|(_, t)| t.name == name && t.probing.attached()) {
+                k.set_estimate(*p, verdict == Verdict::Unseen);
+            }
+            if verdict == Verdict::Unseen {
+                let detail = format!(
+                    "its probes timed {timed} of the {} server handshakes its connections carried while they were \
+                     attached: another TLS stack terminates its clients' TLS (its TLS library serves other calls)",
+                    timed + missed
+                );
+                self.said.say(pid, &name, NoProbes::UnseenByProbes, &detail);
+                self.export_gauges(m);
+            } else {
+                log::debug!("{name}: its probes timed {timed} of {} handshakes: trusted", timed + missed);
+            }
+        }
+        self.dropped.add("sighting_names", std::mem::take(&mut self.judges.dropped));
     }
 
     /// Forgets the processes gone or changed, and attaches to the selected ones that carry
@@ -509,7 +539,8 @@ impl Targets {
         let Examined { pid, st, name, maps } = e;
         let probed = probing.attached();
         let probed_ns = probing.probes().map_or(0, Probes::first_ns);
-        if !k.trace(pid, !probed, probed_ns) {
+        // with probes, estimated beside them until they are trusted (sightings.rs)
+        if !k.trace(pid, !probed || self.judges.verdict(&name) != Verdict::Seen, probed_ns) {
             // the kernel's traced map is full (Kernel counts it): not attached after all
             probing.release(pid, k);
             return false;
@@ -622,7 +653,10 @@ impl Targets {
     pub fn export_gauges(&self, m: &Metrics) {
         let traced = self.traced.values().map(|t| Attached {
             name: &t.name,
-            why_no_probes: t.probing.why_none(),
+            why_no_probes: t.probing.why_none().or(
+                (t.probing.probes().is_some() && self.judges.verdict(&t.name) == Verdict::Unseen)
+                    .then_some(NoProbes::UnseenByProbes),
+            ),
             probes: t.probing.probes().map_or(0, Probes::count),
         });
         gauges::export(m, traced, &self.ever_attached);
@@ -707,6 +741,13 @@ impl ProcInfo for Targets {
             .get(&tgid)
             .and_then(|t| t.probing.probes())
             .map_or(0, Probes::first_ns)
+    }
+
+    fn judged_window(&self, tgid: u32) -> Option<u64> {
+        let t = self.traced.get(&tgid)?;
+        (t.probing.attached() && self.judges.verdict(&t.name) == Verdict::Judging)
+            .then(|| t.probing.probes().map(Probes::window_start_ns))
+            .flatten()
     }
 }
 

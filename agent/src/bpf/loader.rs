@@ -75,10 +75,12 @@ pub struct Kernel {
     exact: bool,
     /// The read side's programs, attached while something needs them.
     read_side: ReadSide,
-    /// Traced processes that need the read side (the kernel estimates their handshakes, or
-    /// they have Go probes): while there are none (and neither --exact nor a kernel without
-    /// the send capture needs it), the read side is detached (readside.rs).
+    /// Traced processes that need the read side for good (Go probes, a parent forking per
+    /// connection), and those the kernel estimates now: while there are none (and neither
+    /// --exact nor a kernel without the send capture needs it), the read side is detached
+    /// (readside.rs).
     readers: std::collections::BTreeSet<u32>,
+    estimated: std::collections::BTreeSet<u32>,
     pub(super) detacher: Detacher,
     /// Uprobes shared per file (shared_uprobes.rs), where tracefs allows.
     pub(super) shared_uprobes: Option<SharedUprobes>,
@@ -296,6 +298,7 @@ impl Kernel {
             exact,
             read_side,
             readers: Default::default(),
+            estimated: Default::default(),
             hello_cgroups,
             cpu_samples: Some(take(&mut ebpf, "cpu_samples")?),
             detacher: Detacher::start()?,
@@ -331,7 +334,8 @@ impl Kernel {
 
     /// Adds a process to the traced set (forks, exit, CPU accounting, samples). False, and
     /// counted (traced_processes), when the map has no room.
-    /// `estimate`: it has no handshake probes, the kernel estimates its handshakes' CPU.
+    /// `estimate`: the kernel estimates its handshakes' CPU (it has no handshake probes, or
+    /// they are not trusted yet: agent/sightings.rs).
     pub fn trace(&mut self, pid: u32, estimate: bool, probed_ns: u64) -> bool {
         // the kernel may trace it already (from its fork or exec): its CPU so far is kept
         let value = proc_traced {
@@ -344,21 +348,45 @@ impl Kernel {
             log::debug!("cannot add {pid} to the traced set: {e}");
             self.full.add("traced_processes", 1);
         }
-        if ok.is_ok() && estimate {
-            self.needs_reads(pid);
-        }
+        self.estimating(pid, ok.is_ok() && estimate);
         ok.is_ok()
+    }
+
+    /// Turns the kernel estimate of a traced process's handshakes on or off (a process with
+    /// probes is estimated beside them until they are judged: agent/sightings.rs).
+    pub fn set_estimate(&mut self, pid: u32, estimate: bool) {
+        let Ok(mut value) = self.traced.get(&pid, 0) else {
+            return; // gone meanwhile: swept with it
+        };
+        if (value.estimate != 0) != estimate {
+            value.estimate = estimate.into();
+            if let Err(e) = self.traced.insert(pid, value, 0) {
+                log::debug!("cannot set the estimate of {pid}: {e}");
+                return;
+            }
+        }
+        self.estimating(pid, estimate);
+    }
+
+    /// The estimate's reads: needed while the kernel estimates the process.
+    fn estimating(&mut self, pid: u32, on: bool) {
+        let changed = if on { self.estimated.insert(pid) } else { self.estimated.remove(&pid) };
+        if changed {
+            self.sync_reads();
+        }
     }
 
     /// Removes a process from the traced set.
     pub fn untrace(&mut self, pid: u32) {
         let _ = self.traced.remove(&pid);
-        if self.readers.remove(&pid) {
+        let (a, b) = (self.readers.remove(&pid), self.estimated.remove(&pid));
+        if a || b {
             self.sync_reads();
         }
     }
 
-    /// A traced process needs the read side (the kernel estimate, Go probes).
+    /// A traced process needs the read side for as long as it is traced (Go probes, a
+    /// parent forking per connection).
     pub fn needs_reads(&mut self, pid: u32) {
         if self.readers.insert(pid) {
             self.sync_reads();
@@ -367,7 +395,7 @@ impl Kernel {
 
     /// Switches the read side on while anything needs it, off when nothing does.
     fn sync_reads(&mut self) {
-        let reads = (self.exact || self.ctl.wire_counts == 0 || !self.readers.is_empty()) as u32;
+        let reads = (self.exact || self.ctl.wire_counts == 0 || !self.readers.is_empty() || !self.estimated.is_empty()) as u32;
         if reads == self.ctl.reads {
             return;
         }

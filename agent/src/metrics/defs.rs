@@ -156,7 +156,7 @@ pub const HANDSHAKE_CPU_METHOD: Def<MethodLabels> = Def::new(
     "How the handshake CPU and duration histograms of the processes of this name are measured, and how many \
      are attached so measured now: method probes (the TLS library's handshake calls, on CPU) or kernel_estimate \
      (the server thread's on-CPU time from reading the client's handshake messages to answering them, where no \
-     entry point is probed: docs/metrics.md)",
+     entry point is probed or the probes miss the handshakes: docs/metrics.md)",
 );
 pub const ATTACHED_PROBES: Def<NoLabels> =
     Def::new("attached_probes", Gauge, None, "Uprobes and uretprobes attached now");
