@@ -277,9 +277,12 @@ def overview() -> dict:
                      "before the next. Near 1: every request pays a handshake and a TCP connection. HTTP/2 and "
                      "pipelining put many requests in one exchange: see the protocol and lifetime panels.", "short",
                      [target(mean_by("tlsprof_requests_per_connection", "port", SP), "port {{port}}")]), 8, 8)
-    L.add(timeseries("TLS connections/s by application protocol", "TLS handshakes per port by the protocol the "
+    L.add(timeseries("TLS connections/s by application protocol", "TLS handshakes per port by the protocol their "
+                     "connections carry: the plaintext preamble's before TLS started (smtp, imap, pop3, ldap, xmpp, "
+                     "ftp, nntp: STARTTLS; postgresql: the SSLRequest; mysql; starttls_other), else the one the "
                      "server chose (ALPN) as its ServerHello shows it: h2 (HTTP/2, many requests per exchange), "
-                     "http/1.1, none; encrypted: TLS 1.3 keeps the choice hidden.", "ops",
+                     "http/1.1, none; encrypted: TLS 1.3 keeps the choice hidden. On a port that is not HTTP, "
+                     "requests per connection are exchanges (a command or query and its answer).", "ops",
                      [target(f'sum by (port, protocol) ({rate("tlsprof_tls_connections_by_protocol_total", SP)})',
                              "port {{port}} {{protocol}}")], stack=True), 8, 8)
     L.add(timeseries("Connection lifetime (mean)", "How long connections that ended lived: reuse whatever the "
@@ -403,16 +406,22 @@ def per_process() -> dict:
     L.add(timeseries("Connections ended/s by who closed", "", "ops",
                      [target(f'sum by (closed_by) ({rate("tlsprof_tcp_connections_total", SP)})',
                              "{{closed_by}}")], stack=True), 8, 8)
+    L.add(table("Protocol of each port", "TLS connections since tlsprof started, by port and by the protocol they "
+                "carry: the plaintext preamble's before TLS started (smtp, imap, pop3, ldap, xmpp, ftp, nntp, "
+                "postgresql, mysql, starttls_other), else the one the server chose by ALPN (h2, http/1.1, none; "
+                "encrypted: TLS 1.3 hides it). Where it is not HTTP, its requests are exchanges.", "short",
+                f'sum by (port, protocol) (tlsprof_tls_connections_by_protocol_total{{{SP}}})'),
+          8, 8)
     L.add(timeseries("TIME_WAIT: entries/s and sockets", "", "short", [
         target(f'sum by (port) ({rate("tlsprof_tcp_time_wait_total", SP)})', "entries/s port {{port}}"),
         target(f"sum by (port) (tlsprof_tcp_time_wait_sockets{{{STW}}})", "sockets port {{port}}")]), 8, 8)
     L.add(timeseries("Requests per connection: mean, p50, p90", "", "short", [
         target(mean_by("tlsprof_requests_per_connection", "", SP), "mean"),
         target(quantile(0.5, "tlsprof_requests_per_connection", SP), "p50"),
-        target(quantile(0.9, "tlsprof_requests_per_connection", SP), "p90")]), 12, 8)
+        target(quantile(0.9, "tlsprof_requests_per_connection", SP), "p90")]), 8, 8)
     L.add(timeseries("Connection lifetime: p50, p99", "", "s", [
         target(quantile(q, "tlsprof_tcp_connection_duration_seconds", SP), f"p{int(q * 100)}")
-        for q in (0.5, 0.99)]), 12, 8)
+        for q in (0.5, 0.99)]), 8, 8)
 
     L.row("TLS library of $comm")
     L.add(table("TLS libraries", "TLS code the process maps, and where tlsprof's function names come from.",

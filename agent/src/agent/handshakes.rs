@@ -198,6 +198,9 @@ impl Handshakes {
         if e.estimate != 0 {
             return self.estimates.add(&e, now); // measured once its capture ends (flush)
         }
+        if e.role == hs::HS_ROLE_SERVER && procs.judged_window(e.tgid).is_some() {
+            self.sightings.push((e.tgid, true)); // its probes see server handshakes
+        }
         if !self.mode.measures_before_window()
             && e.role != hs::HS_ROLE_CLIENT
             && e.conn_start != 0
@@ -384,10 +387,11 @@ mod tests {
 
     /// Processes as Targets would describe them: nginx with probes attached at t=100,
     /// lighttpd+GnuTLS without probes.
-    struct Procs(HashMap<u32, (&'static str, bool)>);
+    /// (name, has probes) per process; the probes' window while judged (sightings.rs).
+    struct Procs(HashMap<u32, (&'static str, bool)>, Option<u64>);
 
     fn procs() -> Procs {
-        Procs(HashMap::from([(NGINX, ("nginx", true)), (GNUTLS, ("lighttpd", false))]))
+        Procs(HashMap::from([(NGINX, ("nginx", true)), (GNUTLS, ("lighttpd", false))]), None)
     }
 
     impl ProcInfo for Procs {
@@ -411,8 +415,8 @@ mod tests {
                 0
             }
         }
-        fn judged_window(&self, _: u32) -> Option<u64> {
-            None
+        fn judged_window(&self, tgid: u32) -> Option<u64> {
+            self.1.filter(|_| self.0.get(&tgid).is_some_and(|p| p.1))
         }
     }
 
@@ -518,6 +522,43 @@ mod tests {
         assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 2);
         assert_eq!(h.summary[&("nginx".into(), "server", "ok")].count, 2);
         assert_eq!(h.summary[&("nginx".into(), "server", "ok")].measured, 2);
+    }
+
+    /// While a name's probes are judged, a server handshake a probe reports tells at once,
+    /// and each the wire counted on a connection accepted in their window is looked at
+    /// tracker::WAIT later: did a probe time it? And a kernel estimate beside the probes is measured only after that wait too,
+    /// where the probe's figure is the one.
+    #[test]
+    fn handshakes_are_looked_at_while_probes_are_judged() {
+        let m = Arc::new(Metrics::new());
+        let mut h = Handshakes::new(m.clone(), Mode::Default, true);
+        let (p, t0) = (Procs(procs().0, Some(100)), Instant::now());
+        let accepted = |conn: u64, start: u64| {
+            let mut end = start.to_le_bytes().to_vec();
+            end.push(0);
+            vec![
+                wire(NGINX, conn, WIRE_EV_DATA, 0, &resumed12()),
+                wire(NGINX, conn, WIRE_EV_END, WIRE_END_FINISHED, &end),
+            ]
+        };
+        h.on_wire(accepted(200, 150), &p, t0); // timed by a probe below
+        h.on_wire(accepted(201, 160), &p, t0); // never timed: another stack's
+        h.on_wire(accepted(202, 50), &p, t0); // accepted before the window: not looked at
+        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 200, 500_000), &p, t0);
+        // the kernel's estimate of the one the probes missed, and of the one they timed
+        let mut part = probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 201, 300_000);
+        part.estimate = 1;
+        h.on_probe(part, &p, t0);
+        h.on_probe(hs::hs_event { conn_id: 200, ..part }, &p, t0);
+        assert_eq!(std::mem::take(&mut h.sightings), vec![(NGINX, true)], "a probe's report, at once");
+        h.flush(false, &p, t0 + tracker::WAIT / 2);
+        assert!(h.sightings.is_empty());
+        assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 1, "the estimate waits for a late probe");
+        h.flush(false, &p, t0 + tracker::WAIT);
+        assert_eq!(h.sightings, vec![(NGINX, true), (NGINX, false)]);
+        let (n, sum) = timed(&m, "nginx", "server", &RESUMED);
+        assert_eq!(n, 2, "one figure each: the probe's, and the estimate's where no probe timed it");
+        assert!((sum - 0.0008).abs() < 1e-12, "{sum}");
     }
 
     #[test]

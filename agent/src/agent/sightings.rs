@@ -4,26 +4,34 @@
 //! wire shows handshakes they never time. The one owner of that question:
 //!
 //! - `Checks` (the join's half, handshakes.rs): each server handshake the wire counted on a
-//!   connection of a process whose probes were attached throughout, looked at `tracker::WAIT`
-//!   after its capture ended: did a probe time it (estimate.rs `probe_timed`)?
-//! - `Judges` (the targets' half, targets.rs): per process name, the verdict. Until it is
-//!   given the kernel estimates the name's processes beside their probes (a handshake the
-//!   probes time keeps the probe's figure: estimate.rs), so that no handshake of a server whose
-//!   probes see none goes without a CPU figure; `Seen` turns the estimate off, `Unseen` keeps
-//!   it for good and says so (tlsprof_handshake_cpu_method_info reason="unseen_by_probes").
+//!   connection of a process whose probes were attached when it was accepted and when its
+//!   capture ended, looked at `tracker::WAIT` after (did a probe time it? estimate.rs
+//!   `probe_timed`); and every server handshake a probe reports, at once.
+//! - `Judges` (the targets' half, targets.rs): per process name, the verdict. One server
+//!   handshake a probe reports and the name's probes are trusted (`Seen`); two the wire
+//!   counted and no probe timed, with none reported, and they are not (`Unseen`): the kernel
+//!   estimates that name's handshakes for good (a probe's figure stays the one where it
+//!   comes) and says so (tlsprof_handshake_cpu_method_info reason="unseen_by_probes"). So
+//!   that the first of them have a CPU figure too, the kernel estimates a name's processes
+//!   beside their probes while it is judged, for `ESTIMATE_WHILE_JUDGED` at most (the
+//!   estimate needs the read side, which a busy keep-alive server pays for on every read).
 use std::{
     collections::{HashMap, VecDeque},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use crate::wire::tracker::{ConnId, WAIT};
 
-/// Handshakes a name's probes must time, with at most one missed, for them to be trusted.
-pub const SEEN_TO_TRUST: u32 = 8;
-/// Handshakes a name's probes must miss, while being judged, for its handshakes to be the
-/// kernel estimate's for good. Two, not one: a client slower to answer the server's flight
-/// than `tracker::WAIT` makes a probe's figure come after its handshake was looked at.
+/// Handshakes a name's probes must miss, none reported, for its handshakes to be the kernel
+/// estimate's for good. Two, not one: a client slower to answer the server's flight than
+/// `tracker::WAIT` makes a probe's figure come after its handshake was looked at.
 pub const UNSEEN_TO_ESTIMATE: u32 = 2;
+/// How long after a name is first traced the kernel estimates its handshakes beside its
+/// probes while they are judged: the estimate needs the read side, which runs at every
+/// socket read of the machine (a keep-alive nginx whose connections were all open before
+/// tlsprof came pays ~0.8% of its CPU for it, bench/results-attributed.txt, and may make no
+/// new handshake for long).
+pub const ESTIMATE_WHILE_JUDGED: Duration = Duration::from_secs(3);
 /// Handshakes waiting to be looked at, at most (tracker::WAIT of them at 30,000 a second);
 /// beyond, a new one is not looked at (judging takes longer), counted:
 /// tlsprof_table_full_total{table="sighting_checks"}.
@@ -105,11 +113,15 @@ impl Checks {
     }
 }
 
-#[derive(Default)]
 struct Judge {
     seen: u32,
     unseen: u32,
     verdict: Option<Verdict>,
+    /// When its first process was traced: the estimate beside its probes ends
+    /// ESTIMATE_WHILE_JUDGED after.
+    since: Instant,
+    /// That estimate has ended (or the verdict came).
+    estimate_over: bool,
 }
 
 /// The targets' half: each name's verdict.
@@ -141,34 +153,69 @@ impl Judges {
         }
     }
 
-    /// A handshake of a process of this name, looked at: `seen` if a probe timed it. The
-    /// verdict, when this one gives it.
+    /// A process of this name is traced with probes: whether the kernel is to estimate its
+    /// handshakes beside them (its name is judged, and was first traced lately; or its
+    /// probes miss its handshakes).
+    pub fn traced(&mut self, name: &str, now: Instant) -> bool {
+        match self.verdict(name) {
+            Verdict::Seen => false,
+            Verdict::Unseen => true,
+            Verdict::Judging => {
+                if !self.names.contains_key(name) && self.names.len() >= MAX_NAMES {
+                    self.dropped += 1;
+                    return false;
+                }
+                let j = self.names.entry(name.to_string()).or_insert(Judge {
+                    seen: 0,
+                    unseen: 0,
+                    verdict: None,
+                    since: now,
+                    estimate_over: false,
+                });
+                !j.estimate_over
+            }
+        }
+    }
+
+    /// The names whose estimate beside their probes ends now (ESTIMATE_WHILE_JUDGED after
+    /// they were first traced), still judged.
+    pub fn estimates_over(&mut self, now: Instant) -> Vec<String> {
+        self.names
+            .iter_mut()
+            .filter(|(_, j)| j.verdict.is_none() && !j.estimate_over && now.duration_since(j.since) >= ESTIMATE_WHILE_JUDGED)
+            .map(|(name, j)| {
+                j.estimate_over = true;
+                name.clone()
+            })
+            .collect()
+    }
+
+    /// A server handshake of a process of this name: `seen`, a probe reported it; else the
+    /// wire counted it and no probe timed it. The verdict, when this one gives it.
     pub fn sighted(&mut self, name: &str, seen: bool) -> Option<Verdict> {
         if self.verdict(name) != Verdict::Judging {
             return None;
         }
-        if !self.names.contains_key(name) && self.names.len() >= MAX_NAMES {
-            self.dropped += 1;
-            return None;
-        }
-        let j = self.names.entry(name.to_string()).or_default();
+        let j = self.names.get_mut(name)?; // traced() entered it
         if seen {
             j.seen += 1;
         } else {
             j.unseen += 1;
         }
-        let v = if j.unseen >= UNSEEN_TO_ESTIMATE {
-            Verdict::Unseen
-        } else if j.seen >= SEEN_TO_TRUST {
+        let v = if seen {
             Verdict::Seen
+        } else if j.unseen >= UNSEEN_TO_ESTIMATE {
+            Verdict::Unseen
         } else {
             return None;
         };
         j.verdict = Some(v);
+        j.estimate_over = true;
         Some(v)
     }
 
-    /// How many of a name's handshakes were looked at: (timed by its probes, missed).
+    /// How many of a name's server handshakes were looked at: (reported by its probes,
+    /// missed).
     pub fn tally(&self, name: &str) -> (u32, u32) {
         self.names.get(name).map_or((0, 0), |j| (j.seen, j.unseen))
     }
@@ -180,34 +227,43 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn probes_that_time_every_handshake_are_trusted_after_a_few() {
+    fn one_handshake_a_probe_reports_and_the_probes_are_trusted() {
+        let t0 = Instant::now();
         let mut j = Judges::new(true);
         assert_eq!(j.verdict("nginx"), Verdict::Judging);
-        for _ in 1..SEEN_TO_TRUST {
-            assert_eq!(j.sighted("nginx", true), None);
-        }
+        assert!(j.traced("nginx", t0), "estimated beside the probes while judged");
         assert_eq!(j.sighted("nginx", false), None, "one slow client is not a verdict");
         assert_eq!(j.sighted("nginx", true), Some(Verdict::Seen));
         assert_eq!(j.verdict("nginx"), Verdict::Seen);
         assert_eq!(j.sighted("nginx", false), None, "judged once");
-        assert_eq!(j.verdict("nginx"), Verdict::Seen);
+        assert!(!j.traced("nginx", t0), "a later process of the name starts without the estimate");
     }
 
     #[test]
     fn probes_that_miss_handshakes_leave_them_to_the_estimate() {
+        let t0 = Instant::now();
         let mut j = Judges::new(true);
-        assert_eq!(j.sighted("smtp", true), None);
+        assert!(j.traced("smtp", t0) && j.traced("nhttp", t0));
         assert_eq!(j.sighted("smtp", false), None);
         assert_eq!(j.sighted("smtp", false), Some(Verdict::Unseen));
         assert_eq!(j.verdict("smtp"), Verdict::Unseen);
         assert_eq!(j.verdict("nhttp"), Verdict::Judging, "each name on its own");
-        assert_eq!(j.tally("smtp"), (1, 2));
+        assert_eq!(j.tally("smtp"), (0, 2));
+        // the estimate beside the probes of a name still judged ends, that of one judged stays
+        assert!(j.estimates_over(t0 + ESTIMATE_WHILE_JUDGED / 2).is_empty());
+        assert_eq!(j.estimates_over(t0 + ESTIMATE_WHILE_JUDGED), vec!["nhttp".to_string()]);
+        assert!(j.estimates_over(t0 + 2 * ESTIMATE_WHILE_JUDGED).is_empty(), "said once");
+        assert!(!j.traced("nhttp", t0) && j.traced("smtp", t0));
+        // judging goes on without it
+        assert_eq!(j.sighted("nhttp", false), None);
+        assert_eq!(j.sighted("nhttp", false), Some(Verdict::Unseen));
     }
 
     #[test]
     fn without_the_wire_every_name_is_trusted() {
         let mut j = Judges::new(false);
         assert_eq!(j.verdict("nginx"), Verdict::Seen);
+        assert!(!j.traced("nginx", Instant::now()));
         assert_eq!(j.sighted("nginx", false), None);
     }
 

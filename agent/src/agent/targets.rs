@@ -192,6 +192,17 @@ impl Targets {
         }
     }
 
+    /// The kernel estimate beside the probes of the names still judged
+    /// ESTIMATE_WHILE_JUDGED after they were first traced ends (sightings.rs).
+    fn end_judged_estimates(&mut self, k: &mut Kernel) {
+        for name in self.judges.estimates_over(Instant::now()) {
+            log::debug!("{name}: no handshake told yet whether its probes see them: the estimate beside them ends");
+            for (pid, _) in self.traced.iter().filter(|(_, t)| t.name == name && t.probing.probes().is_some()) {
+                k.set_estimate(*pid, false);
+            }
+        }
+    }
+
     /// Handshakes of processes with probes, looked at (handshakes.rs): (process, a probe
     /// timed it). A name's verdict applies to every process of it: trusted probes stop the
     /// kernel estimate; probes that miss the handshakes leave them to it, said once.
@@ -200,19 +211,19 @@ impl Targets {
             let Some(name) = self.traced_name(pid).map(str::to_string) else { continue };
             let Some(verdict) = self.judges.sighted(&name, seen) else { continue };
             let (timed, missed) = self.judges.tally(&name);
-            for (p, _) in self.traced.iter().filter(|(_, t)| t.name == name && t.probing.attached()) {
+            // with their probes attached or not (the budget's off part): the verdict is the name's
+            for (p, _) in self.traced.iter().filter(|(_, t)| t.name == name && t.probing.probes().is_some()) {
                 k.set_estimate(*p, verdict == Verdict::Unseen);
             }
             if verdict == Verdict::Unseen {
                 let detail = format!(
-                    "its probes timed {timed} of the {} server handshakes its connections carried while they were \
-                     attached: another TLS stack terminates its clients' TLS (its TLS library serves other calls)",
-                    timed + missed
+                    "its probes reported none of the {missed} server handshakes its connections carried while they \
+                     were attached: another TLS stack terminates its clients' TLS (its TLS library serves other calls)"
                 );
                 self.said.say(pid, &name, NoProbes::UnseenByProbes, &detail);
                 self.export_gauges(m);
             } else {
-                log::debug!("{name}: its probes timed {timed} of {} handshakes: trusted", timed + missed);
+                log::debug!("{name}: its probes reported a server handshake ({timed} looked at, {missed} missed): trusted");
             }
         }
         self.dropped.add("sighting_names", std::mem::take(&mut self.judges.dropped));
@@ -222,6 +233,7 @@ impl Targets {
     /// a TLS stack. The kernel maps of the processes forgotten since the last scan are
     /// swept first.
     pub fn scan(&mut self, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) {
+        self.end_judged_estimates(k);
         let Ok(pids) = procfs::pids() else { return };
         let stats: HashMap<u32, ProcStat> = pids
             .into_iter()
@@ -539,8 +551,10 @@ impl Targets {
         let Examined { pid, st, name, maps } = e;
         let probed = probing.attached();
         let probed_ns = probing.probes().map_or(0, Probes::first_ns);
-        // with probes, estimated beside them until they are trusted (sightings.rs)
-        if !k.trace(pid, !probed || self.judges.verdict(&name) != Verdict::Seen, probed_ns) {
+        // with probes, estimated beside them while they are judged, or where they miss the
+        // handshakes (sightings.rs)
+        let estimate = !probed || self.judges.traced(&name, Instant::now());
+        if !k.trace(pid, estimate, probed_ns) {
             // the kernel's traced map is full (Kernel counts it): not attached after all
             probing.release(pid, k);
             return false;

@@ -366,6 +366,10 @@ impl Kernel {
             }
         }
         self.estimating(pid, estimate);
+        if !estimate && self.ctl.reads == 0 {
+            // the process stays: no child of a forking server will need the reads again soon
+            self.read_side.unneeded_at_once();
+        }
     }
 
     /// The estimate's reads: needed while the kernel estimates the process.

@@ -7,7 +7,7 @@
 //! It is found and attached at start like every capability (agent/src/bpf/hooks.rs), then
 //! detached at once when nothing needs it, attached again (no new load: the programs stay
 //! verified) when something does, and detached again once nothing has needed it for
-//! `LINGER`. Where the kernel cannot attach a detached fexit program again (before 5.13:
+//! `LINGER` (at once where a process's estimate ended and the process stays). Where the kernel cannot attach a detached fexit program again (before 5.13:
 //! Debian 11's 5.10), it stays attached and `req_ctl.reads` alone switches it.
 use std::time::{Duration, Instant};
 
@@ -94,6 +94,13 @@ impl ReadSide {
     /// Nothing needs the reads from now on (detached by `settle`).
     pub(super) fn unneeded(&mut self, now: Instant) {
         self.unneeded_since.get_or_insert(now);
+    }
+
+    /// Nothing needs the reads, and nothing is likely to soon (a traced process's estimate
+    /// ended, not a process gone): detached at the next `settle`.
+    pub(super) fn unneeded_at_once(&mut self) {
+        let now = Instant::now();
+        self.unneeded_since = Some(now.checked_sub(LINGER).unwrap_or(now));
     }
 
     /// Detaches it once nothing has needed it for `LINGER`. Removing a link may wait for a

@@ -89,8 +89,8 @@ pub struct Port {
     pub exchanges: f64,
     /// Ended connections by requests carried: (upper bound, cumulative count).
     pub request_buckets: Vec<(f64, f64)>,
-    /// TLS handshakes by the application protocol the server chose (h2, http/1.1, other,
-    /// none, encrypted).
+    /// TLS handshakes by the application protocol: the plaintext preamble's (smtp, imap,
+    /// postgresql...), else the one the server chose (h2, http/1.1, other, none, encrypted).
     pub protocols: BTreeMap<String, f64>,
     /// Summed lifetime of the connections that ended, in seconds, and their number.
     pub lifetime_sum: f64,
@@ -216,7 +216,35 @@ impl Clients {
     }
 }
 
+/// Values of tlsprof_tls_connections_by_protocol_total's `protocol` that name no protocol:
+/// TLS 1.3 encrypts the server's choice, or it chose none or one tlsprof does not name.
+const UNNAMED_PROTOCOLS: [&str; 3] = ["encrypted", "none", "other"];
+
+/// The protocol most of these TLS connections were named by (`protocol` label: count),
+/// those that name none aside; None when none was named.
+pub fn named_protocol(protocols: &BTreeMap<String, f64>) -> Option<&str> {
+    protocols
+        .iter()
+        .filter(|(k, n)| **n > 0.0 && !UNNAMED_PROTOCOLS.contains(&k.as_str()))
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(k, _)| k.as_str())
+}
+
 impl Port {
+    /// What its TLS connections carry, for the views: the protocol of the plaintext preamble
+    /// before TLS (smtp, imap, pop3, ldap, xmpp, ftp, nntp, postgresql, mysql; starttls: one
+    /// tlsprof does not name), else the one the server chose by ALPN (h2, http/1.1), else `tls`
+    /// (TLS from the first byte, its application protocol not shown: TLS 1.3 encrypts the
+    /// server's choice, or it chose none); `-` while no TLS connection was seen.
+    pub fn protocol_name(&self) -> &str {
+        match named_protocol(&self.protocols) {
+            Some("starttls_other") => "starttls",
+            Some(p) => p,
+            None if self.protocols.values().any(|n| *n > 0.0) => "tls",
+            None => "-",
+        }
+    }
+
     pub fn requests_per_connection(&self) -> Option<f64> {
         (self.ended > 0.0).then(|| self.requests / self.ended)
     }

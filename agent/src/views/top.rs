@@ -256,15 +256,17 @@ fn config_rows(p: &Proc, secs: f64) -> Vec<[String; 7]> {
         .collect()
 }
 
-const PORT_HEADER: [&str; 7] = ["PORT", "CONN/s", "TW/s", "TW NOW", "EX/C", "SRV CLOSE", "CLI CLOSE"];
-const PORT_WIDTHS: [u16; 7] = [6, 8, 8, 8, 7, 9, 9];
+const PORT_HEADER: [&str; 8] = ["PORT", "PROTO", "CONN/s", "TW/s", "TW NOW", "EX/C", "SRV CLOSE", "CLI CLOSE"];
+const PORT_WIDTHS: [u16; 8] = [6, 10, 8, 8, 7, 7, 9, 9];
 
-fn port_rows(p: &Proc, secs: f64) -> Vec<[String; 7]> {
+fn port_rows(p: &Proc, secs: f64) -> Vec<[String; 8]> {
     p.ports
         .iter()
         .map(|(port, v)| {
             [
                 port.clone(),
+                // what its connections carry: STARTTLS's protocol, the SSLRequest's, ALPN's
+                v.protocol_name().to_string(),
                 // Ended connections: accepted ones are synced at each scan, ended ones as they end.
                 rate(v.closed(), secs),
                 rate(v.time_wait, secs),

@@ -172,14 +172,15 @@ fn measured_tables(p: &Proc, s: f64) -> String {
     }
     if !p.ports.is_empty() {
         o.push_str(
-            "<p></p><table><tr><th>Port</th><th>Connections/s</th><th>Exchanges per connection</th>\
+            "<p></p><table><tr><th>Port</th><th>Protocol</th><th>Connections/s</th><th>Exchanges per connection</th>\
              <th>Closed by server</th><th>TIME_WAIT/s</th><th>TIME_WAIT now</th></tr>",
         );
         for (port, v) in &p.ports {
             let _ = write!(
                 o,
-                "<tr><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.0}%</td><td>{:.1}</td><td>{:.0}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.0}%</td><td>{:.1}</td><td>{:.0}</td></tr>",
                 esc(port),
+                esc(v.protocol_name()),
                 v.ended / s,
                 v.requests_per_connection()
                     .map(|r| format!("{r:.1}"))

@@ -78,6 +78,10 @@ struct ConfigJson<'a> {
 
 #[derive(Serialize)]
 struct PortJson {
+    /// What its TLS connections carry (snapshot.rs Port::protocol_name).
+    protocol: String,
+    /// TLS handshakes in the window by tlsprof_tls_connections_by_protocol_total's `protocol`.
+    protocols: BTreeMap<String, f64>,
     ended: f64,
     requests: f64,
     exchanges: f64,
@@ -143,6 +147,8 @@ pub fn json(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
                     .iter()
                     .map(|(k, v)| {
                         let port = PortJson {
+                            protocol: v.protocol_name().to_string(),
+                            protocols: v.protocols.clone(),
                             ended: v.ended,
                             requests: v.requests,
                             exchanges: v.exchanges,

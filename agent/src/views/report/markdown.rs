@@ -134,14 +134,15 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
         if !p.ports.is_empty() {
             let _ = writeln!(
                 o,
-                "| Port | Connections/s | Exchanges per connection | HTTP/2 | Lifetime | Closed by server | TIME_WAIT/s | \
-                 TIME_WAIT now |"
+                "| Port | Protocol | Connections/s | Exchanges per connection | HTTP/2 | Lifetime | Closed by server | \
+                 TIME_WAIT/s | TIME_WAIT now |"
             );
-            let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|---:|---:|");
+            let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
             for (port, v) in &p.ports {
                 let _ = writeln!(
                     o,
-                    "| {port} | {:.1} | {} | {:.0}% | {} | {:.0}% | {:.1} | {:.0} |",
+                    "| {port} | {} | {:.1} | {} | {:.0}% | {} | {:.0}% | {:.1} | {:.0} |",
+                    v.protocol_name(),
                     v.ended / s,
                     v.requests_per_connection()
                         .map(|r| format!("{r:.1}"))

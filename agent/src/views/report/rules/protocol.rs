@@ -5,7 +5,7 @@
 //! the protocol has no requests.
 use std::collections::BTreeMap;
 
-use crate::views::snapshot::{Port, Proc};
+use crate::views::snapshot::{named_protocol, Port, Proc};
 
 /// A port's protocol, as far as the advice goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,12 +44,7 @@ impl Protocol {
     }
 
     fn of(protocols: &BTreeMap<String, f64>) -> Self {
-        let top = protocols
-            .iter()
-            .filter(|(_, n)| **n > 0.0)
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .map(|(k, _)| k.as_str());
-        match top {
+        match named_protocol(protocols) {
             Some("smtp") => Self::Smtp,
             Some("imap") => Self::Imap,
             Some("pop3") => Self::Pop3,
@@ -144,7 +139,11 @@ impl Protocol {
     /// servers' settings.
     pub fn resumption_fix(self) -> &'static str {
         match self {
-            Self::Http | Self::Xmpp | Self::Ftp | Self::Nntp | Self::Other => "",
+            Self::Xmpp | Self::Ftp | Self::Nntp => "",
+            Self::Http | Self::Other => {
+                " For a Java server (JSSE): `javax.net.ssl.sessionCacheSize` (default 20480 sessions) and the \
+                 session timeout (`SSLSessionContext.setSessionTimeout`, default 86400 s)."
+            }
             Self::Smtp => {
                 " For Postfix: `smtpd_tls_session_cache_database = btree:${data_directory}/smtpd_scache` and \
                  `smtpd_tls_session_cache_timeout` (default 3600s; tickets: `tls_session_ticket_cipher`)."
@@ -190,6 +189,16 @@ mod tests {
             Protocol::Http
         );
         assert_eq!(Protocol::of_port(&port(&[])), Protocol::Http);
+        // TLS 1.3 hides the server's choice from most: what is named decides
+        assert_eq!(
+            Protocol::of_port(&port(&[("imap", 2.0), ("encrypted", 9.0)])),
+            Protocol::Imap
+        );
+        assert_eq!(port(&[("encrypted", 9.0), ("h2", 1.0)]).protocol_name(), "h2");
+        assert_eq!(port(&[("encrypted", 9.0), ("none", 1.0)]).protocol_name(), "tls");
+        assert_eq!(port(&[("starttls_other", 1.0)]).protocol_name(), "starttls");
+        assert_eq!(port(&[("postgresql", 4.0)]).protocol_name(), "postgresql");
+        assert_eq!(port(&[]).protocol_name(), "-");
         assert_eq!(Protocol::Postgresql.unit(), "exchanges");
         assert!(Protocol::Postgresql.reuse_fix().contains("PgBouncer"));
         assert!(Protocol::Smtp

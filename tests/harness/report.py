@@ -1,0 +1,87 @@
+"""`tlsprof report` run as a user runs it: over servers while a load runs inside its window
+(test_report.py's rules, test_services.py's protocols)."""
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from .agent import TLSPROF
+from .procs import stop_pid
+
+# The longest a window may last: each ends once its load has and the agent has counted the
+# last connections (`--until-eof`: the test closes the report's standard input).
+MAX_WINDOW = 120.0
+
+
+class Report:
+    """A `tlsprof report` over a server (or several: a list of pids) while `load()` runs
+    inside its window, which ends when the load has (the report's standard input closed),
+    once tlsprof has counted the last connections."""
+
+    def __init__(self, pid: int | list[int], load, extra=()):
+        pids = pid if isinstance(pid, list) else [pid]
+        out = Path(tempfile.mkdtemp(prefix="tlsprof-report-"))
+        out.chmod(0o755)
+        self.md, self.html, self.json_path = out / "report.md", out / "report.html", out / "report.json"
+        p = subprocess.Popen(
+            [str(TLSPROF), "report", *(a for p in pids for a in ("--pid", str(p))), "--seconds", str(MAX_WINDOW),
+             "--until-eof", "-o", str(self.md), "--html", str(self.html), "--json", str(self.json_path), *extra],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen = ""
+        while "observing" not in seen:
+            line = p.stderr.readline()
+            if not line:
+                p.wait(timeout=30)
+                raise AssertionError(f"report did not start ({p.returncode}): {seen}")
+            seen += line
+        t0 = time.monotonic()
+        try:
+            self.client = load()
+        except BaseException:
+            stop_pid(p.pid)
+            raise
+        self.load_seconds = time.monotonic() - t0
+        try:
+            _, err = p.communicate(timeout=60)  # closes its standard input
+        except subprocess.TimeoutExpired:
+            stop_pid(p.pid)
+            raise
+        assert p.returncode == 0, err
+        self.stderr = err
+        self.data = json.loads(self.json_path.read_text())
+        self.text = self.md.read_text()
+        self.seconds = self.data["window_seconds"]
+        # the window covers the load, and ends within the settle time after it (5 s at most)
+        assert self.load_seconds <= self.seconds <= self.load_seconds + 6, (self.seconds, self.load_seconds)
+        assert "standard input closed" in err, err
+
+    def findings(self, rule: str) -> list[dict]:
+        return [f for f in self.data["findings"] if f["rule"] == rule]
+
+    def one(self, rule: str) -> dict:
+        found = self.findings(rule)
+        assert len(found) == 1, (rule, self.text)
+        assert found[0]["title"] in self.text
+        return found[0]
+
+    def proc(self, comm: str = "nginx") -> dict:
+        return next(p for p in self.data["processes"] if p["comm"] == comm)
+
+    def count(self, keep) -> float:
+        return sum(c["handshakes"] for c in self.proc()["configs"] if keep(c))
+
+    def mean_cpu(self, keep, comm: str = "nginx") -> float:
+        cs = [c for c in self.proc(comm)["configs"] if keep(c)]
+        return sum(c["cpu_seconds"] for c in cs) / sum(c["timed"] for c in cs)
+
+    def table(self, header: str) -> list[list[str]]:
+        """The rows of the Markdown table whose header row starts with `header`."""
+        lines = self.text.splitlines()
+        at = next(i for i, l in enumerate(lines) if l.startswith(header))
+        rows = []
+        for l in lines[at + 2:]:
+            if not l.startswith("|"):
+                break
+            rows.append([c.strip() for c in l.strip("|").split("|")])
+        return rows
