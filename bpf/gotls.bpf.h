@@ -36,12 +36,17 @@
  * the receiver and the first result in the first integer register. */
 #if defined(__TARGET_ARCH_x86)
 #define GO_G(ctx) ((__u64)(ctx)->r14)
+/* RAX, not the C ABI's RDI (PT_REGS_PARM1): read there, every handshake of a server whose
+ * RDI held the same value at the call (Caddy's: 0) shared one state, and of two at once
+ * only the first to end was counted */
+#define GO_ARG0(ctx) ((__u64)(ctx)->ax)
 #elif defined(__TARGET_ARCH_arm64)
 #define GO_G(ctx) ((__u64)((struct user_pt_regs *)(ctx))->regs[28])
+#define GO_ARG0(ctx) ((__u64)((struct user_pt_regs *)(ctx))->regs[0])
 #else
 #define GO_G(ctx) ((__u64)0)
+#define GO_ARG0(ctx) ((__u64)0)
 #endif
-#define GO_ARG0(ctx) ((__u64)PT_REGS_PARM1(ctx))
 #define GO_RET0(ctx) ((__u64)PT_REGS_RC(ctx))
 
 struct go_g_key {

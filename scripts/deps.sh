@@ -33,6 +33,7 @@ TEST=(
   dovecot-imapd                          # IMAP server under test: STARTTLS and IMAPS, an imap-login per connection
   postgresql-15                          # PostgreSQL under test: TLS after the SSLRequest, a backend per connection; pgbench
   default-jdk-headless                   # a Java HTTPS server under test on JSSE (javac; no TLS library mapped)
+  redis-server caddy                     # TLS from the first byte: Redis (OpenSSL), Caddy (Go crypto/tls)
   python3 python3-pytest python3-venv    # integration test runner; venvs for the PyPI tools below
   util-linux iproute2 procps             # setpriv, unshare, ss, pgrep
   tmux                                   # drives `tlsprof top` in a terminal in the tests

@@ -244,7 +244,9 @@ def test_postgres_report_and_top_name_the_protocol(workdir):
     assert proc["ports"][port]["protocols"] == {"postgresql": 2 * N}, proc["ports"]
     assert ["postgresql"] == [row[1] for row in r.table("| Port | Protocol") if row[0] == port], r.text
     keepalive = r.one("keepalive")
-    assert "PostgreSQL" in keepalive["title"] and "PgBouncer" in keepalive["fix"], keepalive
+    # a database has exchanges, not requests; and the fix is a pool, not keep-alive settings
+    assert "exchanges" in keepalive["title"] and "PgBouncer" in keepalive["fix"], keepalive
+    assert "keepalive_requests" not in keepalive["fix"], keepalive
     assert top.returncode == 0, err
     rows = [line.split() for line in out.splitlines() if line.startswith(port + " ")]
     assert rows and rows[0][1] == "postgresql", out
@@ -302,6 +304,36 @@ def test_java_jsse_mapping_openssl(workdir, how):
     assert probes > 0, f"the JVM maps {lib}: its probes are attached ({found[-2000:]})"
     assert (method, trusted) == (1, 0), found[-2000:]
     assert "unseen_by_probes: its probes reported none of the 2 server handshakes" in found, found[-2000:]
+
+
+@pytest.mark.parametrize("how", ["comm", "none"])
+def test_redis_tls(workdir, how):
+    """Redis 7 with TLS from the first byte: one process, OpenSSL."""
+    need("redis")
+    started, timed = time.monotonic(), Timed()
+    srv = timed("server start", lambda: services.Redis(workdir))
+    try:
+        with start_agent(timed, *selector(how, srv.pid, "redis-server")) as agent:
+            attach = {"redis-server": attached(agent, srv.pid)}
+            runs = {"redis": run(agent, timed, "redis", lambda: services.redis_connections(srv.port, N))}
+    finally:
+        srv.stop()
+    check("redis", runs, timed, attach, started)
+
+
+@pytest.mark.parametrize("how", ["comm", "none"])
+def test_caddy(workdir, how):
+    """Caddy 2.6: HTTPS on Go's crypto/tls, one static executable."""
+    need("caddy")
+    started, timed = time.monotonic(), Timed()
+    srv = timed("server start", lambda: services.Caddy(workdir))
+    try:
+        with start_agent(timed, *selector(how, srv.pid, "caddy")) as agent:
+            attach = {"caddy": attached(agent, srv.pid)}
+            runs = {"https": run(agent, timed, "https", lambda: https_connections(srv.port, N, concurrency=2, timeout=60))}
+    finally:
+        srv.stop()
+    check("caddy", runs, timed, attach, started)
 
 
 @pytest.mark.parametrize("how", SELECTORS)

@@ -511,6 +511,57 @@ class JsseServer(SpawnedServer):
                     env={"LD_PRELOAD": preload} if preload else None)
 
 
+# --- Redis and Caddy: TLS from the first byte, one process ------------------------------------
+
+REDIS = Path("/usr/bin/redis-server")
+CADDY = Path("/usr/bin/caddy")
+
+
+class Redis(SpawnedServer):
+    """Debian's redis-server (7.0, built with TLS: it links libssl) with TLS only
+    (`--port 0 --tls-port P`), no client certificates, nothing saved to disk; one process,
+    named `redis-server`."""
+
+    def __init__(self, workdir: Path, cert: str = "ecdsa_p256"):
+        key, crt = make_cert(workdir, cert)
+        data = Path(tempfile.mkdtemp(prefix="tlsprof-redis-", dir=workdir))
+        self._spawn(lambda port: [REDIS, "--port", "0", "--tls-port", port, "--tls-cert-file", crt,
+                                  "--tls-key-file", key, "--tls-auth-clients", "no", "--save", "",
+                                  "--appendonly", "no", "--dir", data, "--bind", "127.0.0.1"])
+
+
+def redis_connections(port: int, n: int, concurrency: int = 2, timeout: float = 60.0) -> dict:
+    """n TLS connections to Redis, each: PING (answered +PONG), then QUIT."""
+    def session(ctx, done):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                done()
+                s.sendall(b"PING\r\n")
+                if not s.recv(64).startswith(b"+PONG"):
+                    raise ValueError("no +PONG")
+                s.sendall(b"QUIT\r\n")
+                s.recv(64)
+    return _count_handshakes(n, concurrency, timeout, session)
+
+
+class Caddy(SpawnedServer):
+    """Debian's caddy (2.6, Go's crypto/tls in a static executable) serving HTTPS on a free
+    port with the test certificate, from a Caddyfile of its own (no admin endpoint, no
+    automatic certificates, no HTTP redirect port); one process, named `caddy`."""
+
+    def __init__(self, workdir: Path, cert: str = "ecdsa_p256"):
+        key, crt = make_cert(workdir, cert)
+        home = Path(tempfile.mkdtemp(prefix="tlsprof-caddy-", dir=workdir))
+
+        def argv(port):
+            conf = home / "Caddyfile"
+            conf.write_text("{\n\tadmin off\n\tauto_https off\n}\n"
+                            f"https://localhost:{port}, https://127.0.0.1:{port} {{\n"
+                            f"\ttls {crt} {key}\n\trespond \"ok\" 200\n}}\n")
+            return [CADDY, "run", "--config", conf, "--adapter", "caddyfile"]
+        self._spawn(argv, env={"HOME": str(home), "XDG_DATA_HOME": str(home), "XDG_CONFIG_HOME": str(home)})
+
+
 # --- a service started per connection (inetd) ----------------------------------------------
 
 INETD_CHILD = ROOT / "tests/servers/inetd_tls_child.py"
@@ -547,4 +598,6 @@ def available() -> dict[str, str | None]:
         else "postgresql-15 not installed",
         "java": None if have("java") and have("javac") else "default-jdk-headless not installed",
         "inetd": None if Path("/usr/bin/python3").exists() else "/usr/bin/python3 missing",
+        "redis": None if REDIS.exists() else "redis-server not installed",
+        "caddy": None if CADDY.exists() else "caddy not installed",
     }

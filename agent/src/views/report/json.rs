@@ -21,6 +21,9 @@ struct FindingJson<'a> {
     comm: &'a str,
     port: Option<&'a str>,
     title: &'a str,
+    /// What was measured, and what to change (as the Markdown report says them).
+    evidence: &'a str,
+    fix: &'a str,
     saving_cpu_cores: Option<f64>,
     saving_share: Option<f64>,
     /// What the clients seen say of the change (would fail under the policy it leads to),
@@ -109,6 +112,8 @@ pub fn json(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
                 comm: &f.comm,
                 port: f.port.as_deref(),
                 title: &f.title,
+                evidence: &f.evidence,
+                fix: &f.fix,
                 saving_cpu_cores: f.saving_cpu,
                 saving_share: f.saving_share,
                 clients: f.clients.as_deref(),
