@@ -99,16 +99,27 @@ def refids(targets):
     return targets
 
 
-def timeseries(title: str, desc: str, unit: str, targets, stack: bool = False, links=None) -> dict:
+def timeseries(title: str, desc: str, unit: str, targets, stack: bool = False, links=None, right=None,
+               max_value=None) -> dict:
+    """`right`: (refId, unit) of a target drawn against an axis of its own on the right (a
+    quantity of another size); `max_value`: the axis' top (1 for shares that add up to 100%)."""
     custom = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 20 if stack else 0,
               "showPoints": "never", "spanNulls": True,
               "stacking": {"mode": "normal" if stack else "none", "group": "A"}}
     defaults = {"unit": unit, "custom": custom, "min": 0}
+    if max_value is not None:
+        defaults["max"] = max_value
     if links:
         defaults["links"] = links
+    overrides = []
+    if right:
+        ref, right_unit = right
+        overrides.append({"matcher": {"id": "byFrameRefID", "options": ref},
+                          "properties": [{"id": "custom.axisPlacement", "value": "right"},
+                                         {"id": "unit", "value": right_unit}]})
     return {"type": "timeseries", "title": title, "description": desc, "datasource": DS,
             "targets": refids(targets),
-            "fieldConfig": {"defaults": defaults, "overrides": []},
+            "fieldConfig": {"defaults": defaults, "overrides": overrides},
             "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
                         "tooltip": {"mode": "multi", "sort": "desc"}}}
 
@@ -125,12 +136,31 @@ def stat(title: str, desc: str, unit: str, expr: str, thresholds=None) -> dict:
                         "colorMode": "value", "graphMode": "area", "textMode": "auto"}}
 
 
-def table(title: str, desc: str, unit: str, expr: str) -> dict:
+def table(title: str, desc: str, expr: str, value=None, exclude=(), gauge: bool = False) -> dict:
+    """An instant query as a table: a column per label but those in `exclude`, then its value
+    named and united by `value` (header, unit), largest first; `value` None: left out (an
+    info metric, whose value is 1). `gauge`: the value (a share) drawn as a bar in its cell.
+    The unit is the value column's alone: a label that reads as a number (a port) stays as
+    it is."""
+    excluded = {"Time": True, "__name__": True, **{k: True for k in exclude}}
+    rename, overrides, sort = {}, [], []
+    if value is None:
+        excluded["Value"] = True
+    else:
+        header, unit = value
+        rename["Value"] = header
+        props = [{"id": "unit", "value": unit}]
+        if gauge:
+            props += [{"id": "custom.cellOptions", "value": {"type": "gauge", "mode": "basic"}},
+                      {"id": "min", "value": 0}, {"id": "max", "value": 1}]
+        overrides.append({"matcher": {"id": "byName", "options": header}, "properties": props})
+        sort = [{"id": "sortBy", "options": {"sort": [{"field": header, "desc": True}]}}]
     return {"type": "table", "title": title, "description": desc, "datasource": DS,
             "targets": refids([target(expr, instant=True, fmt="table")]),
-            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "fieldConfig": {"defaults": {}, "overrides": overrides},
             "options": {"showHeader": True},
-            "transformations": [{"id": "organize", "options": {"excludeByName": {"Time": True}}}]}
+            "transformations": [{"id": "organize", "options": {"excludeByName": excluded, "renameByName": rename}},
+                                *sort]}
 
 
 def merged_table(title: str, desc: str, columns) -> dict:
@@ -141,7 +171,7 @@ def merged_table(title: str, desc: str, columns) -> dict:
     overrides = [{"matcher": {"id": "byName", "options": header},
                   "properties": [{"id": "unit", "value": unit}]} for header, unit, _ in columns]
     return {"type": "table", "title": title, "description": desc, "datasource": DS, "targets": targets,
-            "fieldConfig": {"defaults": {"unit": "short"}, "overrides": overrides},
+            "fieldConfig": {"defaults": {}, "overrides": overrides},
             "options": {"showHeader": True},
             "transformations": [{"id": "merge", "options": {}},
                                 {"id": "organize", "options": {"excludeByName": {"Time": True},
@@ -243,7 +273,7 @@ def overview() -> dict:
                      "handshake, crypto (record encryption/decryption), tls_library, kernel_net, probes "
                      "(tlsprof's own), other.", "percentunit", [
                          target(CPU_SHARE, "{{category}}")],
-                     stack=True), 12, 8)
+                     stack=True, max_value=1), 12, 8)
     L.add(timeseries("CPU by process (1.0 = one core)", "On-CPU time of each traced process name, summed by the "
                      "kernel at every context switch. Click a series for the per-process view.", "percentunit",
                      [target(f'sum by (instance, comm) ({rate("tlsprof_process_cpu_seconds_total", S)})',
@@ -284,11 +314,11 @@ def overview() -> dict:
                      "http/1.1, none; encrypted: TLS 1.3 keeps the choice hidden. On a port that is not HTTP, "
                      "requests per connection are exchanges (a command or query and its answer).", "ops",
                      [target(f'sum by (port, protocol) ({rate("tlsprof_tls_connections_by_protocol_total", SP)})',
-                             "port {{port}} {{protocol}}")], stack=True), 8, 8)
+                             "port {{port}} {{protocol}}")], stack=True), 12, 8)
     L.add(timeseries("Connection lifetime (mean)", "How long connections that ended lived: reuse whatever the "
                      "protocol's framing. Under 0.5 s with few exchanges each: clients reconnect (the report's "
                      "keep-alive rule).", "s",
-                     [target(mean_by("tlsprof_tcp_connection_duration_seconds", "port", SP), "port {{port}}")]), 8, 8)
+                     [target(mean_by("tlsprof_tcp_connection_duration_seconds", "port", SP), "port {{port}}")]), 12, 8)
     L.add(timeseries("Connections/s by who closed", "Connections that ended per second: server (closed first), "
                      "client (closed first), reset.", "ops",
                      [target(f'sum by (closed_by) ({rate("tlsprof_tcp_connections_total", SP)})', "{{closed_by}}")],
@@ -301,12 +331,14 @@ def overview() -> dict:
 
     L.row("Clients")
     hellos = f'sum({rate("tlsprof_client_hellos_total", SP)})'
-    L.add(timeseries("Client mix: share of ClientHellos offering each value", "What the clients' ClientHellos "
-                     "offered, as a share of those read: version (the highest offered), group and key_share "
-                     "(groups offered, and those with a key share), cipher (suite classes), sigalg, alpn (h2, "
-                     "http/1.1, other, none), resumption (psk, ticket, none).", "percentunit",
-                     [target(f'sum by (offer, value) ({rate("tlsprof_client_offers_total", SP)})\n  / '
-                             f'ignoring(offer, value) group_left {hellos}', "{{offer}} {{value}}")]), 12, 8)
+    L.add(table("Client mix: share of ClientHellos offering each value", "What the clients' ClientHellos "
+                "offered lately (the last rate interval of the range), as a share of those read, most offered "
+                "first: version (the highest offered), group and key_share (groups offered, and those with a key "
+                "share), cipher (suite classes), sigalg, alpn (h2, http/1.1, other, none), resumption (psk, "
+                "ticket, none).",
+                f'sum by (offer, value) ({rate("tlsprof_client_offers_total", SP)})\n  / '
+                f'ignoring(offer, value) group_left {hellos}', value=("Share of ClientHellos", "percentunit"),
+                gauge=True), 12, 10)
     outcomes = f'sum by (policy) ({rate("tlsprof_client_policy_outcomes_total", SP)})'
     L.add(timeseries("Clients that would fail, by candidate policy", "Share of the ClientHellos each candidate "
                      "server policy would fail (mozilla_modern, mozilla_intermediate, ecdsa_only, tls13_only, "
@@ -321,7 +353,7 @@ def overview() -> dict:
                      "workers or hosts, or changed by a restart (the report's resumption_refused rule; alert "
                      "TLSResumptionRefused).", "percentunit",
                      [target(f'(\n  sum by (port) ({rate("tlsprof_client_resumptions_total", SP, OFFERED + ", " + FULL)})'
-                             f'\n  or 0 * {offered}\n)\n  / {offered}', "port {{port}}")]), 12, 8)
+                             f'\n  or 0 * {offered}\n)\n  / {offered}', "port {{port}}")], max_value=1), 12, 8)
     L.add(timeseries("Handshake CPU by site (top 10, 1.0 = one core)", "On-CPU time of the timed handshakes by "
                      "the host name the client asked for (SNI; none without one): which sites cost the "
                      "handshakes.", "percentunit",
@@ -382,20 +414,21 @@ def per_process() -> dict:
                        "one (over those the probes timed: all with --exact, those in the overhead budget's "
                        "windows in the default mode). Compare what a choice costs on this host.", [
                            ("Handshakes/s", "ops", f"sum by ({config}) ({rate(HS, S, OK)})"),
-                           ("CPU per handshake", "s", mean_by(CPU_H, config, S))]), 12, 8)
+                           ("CPU per handshake", "s", mean_by(CPU_H, config, S))]), 24, 7)
     L.add(timeseries("Handshake duration: p50, p99", "Wall-clock time from the first handshake call to the "
                      "one that completed it (includes waiting for the client).", "s", [
                          target(quantile(q, "tlsprof_handshake_duration_seconds", S), f"p{int(q * 100)}")
-                         for q in (0.5, 0.99)]), 6, 8)
+                         for q in (0.5, 0.99)]), 12, 8)
     L.add(timeseries("CPU in failed handshakes (1.0 = one core)", "", "percentunit",
-                     [target(f'sum({rate("tlsprof_failed_handshake_cpu_seconds_total", S)})', "failed")]), 6, 8)
+                     [target(f'sum({rate("tlsprof_failed_handshake_cpu_seconds_total", S)})', "failed")]), 12, 8)
 
     L.row("CPU of $comm")
     L.add(timeseries("CPU by category (1.0 = one core)", "", "percentunit",
                      [target(CPU_CORES, "{{category}}")], stack=True), 8, 8)
-    L.add(timeseries("Share of CPU by category", "", "percentunit",
+    L.add(timeseries("Share of CPU by category", "Shares of the process's CPU (sampled), stacked: they add up "
+                     "to 100%.", "percentunit",
                      [target(CPU_SHARE, "{{category}}")],
-                     stack=True), 8, 8)
+                     stack=True, max_value=1), 8, 8)
     L.add(timeseries("Crypto primitives (1.0 = one core)", "", "percentunit",
                      [target(PRIMITIVES, "{{primitive}}")], stack=True), 8, 8)
 
@@ -409,12 +442,14 @@ def per_process() -> dict:
     L.add(table("Protocol of each port", "TLS connections since tlsprof started, by port and by the protocol they "
                 "carry: the plaintext preamble's before TLS started (smtp, imap, pop3, ldap, xmpp, ftp, nntp, "
                 "postgresql, mysql, starttls_other), else the one the server chose by ALPN (h2, http/1.1, none; "
-                "encrypted: TLS 1.3 hides it). Where it is not HTTP, its requests are exchanges.", "short",
-                f'sum by (port, protocol) (tlsprof_tls_connections_by_protocol_total{{{SP}}})'),
-          8, 8)
-    L.add(timeseries("TIME_WAIT: entries/s and sockets", "", "short", [
+                "encrypted: TLS 1.3 hides it). Where it is not HTTP, its requests are exchanges.",
+                f'sum by (port, protocol) (tlsprof_tls_connections_by_protocol_total{{{SP}}})',
+                value=("TLS connections", "short")), 8, 8)
+    L.add(timeseries("TIME_WAIT: entries/s and sockets", "Entries per second (left axis) and the sockets in "
+                     "TIME_WAIT now (right axis: about 60 times the entries/s at a steady rate).", "ops", [
         target(f'sum by (port) ({rate("tlsprof_tcp_time_wait_total", SP)})', "entries/s port {{port}}"),
-        target(f"sum by (port) (tlsprof_tcp_time_wait_sockets{{{STW}}})", "sockets port {{port}}")]), 8, 8)
+        target(f"sum by (port) (tlsprof_tcp_time_wait_sockets{{{STW}}})", "sockets port {{port}}")],
+        right=("B", "short")), 8, 8)
     L.add(timeseries("Requests per connection: mean, p50, p90", "", "short", [
         target(mean_by("tlsprof_requests_per_connection", "", SP), "mean"),
         target(quantile(0.5, "tlsprof_requests_per_connection", SP), "p50"),
@@ -424,8 +459,9 @@ def per_process() -> dict:
         for q in (0.5, 0.99)]), 8, 8)
 
     L.row("TLS library of $comm")
-    L.add(table("TLS libraries", "TLS code the process maps, and where tlsprof's function names come from.",
-                "short", f"tlsprof_tls_library_info{{{S}}}"), 24, 6)
+    L.add(table("TLS libraries", "TLS code the process maps, and where tlsprof's function names come from "
+                "(symbols: exported_only, debug_file, full).", f"tlsprof_tls_library_info{{{S}}}",
+                exclude=("instance", "job")), 24, 6)
     return dashboard("tlsprof-process", "tlsprof: per process",
                      "One server process: what its handshakes negotiate and cost, where its CPU goes, how its "
                      "connections end.", L.panels, multi=False)

@@ -28,7 +28,7 @@ TEST=(
   nghttp2-client wrk siege               # clients (h2load is in nghttp2-client)
   gnutls-bin                             # gnutls-cli: a ClientHello fixture (scripts/capture-hellos.py)
   prometheus                             # promtool (metrics format check)
-  nodejs                                 # node https server under test
+  nodejs npm                             # node https server under test; npm for tests/render
   postfix                                # SMTP server under test: STARTTLS and submissions, an smtpd per connection
   dovecot-imapd                          # IMAP server under test: STARTTLS and IMAPS, an imap-login per connection
   postgresql-15                          # PostgreSQL under test: TLS after the SSLRequest, a backend per connection; pgbench
@@ -37,7 +37,7 @@ TEST=(
   python3 python3-pytest python3-venv    # integration test runner; venvs for the PyPI tools below
   util-linux iproute2 procps             # setpriv, unshare, ss, pgrep
   tmux                                   # drives `tlsprof top` in a terminal in the tests
-  chromium                               # renders the HTML report headless in the tests
+  chromium fonts-inter                   # renders the HTML report and the dashboards headless (Grafana's font)
   bpftrace                               # the per-call uprobe alternative in bench/overhead.py
   qemu-system-x86 busybox-static kmod    # the kernel matrix: Debian's kernels booted in QEMU (virtme-ng)
   debootstrap qemu-system-arm            # its whole hosts: Debian roots (scripts/roots.sh), an arm64 one
@@ -59,6 +59,9 @@ done
 # node may come from elsewhere than Debian's package (it does on these machines).
 if command -v node >/dev/null; then
   missing=("${missing[@]/nodejs}")
+fi
+if command -v npm >/dev/null; then
+  missing=("${missing[@]/npm}")
 fi
 # pytest may come from the Python on PATH rather than Debian's package.
 if python3 -c 'import pytest' 2>/dev/null; then
@@ -133,6 +136,22 @@ if [ ! -x "$PYTOOLS/bin/kubernetes-validate" ] || [ ! -x "$PYTOOLS/bin/check-jso
     echo "deps: could not install check-jsonschema/kubernetes-validate from PyPI: the deploy schema tests will say they skipped" >&2
   fi
 fi
+
+# Grafana's own panel components for drawing the dashboards (tests/render, the render
+# test in tests/test_dashboards.py): `npm ci` from the pinned lock file, once per lock file,
+# kept with the test dependencies and linked in (node_modules is never committed).
+RENDER="$(cd "$(dirname "$0")/.." && pwd)/tests/render"
+RENDER_DEPS="$TESTDEPS/render-$(sha256sum "$RENDER/package-lock.json" | cut -c1-16)"
+if [ ! -d "$RENDER_DEPS/node_modules" ]; then
+  rm -rf "$RENDER_DEPS.tmp" && mkdir -p "$RENDER_DEPS.tmp"
+  cp "$RENDER/package.json" "$RENDER/package-lock.json" "$RENDER_DEPS.tmp/"
+  if (cd "$RENDER_DEPS.tmp" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
+    mv "$RENDER_DEPS.tmp" "$RENDER_DEPS"
+  else
+    echo "deps: npm ci of tests/render failed: the dashboards' render test will fail saying so" >&2
+  fi
+fi
+[ -d "$RENDER_DEPS/node_modules" ] && ln -sfn "$RENDER_DEPS/node_modules" "$RENDER/node_modules"
 
 # The kernel matrix (tests/test_kernels.py): virtme-ng from PyPI, in a venv of its own, and
 # the kernels of Debian 11, 12 and 13 (and 12's arm64 one) from Debian's registry (scripts/kernels.sh).

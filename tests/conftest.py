@@ -13,6 +13,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from harness.agent import TLSPROF  # noqa: E402
 
+# tests/render is the dashboards' drawing page (Node, its node_modules linked in): nothing to collect
+collect_ignore = ["render"]
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "kernel_scenario: run by the kernel matrix inside each guest kernel "

@@ -27,6 +27,7 @@ from harness.metrics import parse_metrics
 from harness.procs import ROOT, free_port, wait_for
 from harness.servers import Nginx
 from harness.prometheus import Prometheus
+from harness.render import PAGE as RENDER_PAGE, Renderer, chromium
 
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 RULES = ROOT / "deploy" / "prometheus" / "tlsprof-rules.yml"
@@ -94,7 +95,13 @@ def test_dashboard_structure():
             if p["type"] == "row":
                 continue
             assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
-            assert p["fieldConfig"]["defaults"]["unit"] in UNITS, p["title"]
+            # a unit on every value: the panel's, or (tables, whose label columns take none) each
+            # value column's own
+            fc = p["fieldConfig"]
+            units = [fc["defaults"]["unit"]] if "unit" in fc["defaults"] else []
+            units += [q["value"] for o in fc["overrides"] for q in o["properties"] if q["id"] == "unit"]
+            assert units or p["type"] == "table", p["title"]
+            assert all(u in UNITS for u in units), p["title"]
             for t in p["targets"]:
                 # Every rate() and increase() over Grafana's $__rate_interval.
                 windows = re.findall(r"(?:rate|increase)\([^\[]*\[([^\]]*)\]", t["expr"])
@@ -226,6 +233,38 @@ def export_shifted(prom: Prometheus, instance: str, since: float, shift: float, 
 
 @pytest.mark.quiet
 @pytest.mark.skipif(not shutil.which("prometheus"), reason="prometheus not installed")
+def drawn_as_users_see_them(prom, t0: float, t1: float, instance: str, port: int, tmp_path: Path):
+    """Each dashboard drawn by Grafana's own panel components (tests/render) in headless
+    Chromium, from the Prometheus the real agent filled: every panel drawn without an error,
+    with data (a series with points, a table with rows), as many charts as the dashboard has
+    time series and stat panels. The pictures go to test-output/dashboards/ for a person to
+    look at."""
+    assert chromium(), "chromium is missing (scripts/deps.sh test installs it)"
+    build = subprocess.run(["bash", str(RENDER_PAGE / "build.sh")], capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0, f"tests/render/build.sh (scripts/deps.sh test runs npm ci): {build.stderr}"
+    out = ROOT / "test-output" / "dashboards"
+    out.mkdir(parents=True, exist_ok=True)
+    r = Renderer(prom.port)
+    try:
+        for path in DASHBOARDS:
+            dash = json.loads(path.read_text())
+            png = out / f"{path.stem}.png"
+            drawn = r.draw(path.name, t0, t1, png, tmp_path / f"chromium-{path.stem}", instance=instance, comm="nginx",
+                           port=str(port))
+            assert "error" not in drawn, drawn
+            shown = [p for p in panels(dash) if p["type"] != "row"]
+            assert [p["title"] for p in drawn["panels"]] == [p["title"] for p in shown]
+            bad = [p for p in drawn["panels"] if p["error"] or not p["frames"]
+                   or (p["type"] == "table" and not p["rows"])
+                   or (p["type"] != "table" and not any(s["points"] for s in p["series"]))]
+            assert bad == [], f"{path.name}: panels drawn without data or with an error: {bad}"
+            charts = sum(1 for p in shown if p["type"] in ("timeseries", "stat"))
+            assert drawn["charts"] == charts, (path.name, drawn["charts"], charts)
+            print(f"drew {path.name}: {len(shown)} panels, {charts} charts: {png}")
+    finally:
+        r.close()
+
+
 def test_dashboards_and_alerts_against_prometheus(tmp_path):
     workdir = tmp_path
     rule_file = short_for(workdir)
@@ -254,6 +293,8 @@ def test_dashboards_and_alerts_against_prometheus(tmp_path):
             if prom1.finite_points(q, t0, t1) == 0:
                 empty.append(f"{uid} / {title}: {q}")
         assert empty == [], "dashboard queries without data:\n" + "\n".join(empty)
+
+        drawn_as_users_see_them(prom1, t0, t1, instance, nginx.port, tmp_path)
 
         # Template variables: label_values(metric{…}, label) finds this run's values.
         for path in DASHBOARDS:

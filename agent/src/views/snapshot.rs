@@ -161,7 +161,10 @@ impl Clients {
             .filter(|((o, _), n)| o == offer && **n > 0.0)
             .map(|((_, value), n)| (value.as_str(), *n))
             .collect();
-        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+        // most offered first; among equals (every client offers ten groups), the groups a
+        // server picks first, not the alphabet's (ffdhe2048 before x25519)
+        let rank = crate::wire::tls::group_rank;
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(rank(a.0).cmp(&rank(b.0))).then(a.0.cmp(b.0)));
         v
     }
     /// What `policy` would do with the ClientHellos of the window: None when none was
@@ -611,6 +614,22 @@ mod tests {
         assert!(Window::between(&a, &b, &["apache2".into()]).procs.is_empty());
         assert_eq!(p.clients().seen(), 0.0, "no ClientHello read");
         assert!(p.clients().policy("tls13_only").is_none());
+    }
+
+    /// ab offers ten groups, each in every ClientHello: the ones servers pick come first,
+    /// not the alphabet's ffdhe groups (a view shows the first few).
+    #[test]
+    fn equally_offered_groups_come_in_the_order_servers_prefer() {
+        let mut c = Clients::default();
+        for g in ["ffdhe2048", "ffdhe3072", "secp256r1", "x25519", "secp384r1", "brainpoolP256r1"] {
+            c.offers.insert(("group".into(), g.into()), 10.0);
+        }
+        c.offers.insert(("group".into(), "x448".into()), 4.0);
+        let order: Vec<&str> = c.values("group").into_iter().map(|(v, _)| v).collect();
+        assert_eq!(
+            order,
+            ["x25519", "secp256r1", "secp384r1", "ffdhe2048", "ffdhe3072", "brainpoolP256r1", "x448"]
+        );
     }
 
     #[test]

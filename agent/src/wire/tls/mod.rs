@@ -21,7 +21,7 @@ mod names;
 
 use cert::cert_from_chain;
 pub use cert::cert_from_signature;
-pub use names::{group_name, suite, version_name, Kx, Suite};
+pub use names::{group_name, group_rank, suite, version_name, Kx, Suite};
 
 /// The negotiated parameters, as label values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

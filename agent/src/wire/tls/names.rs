@@ -89,6 +89,26 @@ pub fn suite(code: u16) -> Option<Suite> {
 }
 
 /// IANA TLS Supported Groups names.
+/// Where a group stands in OpenSSL 3.5's default preference (X25519MLKEM768, X25519,
+/// secp256r1, X448, secp384r1, secp521r1, then the finite-field groups), 255 for any other
+/// name: among groups every client offers, those a server picks come first in a view.
+pub fn group_rank(name: &str) -> u8 {
+    const PREFERRED: [&str; 11] = [
+        "X25519MLKEM768",
+        "x25519",
+        "secp256r1",
+        "x448",
+        "secp384r1",
+        "secp521r1",
+        "ffdhe2048",
+        "ffdhe3072",
+        "ffdhe4096",
+        "ffdhe6144",
+        "ffdhe8192",
+    ];
+    PREFERRED.iter().position(|g| *g == name).map_or(255, |i| i as u8)
+}
+
 pub fn group_name(code: u16) -> &'static str {
     match code {
         23 => "secp256r1",
