@@ -41,10 +41,11 @@ def rate(metric: str, sel: str, extra: str = "") -> str:
 
 
 def mean_by(hist: str, by: str, sel: str, extra: str = "") -> str:
-    """Mean of a histogram over the rate interval: sum of the observations / their count."""
+    """Mean of a histogram over the rate interval: sum of the observations / their count
+    (none where there was no observation: not an infinity, which no axis can draw)."""
     grouping = f" by ({by})" if by else ""
     return (f"sum{grouping} ({rate(hist + '_sum', sel, extra)})\n  / "
-            f"sum{grouping} ({rate(hist + '_count', sel, extra)})")
+            f"(sum{grouping} ({rate(hist + '_count', sel, extra)}) > 0)")
 
 
 def quantile(q: float, hist: str, sel: str, extra: str = "", by: str = "") -> str:
@@ -284,7 +285,7 @@ def overview() -> dict:
                      stack=True), 12, 8)
     L.add(timeseries("CPU by category (1.0 = one core)", "The same split in cores rather than shares.",
                      "percentunit", [target(CPU_CORES, "{{category}}")], stack=True), 12, 8)
-    exchanges = f'sum by (instance, comm) ({rate("tlsprof_exchanges_total", SP)})'
+    exchanges = f'(sum by (instance, comm) ({rate("tlsprof_exchanges_total", SP)}) > 0)'
     L.add(timeseries("CPU per exchange by process, and its TLS part", "Each process's CPU time over its "
                      "application data exchanges (client data, then the server's answer: requests where each is "
                      "answered before the next), and of it TLS (handshake, record crypto, TLS library). To "
@@ -326,8 +327,8 @@ def overview() -> dict:
     L.add(timeseries("TIME_WAIT entries per request", "TIME_WAIT entries divided by requests: 1 when every "
                      "request gets its own server-closed connection, 0.2 with Domino's default of 5 requests "
                      "per connection.", "short",
-                     [target(f'sum by (port) ({rate("tlsprof_tcp_time_wait_total", SP)})\n  / sum by (port) '
-                             f'({rate("tlsprof_requests_per_connection_sum", SP)})', "port {{port}}")]), 12, 8)
+                     [target(f'sum by (port) ({rate("tlsprof_tcp_time_wait_total", SP)})\n  / (sum by (port) '
+                             f'({rate("tlsprof_requests_per_connection_sum", SP)}) > 0)', "port {{port}}")]), 12, 8)
 
     L.row("Clients")
     hellos = f'sum({rate("tlsprof_client_hellos_total", SP)})'

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness import services
 from harness.agent import Agent
 from harness.clients import failing_handshakes, https_connections, keepalive_connections, plain_http_requests, resuming_connections
 from harness.metrics import parse_metrics
@@ -233,36 +234,42 @@ def export_shifted(prom: Prometheus, instance: str, since: float, shift: float, 
 
 @pytest.mark.quiet
 @pytest.mark.skipif(not shutil.which("prometheus"), reason="prometheus not installed")
-def drawn_as_users_see_them(prom, t0: float, t1: float, instance: str, port: int, tmp_path: Path):
+def drawn_as_users_see_them(prom, t0: float, t1: float, instance: str, tmp_path: Path) -> dict:
     """Each dashboard drawn by Grafana's own panel components (tests/render) in headless
     Chromium, from the Prometheus the real agent filled: every panel drawn without an error,
     with data (a series with points, a table with rows), as many charts as the dashboard has
     time series and stat panels. The pictures go to test-output/dashboards/ for a person to
-    look at."""
+    look at. Every port and process name (Grafana's "All"), the per-process view for nginx.
+    What each drew, by dashboard uid."""
     assert chromium(), "chromium is missing (scripts/deps.sh test installs it)"
     build = subprocess.run(["bash", str(RENDER_PAGE / "build.sh")], capture_output=True, text=True, timeout=120)
     assert build.returncode == 0, f"tests/render/build.sh (scripts/deps.sh test runs npm ci): {build.stderr}"
     out = ROOT / "test-output" / "dashboards"
     out.mkdir(parents=True, exist_ok=True)
     r = Renderer(prom.port)
+    every = {}
     try:
         for path in DASHBOARDS:
             dash = json.loads(path.read_text())
             png = out / f"{path.stem}.png"
-            drawn = r.draw(path.name, t0, t1, png, tmp_path / f"chromium-{path.stem}", instance=instance, comm="nginx",
-                           port=str(port))
+            comm = "nginx" if dash["uid"] == "tlsprof-process" else ".+"
+            drawn = r.draw(path.name, t0, t1, png, tmp_path / f"chromium-{path.stem}", instance=instance, comm=comm,
+                           port=".+")
+            every[dash["uid"]] = drawn
             assert "error" not in drawn, drawn
             shown = [p for p in panels(dash) if p["type"] != "row"]
             assert [p["title"] for p in drawn["panels"]] == [p["title"] for p in shown]
             bad = [p for p in drawn["panels"] if p["error"] or not p["frames"]
                    or (p["type"] == "table" and not p["rows"])
-                   or (p["type"] != "table" and not any(s["points"] for s in p["series"]))]
+                   or (p["type"] != "table" and not any(s["points"] for s in p["series"]))
+                   or any(s["infinite"] for s in p["series"])]
             assert bad == [], f"{path.name}: panels drawn without data or with an error: {bad}"
             charts = sum(1 for p in shown if p["type"] in ("timeseries", "stat"))
             assert drawn["charts"] == charts, (path.name, drawn["charts"], charts)
             print(f"drew {path.name}: {len(shown)} panels, {charts} charts: {png}")
     finally:
         r.close()
+    return every
 
 
 def test_dashboards_and_alerts_against_prometheus(tmp_path):
@@ -272,8 +279,17 @@ def test_dashboards_and_alerts_against_prometheus(tmp_path):
     instance = f"127.0.0.1:{agent_port}"
 
     # ---- day 1: cheap handshakes
-    nginx = Nginx(workdir, workers=1, cert="ecdsa_p256", resumption=True, extra_server="keepalive_requests 5;")
-    agent = Agent("--pid", str(nginx.pid), port=agent_port, scan_interval=0.5)
+    # beside nginx a STARTTLS server (Postfix: an smtpd forked by its master), whose port the
+    # overview names `smtp`
+    postfix = services.Postfix(workdir) if services.available()["postfix"] is None else None
+    try:
+        nginx = Nginx(workdir, workers=1, cert="ecdsa_p256", resumption=True, extra_server="keepalive_requests 5;")
+    except BaseException:
+        if postfix:
+            postfix.stop()
+        raise
+    mail_pid = ("--pid", str(postfix.pid)) if postfix else ()
+    agent = Agent("--pid", str(nginx.pid), *mail_pid, port=agent_port, scan_interval=0.5)
     prom1 = prom2 = None
     try:
         agent.wait_attached(nginx.workers())
@@ -281,6 +297,9 @@ def test_dashboards_and_alerts_against_prometheus(tmp_path):
         wait_for(lambda: prom1.query(f'up{{instance="{instance}"}} == 1'), 20, "the first scrape")
         t0 = time.time()
         day1 = load_day1(nginx.port, 12)
+        if postfix:
+            mail = services.smtp_starttls_connections(postfix.port, 10)
+            assert mail["ok"] == 10, mail
         time.sleep(4)  # the last scrapes and rule evaluations
         t1 = time.time()
         assert day1["resumed"] > day1["full"] / 2 and day1["failed"] > 0 and day1["requests"] > 0, day1
@@ -294,7 +313,11 @@ def test_dashboards_and_alerts_against_prometheus(tmp_path):
                 empty.append(f"{uid} / {title}: {q}")
         assert empty == [], "dashboard queries without data:\n" + "\n".join(empty)
 
-        drawn_as_users_see_them(prom1, t0, t1, instance, nginx.port, tmp_path)
+        drawn = drawn_as_users_see_them(prom1, t0, t1, instance, tmp_path)
+        if postfix:
+            protocols = next(p for p in drawn["tlsprof-overview"]["panels"]
+                             if p["title"] == "TLS connections/s by application protocol")
+            assert any(s["name"] == f"port {postfix.port} smtp" for s in protocols["series"]), protocols
 
         # Template variables: label_values(metric{…}, label) finds this run's values.
         for path in DASHBOARDS:
@@ -384,6 +407,8 @@ def test_dashboards_and_alerts_against_prometheus(tmp_path):
         if agent.proc.poll() is None:
             agent.stop()
         nginx.stop()
+        if postfix:
+            postfix.stop()
 
 
 @pytest.mark.quiet

@@ -347,7 +347,7 @@ def test_top_and_report_read_the_https_endpoint(pki, tmp_path):
             r = top_row(out, "nginx")
             assert r and abs(float(r[1]) * window - 30) < 0.5 and r[10] == "4.0", out
             port = top_row(out, str(n.port))
-            assert port and abs(float(port[1]) * window - 30) < 0.5 and port[6] == "100%", out
+            assert port and port[1] == "tls" and abs(float(port[2]) * window - 30) < 0.5 and port[7] == "100%", out
 
             # report: the user from --username, the password from a file, curl's flag names
             password = tmp_path / "password"

@@ -286,7 +286,12 @@ async function main() {
   );
   for (const { panel, frames, error } of drawn) {
     const series = (frames || []).flatMap((f) =>
-      f.fields.filter((x) => x.type === FieldType.number).map((x) => ({ name: getFieldDisplayName(x, f, frames), points: x.values.filter((v) => v !== null && !Number.isNaN(v)).length }))
+      f.fields.filter((x) => x.type === FieldType.number).map((x) => ({
+        name: getFieldDisplayName(x, f, frames),
+        points: x.values.filter((v) => Number.isFinite(v)).length,
+        // an infinity (a division by zero) leaves the whole panel without an axis
+        infinite: x.values.filter((v) => v === Infinity || v === -Infinity).length,
+      }))
     );
     const table = panel.type === 'table' && frames?.[0];
     report.push({
