@@ -306,34 +306,31 @@ def test_java_jsse_mapping_openssl(workdir, how):
     assert "unseen_by_probes: its probes reported none of the 2 server handshakes" in found, found[-2000:]
 
 
-@pytest.mark.parametrize("how", ["comm", "none"])
-def test_redis_tls(workdir, how):
-    """Redis 7 with TLS from the first byte: one process, OpenSSL."""
-    need("redis")
-    started, timed = time.monotonic(), Timed()
-    srv = timed("server start", lambda: services.Redis(workdir))
-    try:
-        with start_agent(timed, *selector(how, srv.pid, "redis-server")) as agent:
-            attach = {"redis-server": attached(agent, srv.pid)}
-            runs = {"redis": run(agent, timed, "redis", lambda: services.redis_connections(srv.port, N))}
-    finally:
-        srv.stop()
-    check("redis", runs, timed, attach, started)
+# Servers whose TLS starts at the first byte, one process each: (server class, the name its
+# process runs under, its client).
+ONE_PROCESS = {
+    # Redis 7: OpenSSL
+    "redis": (services.Redis, "redis-server", lambda port: services.redis_connections(port, N)),
+    # Caddy 2.6: Go's crypto/tls in one static executable, two handshakes at once
+    "caddy": (services.Caddy, "caddy", lambda port: https_connections(port, N, concurrency=2, timeout=60)),
+}
 
 
 @pytest.mark.parametrize("how", ["comm", "none"])
-def test_caddy(workdir, how):
-    """Caddy 2.6: HTTPS on Go's crypto/tls, one static executable."""
-    need("caddy")
+@pytest.mark.parametrize("server", ONE_PROCESS)
+def test_one_process_server(workdir, server, how):
+    """A TLS server from Debian's packages, TLS from the first byte, one process."""
+    need(server)
+    start, comm, client = ONE_PROCESS[server]
     started, timed = time.monotonic(), Timed()
-    srv = timed("server start", lambda: services.Caddy(workdir))
+    srv = timed("server start", lambda: start(workdir))
     try:
-        with start_agent(timed, *selector(how, srv.pid, "caddy")) as agent:
-            attach = {"caddy": attached(agent, srv.pid)}
-            runs = {"https": run(agent, timed, "https", lambda: https_connections(srv.port, N, concurrency=2, timeout=60))}
+        with start_agent(timed, *selector(how, srv.pid, comm)) as agent:
+            attach = {comm: attached(agent, srv.pid)}
+            runs = {server: run(agent, timed, server, lambda: client(srv.port))}
     finally:
         srv.stop()
-    check("caddy", runs, timed, attach, started)
+    check(server, runs, timed, attach, started)
 
 
 @pytest.mark.parametrize("how", SELECTORS)

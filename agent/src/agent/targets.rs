@@ -197,9 +197,15 @@ impl Targets {
     fn end_judged_estimates(&mut self, k: &mut Kernel) {
         for name in self.judges.estimates_over(Instant::now()) {
             log::debug!("{name}: no handshake told yet whether its probes see them: the estimate beside them ends");
-            for (pid, _) in self.traced.iter().filter(|(_, t)| t.name == name && t.probing.probes().is_some()) {
-                k.set_estimate(*pid, false);
-            }
+            self.estimate_probed(&name, false, k);
+        }
+    }
+
+    /// Turns the kernel estimate of every process of `name` with probes on or off (attached
+    /// or not, the budget's off part: a name's verdict is its processes').
+    fn estimate_probed(&self, name: &str, on: bool, k: &mut Kernel) {
+        for (pid, _) in self.traced.iter().filter(|(_, t)| t.name == name && t.probing.probes().is_some()) {
+            k.set_estimate(*pid, on);
         }
     }
 
@@ -211,10 +217,7 @@ impl Targets {
             let Some(name) = self.traced_name(pid).map(str::to_string) else { continue };
             let Some(verdict) = self.judges.sighted(&name, seen) else { continue };
             let (timed, missed) = self.judges.tally(&name);
-            // with their probes attached or not (the budget's off part): the verdict is the name's
-            for (p, _) in self.traced.iter().filter(|(_, t)| t.name == name && t.probing.probes().is_some()) {
-                k.set_estimate(*p, verdict == Verdict::Unseen);
-            }
+            self.estimate_probed(&name, verdict == Verdict::Unseen, k);
             if verdict == Verdict::Unseen {
                 let detail = format!(
                     "its probes reported none of the {missed} server handshakes its connections carried while they \
