@@ -122,4 +122,8 @@ static __always_inline __u32 data_read(const struct sock *sk)
 	return copied;
 }
 
+/* skb->protocol of the packet programs (hello_skb.bpf.h, quic.bpf.h) */
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+
 #endif

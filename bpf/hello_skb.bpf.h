@@ -26,9 +26,6 @@
 #ifndef TLSPROF_HELLO_SKB_BPF_H
 #define TLSPROF_HELLO_SKB_BPF_H
 
-#define ETH_P_IP 0x0800
-#define ETH_P_IPV6 0x86DD
-
 /* A connection's first packet of data, seen on its listening socket (one per CPU). */
 struct hello_early {
 	struct conn_state c; /* life (id, netns, port) and hello; the rest unused */
@@ -131,6 +128,13 @@ SEC("cgroup_skb/ingress")
 int hello_ingress(struct __sk_buff *skb)
 {
 	struct bpf_sock *bs = skb->sk;
+	if (bs && quic_port_on(bs->src_port)) {
+		struct bpf_sock *full = bpf_sk_fullsock(bs);
+		if (full && full->protocol == IPPROTO_UDP) {
+			quic_in(skb, bs->src_port); /* a QUIC server's datagram: quic.bpf.h */
+			return 1;
+		}
+	}
 	if (!bs || !conn_port_maybe(bs->src_port))
 		return 1; /* a socket whose local port no traced process listens on */
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock(bs);

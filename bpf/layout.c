@@ -15,6 +15,7 @@
 #include "cpu.h"
 #include "wire.h"
 #include "hello.h"
+#include "quic.h"
 
 #define S(T) printf(#T " size %zu\n", sizeof(struct T))
 #define F(T, f) printf(#T "." #f " %zu %zu\n", offsetof(struct T, f), sizeof(((struct T *)0)->f))
@@ -113,6 +114,16 @@ int main(void)
 	F(conn_state, req);
 	F(conn_state, wire);
 	F(conn_state, hello);
+	S(quic_head);
+	F(quic_head, ts);
+	F(quic_head, hs_len);
+	F(quic_head, dgram);
+	F(quic_head, pad);
+	C(WIRE_EV_QUIC);
+	C(QUIC_F_CLIENT);
+	C(QUIC_F_DONE);
+	C(QUIC_F_RETRY);
+	C(QUIC_HEAD);
 	S(hello_conn);
 	F(hello_conn, start);
 	F(hello_conn, seen);

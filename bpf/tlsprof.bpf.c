@@ -31,6 +31,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "requests.bpf.h"  /* requests per connection */
 #include "wire.bpf.h"      /* the server's handshake output: what was negotiated */
 #include "hello.bpf.h"     /* the client's ClientHello: what it offered */
+#include "quic.bpf.h"      /* QUIC handshakes: the Initial packets of traced UDP ports */
 #include "hello_skb.bpf.h" /* ... read from its packets, where the agent can attach there */
 #include "sampler.bpf.h"   /* CPU samples of traced processes */
 #include "calib.bpf.h"     /* no-op probes that measure what a probe hit costs */

@@ -35,6 +35,8 @@
 #define WIRE_EV_END 3    /* the capture is over; flags: WIRE_END_* */
 #define WIRE_EV_HELLO 4  /* data[0..len]: the client's stream at `offset`, its ClientHello's
 			  * records (hello.h, hello.bpf.h); flags: HELLO_LAST, HELLO_WHY_MASK */
+#define WIRE_EV_QUIC 5   /* a QUIC connection's datagram: data is a struct quic_head and an
+			  * Initial packet (quic.h, quic.bpf.h); flags: QUIC_F_* */
 
 /* The protocol of a plaintext preamble, told from the first bytes of the server's first
  * send (and of its last, which answers the client's request to start TLS), in the kernel:

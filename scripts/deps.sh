@@ -42,6 +42,7 @@ TEST=(
   qemu-system-x86 busybox-static kmod    # the kernel matrix: Debian's kernels booted in QEMU (virtme-ng)
   debootstrap qemu-system-arm            # its whole hosts: Debian roots (scripts/roots.sh), an arm64 one
   qemu-user-static binfmt-support        # debootstrap's second stage of the arm64 root
+  ngtcp2-server ngtcp2-client            # QUIC: ngtcp2's example HTTP/3 server and client on GnuTLS (gtlsserver, gtlsclient)
 )
 case "$PURPOSE" in
   build) PKGS=("${BUILD[@]}") ;;
@@ -168,6 +169,58 @@ fi
 # minute each the first time, five for the arm64 one; nothing after).
 if [ "$(id -u)" = 0 ] && ! bash "$(dirname "$0")/roots.sh"; then
   echo "deps: could not make the Debian roots: the host matrix will fail saying so" >&2
+fi
+
+# QUIC and HTTP/3 (tests/harness/quic.py): nginx 1.26 and Caddy 2.6 of Debian 13, which
+# run here on Debian 12 (nginx on Debian 12's OpenSSL 3.0 through its OpenSSL compatibility
+# layer; Caddy a Go 1.24 executable, quic-go on crypto/tls's QUIC API), downloaded from the
+# system's own Debian mirror with an apt configuration of this script's own (sources, lists
+# and cache under $QUIC/apt: the system's sources stay bookworm's) and unpacked with dpkg -x
+# under $QUIC/trixie, never installed; aioquic from PyPI in a venv of its own, the HTTP/3
+# client tests/clients/h3_get.py runs on. ngtcp2's server and client are Debian 12's (TEST).
+QUIC="$TESTDEPS/quic"
+QUIC_PKGS=(nginx nginx-common caddy)                 # nginx-common: mime.types
+debian_uri() { # the system's Debian archive URI ("" or "-security"), from its own sources
+  { sed -n 's/^URIs:[[:space:]]*//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | tr ' ' '\n'
+    sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]\+\).*/\2/p' \
+      /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null
+  } | grep -E "/debian$1/?\$" | head -n 1
+}
+fetch_trixie() {
+  local mirror security dir="$QUIC/trixie" apt="$QUIC/apt"
+  mirror=${TLSPROF_DEBIAN_MIRROR:-$(debian_uri "")}
+  security=$(debian_uri -security)
+  [ -n "$mirror" ] || { echo "no Debian mirror in /etc/apt's sources"; return 1; }
+  rm -rf "$apt" "$dir.new" && mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/debs" "$dir.new" ||
+    return 1
+  {
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror trixie main"
+    [ -z "$security" ] || echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $security trixie-security main"
+  } > "$apt/sources.list"
+  local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+              -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o Dir::State::status=/dev/null
+              -o APT::Sandbox::User=root)
+  apt-get "${opts[@]}" update -qq --error-on=any && (cd "$apt/debs" && apt-get "${opts[@]}" download -qq "${QUIC_PKGS[@]}") || return 1
+  local deb
+  for deb in "$apt"/debs/*.deb; do
+    dpkg -x "$deb" "$dir.new" && dpkg-deb -f "$deb" Package Version | paste -sd' ' >> "$dir.new/versions" || return 1
+  done
+  rm -rf "$dir" && mv "$dir.new" "$dir" && rm -rf "$apt"
+}
+if [ ! -x "$QUIC/trixie/usr/sbin/nginx" ] || [ ! -x "$QUIC/trixie/usr/bin/caddy" ] ||
+   [ ! -f "$QUIC/trixie/etc/nginx/mime.types" ]; then
+  mkdir -p "$QUIC"
+  if fetch_trixie > "$QUIC/fetch.log" 2>&1; then
+    rm -f "$QUIC/fetch.log"
+  else
+    echo "deps: could not fetch ${QUIC_PKGS[*]} of Debian 13 ($(tail -n 1 "$QUIC/fetch.log"); $QUIC/fetch.log):" \
+      "the HTTP/3 tests that need them will say they skipped" >&2
+  fi
+fi
+if [ ! -x "$QUIC/aioquic/bin/python" ] || ! "$QUIC/aioquic/bin/python" -c 'import aioquic' 2>/dev/null; then
+  if ! { python3 -m venv "$QUIC/aioquic" && "$QUIC/aioquic/bin/pip" install -q "aioquic==1.7.2" >/dev/null 2>&1; }; then
+    echo "deps: could not install aioquic from PyPI: the HTTP/3 tests that need it will say they skipped" >&2
+  fi
 fi
 
 rust_check

@@ -26,6 +26,8 @@ pub const TABLES: &[&str] = &[
     "wire_captures",
     "wire_ended",
     "client_hellos",
+    "quic_flows",
+    "quic_waiting",
     "client_offers",
     "estimate_parts",
     "sighting_checks",

@@ -13,6 +13,7 @@ use std::{
 use super::{
     estimate::Estimates,
     mode::Mode,
+    quic_join::QuicJoin,
     sightings::Checks,
     targets::{UNLABELLED_INCOMPLETE, UNLABELLED_NO_CONNECTION},
 };
@@ -23,7 +24,7 @@ use crate::{
     metrics::{Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels},
     wire::{
         tracker::{self, ClientHello, Seen},
-        Lookup, Negotiated, Tracker, WireHandshake,
+        Lookup, Negotiated, Tracker, WireHandshake, TRANSPORT_QUIC,
     },
 };
 
@@ -81,6 +82,8 @@ pub struct Handshakes {
     /// What each connection's client offered, joined with what its server did.
     clients: Clients,
     pub summary: BTreeMap<SummaryKey, Summary>,
+    /// The probes' figures of QUIC handshakes, waiting for their connection.
+    quic: QuicJoin,
     /// Who counts a handshake.
     mode: Mode,
     /// The wire is captured (tcp_sendmsg_locked): handshakes can be labelled.
@@ -98,6 +101,7 @@ impl Handshakes {
             sightings: Vec::new(),
             clients: Clients::new(metrics.clone()),
             summary: BTreeMap::new(),
+            quic: QuicJoin::default(),
             mode,
             wire_counts,
         }
@@ -108,12 +112,7 @@ impl Handshakes {
         for e in events {
             match self.wire.on_event(e, now) {
                 Some(Seen::Handshake(h)) => {
-                    let probed = procs.window_start_ns(h.tgid) != 0;
-                    self.estimates.capture_ended(h.conn, h.ok, probed, now);
-                    if let (true, Some(window)) = (h.ok && h.hello, procs.judged_window(h.tgid)) {
-                        self.checks.add(h.conn, h.tgid, h.conn_start, window, now);
-                    }
-                    self.on_wire_handshake(h, procs);
+                    self.on_wire_handshake(h, procs, now);
                 }
                 Some(Seen::Hello(h)) => self.on_client_hello(h, procs, now),
                 None => {}
@@ -125,7 +124,20 @@ impl Handshakes {
     /// A capture ended. For a server without handshake probes this is the handshake: a
     /// ServerHello was sent (or a fatal alert instead), and the server finished its part.
     /// In the default mode this counts every server's handshakes, with or without probes.
-    fn on_wire_handshake(&mut self, h: WireHandshake, procs: &impl ProcInfo) {
+    fn on_wire_handshake(&mut self, h: WireHandshake, procs: &impl ProcInfo, now: Instant) {
+        if h.labels.transport == TRANSPORT_QUIC {
+            // no connection of its own in the kernel: neither estimated nor looked at for
+            // the probes' sightings; its figure is joined by time (quic_join.rs)
+            if procs.known(h.tgid) {
+                self.quic.on_handshake(&procs.name(h.tgid), &h, now);
+            }
+        } else {
+            let probed = procs.window_start_ns(h.tgid) != 0;
+            self.estimates.capture_ended(h.conn, h.ok, probed, now);
+            if let (true, Some(window)) = (h.ok && h.hello, procs.judged_window(h.tgid)) {
+                self.checks.add(h.conn, h.tgid, h.conn_start, window, now);
+            }
+        }
         if h.hello {
             self.clients.on_server_hello(h.conn, h.labels.resumed);
         }
@@ -232,6 +244,13 @@ impl Handshakes {
                 id => self.estimates.timed(id, now),
             }
         }
+        if e.conn_id == 0 && e.role != hs::HS_ROLE_CLIENT && self.wire_counts {
+            let name = procs.name(e.tgid);
+            if self.quic.serves(&name) {
+                self.quic.wait(e, name, now);
+                return self.join_quic(false, procs, now);
+            }
+        }
         if e.conn_id == 0 || !self.wire_counts {
             return self.count(&e, &Negotiated::UNKNOWN, Some(UNLABELLED_NO_CONNECTION), procs);
         }
@@ -244,9 +263,22 @@ impl Handshakes {
         }
     }
 
+    /// The QUIC handshakes' figures that found their handshake, labelled by it, and those
+    /// that waited in vain, as figures without a connection.
+    fn join_quic(&mut self, all: bool, procs: &impl ProcInfo, now: Instant) {
+        let (joined, alone) = self.quic.take(all, now);
+        for (e, labels) in joined {
+            self.count(&e, &labels, None, procs);
+        }
+        for e in alone {
+            self.count(&e, &Negotiated::UNKNOWN, Some(UNLABELLED_NO_CONNECTION), procs);
+        }
+    }
+
     /// Counts the waiting handshakes whose parameters arrived, and those that waited too
     /// long (or all, at exit) with what is known.
     pub fn flush(&mut self, all: bool, procs: &impl ProcInfo, now: Instant) {
+        self.join_quic(all, procs, now);
         let estimates = &self.estimates;
         let looked = self.checks.due(
             now,
@@ -271,9 +303,15 @@ impl Handshakes {
         }
     }
 
-    /// Drops captures no handshake event will ask for any more.
-    pub fn expire(&mut self, now: Instant) {
-        self.wire.expire(now);
+    /// Drops captures no handshake event will ask for any more; counts the QUIC handshakes
+    /// that never ended as failed.
+    pub fn expire(&mut self, procs: &impl ProcInfo, now: Instant) {
+        for h in self.wire.expire(now) {
+            self.on_wire_handshake(h, procs, now);
+        }
+        self.wire
+            .dropped
+            .add("quic_waiting", std::mem::take(&mut self.quic.dropped));
         self.estimates.expire(now);
         self.clients.expire(now);
         self.wire
@@ -463,6 +501,7 @@ mod tests {
         group: "none",
         cert: "none",
         resumed: true,
+        transport: "tcp",
     };
 
     fn count(m: &Metrics, comm: &str, role: &str, result: &str, n: &Negotiated) -> u64 {

@@ -13,6 +13,7 @@ mod mode;
 mod no_probes;
 mod ports;
 mod probes;
+mod quic_join;
 mod ready;
 mod sightings;
 mod targets;
@@ -423,7 +424,7 @@ fn event_loop(agent: &mut Agent) -> Result<()> {
             agent.scan();
             agent.health.sync_kernel(&mut agent.kernel, &agent.metrics);
             agent.health.sync_self(&agent.metrics);
-            agent.handshakes.expire(Instant::now());
+            agent.handshakes.expire(&agent.targets, Instant::now());
             next_scan = Instant::now() + every;
             if exits_cleared.elapsed() > Duration::from_secs(60) {
                 agent.targets.clear_recent_exits();

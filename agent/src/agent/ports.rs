@@ -15,7 +15,7 @@ use crate::{
     bpf::{
         conn::{conn_event, conn_port, conn_port_stats, CONN_PORTS_ENTRIES, CONN_PORT_TLS},
         loader::Kernel,
-        wire::{WireEvent, WIRE_EV_HELLO},
+        wire::{WireEvent, WIRE_EV_HELLO, WIRE_EV_QUIC},
     },
     conns::Churn,
     discovery::procfs,
@@ -56,6 +56,9 @@ pub struct Ports {
     /// (Kernel::listen_changes, as last seen), or after REREAD_FILES.
     listening: HashMap<u32, (Vec<(u16, u64)>, Instant)>,
     listen_seen: Option<u64>,
+    /// Each UDP port a traced process has bound (a QUIC server's): the first such process,
+    /// its namespace and name. The kernel's QUIC events carry the port alone.
+    quic: HashMap<u16, (u32, u32, String)>,
     pub churn: Churn,
 }
 
@@ -98,6 +101,7 @@ impl Ports {
             owned: HashMap::new(),
             listening: HashMap::new(),
             listen_seen: None,
+            quic: HashMap::new(),
             churn: Churn::new(metrics),
         }
     }
@@ -121,8 +125,12 @@ impl Ports {
         let mut procs = Vec::new();
         let mut ns_paths: HashMap<u32, PathBuf> = HashMap::new();
         let mut listeners: HashMap<u32, Vec<(u16, u64)>> = HashMap::new();
+        // each namespace's bound UDP sockets, read at every scan (binding one moves nothing
+        // the kernel counts)
+        let mut udp: HashMap<u32, Vec<(u16, u64)>> = HashMap::new();
         for (pid, name) in traced {
             let Ok(netns) = procfs::netns(pid) else { continue };
+            udp.entry(netns).or_insert_with(|| procfs::proc_udp_bound(pid));
             if let std::collections::hash_map::Entry::Vacant(e) = listeners.entry(netns) {
                 let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
                 let table = match self.listening.get(&netns) {
@@ -165,9 +173,12 @@ impl Ports {
         self.listening.retain(|ns, _| listeners.contains_key(ns));
         let live: HashSet<u32> = procs.iter().map(|p| p.0).collect();
         self.owned.retain(|pid, _| live.contains(pid));
+        let mut quic: HashMap<u16, (u32, u32, String)> = HashMap::new();
         for (pid, name, netns) in procs {
             let table = &listeners[&netns];
-            let Some(mine) = self.listening_of(pid, netns, table, t) else {
+            let bound = udp.get(&netns).map_or(&[][..], |v| v.as_slice());
+            let both: Vec<(u16, u64)> = table.iter().chain(bound).copied().collect();
+            let Some(mine) = self.listening_of(pid, netns, &both, t) else {
                 continue;
             };
             for (port, _) in table.iter().filter(|(_, ino)| mine.contains(ino)) {
@@ -175,7 +186,26 @@ impl Ports {
                 now.entry(key).or_insert_with(|| name.to_string());
                 owners.entry(key).or_insert(pid);
             }
+            for (port, _) in bound.iter().filter(|(_, ino)| mine.contains(ino)) {
+                quic.entry(*port).or_insert_with(|| (pid, netns, name.to_string()));
+            }
         }
+        let mut quic_pids: Vec<u32> = quic.values().map(|(pid, _, _)| *pid).collect();
+        quic_pids.sort_unstable();
+        quic_pids.dedup();
+        if !k.set_quic_ports(quic.keys().copied().collect(), quic_pids) && !quic.is_empty() && self.quic.is_empty() {
+            log::warn!(
+                "quic: UDP ports {:?} of traced processes are not read: QUIC handshakes need the packet \
+                 programs on their cgroups (cgroup v2; not with --avoid-hook cgroup_skb)",
+                quic.keys().collect::<Vec<_>>()
+            );
+        }
+        for (port, (pid, _, name)) in &quic {
+            if !self.quic.contains_key(port) {
+                log::debug!("quic: UDP port {port} of {name} ({pid}): its QUIC handshakes are read");
+            }
+        }
+        self.quic = quic;
         // a port whose traced owners are gone while something still listens there (a login
         // process per connection holds its master's listener only while it lives): learned,
         // the next connections are theirs too
@@ -290,9 +320,17 @@ impl Ports {
         new
     }
 
+    /// QUIC datagrams (bpf/quic.bpf.h) carry neither process nor namespace: they are the
+    /// process's that bound their UDP port.
     pub fn own_client_hellos(&self, mut wire: Vec<WireEvent>) -> Vec<WireEvent> {
-        for e in wire.iter_mut().filter(|e| e.kind == WIRE_EV_HELLO && e.tgid == 0) {
-            e.tgid = self.owners.get(&conn_port::new(e.netns, e.port)).copied().unwrap_or(0);
+        for e in wire.iter_mut().filter(|e| e.tgid == 0) {
+            if e.kind == WIRE_EV_HELLO {
+                e.tgid = self.owners.get(&conn_port::new(e.netns, e.port)).copied().unwrap_or(0);
+            } else if e.kind == WIRE_EV_QUIC {
+                if let Some((pid, netns, _)) = self.quic.get(&e.port) {
+                    (e.tgid, e.netns) = (*pid, *netns);
+                }
+            }
         }
         wire
     }

@@ -6,7 +6,7 @@ pub const HS_RESULT_OK: u8 = 0;
 pub const HS_RESULT_FAILED: u8 = 1;
 
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct hs_event {
     pub duration_ns: u64,
     pub cpu_ns: u64,

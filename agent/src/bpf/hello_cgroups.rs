@@ -27,6 +27,10 @@ use crate::bounds::Dropped;
 pub const MAX_CGROUPS: usize = 4096;
 
 const PROGRAM: &str = "hello_ingress";
+/// The QUIC capture's program for the server's datagrams (bpf/quic.bpf.h), attached beside
+/// PROGRAM to the cgroups that hold a traced process with a watched UDP port only: it runs
+/// for every packet those cgroups send.
+pub const EGRESS: &str = "quic_egress";
 
 /// Whether the agent is in a cgroup namespace other than the host init's, which it can
 /// reach (a container with the host's PID namespace): cgroups are then found as init sees
@@ -149,6 +153,8 @@ pub struct HelloCgroups {
     of_pid: HashMap<u32, Option<Cgroup>>,
     /// Attached cgroups: their path (for the log) and link.
     links: HashMap<u64, (PathBuf, CgroupSkbLinkId)>,
+    /// Cgroups the QUIC egress program is attached to (EGRESS), and its link.
+    egress: HashMap<u64, CgroupSkbLinkId>,
     /// Cgroups refused while a traced process is in them, said once.
     refused: HashSet<u64>,
     /// When each attached cgroup last had a traced process: it stays attached LINGER after
@@ -166,6 +172,7 @@ impl HelloCgroups {
             root,
             of_pid: HashMap::new(),
             links: HashMap::new(),
+            egress: HashMap::new(),
             refused: HashSet::new(),
             last_needed: HashMap::new(),
         }
@@ -178,8 +185,10 @@ impl HelloCgroups {
     }
 
     /// Attaches the program to the cgroup of every traced process (`pids`) not attached yet,
-    /// and detaches it from the cgroups none of them is in any more.
-    pub fn sync(&mut self, ebpf: &mut Ebpf, pids: &[u32], full: &mut Dropped) {
+    /// and detaches it from the cgroups none of them is in any more; the QUIC egress program
+    /// to the attached cgroups that hold one of `quic` (traced processes with a watched UDP
+    /// port), and detaches it from the others.
+    pub fn sync(&mut self, ebpf: &mut Ebpf, pids: &[u32], quic: &[u32], full: &mut Dropped) {
         let live: HashSet<u32> = pids.iter().copied().collect();
         self.of_pid.retain(|pid, _| live.contains(pid));
         let new: Vec<u32> = pids.iter().filter(|p| !self.of_pid.contains_key(p)).copied().collect();
@@ -229,6 +238,13 @@ impl HelloCgroups {
             .retain(|ino, _| needed.contains_key(ino) || (self.links.contains_key(ino) && !gone.contains(ino)));
         // bounded by the cgroups needed now (containers come and go)
         self.refused.retain(|ino| needed.contains_key(ino));
+        if let Some(Ok(e)) = ebpf.program_mut(EGRESS).map(<&mut CgroupSkb>::try_from) {
+            for ino in &gone {
+                if let Some(link) = self.egress.remove(ino) {
+                    let _ = e.detach(link);
+                }
+            }
+        }
         let Some(Ok(p)) = ebpf.program_mut(PROGRAM).map(<&mut CgroupSkb>::try_from) else {
             return;
         };
@@ -263,6 +279,54 @@ impl HelloCgroups {
                     log::warn!(
                         "client hellos: cannot attach to cgroup {} ({e:#}): the ClientHellos of its processes \
                          will not be read (--avoid-hook cgroup_skb reads them from the server's reads instead)",
+                        dir.display()
+                    );
+                    self.refused.insert(ino);
+                }
+            }
+        }
+        self.sync_egress(ebpf, quic);
+    }
+}
+
+impl HelloCgroups {
+    /// The QUIC egress program on the attached cgroups that hold a process of `quic`.
+    fn sync_egress(&mut self, ebpf: &mut Ebpf, quic: &[u32]) {
+        let dirs: Vec<&PathBuf> = quic
+            .iter()
+            .filter_map(|pid| self.of_pid.get(pid)?.as_ref().map(|(_, d)| d))
+            .collect();
+        let wanted: HashMap<u64, PathBuf> = self
+            .links
+            .iter()
+            .filter(|(_, (dir, _))| dirs.iter().any(|d| d.starts_with(dir)))
+            .map(|(ino, (dir, _))| (*ino, dir.clone()))
+            .collect();
+        let Some(Ok(p)) = ebpf.program_mut(EGRESS).map(<&mut CgroupSkb>::try_from) else {
+            return;
+        };
+        let gone: Vec<u64> = self.egress.keys().filter(|i| !wanted.contains_key(i)).copied().collect();
+        for ino in gone {
+            if let Some(link) = self.egress.remove(&ino) {
+                let _ = p.detach(link);
+            }
+        }
+        for (ino, dir) in wanted {
+            if self.egress.contains_key(&ino) || self.refused.contains(&ino) {
+                continue;
+            }
+            match File::open(&dir).map_err(anyhow::Error::from).and_then(|f| {
+                p.attach(f, CgroupSkbAttachType::Egress, CgroupAttachMode::Single)
+                    .map_err(anyhow::Error::from)
+            }) {
+                Ok(link) => {
+                    log::debug!("quic: the server's datagrams read from cgroup {}", dir.display());
+                    self.egress.insert(ino, link);
+                }
+                Err(e) => {
+                    log::warn!(
+                        "quic: cannot attach to cgroup {} for the servers' datagrams ({e:#}): the QUIC \
+                         handshakes of its processes are counted without their ServerHello's labels",
                         dir.display()
                     );
                     self.refused.insert(ino);

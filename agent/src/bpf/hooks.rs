@@ -523,6 +523,12 @@ fn attach_program(ebpf: &mut Ebpf, btf: &Btf, name: &str, how: Attach) -> Result
             }
             let p: &mut CgroupSkb = p.try_into()?;
             p.load()?;
+            // the QUIC capture's egress program goes with it (hello_cgroups.rs attaches both)
+            let e: &mut CgroupSkb = ebpf
+                .program_mut(super::hello_cgroups::EGRESS)
+                .context("no QUIC egress program")?
+                .try_into()?;
+            e.load()?;
             LinkRef::Loaded
         }
     })

@@ -63,6 +63,11 @@ pub struct Kernel {
     /// Port numbers listened on (bpf/conn.bpf.h conn_listen_nums), as last set.
     conn_listen_nums: Array<MapData, u8>,
     listen_nums: std::collections::HashSet<u16>,
+    /// UDP ports bound by traced processes (bpf/quic.bpf.h quic_port_nums), as last set,
+    /// and those processes (the QUIC egress program's cgroups).
+    quic_port_nums: Array<MapData, u8>,
+    quic_nums: std::collections::HashSet<u16>,
+    quic_pids: Vec<u32>,
     /// Live exchange counters, a slot per watched port (bpf/conn.h), and the free slots
     /// (1-based, as conn_port_stats.slot holds them).
     conn_exchanges: PerCpuArray<MapData, u64>,
@@ -290,6 +295,9 @@ impl Kernel {
             port_nums: Default::default(),
             conn_listen_nums: take(&mut ebpf, "conn_listen_nums")?,
             listen_nums: Default::default(),
+            quic_port_nums: take(&mut ebpf, "quic_port_nums")?,
+            quic_nums: Default::default(),
+            quic_pids: Vec::new(),
             conn_exchanges: take(&mut ebpf, "conn_exchanges")?,
             free_slots: (1..=cn::CONN_EXCHANGE_SLOTS).rev().collect(),
             traced: take(&mut ebpf, "traced")?,
@@ -312,7 +320,7 @@ impl Kernel {
     /// (`pids`: all of them), where it serves (hello_cgroups.rs).
     pub fn watch_cgroups(&mut self, pids: &[u32]) {
         if let Some(h) = &mut self.hello_cgroups {
-            h.sync(&mut self.ebpf, pids, &mut self.full);
+            h.sync(&mut self.ebpf, pids, &self.quic_pids, &mut self.full);
         }
     }
 
@@ -517,6 +525,21 @@ impl Kernel {
             let _ = self.conn_listen_nums.set(u32::from(*new), 1, 0);
         }
         self.listen_nums = ports;
+    }
+
+    /// The UDP ports bound by traced processes in any namespace (`ports`), and those
+    /// processes (`pids`): their QUIC handshakes are read (bpf/quic.bpf.h). Whether the
+    /// packet programs that read them are attached (else QUIC is not seen).
+    pub fn set_quic_ports(&mut self, ports: std::collections::HashSet<u16>, pids: Vec<u32>) -> bool {
+        for gone in self.quic_nums.difference(&ports) {
+            let _ = self.quic_port_nums.set(u32::from(*gone), 0, 0);
+        }
+        for new in ports.difference(&self.quic_nums) {
+            let _ = self.quic_port_nums.set(u32::from(*new), 1, 0);
+        }
+        self.quic_nums = ports;
+        self.quic_pids = pids;
+        self.hello_cgroups.is_some()
     }
 
     pub fn unwatch_port(&mut self, key: &conn_port) {

@@ -178,6 +178,7 @@ mod layout_tests {
                 rx_flight
             }
         );
+        rust_layout!(rust, quic_head { ts, hs_len, dgram, pad });
         rust_layout!(
             rust,
             hello_conn {
@@ -329,6 +330,11 @@ mod layout_tests {
             WIRE_EV_RECORD,
             WIRE_EV_END,
             WIRE_EV_HELLO,
+            WIRE_EV_QUIC,
+            QUIC_F_CLIENT,
+            QUIC_F_DONE,
+            QUIC_F_RETRY,
+            QUIC_HEAD,
             HELLO_LAST,
             HELLO_WHY_MASK,
             HELLO_UNREADABLE,

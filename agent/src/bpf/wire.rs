@@ -9,6 +9,39 @@ pub const WIRE_EV_HELLO: u8 = 4;
 /// WIRE_EV_HELLO flags: these bytes complete the ClientHello; in the high nibble, why the
 /// capture gave up.
 pub const HELLO_LAST: u8 = 0x01;
+/// A QUIC connection's datagram (bpf/quic.h): data is a quic_head and an Initial packet.
+pub const WIRE_EV_QUIC: u8 = 5;
+/// WIRE_EV_QUIC flags: the client's datagram (else the server's); the client's first
+/// Handshake or 1-RTT packet; the server's Retry.
+pub const QUIC_F_CLIENT: u8 = 0x01;
+pub const QUIC_F_DONE: u8 = 0x02;
+pub const QUIC_F_RETRY: u8 = 0x04;
+/// Bytes of the quic_head before a WIRE_EV_QUIC's packet.
+pub const QUIC_HEAD: usize = 16;
+
+/// Mirror of bpf/quic.h's struct quic_head (the layout test checks it); WireEvent::quic
+/// reads it.
+#[repr(C)]
+pub struct quic_head {
+    pub ts: u64,
+    pub hs_len: u16,
+    pub dgram: u16,
+    pub pad: [u8; 4],
+}
+
+/// A WIRE_EV_QUIC's head and packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuicDatagram<'a> {
+    /// When it passed (bpf_ktime_get_ns).
+    pub ts: u64,
+    /// The Length of the client's first Handshake packet (QUIC_F_DONE; 0: a 1-RTT packet).
+    pub hs_len: u16,
+    /// The datagram's UDP payload length.
+    pub dgram: u16,
+    /// The Initial packet at its head (empty: none).
+    pub initial: &'a [u8],
+}
+
 pub const HELLO_WHY_MASK: u8 = 0xf0;
 pub const HELLO_UNREADABLE: u8 = 0x10;
 pub const HELLO_CUT: u8 = 0x20;
@@ -113,6 +146,19 @@ impl WireEvent {
 }
 
 impl WireEvent {
+    /// A WIRE_EV_QUIC's head and packet; None if the data is shorter than the head.
+    pub fn quic(&self) -> Option<QuicDatagram<'_>> {
+        use std::mem::offset_of;
+        let d = self.data.get(..QUIC_HEAD)?;
+        let u16_at = |o: usize| u16::from_le_bytes([d[o], d[o + 1]]);
+        Some(QuicDatagram {
+            ts: u64::from_le_bytes(d[..8].try_into().ok()?),
+            hs_len: u16_at(offset_of!(quic_head, hs_len)),
+            dgram: u16_at(offset_of!(quic_head, dgram)),
+            initial: &self.data[QUIC_HEAD..],
+        })
+    }
+
     pub fn decode(b: &[u8]) -> Option<Self> {
         if b.len() < WIRE_EVENT_HEADER {
             return None;

@@ -117,11 +117,28 @@ pub fn proc_listeners(pid: u32) -> Vec<(u16, u64)> {
         .collect()
 }
 
+/// (local port, inode) of the UDP sockets bound and not connected (a server's, QUIC's)
+/// in a process's network namespace.
+pub fn proc_udp_bound(pid: u32) -> Vec<(u16, u64)> {
+    ["udp", "udp6"]
+        .iter()
+        .filter_map(|t| fs::read_to_string(format!("/proc/{pid}/net/{t}")).ok())
+        .flat_map(|text| parse_sockets(&text, "07").collect::<Vec<_>>())
+        .filter(|(port, _)| *port != 0)
+        .collect()
+}
+
 /// (local port, inode) of the LISTEN sockets in a /proc/net/tcp{,6} table.
 fn parse_listeners(text: &str) -> impl Iterator<Item = (u16, u64)> + '_ {
-    text.lines().skip(1).filter_map(|line| {
+    parse_sockets(text, "0A")
+}
+
+/// (local port, inode) of the sockets in state `st` (hex, as the table writes it) of a
+/// /proc/net/{tcp,udp}{,6} table.
+fn parse_sockets<'a>(text: &'a str, st: &'a str) -> impl Iterator<Item = (u16, u64)> + 'a {
+    text.lines().skip(1).filter_map(move |line| {
         let f: Vec<&str> = line.split_whitespace().collect();
-        if f.get(3) != Some(&"0A") {
+        if f.get(3) != Some(&st) {
             return None;
         }
         let port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;

@@ -115,7 +115,7 @@ pub const HANDSHAKES: Def<HandshakeLabels> = Def::new(
     None,
     "TLS handshakes finished, by process name, role (server|client), result (ok|failed) and what was \
      negotiated: version, cipher (IANA), group (IANA, or rsa for RSA key transport), cert (the server \
-     certificate's key) and resumed; unknown or rare values are other",
+     certificate's key), resumed, and transport (tcp, or quic for HTTP/3's); unknown or rare values are other",
 );
 pub const HANDSHAKES_UNLABELLED: Def<ReasonLabels> = Def::new(
     "handshakes_unlabelled",

@@ -49,11 +49,11 @@ impl LabelNames for NoLabels {
 
 label_set!(
     /// A handshake: process, role, result and what was negotiated.
-    HandshakeLabels { comm, role, result, version, cipher, group, cert, resumed }
+    HandshakeLabels { comm, role, result, version, cipher, group, cert, resumed, transport }
 );
 label_set!(
     /// What a handshake negotiated (wire::Negotiated), with the process and role.
-    ParamLabels { comm, role, version, cipher, group, cert, resumed }
+    ParamLabels { comm, role, version, cipher, group, cert, resumed, transport }
 );
 label_set!(ReasonLabels { comm, reason });
 label_set!(RoleLabels { comm, role });
@@ -105,6 +105,7 @@ impl ParamLabels {
             group: n.group.into(),
             cert: n.cert.into(),
             resumed: n.resumed.to_string(),
+            transport: n.transport.into(),
         }
     }
 
@@ -118,6 +119,7 @@ impl ParamLabels {
             group: self.group.clone(),
             cert: self.cert.clone(),
             resumed: self.resumed.clone(),
+            transport: self.transport.clone(),
         }
     }
 }

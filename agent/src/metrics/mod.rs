@@ -292,7 +292,7 @@ mod tests {
         assert!(
             text.contains(
                 "tlsprof_handshakes_total{comm=\"nginx\",role=\"server\",result=\"ok\",version=\"other\",\
-                 cipher=\"other\",group=\"other\",cert=\"other\",resumed=\"false\"} 3\n"
+                 cipher=\"other\",group=\"other\",cert=\"other\",resumed=\"false\",transport=\"other\"} 3\n"
             ),
             "{text}"
         );
@@ -303,7 +303,7 @@ mod tests {
         assert!(
             text.contains(
                 "tlsprof_handshake_cpu_seconds_bucket{le=\"0.0005\",comm=\"nginx\",role=\"server\",\
-                 version=\"other\",cipher=\"other\",group=\"other\",cert=\"other\",resumed=\"false\"} 1\n"
+                 version=\"other\",cipher=\"other\",group=\"other\",cert=\"other\",resumed=\"false\",transport=\"other\"} 1\n"
             ),
             "{text}"
         );

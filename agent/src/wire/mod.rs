@@ -5,8 +5,9 @@
 pub mod fixtures;
 #[cfg(test)]
 mod fuzz;
+pub mod quic;
 pub mod tls;
 pub mod tracker;
 
-pub use tls::Negotiated;
-pub use tracker::{Lookup, Tracker, WireHandshake};
+pub use tls::{Negotiated, TRANSPORT_QUIC};
+pub use tracker::{ConnId, Lookup, Tracker, WireHandshake};

@@ -15,12 +15,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::tls::{self, hello::Offer, Negotiated, Parsed};
+use super::{
+    quic::flows::Flows,
+    tls::{self, hello::Offer, Negotiated},
+};
 use crate::{
     bounds::{self, Dropped},
     bpf::wire::{
         preamble_protocol, WireEvent, HELLO_BAD, HELLO_CUT, HELLO_GAP, HELLO_LAST, HELLO_MAX, HELLO_UNREADABLE,
-        HELLO_WHY_MASK, WIRE_END_ALERT, WIRE_END_CLOSED, WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_HELLO, WIRE_EV_RECORD,
+        HELLO_WHY_MASK, WIRE_END_ALERT, WIRE_END_CLOSED, WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_HELLO, WIRE_EV_QUIC,
+        WIRE_EV_RECORD,
     },
 };
 
@@ -149,8 +153,11 @@ pub struct WireHandshake {
     /// The application protocol: its plaintext preamble's (STARTTLS, an SSLRequest:
     /// bpf/wire.h WIRE_PROTO_*), else as far as the output shows it (tls::PROTOCOLS).
     pub protocol: &'static str,
-    /// When the connection was accepted (bpf_ktime_get_ns; 0 if the kernel did not say).
+    /// When the connection was accepted (bpf_ktime_get_ns; 0 if the kernel did not say);
+    /// QUIC: when the client's first Initial came.
     pub conn_start: u64,
+    /// QUIC: when the client's datagram that ended the handshake came (0: TCP, or never).
+    pub end_ns: u64,
 }
 
 /// What is known of a connection's parameters.
@@ -165,7 +172,9 @@ pub enum Lookup {
 #[derive(Default)]
 pub struct Tracker {
     caps: HashMap<ConnId, Capture>,
-    ended: HashMap<ConnId, (Parsed, bool, Instant)>,
+    ended: HashMap<ConnId, (Negotiated, bool, Instant)>,
+    /// QUIC connections' handshakes under way.
+    quic: Flows,
     ended_order: VecDeque<(ConnId, Instant)>,
     /// Plaintext bytes the captures in flight hold.
     plain_bytes: usize,
@@ -182,6 +191,9 @@ impl Tracker {
     pub fn on_event(&mut self, e: WireEvent, now: Instant) -> Option<Seen> {
         if e.kind == WIRE_EV_HELLO {
             return self.on_hello(e, now).map(Seen::Hello);
+        }
+        if e.kind == WIRE_EV_QUIC {
+            return self.on_quic(e, now);
         }
         self.on_server(e, now).map(Seen::Handshake)
     }
@@ -290,23 +302,38 @@ impl Tracker {
                     complete: p.complete,
                     protocol: preamble_protocol(preamble).unwrap_or(p.protocol),
                     conn_start,
+                    end_ns: 0,
                 };
                 // nothing was negotiated (an alert, or closed before a ServerHello): the
                 // labels are other, and that is all there is to know
                 let settled = p.complete || (!p.hello && (h.alert || e.flags == WIRE_END_CLOSED));
-                self.make_room_ended(now);
-                self.ended.insert(id, (p, settled, now));
-                self.ended_order.push_back((id, now));
+                self.end(id, p.labels(), settled, now);
                 Some(h)
             }
             _ => None,
         }
     }
 
+    /// A capture ended: its labels kept KEEP for the handshake events that ask for them.
+    fn end(&mut self, id: ConnId, labels: Negotiated, settled: bool, now: Instant) {
+        self.make_room_ended(now);
+        self.ended.insert(id, (labels, settled, now));
+        self.ended_order.push_back((id, now));
+    }
+
+    /// A QUIC connection's datagram (wire/quic/flows.rs).
+    fn on_quic(&mut self, e: WireEvent, now: Instant) -> Option<Seen> {
+        let seen = self.quic.on_event(&e, now);
+        if let Some(Seen::Handshake(h)) = &seen {
+            self.end(h.conn, h.labels, true, now);
+        }
+        seen
+    }
+
     /// The parameters of a connection's handshake, as far as known.
     pub fn lookup(&self, id: ConnId) -> Lookup {
-        if let Some((p, settled, _)) = self.ended.get(&id) {
-            return Lookup::Ready(p.labels(), *settled);
+        if let Some((labels, settled, _)) = self.ended.get(&id) {
+            return Lookup::Ready(*labels, *settled);
         }
         if let Some(c) = self.caps.get(&id) {
             let p = tls::parse(&c.plain, &c.sealed, false);
@@ -328,8 +355,18 @@ impl Tracker {
         }
     }
 
-    /// Drops what no handshake event will ask for any more.
-    pub fn expire(&mut self, now: Instant) {
+    /// Drops what no handshake event will ask for any more; returns the QUIC handshakes
+    /// that never ended (failed).
+    pub fn expire(&mut self, now: Instant) -> Vec<WireHandshake> {
+        let stale = self.quic.expire(now);
+        for h in &stale {
+            self.end(h.conn, h.labels, true, now);
+        }
+        if self.quic.unopened > 0 {
+            log::debug!("quic: {} datagrams did not open as Initial packets", self.quic.unopened);
+            self.quic.unopened = 0;
+        }
+        self.dropped.add("quic_flows", std::mem::take(&mut self.quic.evicted));
         self.expire_ended(|at| now.duration_since(at) >= KEEP);
         let mut freed = 0;
         self.caps.retain(|_, c| {
@@ -350,6 +387,7 @@ impl Tracker {
             keep
         });
         self.hello_bytes -= freed;
+        stale
     }
 
     /// Room for a `new` capture and `more` plaintext bytes: at either bound the oldest

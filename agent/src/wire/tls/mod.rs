@@ -31,7 +31,14 @@ pub struct Negotiated {
     pub group: &'static str,
     pub cert: &'static str,
     pub resumed: bool,
+    /// What carried the handshake: TRANSPORT_TCP, TRANSPORT_QUIC, or OTHER (not known: no
+    /// connection was seen).
+    pub transport: &'static str,
 }
+
+/// Negotiated::transport: TLS over TCP, or QUIC's handshake (wire/quic/).
+pub const TRANSPORT_TCP: &str = "tcp";
+pub const TRANSPORT_QUIC: &str = "quic";
 
 pub const OTHER: &str = "other";
 /// No certificate was sent (resumption), or no key exchange took place (TLS 1.2
@@ -45,6 +52,7 @@ impl Negotiated {
         group: OTHER,
         cert: OTHER,
         resumed: false,
+        transport: OTHER,
     };
 }
 
@@ -66,6 +74,8 @@ pub struct Parsed {
     /// The application protocol the server chose (ALPN), where its output shows it: a
     /// PROTOCOL_* value.
     pub protocol: &'static str,
+    /// Read from QUIC's Initial packets (wire/quic/), not a TCP stream.
+    pub quic: bool,
 }
 
 /// Parsed::protocol: HTTP/2 (ALPN `h2`), HTTP/1.1, another ALPN value, no ALPN at all, or
@@ -90,8 +100,14 @@ fn protocol_name(name: &[u8]) -> &'static str {
 
 impl Parsed {
     pub fn labels(&self) -> Negotiated {
+        let transport = if self.quic { TRANSPORT_QUIC } else { TRANSPORT_TCP };
         if !self.hello {
-            return Negotiated::UNKNOWN;
+            // nothing negotiated shows (QUIC's handshake still says what carried it)
+            let transport = if self.quic { TRANSPORT_QUIC } else { OTHER };
+            return Negotiated {
+                transport,
+                ..Negotiated::UNKNOWN
+            };
         }
         let suite = suite(self.cipher);
         let tls13 = self.version == 0x0304;
@@ -108,6 +124,7 @@ impl Parsed {
             group,
             cert: if self.resumed { NONE } else { self.cert.unwrap_or(OTHER) },
             resumed: self.resumed,
+            transport,
         }
     }
 }

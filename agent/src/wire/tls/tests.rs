@@ -28,7 +28,8 @@ fn tls13_full_handshake() {
             cipher: "TLS_AES_128_GCM_SHA256",
             group: "x25519",
             cert: "ecdsa_p256",
-            resumed: false
+            resumed: false,
+            transport: "tcp"
         }
     );
     // RSA-2048 behind a SHA-384 suite, with a CertificateRequest
@@ -65,7 +66,8 @@ fn tls13_retry_and_resumption() {
             cipher: "TLS_CHACHA20_POLY1305_SHA256",
             group: "secp256r1",
             cert: NONE,
-            resumed: true
+            resumed: true,
+            transport: "tcp"
         }
     );
 }
@@ -175,7 +177,8 @@ fn tls12_full_and_resumed() {
             cipher: "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
             group: "x25519",
             cert: "ecdsa_p384",
-            resumed: false
+            resumed: false,
+            transport: "tcp"
         }
     );
     // the flight split over records and cut short in the certificate: not complete
@@ -200,7 +203,8 @@ fn tls12_full_and_resumed() {
             cipher: "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
             group: NONE,
             cert: NONE,
-            resumed: true
+            resumed: true,
+            transport: "tcp"
         }
     );
 }
