@@ -109,8 +109,9 @@ static __always_inline bool quic_packet(struct __sk_buff *skb, __u32 at, __u32 e
 	if (at + sizeof(h) > end || bpf_skb_load_bytes(skb, at, h, sizeof(h)))
 		return false;
 	if (!(h[0] & 0x80)) {
+		/* a 1-RTT packet has its fixed bit set; zeros after the last packet are padding */
 		p->type = QT_SHORT;
-		return true;
+		return h[0] & 0x40;
 	}
 	__u32 ver = (__u32)h[1] << 24 | (__u32)h[2] << 16 | (__u32)h[3] << 8 | h[4];
 	__u8 t = (h[0] >> 4) & 3;
@@ -201,7 +202,7 @@ static __always_inline void quic_in(struct __sk_buff *skb, __u16 port)
 		struct quic_pkt p = {};
 		if (at >= d.end || !quic_packet(skb, at, d.end, &p))
 			break;
-		if (p.type == QT_SHORT || p.type == QT_HANDSHAKE) {
+		if (p.type == QT_SHORT || (p.type == QT_HANDSHAKE && p.length >= QUIC_MIN_FINISHED)) {
 			done = true;
 			hs_len = p.type == QT_HANDSHAKE ? p.length : 0;
 			break;

@@ -10,7 +10,7 @@
  * kernel sends the agent the Initial packet at the head of the client's first QUIC_MAX_CLIENT
  * datagrams and of the server's first QUIC_MAX_SERVER, and marks the client's first datagram
  * that carries a Handshake packet (its Finished, or its refusal: the handshake is over on its
- * side) or a 1-RTT packet. Only Initial packets' bytes leave the kernel: of Handshake, 0-RTT
+ * side; a shorter one, an ACK or its refusal, does not end it) or a 1-RTT packet. Only Initial packets' bytes leave the kernel: of Handshake, 0-RTT
  * and 1-RTT packets nothing but their type and length is looked at, and the agent never holds
  * a key to them. Short-header (1-RTT) datagrams cost one byte's load.
  *
@@ -23,7 +23,8 @@
 
 /* wire_event.flags of WIRE_EV_QUIC */
 #define QUIC_F_CLIENT 0x01 /* the client's datagram (else the server's) */
-#define QUIC_F_DONE 0x02   /* the client's first datagram with a Handshake or 1-RTT packet */
+#define QUIC_F_DONE 0x02   /* the client's first datagram with a Handshake packet that can
+			    * hold its Finished, or with a 1-RTT packet */
 #define QUIC_F_RETRY 0x04  /* the server answered with a Retry packet */
 
 #define QUIC_MAX_CLIENT 4   /* client datagrams with an Initial sent per connection, at most
@@ -33,11 +34,16 @@
 #define QUIC_MAX_PACKET (4096 - QUIC_HEAD) /* an Initial packet's bytes sent at most (WIRE_CHUNK) */
 #define QUIC_FLOWS 32768    /* connections followed at once (LRU: the oldest make room) */
 #define QUIC_WALK 4         /* coalesced packets walked per datagram */
+/* The shortest Length of a Handshake packet that carries a client's Finished: a packet
+ * number (1 byte), a CRYPTO frame's header (3), a Finished of SHA-256 (4 + 32), the AEAD tag
+ * (16). A shorter one holds an ACK alone, or the client's CONNECTION_CLOSE refusing the
+ * server (then no Finished ever comes, and the agent counts the handshake failed). */
+#define QUIC_MIN_FINISHED 56
 
 struct quic_head {
 	__u64 ts;     /* when the datagram passed (bpf_ktime_get_ns) */
-	__u16 hs_len; /* QUIC_F_DONE: the Length field of the client's first Handshake packet
-		       * (0: a 1-RTT packet ended it) */
+	__u16 hs_len; /* QUIC_F_DONE: the Length field of the client's Handshake packet that
+		       * ended it (0: a 1-RTT packet did) */
 	__u16 dgram;  /* the datagram's UDP payload length */
 	__u8 pad[4];
 };

@@ -4,15 +4,16 @@ whole response is read before the connection is closed, bounded in count and in 
 Prints one JSON line at the end, the client's own counts:
 
   {"connections": N, "ok": k, "failed": f, "bodies_with_marker": m, "resumed": r,
-   "zero_rtt_accepted": z, "zero_rtt_sent": s, "statuses": {"200": k}, "seconds": t,
-   "errors": [the first few error strings]}
+   "zero_rtt_accepted": z, "zero_rtt_sent": s, "statuses": {"200": k},
+   "ciphers": {"TLS_AES_128_GCM_SHA256": k}, "seconds": t, "errors": [the first few error strings]}
 
 ok: a connection whose GET got a 2xx answer, read whole; failed: every other of the N,
 those the overall timeout left unmade included (ok + failed == N). resumed: handshakes
 made with the previous connection's session ticket (--resume: each connection keeps the
 newest ticket the server sent); zero_rtt_sent: connections whose request went out as 0-RTT
 early data (--zero-rtt, with a ticket that allows it); zero_rtt_accepted: of those, the
-ones the server accepted. Exits 0 whatever failed (the JSON says it); 2 on bad arguments.
+ones the server accepted; ciphers: the suite each ok connection's handshake negotiated, as
+aioquic's TLS says. Exits 0 whatever failed (the JSON says it); 2 on bad arguments.
 
 Runs with the Python of scripts/deps.sh's aioquic venv ($TLSPROF_TESTDEPS/quic/aioquic):
   h3_get.py --host 127.0.0.1 --port P --connections 20 --marker M --insecure --resume
@@ -141,7 +142,7 @@ def main() -> int:
 
 async def run(args) -> dict:
     counts = {"connections": args.connections, "ok": 0, "failed": 0, "bodies_with_marker": 0, "resumed": 0,
-              "zero_rtt_accepted": 0, "zero_rtt_sent": 0, "statuses": {}, "seconds": 0.0, "errors": []}
+              "zero_rtt_accepted": 0, "zero_rtt_sent": 0, "statuses": {}, "ciphers": {}, "seconds": 0.0, "errors": []}
     start = time.monotonic()
     deadline = start + args.timeout
     loop = asyncio.get_running_loop()
@@ -206,6 +207,9 @@ async def _exchange(args, config, authority, ticket, counts, zero_rtt, protocol)
         ctx = client._quic.tls
         if ctx.session_resumed:
             counts["resumed"] += 1
+        # the suite the handshake negotiated, as the client's own TLS says (IANA name)
+        suite = f"TLS_{ctx.key_schedule.cipher_suite.name}" if ctx.key_schedule else "unknown"
+        counts["ciphers"][suite] = counts["ciphers"].get(suite, 0) + 1
         if sent_early:
             counts["zero_rtt_sent"] += 1
             if ctx.early_data_accepted:

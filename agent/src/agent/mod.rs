@@ -118,6 +118,10 @@ impl Agent {
         for (comm, n) in self.ports.refresh(traced, &mut self.kernel) {
             self.handshakes.failed_without_tls(&comm, n);
         }
+        if self.kernel.quic_changed() {
+            // the servers' datagrams of a QUIC port just found, from its next handshake
+            self.kernel.watch_cgroups(&pids);
+        }
         self.targets.say_ready();
     }
 

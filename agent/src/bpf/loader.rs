@@ -68,6 +68,8 @@ pub struct Kernel {
     quic_port_nums: Array<MapData, u8>,
     quic_nums: std::collections::HashSet<u16>,
     quic_pids: Vec<u32>,
+    /// quic_pids changed since the cgroups were last synced.
+    quic_changed: bool,
     /// Live exchange counters, a slot per watched port (bpf/conn.h), and the free slots
     /// (1-based, as conn_port_stats.slot holds them).
     conn_exchanges: PerCpuArray<MapData, u64>,
@@ -298,6 +300,7 @@ impl Kernel {
             quic_port_nums: take(&mut ebpf, "quic_port_nums")?,
             quic_nums: Default::default(),
             quic_pids: Vec::new(),
+            quic_changed: false,
             conn_exchanges: take(&mut ebpf, "conn_exchanges")?,
             free_slots: (1..=cn::CONN_EXCHANGE_SLOTS).rev().collect(),
             traced: take(&mut ebpf, "traced")?,
@@ -319,6 +322,7 @@ impl Kernel {
     /// The ClientHello capture's packet program on the cgroups of the traced processes
     /// (`pids`: all of them), where it serves (hello_cgroups.rs).
     pub fn watch_cgroups(&mut self, pids: &[u32]) {
+        self.quic_changed = false;
         if let Some(h) = &mut self.hello_cgroups {
             h.sync(&mut self.ebpf, pids, &self.quic_pids, &mut self.full);
         }
@@ -527,6 +531,12 @@ impl Kernel {
         self.listen_nums = ports;
     }
 
+    /// Whether the traced processes with a watched UDP port changed since the cgroups were
+    /// last synced (watch_cgroups): the QUIC egress program goes to theirs at once.
+    pub fn quic_changed(&self) -> bool {
+        self.quic_changed
+    }
+
     /// The UDP ports bound by traced processes in any namespace (`ports`), and those
     /// processes (`pids`): their QUIC handshakes are read (bpf/quic.bpf.h). Whether the
     /// packet programs that read them are attached (else QUIC is not seen).
@@ -538,6 +548,7 @@ impl Kernel {
             let _ = self.quic_port_nums.set(u32::from(*new), 1, 0);
         }
         self.quic_nums = ports;
+        self.quic_changed |= pids != self.quic_pids;
         self.quic_pids = pids;
         self.hello_cgroups.is_some()
     }

@@ -15,9 +15,11 @@ use crate::metrics::{
     labels::*,
     text, FGauge, Metrics,
 };
+use crate::wire::quic::flows::PROTOCOL_QUIC;
 
-/// A negotiated configuration: version, cipher, group, cert, resumed.
-pub type ConfigKey = (String, String, String, String, bool);
+/// A negotiated configuration: version, cipher, group, cert, resumed, and the transport that
+/// carried it (`tcp`, `quic`, `other`: no connection seen).
+pub type ConfigKey = (String, String, String, String, bool, String);
 
 /// The agent's figures at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -40,7 +42,8 @@ pub struct ProcFigures {
     pub cpu_methods: BTreeSet<String>,
     /// TLS libraries it maps: (library, symbols).
     pub libraries: BTreeSet<(String, String)>,
-    /// Server handshakes by result (`ok`, `failed`) and negotiated configuration.
+    /// Server handshakes by result (`ok`, `failed`) and negotiated configuration (with its
+    /// transport).
     pub handshakes: BTreeMap<(String, ConfigKey), f64>,
     /// Server handshakes timed, and their summed CPU seconds, by configuration.
     pub handshake_cpu: BTreeMap<ConfigKey, (f64, f64)>,
@@ -58,8 +61,11 @@ pub struct ProcFigures {
 pub struct PortFigures {
     /// Ended connections by who closed first (server, client, reset).
     pub closed_by: BTreeMap<String, f64>,
-    /// TLS handshakes by the application protocol the server chose.
+    /// TLS handshakes on its TCP connections by the application protocol they carry.
     pub protocols: BTreeMap<String, f64>,
+    /// QUIC connections whose handshake ended well on the UDP port of the same number
+    /// (the `protocol="quic"` series, kept apart: the TCP figures are not theirs).
+    pub quic: f64,
     pub exchanges: f64,
     pub time_wait: f64,
     /// Lifetime of the connections that ended, in seconds.
@@ -216,14 +222,18 @@ read! {
     CLIENT_HELLOS_UNREAD: client_hellos_unread => hellos_unread,
 }
 
-fn config_key(version: &str, cipher: &str, group: &str, cert: &str, resumed: &str) -> ConfigKey {
-    (
-        version.into(),
-        cipher.into(),
-        group.into(),
-        cert.into(),
-        resumed == "true",
-    )
+/// The configuration a handshake series names: its labels but comm, role and result.
+macro_rules! config_key {
+    ($l:expr) => {
+        (
+            $l.version.clone(),
+            $l.cipher.clone(),
+            $l.group.clone(),
+            $l.cert.clone(),
+            $l.resumed == "true",
+            $l.transport.clone(),
+        )
+    };
 }
 
 fn add(by: &mut BTreeMap<String, f64>, key: &str, v: f64) {
@@ -250,17 +260,17 @@ impl Figures {
 
     fn handshakes(&mut self, l: &HandshakeLabels, v: f64) {
         self.activity += v;
+        let key = config_key!(l);
         let p = self.proc(&l.comm);
         if l.role == "server" {
-            let key = config_key(&l.version, &l.cipher, &l.group, &l.cert, &l.resumed);
             *p.handshakes.entry((l.result.clone(), key)).or_default() += v;
         }
     }
 
     fn handshake_cpu(&mut self, l: &ParamLabels, h: HistogramValue) {
+        let key = config_key!(l);
         let p = self.proc(&l.comm);
         if l.role == "server" {
-            let key = config_key(&l.version, &l.cipher, &l.group, &l.cert, &l.resumed);
             let c = p.handshake_cpu.entry(key).or_default();
             c.0 += h.count;
             c.1 += h.sum;
@@ -313,7 +323,12 @@ impl Figures {
             comm: l.comm.clone(),
             port: l.port.clone(),
         };
-        add(&mut self.port(&port).protocols, &l.protocol, v);
+        let p = self.port(&port);
+        if l.protocol == PROTOCOL_QUIC {
+            p.quic += v;
+        } else {
+            add(&mut p.protocols, &l.protocol, v);
+        }
     }
 
     fn lifetime(&mut self, l: &PortLabels, h: HistogramValue) {

@@ -11,7 +11,10 @@ use super::{
     model::{ConfigKey, Figures, ProcFigures},
     remote::Source,
 };
-use crate::metrics::histogram::HistogramValue;
+use crate::{
+    metrics::histogram::HistogramValue,
+    wire::{tls::TRANSPORT_TCP, TRANSPORT_QUIC},
+};
 
 /// The agent's figures at one moment.
 #[derive(Debug, Clone)]
@@ -49,6 +52,8 @@ pub struct Config {
     pub group: String,
     pub cert: String,
     pub resumed: bool,
+    /// What carried its handshakes: `tcp`, `quic` (HTTP/3), `other` (no connection seen).
+    pub transport: String,
     /// Successful handshakes that negotiated it (tlsprof_handshakes_total: every one, in
     /// every mode): the figure rates and shares come from.
     pub handshakes: f64,
@@ -71,6 +76,31 @@ impl Config {
     pub fn mean_cpu(&self) -> Option<f64> {
         (self.timed > 0.0).then(|| self.cpu / self.timed)
     }
+
+    /// Its handshakes went over QUIC: no TCP connection, no TIME_WAIT, no keep-alive.
+    pub fn over_quic(&self) -> bool {
+        self.transport == TRANSPORT_QUIC
+    }
+}
+
+/// The transports a window's handshakes are shown by, in this order: TCP, QUIC, and the
+/// handshakes whose connection was not seen.
+pub const TRANSPORTS: [&str; 3] = [TRANSPORT_TCP, TRANSPORT_QUIC, crate::wire::tls::OTHER];
+
+/// One transport's successful handshakes in a window (the sum of its configurations).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Transport {
+    pub name: &'static str,
+    pub handshakes: f64,
+    /// Of them, those timed, and their summed CPU seconds.
+    pub timed: f64,
+    pub cpu: f64,
+}
+
+impl Transport {
+    pub fn mean_cpu(&self) -> Option<f64> {
+        (self.timed > 0.0).then(|| self.cpu / self.timed)
+    }
 }
 
 /// Connections of one listening port in a window.
@@ -89,9 +119,13 @@ pub struct Port {
     pub exchanges: f64,
     /// Ended connections by requests carried: (upper bound, cumulative count).
     pub request_buckets: Vec<(f64, f64)>,
-    /// TLS handshakes by the application protocol: the plaintext preamble's (smtp, imap,
-    /// postgresql...), else the one the server chose (h2, http/1.1, other, none, encrypted).
+    /// TLS handshakes on its TCP connections by the application protocol: the plaintext
+    /// preamble's (smtp, imap, postgresql...), else the one the server chose (h2, http/1.1,
+    /// other, none, encrypted).
     pub protocols: BTreeMap<String, f64>,
+    /// QUIC connections on the UDP port of the same number whose handshake ended well: none
+    /// of the other figures (all TCP's) counts them.
+    pub quic: f64,
     /// Summed lifetime of the connections that ended, in seconds, and their number.
     pub lifetime_sum: f64,
     pub lifetime_count: f64,
@@ -238,12 +272,14 @@ impl Port {
     /// before TLS (smtp, imap, pop3, ldap, xmpp, ftp, nntp, postgresql, mysql; starttls: one
     /// tlsprof does not name), else the one the server chose by ALPN (h2, http/1.1), else `tls`
     /// (TLS from the first byte, its application protocol not shown: TLS 1.3 encrypts the
-    /// server's choice, or it chose none); `-` while no TLS connection was seen.
+    /// server's choice, or it chose none); `quic` on a port that served QUIC alone; `-` while
+    /// no TLS connection was seen.
     pub fn protocol_name(&self) -> &str {
         match named_protocol(&self.protocols) {
             Some("starttls_other") => "starttls",
             Some(p) => p,
             None if self.protocols.values().any(|n| *n > 0.0) => "tls",
+            None if self.quic > 0.0 => TRANSPORT_QUIC,
             None => "-",
         }
     }
@@ -257,6 +293,18 @@ impl Port {
         let all: f64 = self.protocols.values().sum();
         if all > 0.0 {
             self.protocols.get("h2").copied().unwrap_or(0.0) / all
+        } else {
+            0.0
+        }
+    }
+    /// The share of its TCP connections' ClientHellos that offered h2. The port's ClientHellos
+    /// are read from its QUIC connections too (one each), which offer h3, never h2: they
+    /// are left out, so that HTTP/3 clients do not hide HTTP/2 ones.
+    pub fn tcp_h2_offered_share(&self) -> f64 {
+        let h2 = self.clients.offered("alpn", "h2");
+        let tcp = (self.clients.seen() - self.quic).max(h2);
+        if tcp > 0.0 {
+            h2 / tcp
         } else {
             0.0
         }
@@ -345,6 +393,29 @@ impl Proc {
     pub fn handshakes(&self) -> f64 {
         self.full + self.resumed
     }
+    /// Its successful handshakes by transport (TRANSPORTS' order), those with none left out.
+    pub fn transports(&self) -> Vec<Transport> {
+        TRANSPORTS
+            .iter()
+            .map(|&name| Transport {
+                name,
+                handshakes: self.count(|c| c.transport == name),
+                timed: self.timed(|c| c.transport == name),
+                cpu: self.configs.iter().filter(|c| c.transport == name).map(|c| c.cpu).sum::<f64>() + 0.0,
+            })
+            .filter(|t| t.handshakes > 0.0 || t.timed > 0.0)
+            .collect()
+    }
+    /// The share of its successful handshakes that went over QUIC: the share of its clients
+    /// on HTTP/3 (None without a handshake).
+    pub fn quic_share(&self) -> Option<f64> {
+        let all = self.count(|_| true);
+        (all > 0.0).then(|| self.count(Config::over_quic) / all)
+    }
+    /// It served QUIC in the window.
+    pub fn serves_quic(&self) -> bool {
+        self.count(Config::over_quic) > 0.0
+    }
     pub fn cpu_in(&self, category: &str) -> f64 {
         self.cpu.get(category).copied().unwrap_or(0.0)
     }
@@ -399,10 +470,12 @@ impl Proc {
     pub fn tls_cpu(&self) -> f64 {
         self.process_cpu * TLS_CATEGORIES.iter().map(|c| self.share(c)).sum::<f64>()
     }
-    /// CPU seconds per exchange, and of it in TLS (None without an exchange).
+    /// CPU seconds per exchange, and of it in TLS (None without an exchange). None too for a
+    /// process that served QUIC in the window: exchanges are counted on TCP connections
+    /// only, and its CPU over them alone would overstate each.
     pub fn cost_per_exchange(&self) -> Option<(f64, f64)> {
         let n = self.exchanges();
-        (n > 0.0).then(|| (self.process_cpu / n, self.tls_cpu() / n))
+        (n > 0.0 && !self.serves_quic()).then(|| (self.process_cpu / n, self.tls_cpu() / n))
     }
 }
 
@@ -462,6 +535,7 @@ fn config<'a>(configs: &'a mut BTreeMap<ConfigKey, Config>, key: &ConfigKey) -> 
         group: key.2.clone(),
         cert: key.3.clone(),
         resumed: key.4,
+        transport: key.5.clone(),
         ..Default::default()
     })
 }
@@ -517,6 +591,7 @@ impl Proc {
                     exchanges: inc(now.exchanges, old(|b| b.exchanges)),
                     request_buckets,
                     protocols: incs(&now.protocols, before.map(|b| &b.protocols)),
+                    quic: inc(now.quic, old(|b| b.quic)),
                     lifetime_sum,
                     lifetime_count,
                     clients: {
@@ -614,6 +689,65 @@ mod tests {
         assert!(Window::between(&a, &b, &["apache2".into()]).procs.is_empty());
         assert_eq!(p.clients().seen(), 0.0, "no ClientHello read");
         assert!(p.clients().policy("tls13_only").is_none());
+    }
+
+    /// Handshakes over TCP and over QUIC on one port number: each transport's handshakes
+    /// and their CPU apart, the QUIC share, and the port's TCP figures without QUIC's
+    /// connections; the same read in process and decoded.
+    #[test]
+    fn window_gives_handshakes_and_cpu_by_transport() {
+        use std::time::Duration;
+
+        use crate::{
+            metrics::{Metrics, ParamLabels, ProtocolLabels},
+            wire::Negotiated,
+        };
+        let m = Metrics::new();
+        let tls13 = |transport| Negotiated {
+            version: "TLSv1.3",
+            cipher: "TLS_AES_128_GCM_SHA256",
+            group: "x25519",
+            cert: "ecdsa_p256",
+            resumed: false,
+            transport,
+        };
+        let tcp = ParamLabels::new("nginx", "server", &tls13("tcp"));
+        let quic = ParamLabels::new("nginx", "server", &tls13("quic"));
+        let protocol = |protocol: &str| ProtocolLabels {
+            comm: "nginx".into(),
+            port: "443".into(),
+            protocol: protocol.into(),
+        };
+        let a = Snapshot {
+            at: Instant::now(),
+            figures: Figures::of(&m),
+        };
+        m.handshakes.get_or_create(&tcp.with_result("ok")).inc_by(30);
+        m.handshakes.get_or_create(&quic.with_result("ok")).inc_by(10);
+        m.handshakes.get_or_create(&quic.with_result("failed")).inc_by(5);
+        for _ in 0..3 {
+            m.handshake_cpu.get_or_create(&tcp).observe(0.001);
+        }
+        m.handshake_cpu.get_or_create(&quic).observe(0.004);
+        m.protocols.get_or_create(&protocol("encrypted")).inc_by(30);
+        m.protocols.get_or_create(&protocol("quic")).inc_by(10);
+        let b = Snapshot {
+            at: a.at + Duration::from_secs(2),
+            figures: Figures::of(&m),
+        };
+        assert_eq!(Figures::decode(&m.render_text()).unwrap(), b.figures);
+        let w = Window::between(&a, &b, &[]);
+        let p = w.proc("nginx").unwrap();
+        let t = p.transports();
+        assert_eq!(t.iter().map(|t| (t.name, t.handshakes, t.timed)).collect::<Vec<_>>(), [("tcp", 30.0, 3.0), ("quic", 10.0, 1.0)]);
+        assert!((t[0].mean_cpu().unwrap() - 0.001).abs() < 1e-12);
+        assert!((t[1].mean_cpu().unwrap() - 0.004).abs() < 1e-12);
+        assert_eq!(p.quic_share(), Some(0.25), "10 of the 40 that ended well");
+        assert_eq!(p.failed, 5.0);
+        assert_eq!(p.configs.iter().filter(|c| c.over_quic()).count(), 1);
+        let port = &p.ports["443"];
+        assert_eq!((port.quic, port.protocols.get("quic")), (10.0, None));
+        assert_eq!((port.protocol_name(), port.hidden_protocol_share()), ("tls", 1.0));
     }
 
     /// ab offers ten groups, each in every ClientHello: the ones servers pick come first,

@@ -9,9 +9,18 @@ pub fn cfg(group: &str, cert: &str, cipher: &str, resumed: bool, count: f64, ms_
         group: group.into(),
         cert: cert.into(),
         resumed,
+        transport: "tcp".into(),
         handshakes: count,
         timed: count,
         cpu: count * ms_each / 1e3,
+    }
+}
+
+/// The same configuration's handshakes over QUIC (HTTP/3).
+pub fn quic(c: Config) -> Config {
+    Config {
+        transport: "quic".into(),
+        ..c
     }
 }
 

@@ -4,13 +4,13 @@
 //! client's first Handshake or 1-RTT packet (its Finished: the server's first flight already
 //! carries 1-RTT data, so nothing the server sends marks the end).
 //!
-//! - ok: the client's first Handshake packet is long enough to hold a Finished, or a 1-RTT
-//!   packet came first, and neither side closed the connection in an Initial packet;
+//! - ok: the kernel saw the client's Handshake packet long enough to hold a Finished, or a
+//!   1-RTT packet (bpf/quic.h QUIC_MIN_FINISHED), and neither side closed the connection in
+//!   an Initial packet;
 //! - failed: a CONNECTION_CLOSE in an Initial packet (the server refused the ClientHello, or
-//!   the client the server's), a client Handshake packet too short for any Finished (the
-//!   client refused the server's certificate: its close travels there), or no end within
-//!   STALE of a client Initial that opened as one (the client gave up, or the server never
-//!   answered).
+//!   the client the server's), or no end within STALE of a client Initial that opened as one
+//!   (the client gave up: a client that refuses the server's certificate closes in a
+//!   Handshake packet too short for a Finished; or the server never answered).
 //!
 //! A connection is the kernel's (bpf/quic.bpf.h quic_flows: the client's address and port,
 //! the server's port); a Retry keeps it, and the client's next Initial brings the
@@ -39,10 +39,6 @@ pub const STALE: Duration = Duration::from_secs(10);
 pub const MAX_FLOWS: usize = 32_768;
 /// The `protocol` label of a QUIC connection (tlsprof_connections_by_protocol_total).
 pub const PROTOCOL_QUIC: &str = "quic";
-/// The shortest Length of a Handshake packet that carries a client's Finished: a packet
-/// number (1 byte), a CRYPTO frame's header (3) and a Finished of SHA-256 (4 + 32), the AEAD
-/// tag (16). A shorter one carries a CONNECTION_CLOSE: the client refused the server.
-const MIN_FINISHED_PACKET: u16 = 56;
 /// ClientHello and ServerHello bytes kept per connection at most.
 const MAX_HELLO: usize = 16 * 1024;
 
@@ -53,8 +49,9 @@ struct Flow {
     since: Instant,
     /// When the client's first Initial passed (bpf_ktime_get_ns).
     start_ns: u64,
-    /// The Destination Connection ID of the client's latest Initial: the keys of both
-    /// sides' Initial packets.
+    /// The Destination Connection ID of the client's first Initial (after a Retry, of its
+    /// first Initial after it): the keys of both sides' Initial packets, whatever connection
+    /// IDs the packets carry later.
     dcid: Vec<u8>,
     client: CryptoStream,
     server: CryptoStream,
@@ -62,6 +59,8 @@ struct Flow {
     hello_done: bool,
     /// A side closed the connection in an Initial packet.
     closed: bool,
+    /// The server sent a Retry: the client's next Initial brings new keys.
+    retried: bool,
 }
 
 /// The QUIC connections whose handshakes are under way.
@@ -112,6 +111,7 @@ impl Flows {
                     server: CryptoStream::new(MAX_HELLO),
                     hello_done: false,
                     closed: false,
+                    retried: false,
                 },
             );
         }
@@ -119,10 +119,17 @@ impl Flows {
         if e.tgid != 0 {
             (f.tgid, f.netns) = (e.tgid, e.netns);
         }
+        if e.flags & QUIC_F_RETRY != 0 {
+            log::debug!("quic: conn {:#x} port {}: the server sent a Retry", e.conn_id, e.port);
+            f.retried = true;
+        }
         if !d.initial.is_empty() {
-            if from_client {
+            if from_client && f.retried {
+                // the client's first Initial after a Retry: the Retry's connection ID is the
+                // keys' from now on (RFC 9001 §5.2)
                 if let Ok(h) = super::header(d.initial) {
-                    f.dcid = h.dcid; // after a Retry: the server's choice
+                    f.dcid = h.dcid;
+                    f.retried = false;
                 }
             }
             match open_initial(d.initial, from_client, &f.dcid) {
@@ -136,14 +143,9 @@ impl Flows {
                 Err(_) => self.unopened += 1,
             }
         }
-        if e.flags & QUIC_F_RETRY != 0 {
-            log::debug!("quic: conn {:#x} port {}: the server sent a Retry", e.conn_id, e.port);
-        }
-        let done = e.flags & QUIC_F_DONE != 0;
-        let refused = done && d.hs_len != 0 && d.hs_len < MIN_FINISHED_PACKET;
-        if done || f.closed {
+        if e.flags & QUIC_F_DONE != 0 || f.closed {
             let f = self.flows.remove(&e.conn_id)?;
-            return Some(Seen::Handshake(handshake(e.conn_id, &f, !(refused || f.closed), d.ts)));
+            return Some(Seen::Handshake(handshake(e.conn_id, &f, !f.closed, d.ts)));
         }
         if from_client && !f.hello_done {
             if let Some(m) = message(f.client.contiguous()) {

@@ -20,6 +20,7 @@ mod initial;
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
 use std::ops::Range;
 
 // (unused outside the tests until then, as above)

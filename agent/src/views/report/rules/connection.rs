@@ -1,9 +1,12 @@
-//! Connection rules: keep-alive (requests per connection) and TIME_WAIT.
+//! Connection rules: keep-alive (requests per connection) and TIME_WAIT. Both are TCP's:
+//! a port's connections, exchanges and TIME_WAIT entries are its TCP connections', and so
+//! are the handshakes and their cost they weigh (a QUIC handshake has no TCP connection to
+//! reuse or leave in TIME_WAIT).
 use super::{
     finish, ms, protocol::Protocol, Finding, FEW_REQUESTS, MIN_EVENTS, REUSED_LIFETIME, TARGET_REQUESTS,
     TIME_WAIT_SECONDS,
 };
-use crate::views::snapshot::Proc;
+use crate::views::snapshot::{Config, Proc};
 
 /// Connections that carry few requests: each new one costs a handshake, a TCP set-up and
 /// tear-down and, when the server closes, a TIME_WAIT socket. Requests are exchanges
@@ -13,8 +16,9 @@ use crate::views::snapshot::Proc;
 pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
     let mut out = Vec::new();
     let all_ended = p.ended();
-    let hs = p.handshakes();
-    let c_hs = p.mean_cpu(|_| true);
+    let tcp = |c: &Config| !c.over_quic();
+    let hs = p.count(tcp);
+    let c_hs = p.mean_cpu(tcp);
     for (port, v) in &p.ports {
         let Some(r) = v.requests_per_connection() else { continue };
         let lifetime = v.mean_lifetime();
@@ -25,7 +29,7 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
         // offered h2 there, its connections may well be HTTP/2, with many requests per
         // exchange: too little to say clients do not reuse connections.
         // A softer finding says so, without a saving.
-        let offered_h2 = v.clients.offered_share("alpn", "h2");
+        let offered_h2 = v.tcp_h2_offered_share();
         if !v.multiplexed() && v.hidden_protocol_share() >= 0.5 && offered_h2 >= 0.5 {
             out.push(finish(
                 Finding {

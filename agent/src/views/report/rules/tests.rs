@@ -407,3 +407,125 @@ fn keepalive_spares_clients_that_offered_h2_behind_tls13() {
         );
     }
 }
+
+/// nginx on port 443 over TCP (200 handshakes, 2.5 ms each, five requests per connection,
+/// the server closing) and over QUIC (800 handshakes, 3.0 ms each): the same costly
+/// configuration.
+fn tcp_and_quic() -> Proc {
+    let tls = || cfg("secp384r1", "rsa2048", "TLS_AES_256_GCM_SHA384", false, 200.0, 2.5);
+    let mut p = proc_with(vec![
+        tls(),
+        quic(Config {
+            handshakes: 800.0,
+            timed: 800.0,
+            cpu: 800.0 * 3.0e-3,
+            ..tls()
+        }),
+    ]);
+    p.full = 1000.0;
+    let mut port = Port {
+        requests: 1000.0,
+        ended: 200.0,
+        time_wait: 200.0,
+        quic: 800.0,
+        ..Default::default()
+    };
+    port.closed_by.insert("server".into(), 200.0);
+    port.protocols.insert("http/1.1".into(), 200.0);
+    port.request_buckets = (0..=10).map(|k| (k as f64, if k >= 5 { 200.0 } else { 0.0 })).collect();
+    p.ports.insert("443".into(), port);
+    p
+}
+
+/// QUIC handshakes count in the rules about handshakes (resumption, groups, certificates)
+/// and not in those about TCP connections (keep-alive, TIME_WAIT): 100 handshakes/s in all,
+/// 20/s over TCP.
+#[test]
+fn quic_handshakes_weigh_in_the_handshake_rules_and_not_in_the_connection_rules() {
+    let h = host();
+    let p = tcp_and_quic();
+    assert_eq!(p.quic_share(), Some(0.8));
+    // keep-alive: at 100 requests per connection 95% of the 20 TCP handshakes/s go, each
+    // at a TCP handshake's 2.5 ms (counting QUIC's: 95/s at 2.9 ms)
+    let k = keepalive(&p, 10.0);
+    assert_eq!(k.len(), 1, "{k:?}");
+    let removed = k[0].number("handshakes_removed_per_second").unwrap();
+    assert!((removed - 19.0).abs() < 1e-9, "{removed}");
+    assert!((k[0].saving_cpu.unwrap() - 19.0 * 2.5e-3).abs() < 1e-12, "{:?}", k[0].saving_cpu);
+    assert!(k[0].evidence.contains("costs a handshake (2.500 ms)"), "{}", k[0].evidence);
+    // TIME_WAIT: per TCP request
+    let t = time_wait(&p, 10.0);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].number("time_wait_per_request"), Some(0.2));
+    // resumption, group and certificate: every handshake, QUIC's too
+    let r = resumption(&p, 10.0, Some(&h)).unwrap();
+    assert_eq!(r.number("full_per_second"), Some(100.0));
+    assert!((r.number("cpu_per_full_seconds").unwrap() - 2.9e-3).abs() < 1e-12);
+    let g = groups(&p, 10.0, Some(&h));
+    assert_eq!(g[0].number("handshakes_per_second"), Some(100.0));
+    assert!((g[0].saving_cpu.unwrap() - 100.0 * 850e-6).abs() < 1e-9);
+    let c = certificates(&p, 10.0, Some(&h));
+    assert!((c[0].saving_cpu.unwrap() - 100.0 * 970e-6).abs() < 1e-9);
+
+    // QUIC alone (a server on HTTP/3 only): no TCP connection, so no keep-alive or
+    // TIME_WAIT finding, whatever its handshakes; the handshake findings all the same.
+    let mut only = tcp_and_quic();
+    only.comm = "caddy".into();
+    only.configs.retain(Config::over_quic);
+    only.full = 800.0;
+    only.ports.insert(
+        "443".into(),
+        Port {
+            quic: 800.0,
+            ..Default::default()
+        },
+    );
+    assert_eq!(only.ports["443"].protocol_name(), "quic");
+    let all = findings(
+        &Window {
+            seconds: 10.0,
+            procs: vec![only],
+        },
+        Some(&h),
+    );
+    let mut rules: Vec<&str> = all.iter().map(|f| f.rule).collect();
+    rules.sort();
+    assert_eq!(rules, ["certificate", "group", "resumption"], "{all:?}");
+    let r = all.iter().find(|f| f.rule == "resumption").unwrap();
+    assert_eq!(r.number("full_per_second"), Some(80.0));
+}
+
+/// On a port that serves HTTP/3 beside HTTP/2 over TLS 1.3, the QUIC clients (who offer
+/// h3) do not hide that the TCP ones offered h2: the softer finding, as without QUIC.
+#[test]
+fn keepalive_judges_http2_by_the_tcp_clients_alone() {
+    let mut p = proc_with(vec![cfg(
+        "x25519",
+        "ecdsa_p256",
+        "TLS_AES_128_GCM_SHA256",
+        false,
+        100.0,
+        0.6,
+    )]);
+    p.full = 100.0;
+    let mut port = Port {
+        requests: 100.0,
+        ended: 100.0,
+        lifetime_sum: 10.0,
+        lifetime_count: 100.0,
+        quic: 300.0,
+        ..Default::default()
+    };
+    port.closed_by.insert("client".into(), 100.0);
+    port.protocols.insert("encrypted".into(), 100.0);
+    p.ports.insert("443".into(), port);
+    // 400 ClientHellos: the TCP connections' 100 offered h2, the QUIC ones' 300 h3 (other)
+    let p = seen_by(p, clients(400.0, &[("alpn", "h2", 100.0), ("alpn", "other", 300.0)], &[], &[]));
+    let v = &p.ports["443"];
+    assert_eq!((v.clients.offered_share("alpn", "h2"), v.tcp_h2_offered_share()), (0.25, 1.0));
+    assert_eq!((v.protocol_name(), v.hidden_protocol_share()), ("tls", 1.0));
+    let k = keepalive(&p, 10.0);
+    assert_eq!(k.len(), 1);
+    assert_eq!(k[0].rule, "keepalive_http2", "{}", k[0].title);
+    assert_eq!(k[0].number("clients_offering_h2_share"), Some(1.0));
+}
