@@ -181,12 +181,14 @@ def test_no_byte_after_the_handshake_is_read(workdir):
     assert found[sni.encode()], "the ClientHello's host name is not: nothing was read"
 
 
-def test_hostile_datagrams(workdir):
+def test_hostile_datagrams_and_refused_handshakes(workdir):
     """Garbage, lying lengths, unknown versions, truncated and corrupted Initials to the
-    server's QUIC port (50 of each), then 5 real Initials whose client never answers:
-    the agent keeps running, counts no handshake for any datagram that does not open,
-    exactly one failed handshake per abandoned Initial the server answered (after 10 s
-    without an end: wire/quic/flows.rs STALE), and the next N connections exactly."""
+    server's QUIC port (50 of each), then 5 real Initials whose client never answers, and 5
+    aioquic clients that refuse the server's certificate (verifying it against itself: it
+    names no host in a subjectAltName, which aioquic requires): the agent keeps running,
+    counts no handshake for any datagram that does not open, exactly one failed handshake
+    per abandoned Initial the server answered and per refusal (closed in an Initial packet,
+    or no end after 10 s: wire/quic/flows.rs STALE), and the next N connections exactly."""
     quic.require("nginx", "h3_get")
     marker = secrets.token_hex(8)
     with server("nginx", workdir, marker) as srv:
@@ -197,14 +199,16 @@ def test_hostile_datagrams(workdir):
                                capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, r.stderr[-2000:]
             sent = json.loads(r.stdout.strip().splitlines()[-1])
+            refused = quic.h3_get(srv.port, 5, cafile=str(srv.crt), connect_timeout=3)
             # the abandoned ones end after STALE (10 s), at a scan
             failed = lambda: value(since(agent.scrape(), base), "tlsprof_handshakes_total", result="failed")
-            wait_for(lambda: failed() >= sent["abandoned_acknowledged"], 20,
-                     f"the abandoned handshakes to fail ({failed()})")
+            wait_for(lambda: failed() >= sent["abandoned_acknowledged"] + refused["failed"], 20,
+                     f"the abandoned and refused handshakes to fail ({failed()})")
             c = quic.h3_get(srv.port, N, marker)
             got = counted(agent, base, N)
             assert agent.proc.poll() is None, agent.output()[-2000:]
-    print(f"hostile: sent {sent}; client {c}; tlsprof {got}")
+    print(f"hostile: sent {sent}; refusing clients {refused}; client {c}; tlsprof {got}")
     assert sent["abandoned_acknowledged"] == 5, sent
+    assert (refused["ok"], refused["failed"]) == (0, 5), refused
     assert c["ok"] == N, c
-    assert (got["ok"], got["failed"], got["hellos"]) == (N, 5, N + 5), got
+    assert (got["ok"], got["failed"], got["hellos"]) == (N, 10, N + 10), got

@@ -165,10 +165,12 @@ fn sorted(w: &Window, sort: Sort) -> Vec<&Proc> {
     v
 }
 
-const PROC_HEADER: [&str; 11] = [
-    "COMM", "FULL/s", "RES/s", "FAIL/s", "CPU%", "HS%", "CRY%", "NET%", "OTH%", "TW/s", "EX/C",
+/// H3%: the share of its handshakes over QUIC, i.e. of its clients on HTTP/3.
+const PROC_HEADER: [&str; 12] = [
+    "COMM", "FULL/s", "RES/s", "FAIL/s", "CPU%", "HS%", "CRY%", "NET%", "OTH%", "TW/s", "EX/C", "H3%",
 ];
-const PROC_WIDTHS: [u16; 11] = [15, 7, 6, 6, 6, 4, 4, 4, 4, 6, 6];
+// 78 columns in all: the width of an 80-column terminal inside the table's borders
+const PROC_WIDTHS: [u16; 12] = [15, 6, 5, 6, 6, 4, 4, 4, 4, 5, 5, 3];
 
 fn rate(n: f64, secs: f64) -> String {
     let r = n / secs;
@@ -183,7 +185,17 @@ fn pct(x: f64) -> String {
     format!("{:.0}", x * 100.0)
 }
 
-fn proc_row(p: &Proc, secs: f64) -> [String; 11] {
+/// A mean of a few units (requests per connection, milliseconds) in at most five or six
+/// characters: one decimal (three for milliseconds) below 100, none above.
+fn mean(x: f64, decimals: usize) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.decimals$}")
+    }
+}
+
+fn proc_row(p: &Proc, secs: f64) -> [String; 12] {
     let other = p.share("other") + p.share("tls_library") + p.share("probes");
     let req = p.ended();
     [
@@ -198,10 +210,11 @@ fn proc_row(p: &Proc, secs: f64) -> [String; 11] {
         pct(other),
         rate(p.time_wait(), secs),
         if req > 0.0 {
-            format!("{:.1}", p.requests() / req)
+            mean(p.requests() / req, 1)
         } else {
             "-".into()
         },
+        p.quic_share().map(pct).unwrap_or_else(|| "-".into()),
     ]
 }
 
@@ -223,10 +236,19 @@ pub fn short_cipher(c: &str) -> String {
     c.to_string()
 }
 
-const CONFIG_HEADER: [&str; 7] = ["VERSION", "GROUP", "CERT", "CIPHER", "RES", "HS/s", "CPU ms"];
-const CONFIG_WIDTHS: [u16; 7] = [8, 10, 11, 24, 3, 8, 8];
+/// VIA: the transport that carried the handshakes, `tcp` or `quic` (HTTP/3).
+const CONFIG_HEADER: [&str; 8] = ["VERSION", "GROUP", "CERT", "CIPHER", "RES", "HS/s", "CPU ms", "VIA"];
+const CONFIG_WIDTHS: [u16; 8] = [7, 10, 10, 24, 3, 7, 6, 4];
 
-fn config_rows(p: &Proc, secs: f64) -> Vec<[String; 7]> {
+/// A transport as top names it: `-` for handshakes whose connection was not seen.
+fn via(transport: &str) -> String {
+    match transport {
+        crate::wire::tls::OTHER => "-".into(),
+        t => t.into(),
+    }
+}
+
+fn config_rows(p: &Proc, secs: f64) -> Vec<[String; 8]> {
     let mut cs = p.configs.clone();
     cs.sort_by(|a, b| b.handshakes.total_cmp(&a.handshakes));
     cs.iter()
@@ -248,12 +270,45 @@ fn config_rows(p: &Proc, secs: f64) -> Vec<[String; 7]> {
                 cipher,
                 if c.resumed { "yes" } else { "no" }.into(),
                 rate(c.handshakes, secs),
-                c.mean_cpu()
-                    .map(|m| format!("{:.3}", m * 1e3))
-                    .unwrap_or_else(|| "-".into()),
+                c.mean_cpu().map(|m| mean(m * 1e3, 3)).unwrap_or_else(|| "-".into()),
+                via(&c.transport),
             ]
         })
         .collect()
+}
+
+const TRANSPORT_HEADER: [&str; 3] = ["TRANSPORT", "HS/s", "CPU ms"];
+const TRANSPORT_WIDTHS: [u16; 3] = [9, 8, 8];
+
+/// The handshakes of a process that served QUIC in the window, by transport, with the
+/// share over QUIC for a title; None for one that did not.
+fn transport_rows(p: &Proc, secs: f64) -> Option<(String, Vec<[String; 3]>)> {
+    let share = p.quic_share().filter(|_| p.serves_quic())?;
+    let rows = p
+        .transports()
+        .iter()
+        .map(|t| {
+            [
+                via(t.name),
+                rate(t.handshakes, secs),
+                t.mean_cpu().map(|m| mean(m * 1e3, 3)).unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    Some((format!("{}% over QUIC (HTTP/3)", pct(share)), rows))
+}
+
+/// The same in one line, for the bottom of the configurations' box.
+fn transport_line(p: &Proc, secs: f64) -> Option<String> {
+    let (share, rows) = transport_rows(p, secs)?;
+    let each: Vec<String> = rows
+        .iter()
+        .map(|[t, r, m]| match m.as_str() {
+            "-" => format!("{t} {r}/s"),
+            m => format!("{t} {r}/s {m} ms"),
+        })
+        .collect();
+    Some(format!(" by transport: {}; {share} ", each.join(", ")))
 }
 
 const PORT_HEADER: [&str; 8] = ["PORT", "PROTO", "CONN/s", "TW/s", "TW NOW", "EX/C", "SRV CLOSE", "CLI CLOSE"];
@@ -417,7 +472,7 @@ pub fn plain(w: &Window, sort: Sort) -> String {
         sort.label()
     );
     let procs = sorted(w, sort);
-    let rows: Vec<[String; 11]> = procs.iter().map(|p| proc_row(p, w.seconds)).collect();
+    let rows: Vec<[String; 12]> = procs.iter().map(|p| proc_row(p, w.seconds)).collect();
     out.push_str(&table_text(&PROC_HEADER, &PROC_WIDTHS, &rows));
     if procs.is_empty() {
         out.push_str("(no traced process: check --pid/--comm, and that the server uses TLS)\n");
@@ -427,6 +482,10 @@ pub fn plain(w: &Window, sort: Sort) -> String {
         if !cs.is_empty() {
             out.push_str(&format!("\n{}: CPU per handshake by configuration\n", p.comm));
             out.push_str(&table_text(&CONFIG_HEADER, &CONFIG_WIDTHS, &cs));
+        }
+        if let Some((share, ts)) = transport_rows(p, w.seconds) {
+            out.push_str(&format!("\n{}: handshakes by transport, {share}\n", p.comm));
+            out.push_str(&table_text(&TRANSPORT_HEADER, &TRANSPORT_WIDTHS, &ts));
         }
         let ps = port_rows(p, w.seconds);
         if !ps.is_empty() {
@@ -486,7 +545,7 @@ fn draw(f: &mut Frame, v: &View) {
         )),
         head,
     );
-    let rows: Vec<[String; 11]> = list.iter().map(|p| proc_row(p, w.seconds)).collect();
+    let rows: Vec<[String; 12]> = list.iter().map(|p| proc_row(p, w.seconds)).collect();
     let mut ts = TableState::default().with_selected(Some(selected));
     f.render_stateful_widget(
         table(&PROC_HEADER, &PROC_WIDTHS, rows)
@@ -516,9 +575,12 @@ fn draw(f: &mut Frame, v: &View) {
                 cli,
             );
         }
+        let mut block = Block::bordered().title(format!(" {}: CPU per handshake by configuration ", p.comm));
+        if let Some(line) = transport_line(p, w.seconds) {
+            block = block.title_bottom(line);
+        }
         f.render_widget(
-            table(&CONFIG_HEADER, &CONFIG_WIDTHS, config_rows(p, w.seconds))
-                .block(Block::bordered().title(format!(" {}: CPU per handshake by configuration ", p.comm))),
+            table(&CONFIG_HEADER, &CONFIG_WIDTHS, config_rows(p, w.seconds)).block(block),
             cfg,
         );
         f.render_widget(
@@ -593,12 +655,81 @@ mod tests {
         assert!(text.contains("CHACHA20_POLY1305_SHA256"), "{text}");
         assert!(text.contains(" 50 "), "the handshake share: {text}");
         assert!(
-            text.contains("-        -          -           (labels not seen)"),
+            text.contains("-       -          -          (labels not seen)"),
             "{text}"
         );
         assert!(
             !text.contains("ClientHellos/s"),
             "no ClientHello, no client lines: {text}"
+        );
+    }
+
+    /// nginx over TCP and HTTP/3: the share over QUIC in its row, the transport of each
+    /// configuration, and each transport's rate and CPU per handshake; nothing of it for a
+    /// process without QUIC.
+    #[test]
+    fn shows_quic_beside_tcp() {
+        use crate::views::snapshot::Config;
+        let tls13 = |transport: &str, handshakes: f64, ms: f64| Config {
+            version: "TLSv1.3".into(),
+            cipher: "TLS_AES_128_GCM_SHA256".into(),
+            group: "x25519".into(),
+            cert: "ecdsa_p256".into(),
+            transport: transport.into(),
+            handshakes,
+            timed: handshakes / 2.0,
+            cpu: handshakes / 2.0 * ms / 1e3,
+            ..Default::default()
+        };
+        let nginx = Proc {
+            comm: "nginx".into(),
+            full: 400.0,
+            process_cpu: 0.5,
+            configs: vec![tls13("tcp", 300.0, 0.3), tls13("quic", 100.0, 0.45)],
+            ..Default::default()
+        };
+        let apache = Proc {
+            comm: "apache2".into(),
+            full: 20.0,
+            configs: vec![tls13("tcp", 20.0, 0.3)],
+            ..Default::default()
+        };
+        let text = plain(
+            &Window {
+                seconds: 2.0,
+                procs: vec![nginx, apache],
+            },
+            Sort::Cpu,
+        );
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "{line:?} is {} wide", line.chars().count());
+        }
+        let row = |comm: &str| -> Vec<String> {
+            let line = text.lines().find(|l| l.starts_with(comm)).unwrap();
+            line.split_whitespace().map(String::from).collect()
+        };
+        assert_eq!(row("COMM")[11], "H3%", "{text}");
+        assert_eq!((row("nginx")[1].as_str(), row("nginx")[11].as_str()), ("200.0", "25"), "{text}");
+        assert_eq!(row("apache2")[11], "0", "{text}");
+        for want in [
+            "TLSv1.3 x25519     ecdsa_p256 AES_128_GCM_SHA256       no    150.0  0.300 tcp",
+            "TLSv1.3 x25519     ecdsa_p256 AES_128_GCM_SHA256       no     50.0  0.450 quic",
+            "nginx: handshakes by transport, 25% over QUIC (HTTP/3)\n\
+             TRANSPORT     HS/s   CPU ms\n\
+             tcp          150.0    0.300\n\
+             quic          50.0    0.450\n",
+        ] {
+            assert!(text.contains(want), "{want:?} not in\n{text}");
+        }
+        assert!(!text.contains("apache2: handshakes by transport"), "{text}");
+        let p = Proc {
+            comm: "nginx".into(),
+            configs: vec![tls13("tcp", 300.0, 0.3), tls13("quic", 100.0, 0.45)],
+            ..Default::default()
+        };
+        assert_eq!(
+            transport_line(&p, 2.0).unwrap(),
+            " by transport: tcp 150.0/s 0.300 ms, quic 50.0/s 0.450 ms; 25% over QUIC (HTTP/3) "
         );
     }
 

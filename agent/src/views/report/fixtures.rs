@@ -1,6 +1,6 @@
 //! Windows and host costs the report's unit tests share.
 use super::hostcost::HostCosts;
-use crate::views::snapshot::{Clients, Config, Proc};
+use crate::views::snapshot::{Clients, Config, Port, Proc};
 
 pub fn cfg(group: &str, cert: &str, cipher: &str, resumed: bool, count: f64, ms_each: f64) -> Config {
     Config {
@@ -73,5 +73,34 @@ pub fn clients(
 /// The process with these ClientHellos on its port 443.
 pub fn seen_by(mut p: Proc, c: Clients) -> Proc {
     p.ports.entry("443".into()).or_default().clients = c;
+    p
+}
+
+/// nginx on port 443 over TCP (200 handshakes, 2.5 ms each, five requests per connection,
+/// the server closing) and over QUIC (800 handshakes, 3.0 ms each): the same costly
+/// configuration.
+pub fn tcp_and_quic() -> Proc {
+    let tls = || cfg("secp384r1", "rsa2048", "TLS_AES_256_GCM_SHA384", false, 200.0, 2.5);
+    let mut p = proc_with(vec![
+        tls(),
+        quic(Config {
+            handshakes: 800.0,
+            timed: 800.0,
+            cpu: 800.0 * 3.0e-3,
+            ..tls()
+        }),
+    ]);
+    p.full = 1000.0;
+    let mut port = Port {
+        requests: 1000.0,
+        ended: 200.0,
+        time_wait: 200.0,
+        quic: 800.0,
+        ..Default::default()
+    };
+    port.closed_by.insert("server".into(), 200.0);
+    port.protocols.insert("http/1.1".into(), 200.0);
+    port.request_buckets = (0..=10).map(|k| (k as f64, if k >= 5 { 200.0 } else { 0.0 })).collect();
+    p.ports.insert("443".into(), port);
     p
 }

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use super::{
     hostcost::HostCosts,
-    markdown::{config_label, fmt_saving},
+    markdown::{config_label, fmt_saving, transport_rows, NO_QUIC, TRANSPORT_INTRO},
     observe::{Series, CATEGORIES},
     rules::{ms, Finding},
 };
@@ -257,6 +257,31 @@ pub fn html(w: &Window, found: &[Finding], host: Option<&HostCosts>, series: &[S
         if !p.configs.is_empty() {
             let _ = write!(o, "<h3>{}</h3>{}", esc(&p.comm), cost_chart(p));
         }
+    }
+    o.push_str("<h2>Transport</h2>");
+    let rows = transport_rows(w);
+    if rows.is_empty() {
+        let _ = write!(o, "<p>{}</p>", esc(NO_QUIC));
+    } else {
+        let _ = write!(
+            o,
+            "<p>{}</p><table class=\"transport\"><tr><th>Process</th><th>Transport</th><th>Handshakes/s</th>\
+             <th>Share</th><th>CPU per handshake</th><th>Timed</th></tr>",
+            esc(TRANSPORT_INTRO)
+        );
+        for (p, t, share) in rows {
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.0}%</td><td>{}</td><td>{:.0}</td></tr>",
+                esc(&p.comm),
+                t.name,
+                t.handshakes / w.seconds,
+                share * 100.0,
+                t.mean_cpu().map(ms).unwrap_or_else(|| "not timed".into()),
+                t.timed
+            );
+        }
+        o.push_str("</table>");
     }
     o.push_str("<h2>What was measured</h2>");
     for p in &w.procs {

@@ -46,6 +46,11 @@ struct Process<'a> {
     cpu_per_exchange_seconds: Option<f64>,
     tls_cpu_per_exchange_seconds: Option<f64>,
     configs: Vec<ConfigJson<'a>>,
+    /// Successful handshakes by transport (tcp, quic, other: no connection seen).
+    transports: BTreeMap<&'a str, TransportJson>,
+    /// The share of the successful handshakes over QUIC: of the clients on HTTP/3 (null
+    /// without a handshake).
+    quic_share: Option<f64>,
     ports: BTreeMap<&'a str, PortJson>,
     /// The ClientHellos read in the window (0 without the capture).
     clients: ClientsJson,
@@ -66,12 +71,24 @@ struct ClientsJson {
 }
 
 #[derive(Serialize)]
+struct TransportJson {
+    handshakes: f64,
+    /// Of them, those whose CPU was measured; cpu_seconds is theirs.
+    timed: f64,
+    cpu_seconds: f64,
+    /// cpu_seconds over timed (null when none was timed).
+    cpu_per_handshake_seconds: Option<f64>,
+}
+
+#[derive(Serialize)]
 struct ConfigJson<'a> {
     version: &'a str,
     cipher: &'a str,
     group: &'a str,
     cert: &'a str,
     resumed: bool,
+    /// What carried them: tcp, quic, other.
+    transport: &'a str,
     /// Every successful handshake with these parameters.
     handshakes: f64,
     /// Of them, those whose CPU was measured; cpu_seconds is theirs.
@@ -83,8 +100,12 @@ struct ConfigJson<'a> {
 struct PortJson {
     /// What its TLS connections carry (snapshot.rs Port::protocol_name).
     protocol: String,
-    /// TLS handshakes in the window by tlsprof_tls_connections_by_protocol_total's `protocol`.
+    /// TLS handshakes on its TCP connections in the window by
+    /// tlsprof_tls_connections_by_protocol_total's `protocol`.
     protocols: BTreeMap<String, f64>,
+    /// QUIC connections (`protocol="quic"`) on the UDP port of the same number: the other
+    /// figures are its TCP connections'.
+    quic_connections: f64,
     ended: f64,
     requests: f64,
     exchanges: f64,
@@ -142,11 +163,26 @@ pub fn json(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
                         group: &c.group,
                         cert: &c.cert,
                         resumed: c.resumed,
+                        transport: &c.transport,
                         handshakes: c.handshakes,
                         timed: c.timed,
                         cpu_seconds: c.cpu,
                     })
                     .collect(),
+                transports: p
+                    .transports()
+                    .into_iter()
+                    .map(|t| {
+                        let json = TransportJson {
+                            handshakes: t.handshakes,
+                            timed: t.timed,
+                            cpu_seconds: t.cpu,
+                            cpu_per_handshake_seconds: t.mean_cpu(),
+                        };
+                        (t.name, json)
+                    })
+                    .collect(),
+                quic_share: p.quic_share(),
                 ports: p
                     .ports
                     .iter()
@@ -154,6 +190,7 @@ pub fn json(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
                         let port = PortJson {
                             protocol: v.protocol_name().to_string(),
                             protocols: v.protocols.clone(),
+                            quic_connections: v.quic,
                             ended: v.ended,
                             requests: v.requests,
                             exchanges: v.exchanges,

@@ -6,7 +6,7 @@ use super::{
     rules::{capitalized, ms, Finding, MIN_EVENTS},
 };
 use crate::views::{
-    snapshot::{Config, Window},
+    snapshot::{Config, Proc, Transport, Window},
     top::short_cipher,
 };
 
@@ -19,17 +19,67 @@ pub(super) fn fmt_saving(f: &Finding) -> String {
 }
 
 pub(super) fn config_label(c: &Config) -> String {
+    let quic = if c.over_quic() { " over QUIC" } else { "" };
     if c.unlabelled() {
-        return format!("labels not seen{}", if c.resumed { " (resumed)" } else { "" });
+        return format!("labels not seen{}{quic}", if c.resumed { " (resumed)" } else { "" });
     }
     format!(
-        "{} {} {} {}{}",
+        "{} {} {} {}{}{quic}",
         c.version,
         c.group,
         c.cert,
         short_cipher(&c.cipher),
         if c.resumed { " (resumed)" } else { "" }
     )
+}
+
+/// What the Transport part says before its table, or alone when no process served QUIC.
+pub(super) const TRANSPORT_INTRO: &str = "Successful handshakes by what carried them: TCP, QUIC (HTTP/3), or \
+     other (no connection seen). A process's share over QUIC is the share of its clients on HTTP/3. The \
+     keep-alive and TIME_WAIT findings weigh its TCP handshakes alone; the resumption, group and certificate \
+     findings all of them. QUIC's exchanges are not counted, so a process that served QUIC has no cost per \
+     exchange.";
+pub(super) const NO_QUIC: &str = "No handshake over QUIC (HTTP/3) in the window.";
+
+/// The Transport part's rows when a process served QUIC in the window (else none): each
+/// process with handshakes, each of its transports with its share of them.
+pub(super) fn transport_rows(w: &Window) -> Vec<(&Proc, Transport, f64)> {
+    if !w.procs.iter().any(Proc::serves_quic) {
+        return Vec::new();
+    }
+    let mut rows = Vec::new();
+    for p in &w.procs {
+        let all = p.count(|_| true);
+        for t in p.transports() {
+            rows.push((p, t, t.handshakes / all.max(1e-9)));
+        }
+    }
+    rows
+}
+
+fn transport(o: &mut String, w: &Window) {
+    let _ = writeln!(o, "## Transport\n");
+    let rows = transport_rows(w);
+    if rows.is_empty() {
+        let _ = writeln!(o, "{NO_QUIC}\n");
+        return;
+    }
+    let _ = writeln!(o, "{TRANSPORT_INTRO}\n");
+    let _ = writeln!(o, "| Process | Transport | Handshakes/s | Share | CPU per handshake | Timed |");
+    let _ = writeln!(o, "|---|---|---:|---:|---:|---:|");
+    for (p, t, share) in rows {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {:.1} | {:.0}% | {} | {:.0} |",
+            p.comm,
+            t.name,
+            t.handshakes / w.seconds,
+            share * 100.0,
+            t.mean_cpu().map(ms).unwrap_or_else(|| "not timed".into()),
+            t.timed
+        );
+    }
+    let _ = writeln!(o);
 }
 
 pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
@@ -65,6 +115,7 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
         let _ = writeln!(o, "- Change: {}", f.fix);
         let _ = writeln!(o, "- Estimate: {}\n", f.basis);
     }
+    transport(&mut o, w);
     let _ = writeln!(o, "## What was measured\n");
     cost_per_exchange(&mut o, w);
     for p in &w.procs {
@@ -110,15 +161,16 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
             }
             let _ = writeln!(
                 o,
-                "| Version | Group | Certificate | Cipher | Resumed | Handshakes/s | CPU per handshake | Timed |"
+                "| Version | Group | Certificate | Cipher | Resumed | Handshakes/s | CPU per handshake | Timed | \
+                 Transport |"
             );
-            let _ = writeln!(o, "|---|---|---|---|---|---:|---:|---:|");
+            let _ = writeln!(o, "|---|---|---|---|---|---:|---:|---:|---|");
             let mut cs = p.configs.clone();
             cs.sort_by(|a, b| b.handshakes.total_cmp(&a.handshakes));
             for c in &cs {
                 let _ = writeln!(
                     o,
-                    "| {} | {} | {} | {} | {} | {:.1} | {} | {:.0} |",
+                    "| {} | {} | {} | {} | {} | {:.1} | {} | {:.0} | {} |",
                     if c.unlabelled() { "labels not seen" } else { &c.version },
                     if c.unlabelled() { "-" } else { &c.group },
                     if c.unlabelled() { "-" } else { &c.cert },
@@ -126,7 +178,8 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
                     c.resumed,
                     c.handshakes / s,
                     c.mean_cpu().map(ms).unwrap_or_else(|| "not timed".into()),
-                    c.timed
+                    c.timed,
+                    c.transport
                 );
             }
             let _ = writeln!(o);

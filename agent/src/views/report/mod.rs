@@ -208,4 +208,54 @@ mod tests {
         };
         assert!(markdown(&empty, &[], None).contains("no traced process was seen"));
     }
+
+    /// The Transport part, in every renderer: each process's handshakes by transport, their
+    /// share and CPU per handshake; a TCP-only window says it saw no QUIC.
+    #[test]
+    fn reports_show_quic_beside_tcp() {
+        let mut nginx = tcp_and_quic();
+        nginx.ports.get_mut("443").unwrap().exchanges = 1000.0;
+        let w = Window {
+            seconds: 10.0,
+            procs: vec![nginx],
+        };
+        let h = host();
+        let f = findings(&w, Some(&h));
+        let md = markdown(&w, &f, Some(&h));
+        for want in [
+            "## Transport\n\nSuccessful handshakes by what carried them",
+            "| Process | Transport | Handshakes/s | Share | CPU per handshake | Timed |\n\
+             |---|---|---:|---:|---:|---:|\n\
+             | nginx | tcp | 20.0 | 20% | 2.500 ms | 200 |\n\
+             | nginx | quic | 80.0 | 80% | 3.000 ms | 800 |\n",
+            "| TLSv1.3 | secp384r1 | rsa2048 | TLS_AES_256_GCM_SHA384 | false | 80.0 | 3.000 ms | 800 | quic |",
+        ] {
+            assert!(md.contains(want), "{want:?} not in\n{md}");
+        }
+        // its exchanges are TCP's alone: no cost per exchange over them
+        assert!(!md.contains("Cost per exchange"), "{md}");
+        let html = html(&w, &f, Some(&h), &[]);
+        assert!(
+            html.contains("<tr><td>nginx</td><td>quic</td><td>80.0</td><td>80%</td><td>3.000 ms</td><td>800</td></tr>"),
+            "{html}"
+        );
+        assert!(html.contains("rsa2048 AES_256_GCM_SHA384 over QUIC<"), "{html}");
+        let j: serde_json::Value = serde_json::from_str(&json(&w, &f, Some(&h))).unwrap();
+        let p = &j["processes"][0];
+        assert_eq!(p["quic_share"], 0.8, "{p}");
+        assert_eq!(p["transports"]["quic"]["handshakes"], 800.0, "{p}");
+        assert_eq!(p["transports"]["tcp"]["cpu_per_handshake_seconds"], 2.5e-3, "{p}");
+        assert_eq!(p["ports"]["443"]["quic_connections"], 800.0, "{p}");
+        assert_eq!(p["cpu_per_exchange_seconds"], serde_json::Value::Null, "{p}");
+        assert_eq!(p["configs"][1]["transport"], "quic", "{p}");
+        // TCP alone
+        let tcp = Window {
+            seconds: 10.0,
+            procs: vec![proc_with(vec![cfg("x25519", "ecdsa_p256", "TLS_AES_128_GCM_SHA256", false, 100.0, 0.5)])],
+        };
+        let md = markdown(&tcp, &[], None);
+        assert!(md.contains("## Transport\n\nNo handshake over QUIC (HTTP/3) in the window.\n"), "{md}");
+        let j: serde_json::Value = serde_json::from_str(&json(&tcp, &[], None)).unwrap();
+        assert_eq!(j["processes"][0]["quic_share"], 0.0);
+    }
 }

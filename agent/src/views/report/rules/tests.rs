@@ -408,35 +408,6 @@ fn keepalive_spares_clients_that_offered_h2_behind_tls13() {
     }
 }
 
-/// nginx on port 443 over TCP (200 handshakes, 2.5 ms each, five requests per connection,
-/// the server closing) and over QUIC (800 handshakes, 3.0 ms each): the same costly
-/// configuration.
-fn tcp_and_quic() -> Proc {
-    let tls = || cfg("secp384r1", "rsa2048", "TLS_AES_256_GCM_SHA384", false, 200.0, 2.5);
-    let mut p = proc_with(vec![
-        tls(),
-        quic(Config {
-            handshakes: 800.0,
-            timed: 800.0,
-            cpu: 800.0 * 3.0e-3,
-            ..tls()
-        }),
-    ]);
-    p.full = 1000.0;
-    let mut port = Port {
-        requests: 1000.0,
-        ended: 200.0,
-        time_wait: 200.0,
-        quic: 800.0,
-        ..Default::default()
-    };
-    port.closed_by.insert("server".into(), 200.0);
-    port.protocols.insert("http/1.1".into(), 200.0);
-    port.request_buckets = (0..=10).map(|k| (k as f64, if k >= 5 { 200.0 } else { 0.0 })).collect();
-    p.ports.insert("443".into(), port);
-    p
-}
-
 /// QUIC handshakes count in the rules about handshakes (resumption, groups, certificates)
 /// and not in those about TCP connections (keep-alive, TIME_WAIT): 100 handshakes/s in all,
 /// 20/s over TCP.
