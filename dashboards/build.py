@@ -33,6 +33,8 @@ TLS_CATS = 'category=~"handshake|crypto|tls_library"'
 OUT_FAIL = 'outcome="fail"'
 OFFERED = 'offered=~"psk|ticket"'
 FULL = 'result="full"'
+OK_SERVER = 'result="ok", role="server"'
+OK_SERVER_QUIC = 'result="ok", role="server", transport="quic"'
 
 
 def rate(metric: str, sel: str, extra: str = "") -> str:
@@ -229,6 +231,26 @@ CPU_CORES = f'sum by (category) ({rate("tlsprof_cpu_seconds_total", S)})'
 CPU_SHARE = (f'{CPU_CORES}\n  / ignoring(category) '
              f'group_left sum({rate("tlsprof_process_cpu_seconds_total", S)})')
 PRIMITIVES = f'sum by (primitive) ({rate("tlsprof_crypto_cpu_seconds_total", S)})'
+
+
+
+def transport_panels(L: Layout):
+    """Handshakes over QUIC (HTTP/3) beside those over TCP: rate and CPU per handshake by
+    transport, and the share of server handshakes over QUIC (0, not no data, without any)."""
+    L.add(timeseries("Handshakes/s by transport", "TLS handshakes per second by what carried them: tcp, quic "
+                     "(a QUIC connection's handshake: HTTP/3), other (no connection seen).", "ops",
+                     [target(f"sum by (transport) ({rate(HS, S)})", "{{transport}}")], stack=True), 8, 8)
+    L.add(timeseries("CPU per handshake by transport", "Mean on-CPU time of a successful handshake (full and "
+                     "resumed) by transport, over those the probes timed.", "s",
+                     [target(mean_by(CPU_H, "transport", S), "{{transport}}")]), 8, 8)
+    server = f"sum({rate(HS, S, OK_SERVER)})"
+    L.add(stat("Share of handshakes over QUIC (HTTP/3)", "Of the successful server handshakes, the share over "
+               "QUIC: the share of clients on HTTP/3. The connection panels (TIME_WAIT, requests per "
+               "connection) count TCP connections alone.",
+               "percentunit",
+               f"(\n  sum({rate(HS, S, OK_SERVER_QUIC)})\n  or 0 * {server}\n)\n  / ({server} > 0)"), 8, 8)
+
+
 DRILL = [{"title": "Open ${__field.labels.comm} in the per-process view",
           "url": "/d/tlsprof-process/tlsprof-per-process?${datasource:queryparam}"
                  "&var-instance=${__field.labels.instance}&var-comm=${__field.labels.comm}&${__url_time_range}"}]
@@ -268,6 +290,7 @@ def overview() -> dict:
                         ("cipher", "cipher suite")):
         L.add(timeseries(f"CPU per full handshake by {label}", f"Mean on-CPU time of a full handshake by {what}.",
                          "s", [target(mean_by(CPU_H, label, S, 'resumed="false"'), f"{{{{{label}}}}}")]), 8, 8)
+    transport_panels(L)
 
     L.row("CPU")
     L.add(timeseries("Share of process CPU by category", "Where the traced processes' CPU goes (sampled): "
@@ -312,7 +335,8 @@ def overview() -> dict:
                      "connections carry: the plaintext preamble's before TLS started (smtp, imap, pop3, ldap, xmpp, "
                      "ftp, nntp: STARTTLS; postgresql: the SSLRequest; mysql; starttls_other), else the one the "
                      "server chose (ALPN) as its ServerHello shows it: h2 (HTTP/2, many requests per exchange), "
-                     "http/1.1, none; encrypted: TLS 1.3 keeps the choice hidden. On a port that is not HTTP, "
+                     "http/1.1, none; encrypted: TLS 1.3 keeps the choice hidden; quic: QUIC (HTTP/3) connections on the UDP "
+                     "port of that number. On a port that is not HTTP, "
                      "requests per connection are exchanges (a command or query and its answer).", "ops",
                      [target(f'sum by (port, protocol) ({rate("tlsprof_tls_connections_by_protocol_total", SP)})',
                              "port {{port}} {{protocol}}")], stack=True), 12, 8)
@@ -409,6 +433,7 @@ def per_process() -> dict:
     for label in ("version", "cipher", "group", "cert"):
         L.add(timeseries(f"Handshakes/s by {label}", "", "ops",
                          [target(f"sum by ({label}) ({rate(HS, S)})", f"{{{{{label}}}}}")], stack=True), 6, 8)
+    transport_panels(L)
     config = "version, cipher, group, cert, resumed"
     L.add(merged_table("Handshakes by configuration: rate and CPU", "Per negotiated configuration: successful "
                        "handshakes per second (every one, tlsprof_handshakes_total) and the mean on-CPU time of "
@@ -443,7 +468,8 @@ def per_process() -> dict:
     L.add(table("Protocol of each port", "TLS connections since tlsprof started, by port and by the protocol they "
                 "carry: the plaintext preamble's before TLS started (smtp, imap, pop3, ldap, xmpp, ftp, nntp, "
                 "postgresql, mysql, starttls_other), else the one the server chose by ALPN (h2, http/1.1, none; "
-                "encrypted: TLS 1.3 hides it). Where it is not HTTP, its requests are exchanges.",
+                "encrypted: TLS 1.3 hides it); quic: QUIC (HTTP/3) connections on the UDP port of that number. Where it "
+                "is not HTTP, its requests are exchanges.",
                 f'sum by (port, protocol) (tlsprof_tls_connections_by_protocol_total{{{SP}}})',
                 value=("TLS connections", "short")), 8, 8)
     L.add(timeseries("TIME_WAIT: entries/s and sockets", "Entries per second (left axis) and the sockets in "

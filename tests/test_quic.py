@@ -1,7 +1,8 @@
 """HTTP/3: QUIC handshakes counted, labelled, timed and read like TCP ones (tests/harness/
 quic.py has the servers and clients). Three real HTTP/3 servers, each with another TLS stack
 under its QUIC: nginx 1.26 of Debian 13 (OpenSSL 3.0 through nginx's compatibility layer),
-Caddy of Debian 13 (Go 1.24 crypto/tls's QUIC API), ngtcp2's example server (GnuTLS); two
+Caddy of Debian 13 (Go 1.24 crypto/tls's QUIC API) and of Debian 12 (quic-go's own copy of
+crypto/tls, qtls), ngtcp2's example server (GnuTLS); two
 real clients, aioquic and ngtcp2's. The truth is the client's own: the connections it made,
 the suite its TLS negotiated, the handshakes it resumed.
 
@@ -16,6 +17,7 @@ import json
 import secrets
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -66,12 +68,22 @@ def start_agent(comm: str, *args: str) -> Agent:
     return agent
 
 
+# Debian 12's Caddy 2.6 (Go 1.19): its QUIC handshakes run in quic-go's own copy of
+# crypto/tls (qtls), its TCP ones in crypto/tls
+CADDY12 = Path("/usr/bin/caddy")
+
+
 def server(kind: str, workdir, marker: str, **kw):
+    if kind == "caddy12":
+        quic.require("h3_get")
+        if not CADDY12.exists():
+            pytest.skip(f"Debian 12's caddy missing: {CADDY12} ({quic.DEPS})")
+        return quic.CaddyH3(workdir, marker, binary=CADDY12, **kw)
     quic.require(kind, "h3_get")
     return {"nginx": quic.NginxH3, "caddy": quic.CaddyH3, "ngtcp2": quic.Ngtcp2Server}[kind](workdir, marker, **kw)
 
 
-COMM = {"nginx": "nginx", "caddy": "caddy", "ngtcp2": "gtlsserver"}
+COMM = {"nginx": "nginx", "caddy": "caddy", "caddy12": "caddy", "ngtcp2": "gtlsserver"}
 
 CASES = [
     # (server, its options, agent's mode)
@@ -80,6 +92,7 @@ CASES = [
     ("nginx", {"retry": True}, "exact"),
     ("caddy", {}, "exact"),
     ("caddy", {}, "default"),
+    ("caddy12", {}, "exact"),
     ("ngtcp2", {}, "exact"),
 ]
 

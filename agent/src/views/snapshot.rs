@@ -401,7 +401,13 @@ impl Proc {
                 name,
                 handshakes: self.count(|c| c.transport == name),
                 timed: self.timed(|c| c.transport == name),
-                cpu: self.configs.iter().filter(|c| c.transport == name).map(|c| c.cpu).sum::<f64>() + 0.0,
+                cpu: self
+                    .configs
+                    .iter()
+                    .filter(|c| c.transport == name)
+                    .map(|c| c.cpu)
+                    .sum::<f64>()
+                    + 0.0,
             })
             .filter(|t| t.handshakes > 0.0 || t.timed > 0.0)
             .collect()
@@ -739,7 +745,10 @@ mod tests {
         let w = Window::between(&a, &b, &[]);
         let p = w.proc("nginx").unwrap();
         let t = p.transports();
-        assert_eq!(t.iter().map(|t| (t.name, t.handshakes, t.timed)).collect::<Vec<_>>(), [("tcp", 30.0, 3.0), ("quic", 10.0, 1.0)]);
+        assert_eq!(
+            t.iter().map(|t| (t.name, t.handshakes, t.timed)).collect::<Vec<_>>(),
+            [("tcp", 30.0, 3.0), ("quic", 10.0, 1.0)]
+        );
         assert!((t[0].mean_cpu().unwrap() - 0.001).abs() < 1e-12);
         assert!((t[1].mean_cpu().unwrap() - 0.004).abs() < 1e-12);
         assert_eq!(p.quic_share(), Some(0.25), "10 of the 40 that ended well");
@@ -755,14 +764,29 @@ mod tests {
     #[test]
     fn equally_offered_groups_come_in_the_order_servers_prefer() {
         let mut c = Clients::default();
-        for g in ["ffdhe2048", "ffdhe3072", "secp256r1", "x25519", "secp384r1", "brainpoolP256r1"] {
+        for g in [
+            "ffdhe2048",
+            "ffdhe3072",
+            "secp256r1",
+            "x25519",
+            "secp384r1",
+            "brainpoolP256r1",
+        ] {
             c.offers.insert(("group".into(), g.into()), 10.0);
         }
         c.offers.insert(("group".into(), "x448".into()), 4.0);
         let order: Vec<&str> = c.values("group").into_iter().map(|(v, _)| v).collect();
         assert_eq!(
             order,
-            ["x25519", "secp256r1", "secp384r1", "ffdhe2048", "ffdhe3072", "brainpoolP256r1", "x448"]
+            [
+                "x25519",
+                "secp256r1",
+                "secp384r1",
+                "ffdhe2048",
+                "ffdhe3072",
+                "brainpoolP256r1",
+                "x448"
+            ]
         );
     }
 

@@ -311,7 +311,16 @@ fn transport_line(p: &Proc, secs: f64) -> Option<String> {
     Some(format!(" by transport: {}; {share} ", each.join(", ")))
 }
 
-const PORT_HEADER: [&str; 8] = ["PORT", "PROTO", "CONN/s", "TW/s", "TW NOW", "EX/C", "SRV CLOSE", "CLI CLOSE"];
+const PORT_HEADER: [&str; 8] = [
+    "PORT",
+    "PROTO",
+    "CONN/s",
+    "TW/s",
+    "TW NOW",
+    "EX/C",
+    "SRV CLOSE",
+    "CLI CLOSE",
+];
 const PORT_WIDTHS: [u16; 8] = [6, 10, 8, 8, 7, 7, 9, 9];
 
 fn port_rows(p: &Proc, secs: f64) -> Vec<[String; 8]> {
@@ -709,7 +718,11 @@ mod tests {
             line.split_whitespace().map(String::from).collect()
         };
         assert_eq!(row("COMM")[11], "H3%", "{text}");
-        assert_eq!((row("nginx")[1].as_str(), row("nginx")[11].as_str()), ("200.0", "25"), "{text}");
+        assert_eq!(
+            (row("nginx")[1].as_str(), row("nginx")[11].as_str()),
+            ("200.0", "25"),
+            "{text}"
+        );
         assert_eq!(row("apache2")[11], "0", "{text}");
         for want in [
             "TLSv1.3 x25519     ecdsa_p256 AES_128_GCM_SHA256       no    150.0  0.300 tcp",

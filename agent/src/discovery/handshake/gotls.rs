@@ -1,6 +1,7 @@
 //! Go's crypto/tls, compiled into a Go executable (no shared library, no C symbols):
 //! `crypto/tls.(*Conn).serverHandshake` and `clientHandshake` each run a whole handshake on
-//! the connection's goroutine and return its error (nil: done; anything else: failed).
+//! the connection's goroutine and return its error (nil: done; anything else: failed); so do
+//! those of quic-go's copies of the package (qtls), for QUIC.
 //! Found by their symbols (.symtab), or in a stripped binary (`-ldflags="-s -w"`) in the Go
 //! runtime's own function table (`discovery/gopclntab.rs`). Go code takes no return probes (uretprobes rewrite the return
 //! address on a stack Go may move), so each of the function's return instructions gets a
@@ -13,19 +14,36 @@ use object::Architecture;
 
 use super::{HandshakeHooks, HookMode, Image, Library, Probe, Role};
 
-const SERVER: &str = "crypto/tls.(*Conn).serverHandshake";
-const CLIENT: &str = "crypto/tls.(*Conn).clientHandshake";
+/// The handshake functions: crypto/tls's, and those of quic-go's copies of it (qtls: the
+/// QUIC handshakes of quic-go before Go 1.21 gave crypto/tls a QUIC API, e.g. Debian 12's
+/// Caddy), each package's server and client in turn: a QUIC server has both packages, TLS
+/// over TCP in the one and QUIC in the other.
+const FUNCTIONS: &[&str] = &[
+    "crypto/tls.(*Conn).serverHandshake",
+    "crypto/tls.(*Conn).clientHandshake",
+    "github.com/quic-go/qtls-go1-20.(*Conn).serverHandshake",
+    "github.com/quic-go/qtls-go1-20.(*Conn).clientHandshake",
+    "github.com/quic-go/qtls-go1-19.(*Conn).serverHandshake",
+    "github.com/quic-go/qtls-go1-19.(*Conn).clientHandshake",
+    "github.com/marten-seemann/qtls-go1-19.(*Conn).serverHandshake",
+    "github.com/marten-seemann/qtls-go1-19.(*Conn).clientHandshake",
+    "github.com/marten-seemann/qtls-go1-18.(*Conn).serverHandshake",
+    "github.com/marten-seemann/qtls-go1-18.(*Conn).clientHandshake",
+    "github.com/marten-seemann/qtls-go1-17.(*Conn).serverHandshake",
+    "github.com/marten-seemann/qtls-go1-17.(*Conn).clientHandshake",
+];
 
 pub const LIBRARY: Library = Library {
     name: "crypto/tls",
     files: &[],
-    symbols: &[SERVER, CLIENT],
+    symbols: FUNCTIONS,
     find,
 };
 
 fn find(image: &Image, _: HookMode) -> Option<HandshakeHooks> {
     let mut probes = Vec::new();
-    for (sym, role) in [(SERVER, Role::Server), (CLIENT, Role::Client)] {
+    let roles = FUNCTIONS.chunks(2).flat_map(|f| [(f[0], Role::Server), (f[1], Role::Client)]);
+    for (sym, role) in roles {
         let Some((addr, code)) = image.sym_code(sym) else {
             continue;
         };

@@ -36,9 +36,9 @@ pub(super) fn config_label(c: &Config) -> String {
 /// What the Transport part says before its table, or alone when no process served QUIC.
 pub(super) const TRANSPORT_INTRO: &str = "Successful handshakes by what carried them: TCP, QUIC (HTTP/3), or \
      other (no connection seen). A process's share over QUIC is the share of its clients on HTTP/3. The \
-     keep-alive and TIME_WAIT findings weigh its TCP handshakes alone; the resumption, group and certificate \
-     findings all of them. QUIC's exchanges are not counted, so a process that served QUIC has no cost per \
-     exchange.";
+     keep-alive and TIME_WAIT findings weigh its TCP handshakes alone; the resumption and group findings \
+     all of them; the certificate finding those whose certificate was seen, which QUIC's is not. QUIC's \
+     exchanges are not counted, so a process that served QUIC has no cost per exchange.";
 pub(super) const NO_QUIC: &str = "No handshake over QUIC (HTTP/3) in the window.";
 
 /// The Transport part's rows when a process served QUIC in the window (else none): each
@@ -65,7 +65,10 @@ fn transport(o: &mut String, w: &Window) {
         return;
     }
     let _ = writeln!(o, "{TRANSPORT_INTRO}\n");
-    let _ = writeln!(o, "| Process | Transport | Handshakes/s | Share | CPU per handshake | Timed |");
+    let _ = writeln!(
+        o,
+        "| Process | Transport | Handshakes/s | Share | CPU per handshake | Timed |"
+    );
     let _ = writeln!(o, "|---|---|---:|---:|---:|---:|");
     for (p, t, share) in rows {
         let _ = writeln!(

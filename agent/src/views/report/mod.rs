@@ -228,7 +228,7 @@ mod tests {
              |---|---|---:|---:|---:|---:|\n\
              | nginx | tcp | 20.0 | 20% | 2.500 ms | 200 |\n\
              | nginx | quic | 80.0 | 80% | 3.000 ms | 800 |\n",
-            "| TLSv1.3 | secp384r1 | rsa2048 | TLS_AES_256_GCM_SHA384 | false | 80.0 | 3.000 ms | 800 | quic |",
+            "| TLSv1.3 | secp384r1 | other | TLS_AES_256_GCM_SHA384 | false | 80.0 | 3.000 ms | 800 | quic |",
         ] {
             assert!(md.contains(want), "{want:?} not in\n{md}");
         }
@@ -239,7 +239,7 @@ mod tests {
             html.contains("<tr><td>nginx</td><td>quic</td><td>80.0</td><td>80%</td><td>3.000 ms</td><td>800</td></tr>"),
             "{html}"
         );
-        assert!(html.contains("rsa2048 AES_256_GCM_SHA384 over QUIC<"), "{html}");
+        assert!(html.contains("secp384r1 other AES_256_GCM_SHA384 over QUIC<"), "{html}");
         let j: serde_json::Value = serde_json::from_str(&json(&w, &f, Some(&h))).unwrap();
         let p = &j["processes"][0];
         assert_eq!(p["quic_share"], 0.8, "{p}");
@@ -251,10 +251,20 @@ mod tests {
         // TCP alone
         let tcp = Window {
             seconds: 10.0,
-            procs: vec![proc_with(vec![cfg("x25519", "ecdsa_p256", "TLS_AES_128_GCM_SHA256", false, 100.0, 0.5)])],
+            procs: vec![proc_with(vec![cfg(
+                "x25519",
+                "ecdsa_p256",
+                "TLS_AES_128_GCM_SHA256",
+                false,
+                100.0,
+                0.5,
+            )])],
         };
         let md = markdown(&tcp, &[], None);
-        assert!(md.contains("## Transport\n\nNo handshake over QUIC (HTTP/3) in the window.\n"), "{md}");
+        assert!(
+            md.contains("## Transport\n\nNo handshake over QUIC (HTTP/3) in the window.\n"),
+            "{md}"
+        );
         let j: serde_json::Value = serde_json::from_str(&json(&tcp, &[], None)).unwrap();
         assert_eq!(j["processes"][0]["quic_share"], 0.0);
     }

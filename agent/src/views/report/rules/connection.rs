@@ -160,8 +160,8 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
                 clients: None,
                 basis: format!(
                     "at {TARGET_REQUESTS:.0} requests per connection: {hs_removed:.1} handshakes/s and {tw_removed:.1} \
-                     TIME_WAIT entries/s fewer, each handshake at this process's mean CPU; TCP set-up and tear-down \
-                     in the kernel come on top"
+                     TIME_WAIT entries/s fewer, each handshake at this process's mean CPU over TCP; TCP set-up and \
+                     tear-down in the kernel come on top"
                 ),
                 numbers: vec![
                     ("connections_per_second", conn_rate),

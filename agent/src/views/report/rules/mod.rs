@@ -81,11 +81,17 @@ pub(super) fn is_full(c: &Config) -> bool {
     !c.resumed
 }
 
-/// The configuration most full handshakes used.
+/// The full handshake's certificate was seen: not a QUIC handshake's (QUIC sends it in
+/// packets tlsprof does not open), nor one whose labels were not seen.
+pub(super) fn cert_seen(c: &Config) -> bool {
+    c.cert != crate::wire::tls::OTHER
+}
+
+/// The configuration most full handshakes whose certificate was seen used.
 pub(super) fn dominant(p: &Proc) -> Option<&Config> {
     p.configs
         .iter()
-        .filter(|c| is_full(c))
+        .filter(|c| is_full(c) && cert_seen(c))
         .max_by(|a, b| a.handshakes.total_cmp(&b.handshakes))
 }
 
