@@ -13,7 +13,7 @@ use super::{
 };
 use crate::{
     metrics::histogram::HistogramValue,
-    wire::{tls::TRANSPORT_TCP, TRANSPORT_QUIC},
+    wire::{quic::flows::PROTOCOL_QUIC, tls::TRANSPORT_TCP, TRANSPORT_QUIC},
 };
 
 /// The agent's figures at one moment.
@@ -279,7 +279,7 @@ impl Port {
             Some("starttls_other") => "starttls",
             Some(p) => p,
             None if self.protocols.values().any(|n| *n > 0.0) => "tls",
-            None if self.quic > 0.0 => TRANSPORT_QUIC,
+            None if self.quic > 0.0 => PROTOCOL_QUIC,
             None => "-",
         }
     }
