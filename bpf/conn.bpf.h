@@ -39,9 +39,11 @@ struct {
 } conn_ports SEC(".maps");
 
 /*
- * The port numbers watched in any namespace (1: watched), kept by the agent beside
- * conn_ports: a first test that costs one array load, for programs that run per packet of
- * sockets that are mostly not watched (hello_skb.bpf.h); conn_ports decides.
+ * The port numbers watched in any namespace, kept by the agent beside conn_ports: CONN_NUM_TCP
+ * (a listening port of conn_ports) and CONN_NUM_UDP (a UDP port a traced process bound:
+ * quic.bpf.h). A first test that costs one array load, for programs that run per packet of
+ * sockets that are mostly not watched (hello_skb.bpf.h, quic.bpf.h): one load whatever the
+ * socket's protocol; conn_ports decides.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -50,10 +52,16 @@ struct {
 	__type(value, __u8);
 } conn_port_nums SEC(".maps");
 
-static __always_inline bool conn_port_maybe(__u32 port)
+/* What conn_port_nums says of a port number: CONN_NUM_* bits, 0 if none. */
+static __always_inline __u8 conn_port_kinds(__u32 port)
 {
 	__u8 *on = bpf_map_lookup_elem(&conn_port_nums, &port);
-	return on && *on;
+	return on ? *on : 0;
+}
+
+static __always_inline bool conn_port_maybe(__u32 port)
+{
+	return conn_port_kinds(port) & CONN_NUM_TCP;
 }
 
 /*

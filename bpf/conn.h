@@ -103,4 +103,8 @@ struct conn_event {
 	__u8 pad[7];
 };
 
+/* conn_port_nums values (bits): a TCP port watched, a UDP port watched (QUIC) */
+#define CONN_NUM_TCP 1
+#define CONN_NUM_UDP 2
+
 #endif

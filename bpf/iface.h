@@ -57,6 +57,7 @@ static __always_inline void cpu_account(struct cpu_now *c, const struct task_str
 static __always_inline struct conn_state *conn_of(const struct sock *sk);
 static __always_inline struct conn_state *conn_adopt(const struct sock *sk, __u64 rx, __u64 tx, bool any);
 static __always_inline bool conn_port_maybe(__u32 port);
+static __always_inline __u8 conn_port_kinds(__u32 port);
 static __always_inline void conn_mark_tls(struct conn_state *c);
 static __always_inline void conn_handshake_io(struct conn_state *c, __u32 tid);
 
@@ -81,7 +82,6 @@ static __always_inline void hello_accepted(struct hello_conn *h, __u32 start);
 static __always_inline bool hello_begun(const struct conn_state *c);
 /* quic.bpf.h: QUIC handshakes on the traced processes' UDP sockets (the client's datagrams
  * come through hello_skb.bpf.h's ingress program) */
-static __always_inline bool quic_port_on(__u32 port);
 static __always_inline void quic_in(struct __sk_buff *skb, __u16 port);
 /* hello_skb.bpf.h: ... from the client's packets (a connection's first data, walked on its
  * listening socket before the connection existed: its identity and state) */

@@ -120,6 +120,8 @@ int main(void)
 	F(quic_head, dgram);
 	F(quic_head, pad);
 	C(WIRE_EV_QUIC);
+	C(CONN_NUM_TCP);
+	C(CONN_NUM_UDP);
 	C(QUIC_F_CLIENT);
 	C(QUIC_F_DONE);
 	C(QUIC_F_RETRY);

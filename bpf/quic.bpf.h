@@ -4,7 +4,8 @@
  * agent/src/agent/ports.rs, the egress program's cgroups: agent/src/bpf/hello_cgroups.rs).
  * Runs in the traced processes' cgroups' packet programs: the client's datagrams from
  * hello_skb.bpf.h's ingress program (quic_in), the server's from quic_egress below, for UDP
- * sockets whose local port a traced process has bound (quic_port_nums, kept by the agent).
+ * sockets whose local port a traced process has bound (conn_port_nums' CONN_NUM_UDP, kept by
+ * the agent).
  * A datagram that does not start with a long-header packet of QUIC v1 or v2 returns after
  * one byte's load: a 1-RTT datagram, DNS, anything else.
  */
@@ -16,14 +17,6 @@
 #define QUIC_V1 0x00000001
 #define QUIC_V2 0x6b3343cf
 
-/* The UDP ports bound by the traced processes, in any namespace (1: watched). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, __u8);
-} quic_port_nums SEC(".maps");
-
 /* The connections followed, from the client's first Initial; the least recently used make
  * room (a connection is done after a handful of datagrams). */
 struct {
@@ -33,10 +26,10 @@ struct {
 	__type(value, struct quic_flow);
 } quic_flows SEC(".maps");
 
+/* A UDP port bound by a traced process (conn.bpf.h conn_port_nums, kept by the agent). */
 static __always_inline bool quic_port_on(__u32 port)
 {
-	__u8 *on = bpf_map_lookup_elem(&quic_port_nums, &port);
-	return on && *on;
+	return conn_port_kinds(port) & CONN_NUM_UDP;
 }
 
 /* A packet's type, the same for v1 and v2 (RFC 9369 renumbers them). */

@@ -26,6 +26,10 @@ pub struct req_ctl {
     pub reads: u32,
 }
 
+/// conn_port_nums values (bits): a TCP port watched, a UDP port watched (QUIC).
+pub const CONN_NUM_TCP: u8 = 1;
+pub const CONN_NUM_UDP: u8 = 2;
+
 /// A listening port of a traced process (key of conn_ports).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -63,9 +63,8 @@ pub struct Kernel {
     /// Port numbers listened on (bpf/conn.bpf.h conn_listen_nums), as last set.
     conn_listen_nums: Array<MapData, u8>,
     listen_nums: std::collections::HashSet<u16>,
-    /// UDP ports bound by traced processes (bpf/quic.bpf.h quic_port_nums), as last set,
-    /// and those processes (the QUIC egress program's cgroups).
-    quic_port_nums: Array<MapData, u8>,
+    /// UDP ports bound by traced processes (conn_port_nums' CONN_NUM_UDP: bpf/quic.bpf.h),
+    /// as last set, and those processes (the QUIC egress program's cgroups).
     quic_nums: std::collections::HashSet<u16>,
     quic_pids: Vec<u32>,
     /// quic_pids changed since the cgroups were last synced.
@@ -297,7 +296,6 @@ impl Kernel {
             port_nums: Default::default(),
             conn_listen_nums: take(&mut ebpf, "conn_listen_nums")?,
             listen_nums: Default::default(),
-            quic_port_nums: take(&mut ebpf, "quic_port_nums")?,
             quic_nums: Default::default(),
             quic_pids: Vec::new(),
             quic_changed: false,
@@ -505,7 +503,7 @@ impl Kernel {
             let n = self.port_nums.entry(key.port).or_default();
             *n += 1;
             if *n == 1 {
-                let _ = self.conn_port_nums.set(u32::from(key.port), 1, 0);
+                self.write_port_num(key.port);
             }
         }
         if let Err(e) = &ok {
@@ -531,6 +529,13 @@ impl Kernel {
         self.listen_nums = ports;
     }
 
+    /// A port number's conn_port_nums value: whether it is watched for TCP, for UDP.
+    fn write_port_num(&mut self, port: u16) {
+        let tcp = if self.port_nums.contains_key(&port) { cn::CONN_NUM_TCP } else { 0 };
+        let udp = if self.quic_nums.contains(&port) { cn::CONN_NUM_UDP } else { 0 };
+        let _ = self.conn_port_nums.set(u32::from(port), tcp | udp, 0);
+    }
+
     /// Whether the traced processes with a watched UDP port changed since the cgroups were
     /// last synced (watch_cgroups): the QUIC egress program goes to theirs at once.
     pub fn quic_changed(&self) -> bool {
@@ -541,13 +546,11 @@ impl Kernel {
     /// processes (`pids`): their QUIC handshakes are read (bpf/quic.bpf.h). Whether the
     /// packet programs that read them are attached (else QUIC is not seen).
     pub fn set_quic_ports(&mut self, ports: std::collections::HashSet<u16>, pids: Vec<u32>) -> bool {
-        for gone in self.quic_nums.difference(&ports) {
-            let _ = self.quic_port_nums.set(u32::from(*gone), 0, 0);
-        }
-        for new in ports.difference(&self.quic_nums) {
-            let _ = self.quic_port_nums.set(u32::from(*new), 1, 0);
-        }
+        let changed: Vec<u16> = self.quic_nums.symmetric_difference(&ports).copied().collect();
         self.quic_nums = ports;
+        for port in changed {
+            self.write_port_num(port);
+        }
         self.quic_changed |= pids != self.quic_pids;
         self.quic_pids = pids;
         self.hello_cgroups.is_some()
@@ -564,7 +567,7 @@ impl Kernel {
                 *n.get_mut() -= 1;
                 if *n.get() == 0 {
                     n.remove();
-                    let _ = self.conn_port_nums.set(u32::from(key.port), 0, 0);
+                    self.write_port_num(key.port);
                 }
             }
         }

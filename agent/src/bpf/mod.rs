@@ -331,6 +331,8 @@ mod layout_tests {
             WIRE_EV_END,
             WIRE_EV_HELLO,
             WIRE_EV_QUIC,
+            CONN_NUM_TCP,
+            CONN_NUM_UDP,
             QUIC_F_CLIENT,
             QUIC_F_DONE,
             QUIC_F_RETRY,
