@@ -25,6 +25,7 @@ from harness import quic
 from harness.agent import Agent
 from harness.metrics import since, value
 from harness.procs import wait_for
+from harness.report import Report
 from test_client_hello import agent_memory_has, maps_of
 
 N = 20
@@ -225,3 +226,26 @@ def test_hostile_datagrams_and_refused_handshakes(workdir):
     assert (refused["ok"], refused["failed"]) == (0, 5), refused
     assert c["ok"] == N, c
     assert (got["ok"], got["failed"], got["hellos"]) == (N, 10, N + 10), got
+
+
+def test_report_shows_quic_beside_tcp(workdir):
+    """`tlsprof report` over nginx while aioquic makes N HTTP/3 connections (a marker in each
+    request path and response body) and curl N/2 over TCP: the report's processes give each
+    transport's handshakes and the share over QUIC exactly, its Markdown a Transport section,
+    and no report file holds the marker."""
+    marker = secrets.token_hex(32)
+    with server("nginx", workdir, marker) as srv:
+        def load():
+            q = quic.h3_get(srv.port, N, marker, path=f"/{marker}")
+            tcp = sum(subprocess.run(["curl", "-sk", "--max-time", "5", f"https://127.0.0.1:{srv.port}/"],
+                                     capture_output=True, timeout=10).returncode == 0 for _ in range(N // 2))
+            return {"quic": q["ok"], "tcp": tcp}
+        r = Report([srv.pid, *srv.workers()], load)
+    p = r.proc("nginx")
+    print(f"report: client {r.client}; transports {p['transports']}; share {p['quic_share']}")
+    assert r.client == {"quic": N, "tcp": N // 2}, r.client
+    assert p["transports"]["quic"]["handshakes"] == N and p["transports"]["tcp"]["handshakes"] == N // 2, p
+    assert abs(p["quic_share"] - N / (N + N // 2)) < 1e-9, p["quic_share"]
+    assert "## Transport" in r.text
+    for f in (r.md, r.html, r.json_path):
+        assert marker not in f.read_text(), f
