@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import services
+from harness import quic, services
 from harness.agent import Agent
 from harness.clients import failing_handshakes, https_connections, keepalive_connections, plain_http_requests, resuming_connections
 from harness.metrics import parse_metrics
@@ -282,14 +282,19 @@ def test_dashboards_and_alerts_against_prometheus(tmp_path):
     # beside nginx a STARTTLS server (Postfix: an smtpd forked by its master), whose port the
     # overview names `smtp`
     postfix = services.Postfix(workdir) if services.available()["postfix"] is None else None
+    # and an HTTP/3 server (Caddy: QUIC), whose handshakes the transport panels show as quic
+    h3 = quic.CaddyH3(workdir, "dashboards").start() if not any(map(quic.available().get, ("caddy", "h3_get"))) \
+        else None
     try:
         nginx = Nginx(workdir, workers=1, cert="ecdsa_p256", resumption=True, extra_server="keepalive_requests 5;")
     except BaseException:
-        if postfix:
-            postfix.stop()
+        for s in (postfix, h3):
+            if s:
+                s.stop()
         raise
     mail_pid = ("--pid", str(postfix.pid)) if postfix else ()
-    agent = Agent("--pid", str(nginx.pid), *mail_pid, port=agent_port, scan_interval=0.5)
+    h3_pid = ("--pid", str(h3.pid)) if h3 else ()
+    agent = Agent("--pid", str(nginx.pid), *mail_pid, *h3_pid, port=agent_port, scan_interval=0.5)
     prom1 = prom2 = None
     try:
         agent.wait_attached(nginx.workers())
@@ -300,6 +305,9 @@ def test_dashboards_and_alerts_against_prometheus(tmp_path):
         if postfix:
             mail = services.smtp_starttls_connections(postfix.port, 10)
             assert mail["ok"] == 10, mail
+        if h3:
+            got = quic.h3_get(h3.port, 20, h3.marker)
+            assert got["ok"] == 20, got
         time.sleep(4)  # the last scrapes and rule evaluations
         t1 = time.time()
         assert day1["resumed"] > day1["full"] / 2 and day1["failed"] > 0 and day1["requests"] > 0, day1
@@ -318,6 +326,10 @@ def test_dashboards_and_alerts_against_prometheus(tmp_path):
             protocols = next(p for p in drawn["tlsprof-overview"]["panels"]
                              if p["title"] == "TLS connections/s by application protocol")
             assert any(s["name"] == f"port {postfix.port} smtp" for s in protocols["series"]), protocols
+        if h3:
+            for uid in ("tlsprof-overview",):
+                transports = next(p for p in drawn[uid]["panels"] if p["title"] == "Handshakes/s by transport")
+                assert {s["name"] for s in transports["series"]} >= {"tcp", "quic"}, transports
 
         # Template variables: label_values(metric{…}, label) finds this run's values.
         for path in DASHBOARDS:
@@ -407,8 +419,9 @@ def test_dashboards_and_alerts_against_prometheus(tmp_path):
         if agent.proc.poll() is None:
             agent.stop()
         nginx.stop()
-        if postfix:
-            postfix.stop()
+        for s in (postfix, h3):
+            if s:
+                s.stop()
 
 
 @pytest.mark.quiet

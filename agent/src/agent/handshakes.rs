@@ -371,7 +371,7 @@ impl Handshakes {
         }
         self.metrics
             .handshakes
-            .get_or_create(&ParamLabels::new(comm, "server", &Negotiated::UNKNOWN).with_result("failed"))
+            .get_or_create(&ParamLabels::new(comm, "server", &Negotiated::UNKNOWN_TCP).with_result("failed"))
             .inc_by(n);
         self.row(comm.to_string(), "server", "failed").count += n;
     }
@@ -651,11 +651,11 @@ mod tests {
         assert_eq!(count(&m, "nginx", "server", "ok", &RESUMED), 1);
         // the second waits for bytes that never come: counted with what is known
         h.flush(false, &p, t0 + tracker::WAIT);
-        assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 1);
+        assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN_TCP), 1);
         assert_eq!(unlabelled(&m, "nginx", UNLABELLED_INCOMPLETE), 1);
         // a failed handshake that sent nothing is not kept waiting
         h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_FAILED, 400, 100_000), &p, t0);
-        assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN), 1);
+        assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN_TCP), 1);
         let failed_cpu = m
             .failed_handshake_cpu
             .get_or_create(&RoleLabels {
@@ -697,11 +697,11 @@ mod tests {
         // the oldest three were counted at once, with what was known
         assert_eq!(h.pending.len(), MAX_PENDING);
         assert_eq!(table_full(&m, "pending_handshakes"), 3);
-        assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 3);
+        assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN_TCP), 3);
         assert_eq!(unlabelled(&m, "nginx", UNLABELLED_INCOMPLETE), 3);
         h.flush(true, &p, t0);
         assert_eq!(
-            count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN),
+            count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN_TCP),
             MAX_PENDING as u64 + 3
         );
     }
@@ -730,7 +730,7 @@ mod tests {
         assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 1);
         assert_eq!(unlabelled(&m, "nginx", UNLABELLED_NO_CONNECTION), 1);
         h.failed_without_tls("nginx", 3);
-        assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN), 3);
+        assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN_TCP), 3);
         let table = h.summary_table();
         assert!(table.contains("nginx            server  failed           3"), "{table}");
     }

@@ -350,7 +350,7 @@ impl Tracker {
             Lookup::Ready(l, complete) => (l, complete),
             Lookup::Wait => match self.caps.get(&id) {
                 Some(c) => (tls::parse(&c.plain, &c.sealed, true).labels(), false),
-                None => (Negotiated::UNKNOWN, false),
+                None => (Negotiated::UNKNOWN_TCP, false),
             },
         }
     }
@@ -485,7 +485,7 @@ mod tests {
             .and_then(Seen::handshake)
             .unwrap();
         assert!(!h.ok && !h.hello);
-        assert_eq!(h.labels, Negotiated::UNKNOWN);
+        assert_eq!(h.labels, Negotiated::UNKNOWN_TCP);
         // closed after the ServerHello: the server's part did not finish
         let bytes = resumed12();
         t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..79]), t0);
@@ -582,7 +582,7 @@ mod tests {
         let t0 = Instant::now();
         let mut t = Tracker::default();
         let id = crate::wire::fixtures::WIRE_CONN;
-        assert_eq!(t.give_up(id), (Negotiated::UNKNOWN, false));
+        assert_eq!(t.give_up(id), (Negotiated::UNKNOWN_TCP, false));
         let bytes = resumed12();
         t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..80]), t0);
         let (l, complete) = t.give_up(id);

@@ -134,7 +134,7 @@ fn check(plain: &[u8], sealed: &[u16], ended: bool) -> Result<Parsed, TestCaseEr
         prop_assert!(label_values().contains(v), "label {v:?} not from a table");
     }
     if !p.hello {
-        prop_assert_eq!(l, super::Negotiated::UNKNOWN);
+        prop_assert_eq!(l, super::Negotiated::UNKNOWN_TCP);
     }
     prop_assert!(
         PROTOCOLS.contains(&p.protocol),

@@ -54,6 +54,11 @@ impl Negotiated {
         resumed: false,
         transport: OTHER,
     };
+    /// Nothing negotiated shows, on a TCP connection.
+    pub const UNKNOWN_TCP: Negotiated = Negotiated {
+        transport: TRANSPORT_TCP,
+        ..Negotiated::UNKNOWN
+    };
 }
 
 /// What the server's output says so far.
@@ -102,8 +107,7 @@ impl Parsed {
     pub fn labels(&self) -> Negotiated {
         let transport = if self.quic { TRANSPORT_QUIC } else { TRANSPORT_TCP };
         if !self.hello {
-            // nothing negotiated shows (QUIC's handshake still says what carried it)
-            let transport = if self.quic { TRANSPORT_QUIC } else { OTHER };
+            // nothing negotiated shows; what carried it does
             return Negotiated {
                 transport,
                 ..Negotiated::UNKNOWN

@@ -229,13 +229,13 @@ fn server_hello_cut_short_is_not_seen_yet() {
 fn alerts_and_garbage() {
     let p = parse(&record(21, &[2, 40]), &[], true);
     assert!(p.alert && !p.hello);
-    assert_eq!(p.labels(), Negotiated::UNKNOWN);
+    assert_eq!(p.labels(), Negotiated::UNKNOWN_TCP);
     for junk in [
         &b"HTTP/1.1 400 Bad Request\r\n"[..],
         &[22, 3, 3, 0xff, 0xff, 2, 0, 0],
         &[],
     ] {
-        assert_eq!(parse(junk, &[1, 2, 3], true).labels(), Negotiated::UNKNOWN);
+        assert_eq!(parse(junk, &[1, 2, 3], true).labels(), Negotiated::UNKNOWN_TCP);
     }
     assert_eq!(suite(0x0005).map(|s| s.name), None);
     assert_eq!(group_name(0x6399), "X25519Kyber768Draft00");
