@@ -128,17 +128,7 @@ SEC("cgroup_skb/ingress")
 int hello_ingress(struct __sk_buff *skb)
 {
 	struct bpf_sock *bs = skb->sk;
-	if (!bs)
-		return 1;
-	__u8 kinds = conn_port_kinds(bs->src_port); /* one load for TCP and UDP alike */
-	if (kinds & CONN_NUM_UDP) {
-		struct bpf_sock *full = bpf_sk_fullsock(bs);
-		if (full && full->protocol == IPPROTO_UDP) {
-			quic_in(skb, bs->src_port); /* a QUIC server's datagram: quic.bpf.h */
-			return 1;
-		}
-	}
-	if (!(kinds & CONN_NUM_TCP))
+	if (!bs || !conn_port_maybe(bs->src_port))
 		return 1; /* a socket whose local port no traced process listens on */
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock(bs);
 	if (!tp)

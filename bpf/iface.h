@@ -80,9 +80,6 @@ static __always_inline const struct iovec *wire_iovecs(const struct msghdr *msg)
 static __always_inline void hello_accepted(struct hello_conn *h, __u32 start);
 /* ... whether the client's TLS has begun (after a plaintext preamble: its first record) */
 static __always_inline bool hello_begun(const struct conn_state *c);
-/* quic.bpf.h: QUIC handshakes on the traced processes' UDP sockets (the client's datagrams
- * come through hello_skb.bpf.h's ingress program) */
-static __always_inline void quic_in(struct __sk_buff *skb, __u16 port);
 /* hello_skb.bpf.h: ... from the client's packets (a connection's first data, walked on its
  * listening socket before the connection existed: its identity and state) */
 static __always_inline __u64 hello_early_take(const struct sock *sk, __u32 start, struct hello_conn *h);

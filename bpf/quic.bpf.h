@@ -2,8 +2,8 @@
 /*
  * QUIC handshakes (what is sent and why: quic.h; user side: agent/src/wire/quic/, ports:
  * agent/src/agent/ports.rs, the egress program's cgroups: agent/src/bpf/hello_cgroups.rs).
- * Runs in the traced processes' cgroups' packet programs: the client's datagrams from
- * hello_skb.bpf.h's ingress program (quic_in), the server's from quic_egress below, for UDP
+ * Runs in packet programs of its own on the cgroups of the traced processes that have a QUIC
+ * port: the client's datagrams in quic_ingress, the server's in quic_egress below, for UDP
  * sockets whose local port a traced process has bound (conn_port_nums' CONN_NUM_UDP, kept by
  * the agent).
  * A datagram that does not start with a long-header packet of QUIC v1 or v2 returns after
@@ -91,8 +91,12 @@ static __always_inline __u64 quic_varint(const __u8 *b, __u32 *n)
 /* A packet of a datagram: its type and where it ends (a Retry: the datagram's end). */
 struct quic_pkt {
 	__u32 end;
+	__u32 dcid;   /* where its Destination Connection ID starts (long headers) */
+	__u32 scid;   /* ... its Source Connection ID */
 	__u16 length; /* its Length field */
 	__u8 type;    /* QT_* */
+	__u8 dcid_len;
+	__u8 scid_len;
 };
 
 /* The packet at `at`; false if it is not one of QUIC v1 or v2 or its lengths do not add up. */
@@ -117,10 +121,14 @@ static __always_inline bool quic_packet(struct __sk_buff *skb, __u32 at, __u32 e
 	__u32 o = at + 5;
 	if (h[5] > 20)
 		return false;
+	p->dcid = o + 1;
+	p->dcid_len = h[5];
 	o += 1 + h[5];
 	__u8 scid;
 	if (bpf_skb_load_bytes(skb, o, &scid, 1) || scid > 20)
 		return false;
+	p->scid = o + 1;
+	p->scid_len = scid;
 	o += 1 + scid;
 	if (p->type == QT_RETRY) {
 		p->end = end;
@@ -144,6 +152,21 @@ static __always_inline bool quic_packet(struct __sk_buff *skb, __u32 at, __u32 e
 		return false;
 	p->end = o + n + (__u32)len;
 	p->length = len;
+	return true;
+}
+
+/* The client's connection ID (`len` bytes at `at`) into the key: its length and first 8
+ * bytes. A long header is followed by at least 8 more bytes (a token or Length field, a
+ * packet number, an AEAD tag), so 8 can be loaded whatever the length. */
+static __always_inline bool quic_key_cid(struct __sk_buff *skb, __u32 at, __u8 len, struct quic_key *k)
+{
+	if (bpf_skb_load_bytes(skb, at, k->cid, sizeof(k->cid)))
+		return false;
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		if (i >= len)
+			k->cid[i] = 0;
+	k->cid_len = len;
 	return true;
 }
 
@@ -195,6 +218,9 @@ static __always_inline void quic_in(struct __sk_buff *skb, __u16 port)
 		struct quic_pkt p = {};
 		if (at >= d.end || !quic_packet(skb, at, d.end, &p))
 			break;
+		/* the client's connection ID, from its datagram's first packet */
+		if (i == 0 && (p.type == QT_SHORT || !quic_key_cid(skb, p.scid, p.scid_len, &d.k)))
+			return;
 		if (p.type == QT_SHORT || (p.type == QT_HANDSHAKE && p.length >= QUIC_MIN_FINISHED)) {
 			done = true;
 			hs_len = p.type == QT_HANDSHAKE ? p.length : 0;
@@ -212,8 +238,8 @@ static __always_inline void quic_in(struct __sk_buff *skb, __u16 port)
 		return;
 	struct quic_flow *f = bpf_map_lookup_elem(&quic_flows, &d.k);
 	if (!f) {
-		if (!ini_end)
-			return; /* a connection whose start was not seen */
+		if (!ini_end || d.end - d.off < QUIC_MIN_INITIAL)
+			return; /* a connection whose start was not seen, or no start at all */
 		struct quic_flow nf = {.id = conn_new_id()};
 		if (!nf.id || bpf_map_update_elem(&quic_flows, &d.k, &nf, BPF_NOEXIST))
 			return;
@@ -244,7 +270,8 @@ static __always_inline void quic_out(struct __sk_buff *skb, __u16 port)
 	if (bpf_skb_load_bytes(skb, d.off, &b0, 1) || !(b0 & 0x80))
 		return;
 	struct quic_pkt p = {};
-	if (!quic_packet(skb, d.off, d.end, &p) || (p.type != QT_INITIAL && p.type != QT_RETRY))
+	if (!quic_packet(skb, d.off, d.end, &p) || (p.type != QT_INITIAL && p.type != QT_RETRY) ||
+	    !quic_key_cid(skb, p.dcid, p.dcid_len, &d.k))
 		return;
 	d.k.lport = port;
 	struct quic_flow *f = bpf_map_lookup_elem(&quic_flows, &d.k);
@@ -258,6 +285,22 @@ static __always_inline void quic_out(struct __sk_buff *skb, __u16 port)
 		return;
 	f->server++;
 	quic_emit(skb, f->id, port, 0, d.off, p.end - d.off, 0, d.end - d.off);
+}
+
+/* The client's datagrams: a program of its own beside hello_skb.bpf.h's (attached to the same
+ * cgroups, only those with a QUIC port), so that neither's verification grows with the other's
+ * and a TCP packet never pays for QUIC. */
+SEC("cgroup_skb/ingress")
+int quic_ingress(struct __sk_buff *skb)
+{
+	struct bpf_sock *bs = skb->sk;
+	if (!bs || !quic_port_on(bs->src_port))
+		return 1;
+	__u32 port = bs->src_port;
+	bs = bpf_sk_fullsock(bs);
+	if (bs && bs->protocol == IPPROTO_UDP)
+		quic_in(skb, port);
+	return 1;
 }
 
 SEC("cgroup_skb/egress")

@@ -33,6 +33,8 @@
 #define QUIC_HEAD 16        /* sizeof(struct quic_head) */
 #define QUIC_MAX_PACKET (4096 - QUIC_HEAD) /* an Initial packet's bytes sent at most (WIRE_CHUNK) */
 #define QUIC_FLOWS 32768    /* connections followed at once (LRU: the oldest make room) */
+#define QUIC_MIN_INITIAL 1200 /* a client's first Initial datagram is at least this long (RFC 9000
+			       * §14.1: servers drop shorter ones): shorter ones begin nothing */
 #define QUIC_WALK 4         /* coalesced packets walked per datagram */
 /* The shortest Length of a Handshake packet that carries a client's Finished: a packet
  * number (1 byte), a CRYPTO frame's header (3), a Finished of SHA-256 (4 + 32), the AEAD tag
@@ -49,12 +51,17 @@ struct quic_head {
 };
 
 /* A connection, as the kernel follows it: the client's address and port, the server's
- * port. */
+ * port, and the client's connection ID (the Source Connection ID of its long-header packets,
+ * the Destination Connection ID of the server's): a client that makes its connections one
+ * after another from one socket (quic-go's Transport), or several at once, has one entry per
+ * connection. */
 struct quic_key {
 	__u8 addr[16]; /* IPv6, or IPv4 in its first 4 bytes */
 	__u16 rport;   /* the client's port, network order */
 	__u16 lport;   /* the server's port, host order */
-	__u32 pad;
+	__u8 cid_len;  /* the client's connection ID: its length (0-20) */
+	__u8 pad[3];
+	__u8 cid[8];   /* ... and its first 8 bytes (zeros past its length) */
 };
 
 struct quic_flow {

@@ -266,7 +266,7 @@ impl Handshakes {
     /// The QUIC handshakes' figures that found their handshake, labelled by it, and those
     /// that waited in vain, as figures without a connection.
     fn join_quic(&mut self, all: bool, procs: &impl ProcInfo, now: Instant) {
-        let (joined, alone) = self.quic.take(all, now);
+        let (joined, alone) = self.quic.take(all, now, self.wire.quic_latest_ns());
         for (e, labels) in joined {
             self.count(&e, &labels, None, procs);
         }

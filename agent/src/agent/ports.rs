@@ -59,6 +59,8 @@ pub struct Ports {
     /// Each UDP port a traced process has bound (a QUIC server's): the first such process,
     /// its namespace and name. The kernel's QUIC events carry the port alone.
     quic: HashMap<u16, (u32, u32, String)>,
+    /// UDP ports said to be bound in two namespaces (once each; bounded by the port numbers).
+    quic_shared: HashSet<u16>,
     pub churn: Churn,
 }
 
@@ -102,6 +104,7 @@ impl Ports {
             listening: HashMap::new(),
             listen_seen: None,
             quic: HashMap::new(),
+            quic_shared: HashSet::new(),
             churn: Churn::new(metrics),
         }
     }
@@ -174,6 +177,7 @@ impl Ports {
         let live: HashSet<u32> = procs.iter().map(|p| p.0).collect();
         self.owned.retain(|pid, _| live.contains(pid));
         let mut quic: HashMap<u16, (u32, u32, String)> = HashMap::new();
+        let mut shared: Vec<(u16, String)> = Vec::new();
         for (pid, name, netns) in procs {
             let table = &listeners[&netns];
             let bound = udp.get(&netns).map_or(&[][..], |v| v.as_slice());
@@ -187,7 +191,19 @@ impl Ports {
                 owners.entry(key).or_insert(pid);
             }
             for (port, _) in bound.iter().filter(|(_, ino)| mine.contains(ino)) {
-                quic.entry(*port).or_insert_with(|| (pid, netns, name.to_string()));
+                let first = quic.entry(*port).or_insert_with(|| (pid, netns, name.to_string()));
+                if first.1 != netns {
+                    shared.push((*port, format!("{} in {}, {name} in {netns}", first.2, first.1)));
+                }
+            }
+        }
+        for (port, who) in shared {
+            if self.quic_shared.insert(port) {
+                // the kernel tells datagrams by port number alone (bpf/quic.bpf.h)
+                log::warn!(
+                    "quic: UDP port {port} is bound by traced processes in two network namespaces ({who}): its \
+                     QUIC handshakes are all counted under the first one's name"
+                );
             }
         }
         let mut quic_pids: Vec<u32> = quic.values().map(|(pid, _, _)| *pid).collect();

@@ -6,8 +6,10 @@
 //! whose name served QUIC lately waits (at most tracker::WAIT) for a QUIC handshake of the
 //! same name that began before its first call (the client's first Initial) and ended before
 //! its last return (the client's Finished), and takes the one that began last among them:
-//! one figure per handshake, one handshake per figure. What finds none is counted as before
-//! (no connection).
+//! one figure per handshake, one handshake per figure. A figure is joined only once the wire
+//! has shown a datagram later than its end (or CATCH_UP passed): the end of its own handshake
+//! may still be on its way in the other ring buffer, and a handshake that overlapped it
+//! would fit it too. What finds none is counted as before (no connection).
 //!
 //! Plain code over decoded events: the kernel is not needed to test it.
 use std::{
@@ -26,6 +28,8 @@ const KEEP: Duration = Duration::from_secs(30);
 const SERVING: Duration = Duration::from_secs(120);
 /// The kernel's timestamps of a datagram and of a probe come from different CPUs' clocks.
 const SLACK_NS: u64 = 1_000_000;
+/// A figure waits at most this long for the wire to show a datagram later than its end.
+const CATCH_UP: Duration = Duration::from_millis(250);
 /// Handshakes ended and figures waiting, at most each: WAIT (2 s) of them at 30,000
 /// handshakes a second. At the bound the oldest go, counted:
 /// tlsprof_table_full_total{table="quic_waiting"}.
@@ -92,10 +96,15 @@ impl QuicJoin {
     }
 
     /// The figures that found their handshake, and those that waited tracker::WAIT for one
-    /// in vain (all of them with `all`, at exit).
-    pub fn take(&mut self, all: bool, now: Instant) -> (Vec<Joined>, Vec<hs::hs_event>) {
+    /// in vain (all of them with `all`, at exit). `wire_ns`: the latest QUIC datagram the
+    /// wire has shown (bpf_ktime_get_ns).
+    pub fn take(&mut self, all: bool, now: Instant, wire_ns: u64) -> (Vec<Joined>, Vec<hs::hs_event>) {
         let (mut joined, mut alone) = (Vec::new(), Vec::new());
         for (mut e, name, since) in std::mem::take(&mut self.waiting) {
+            if !all && wire_ns < e.end_ns && now.duration_since(since) < CATCH_UP {
+                self.waiting.push_back((e, name, since)); // its handshake's end may be on its way
+                continue;
+            }
             let begin = e.end_ns.saturating_sub(e.duration_ns);
             let found = self.ended.get_mut(&name).and_then(|q| {
                 let i = q
@@ -180,7 +189,7 @@ mod tests {
         j.wait(figure(120_300_000, 126_300_000), "nginx".into(), t);
         // a figure of a handshake the wire has not ended yet waits
         j.wait(figure(130_000_000, 131_000_000), "nginx".into(), t);
-        let (joined, alone) = j.take(false, t);
+        let (joined, alone) = j.take(false, t, u64::MAX);
         let conns: Vec<ConnId> = joined.iter().map(|(e, _)| e.conn_id).collect();
         assert_eq!(conns, [2, 1, 4, 3]);
         assert!(joined
@@ -188,12 +197,12 @@ mod tests {
             .all(|(e, l)| e.role == hs::HS_ROLE_SERVER && l.transport == TRANSPORT_QUIC));
         assert!(alone.is_empty());
         j.on_handshake("nginx", &quic(5, 129_900_000, 130_800_000), t);
-        let (joined, _) = j.take(false, t);
+        let (joined, _) = j.take(false, t, u64::MAX);
         assert_eq!(joined.iter().map(|(e, _)| e.conn_id).collect::<Vec<_>>(), [5]);
         // one that never finds its handshake is let go after WAIT, as one without connection
         j.wait(figure(200_000_000, 201_000_000), "nginx".into(), t);
-        assert_eq!(j.take(false, t).1.len(), 0);
-        assert_eq!(j.take(false, t + tracker::WAIT).1.len(), 1);
+        assert_eq!(j.take(false, t, u64::MAX).1.len(), 0);
+        assert_eq!(j.take(false, t + tracker::WAIT, u64::MAX).1.len(), 1);
     }
 
     #[test]
@@ -203,7 +212,7 @@ mod tests {
         j.on_handshake("nginx", &quic(1, 500_000_000, 503_000_000), t);
         j.wait(figure(100_000_000, 600_000_000), "nginx".into(), t);
         j.wait(figure(400_000_000, 502_000_000), "nginx".into(), t);
-        let (joined, alone) = j.take(true, t);
+        let (joined, alone) = j.take(true, t, 0);
         assert!(joined.is_empty(), "began before the handshake's first datagram, or ended before its last");
         assert_eq!(alone.len(), 2);
         // failed handshakes get no figure of an ok one; they mark the name as serving
@@ -212,6 +221,29 @@ mod tests {
         j.on_handshake("caddy", &failed, t);
         assert!(j.serves("caddy"));
         j.wait(figure(1, 3), "caddy".into(), t);
-        assert!(j.take(true, t).0.is_empty());
+        assert!(j.take(true, t, 0).0.is_empty());
+    }
+
+    #[test]
+    fn a_figure_waits_for_the_wire_to_pass_its_end() {
+        // A (100-110 ms) and B (105-115 ms) overlap; B's figure comes while B's end is still
+        // on its way: it must not take A, whose times fit it too
+        let t = Instant::now();
+        let mut j = QuicJoin::default();
+        j.on_handshake("nginx", &quic(1, 100_000_000, 110_000_000), t);
+        j.wait(figure(105_500_000, 115_500_000), "nginx".into(), t);
+        let (joined, alone) = j.take(false, t, 110_000_000);
+        assert!(joined.is_empty() && alone.is_empty(), "waits: the wire is behind its end");
+        j.on_handshake("nginx", &quic(2, 105_000_000, 115_000_000), t);
+        j.wait(figure(100_200_000, 110_300_000), "nginx".into(), t);
+        let (joined, _) = j.take(false, t, 116_000_000);
+        let pairs: Vec<(u64, ConnId)> = joined.iter().map(|(e, _)| (e.end_ns, e.conn_id)).collect();
+        assert_eq!(pairs, [(115_500_000, 2), (110_300_000, 1)]);
+        // the wire never passes a figure's end (no later datagram): joined after CATCH_UP
+        j.on_handshake("nginx", &quic(3, 200_000_000, 201_000_000), t);
+        j.wait(figure(200_100_000, 201_100_000), "nginx".into(), t);
+        assert!(j.take(false, t, 201_000_000).0.is_empty());
+        let (joined, _) = j.take(false, t + CATCH_UP, 201_000_000);
+        assert_eq!(joined.iter().map(|(e, _)| e.conn_id).collect::<Vec<_>>(), [3]);
     }
 }

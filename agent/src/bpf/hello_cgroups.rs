@@ -27,10 +27,13 @@ use crate::bounds::Dropped;
 pub const MAX_CGROUPS: usize = 4096;
 
 const PROGRAM: &str = "hello_ingress";
-/// The QUIC capture's program for the server's datagrams (bpf/quic.bpf.h), attached beside
-/// PROGRAM to the cgroups that hold a traced process with a watched UDP port only: it runs
-/// for every packet those cgroups send.
-pub const EGRESS: &str = "quic_egress";
+/// The QUIC capture's programs (bpf/quic.bpf.h): the client's datagrams, the server's.
+/// Attached beside PROGRAM to the cgroups that hold a traced process with a watched UDP port
+/// only: they run for every packet those cgroups receive and send.
+pub const QUIC: [(&str, CgroupSkbAttachType); 2] = [
+    ("quic_ingress", CgroupSkbAttachType::Ingress),
+    ("quic_egress", CgroupSkbAttachType::Egress),
+];
 
 /// Whether the agent is in a cgroup namespace other than the host init's, which it can
 /// reach (a container with the host's PID namespace): cgroups are then found as init sees
@@ -153,8 +156,8 @@ pub struct HelloCgroups {
     of_pid: HashMap<u32, Option<Cgroup>>,
     /// Attached cgroups: their path (for the log) and link.
     links: HashMap<u64, (PathBuf, CgroupSkbLinkId)>,
-    /// Cgroups the QUIC egress program is attached to (EGRESS), and its link.
-    egress: HashMap<u64, CgroupSkbLinkId>,
+    /// Cgroups the QUIC programs are attached to, and their links (QUIC's order).
+    egress: HashMap<u64, Vec<CgroupSkbLinkId>>,
     /// Cgroups refused while a traced process is in them, said once.
     refused: HashSet<u64>,
     /// When each attached cgroup last had a traced process: it stays attached LINGER after
@@ -238,11 +241,9 @@ impl HelloCgroups {
             .retain(|ino, _| needed.contains_key(ino) || (self.links.contains_key(ino) && !gone.contains(ino)));
         // bounded by the cgroups needed now (containers come and go)
         self.refused.retain(|ino| needed.contains_key(ino));
-        if let Some(Ok(e)) = ebpf.program_mut(EGRESS).map(<&mut CgroupSkb>::try_from) {
-            for ino in &gone {
-                if let Some(link) = self.egress.remove(ino) {
-                    let _ = e.detach(link);
-                }
+        for ino in &gone {
+            if let Some(links) = self.egress.remove(ino) {
+                detach_quic(ebpf, links);
             }
         }
         let Some(Ok(p)) = ebpf.program_mut(PROGRAM).map(<&mut CgroupSkb>::try_from) else {
@@ -289,8 +290,17 @@ impl HelloCgroups {
     }
 }
 
+/// Detaches a cgroup's QUIC programs (QUIC's order).
+fn detach_quic(ebpf: &mut Ebpf, links: Vec<CgroupSkbLinkId>) {
+    for ((name, _), link) in QUIC.iter().zip(links) {
+        if let Some(Ok(p)) = ebpf.program_mut(name).map(<&mut CgroupSkb>::try_from) {
+            let _ = p.detach(link);
+        }
+    }
+}
+
 impl HelloCgroups {
-    /// The QUIC egress program on the attached cgroups that hold a process of `quic`.
+    /// The QUIC programs on the attached cgroups that hold a process of `quic`.
     fn sync_egress(&mut self, ebpf: &mut Ebpf, quic: &[u32]) {
         let dirs: Vec<&PathBuf> = quic
             .iter()
@@ -302,31 +312,43 @@ impl HelloCgroups {
             .filter(|(_, (dir, _))| dirs.iter().any(|d| d.starts_with(dir)))
             .map(|(ino, (dir, _))| (*ino, dir.clone()))
             .collect();
-        let Some(Ok(p)) = ebpf.program_mut(EGRESS).map(<&mut CgroupSkb>::try_from) else {
-            return;
-        };
         let gone: Vec<u64> = self.egress.keys().filter(|i| !wanted.contains_key(i)).copied().collect();
         for ino in gone {
-            if let Some(link) = self.egress.remove(&ino) {
-                let _ = p.detach(link);
+            if let Some(links) = self.egress.remove(&ino) {
+                detach_quic(ebpf, links);
             }
         }
         for (ino, dir) in wanted {
             if self.egress.contains_key(&ino) || self.refused.contains(&ino) {
                 continue;
             }
-            match File::open(&dir).map_err(anyhow::Error::from).and_then(|f| {
-                p.attach(f, CgroupSkbAttachType::Egress, CgroupAttachMode::Single)
+            let mut links = Vec::new();
+            let mut failed = None;
+            for (name, how) in QUIC {
+                let Some(Ok(p)) = ebpf.program_mut(name).map(<&mut CgroupSkb>::try_from) else {
+                    return;
+                };
+                match File::open(&dir)
                     .map_err(anyhow::Error::from)
-            }) {
-                Ok(link) => {
-                    log::debug!("quic: the server's datagrams read from cgroup {}", dir.display());
-                    self.egress.insert(ino, link);
+                    .and_then(|f| p.attach(f, how, CgroupAttachMode::Single).map_err(anyhow::Error::from))
+                {
+                    Ok(link) => links.push(link),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
                 }
-                Err(e) => {
+            }
+            match failed {
+                None => {
+                    log::debug!("quic: the datagrams of cgroup {} read", dir.display());
+                    self.egress.insert(ino, links);
+                }
+                Some(e) => {
+                    detach_quic(ebpf, links);
                     log::warn!(
-                        "quic: cannot attach to cgroup {} for the servers' datagrams ({e:#}): the QUIC \
-                         handshakes of its processes are counted without their ServerHello's labels",
+                        "quic: cannot attach to cgroup {} ({e:#}): the QUIC handshakes of its processes are not \
+                         read",
                         dir.display()
                     );
                     self.refused.insert(ino);

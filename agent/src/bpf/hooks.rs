@@ -523,12 +523,18 @@ fn attach_program(ebpf: &mut Ebpf, btf: &Btf, name: &str, how: Attach) -> Result
             }
             let p: &mut CgroupSkb = p.try_into()?;
             p.load()?;
-            // the QUIC capture's egress program goes with it (hello_cgroups.rs attaches both)
-            let e: &mut CgroupSkb = ebpf
-                .program_mut(super::hello_cgroups::EGRESS)
-                .context("no QUIC egress program")?
-                .try_into()?;
-            e.load()?;
+            // the QUIC capture's programs go with it (hello_cgroups.rs attaches them); one the
+            // kernel refuses leaves QUIC unread, not the ClientHellos
+            for (quic, _) in super::hello_cgroups::QUIC {
+                let loaded = ebpf
+                    .program_mut(quic)
+                    .context("missing")
+                    .and_then(|q| <&mut CgroupSkb>::try_from(q).map_err(anyhow::Error::from))
+                    .and_then(|q| q.load().map_err(anyhow::Error::from));
+                if let Err(e) = loaded {
+                    log::warn!("quic: {quic} does not load on this kernel ({e:#}): QUIC handshakes will not be read");
+                }
+            }
             LinkRef::Loaded
         }
     })

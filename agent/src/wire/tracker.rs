@@ -323,11 +323,19 @@ impl Tracker {
 
     /// A QUIC connection's datagram (wire/quic/flows.rs).
     fn on_quic(&mut self, e: WireEvent, now: Instant) -> Option<Seen> {
+        if self.ended.contains_key(&e.conn_id) {
+            return None; // a late datagram of a handshake already counted (a resent Initial)
+        }
         let seen = self.quic.on_event(&e, now);
         if let Some(Seen::Handshake(h)) = &seen {
             self.end(h.conn, h.labels, true, now);
         }
         seen
+    }
+
+    /// The latest QUIC datagram the kernel reported (bpf_ktime_get_ns; 0: none yet).
+    pub fn quic_latest_ns(&self) -> u64 {
+        self.quic.latest_ns
     }
 
     /// The parameters of a connection's handshake, as far as known.

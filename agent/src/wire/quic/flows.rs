@@ -69,6 +69,8 @@ pub struct Flows {
     flows: HashMap<ConnId, Flow>,
     /// Datagrams that did not open (hostile or garbled), for the log.
     pub unopened: u64,
+    /// The latest datagram's time (bpf_ktime_get_ns): how far the wire has come.
+    pub latest_ns: u64,
     /// Connections evicted at MAX_FLOWS, not exported yet.
     pub evicted: u64,
 }
@@ -83,6 +85,7 @@ impl Flows {
     /// A WIRE_EV_QUIC event: the ClientHello once complete, the handshake once over.
     pub fn on_event(&mut self, e: &WireEvent, now: Instant) -> Option<Seen> {
         let d = e.quic()?;
+        self.latest_ns = self.latest_ns.max(d.ts);
         let from_client = e.flags & QUIC_F_CLIENT != 0;
         if !self.flows.contains_key(&e.conn_id) {
             // only a client's Initial that opens begins a connection
@@ -126,10 +129,13 @@ impl Flows {
         if !d.initial.is_empty() {
             if from_client && f.retried {
                 // the client's first Initial after a Retry: the Retry's connection ID is the
-                // keys' from now on (RFC 9001 §5.2)
+                // keys' from now on (RFC 9001 §5.2); an Initial sent before the Retry that
+                // comes late still has the old one
                 if let Ok(h) = super::header(d.initial) {
-                    f.dcid = h.dcid;
-                    f.retried = false;
+                    if h.dcid != f.dcid {
+                        f.dcid = h.dcid;
+                        f.retried = false;
+                    }
                 }
             }
             match open_initial(d.initial, from_client, &f.dcid) {

@@ -11,9 +11,8 @@
 //! phrase of a CONNECTION_CLOSE included.
 //!
 //! Every function here takes bytes from the network: none panics on any input, and none
-//! allocates more than a small multiple of its input (CryptoStream: of its `max`).
-// Nothing outside the tests calls this module until the capture side reads UDP datagrams
-// (another change): remove this then.
+//! allocates more than a small multiple of its input (CryptoStream: of its `max`). Each
+//! connection's handshake, from the kernel's datagrams (bpf/quic.h): `flows.rs`.
 
 pub mod flows;
 mod initial;
@@ -23,8 +22,7 @@ mod tests;
 #[cfg(test)]
 use std::ops::Range;
 
-// (unused outside the tests until then, as above)
-#[allow(unused_imports)]
+#[allow(unused_imports)] // Initial and MAX_CRYPTO_FRAMES: the tests'
 pub use initial::{open_initial, Initial, MAX_CRYPTO_FRAMES};
 
 /// The Version field of QUIC version 1's long headers (RFC 9000 §15).
