@@ -287,18 +287,26 @@ static __always_inline void quic_out(struct __sk_buff *skb, __u16 port)
 	quic_emit(skb, f->id, port, 0, d.off, p.end - d.off, 0, d.end - d.off);
 }
 
+/* The local port of the packet's socket when it is a UDP socket a traced process bound
+ * (quic_port_on), else 0: a packet of any other socket costs one array load. */
+static __always_inline __u16 quic_socket_port(struct __sk_buff *skb)
+{
+	struct bpf_sock *bs = skb->sk;
+	if (!bs || !quic_port_on(bs->src_port))
+		return 0;
+	__u16 port = bs->src_port;
+	bs = bpf_sk_fullsock(bs);
+	return bs && bs->protocol == IPPROTO_UDP ? port : 0;
+}
+
 /* The client's datagrams: a program of its own beside hello_skb.bpf.h's (attached to the same
  * cgroups, only those with a QUIC port), so that neither's verification grows with the other's
  * and a TCP packet never pays for QUIC. */
 SEC("cgroup_skb/ingress")
 int quic_ingress(struct __sk_buff *skb)
 {
-	struct bpf_sock *bs = skb->sk;
-	if (!bs || !quic_port_on(bs->src_port))
-		return 1;
-	__u32 port = bs->src_port;
-	bs = bpf_sk_fullsock(bs);
-	if (bs && bs->protocol == IPPROTO_UDP)
+	__u16 port = quic_socket_port(skb);
+	if (port)
 		quic_in(skb, port);
 	return 1;
 }
@@ -306,12 +314,8 @@ int quic_ingress(struct __sk_buff *skb)
 SEC("cgroup_skb/egress")
 int quic_egress(struct __sk_buff *skb)
 {
-	struct bpf_sock *bs = skb->sk;
-	if (!bs || !quic_port_on(bs->src_port))
-		return 1;
-	__u32 port = bs->src_port;
-	bs = bpf_sk_fullsock(bs);
-	if (bs && bs->protocol == IPPROTO_UDP)
+	__u16 port = quic_socket_port(skb);
+	if (port)
 		quic_out(skb, port);
 	return 1;
 }

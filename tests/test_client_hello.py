@@ -205,6 +205,22 @@ def maps_of(pid: int) -> list[dict]:
     return [m for m in maps if m["id"] in ids]
 
 
+def maps_without(pid: int, marker: str) -> int:
+    """Asserts the marker (as text, or its bytes in hex) is in no map of the process that
+    bpftool can dump; returns how many were dumped."""
+    dumped = 0
+    for m in maps_of(pid):
+        if m["type"] in ("ringbuf", "perf_event_array", "sk_storage", "prog_array"):
+            continue
+        d = subprocess.run(["bpftool", "map", "dump", "id", str(m["id"])], capture_output=True, text=True)
+        if d.returncode != 0:
+            continue
+        dumped += 1
+        hexed = re.sub(r"[^0-9a-f]", "", d.stdout.replace("0x", ""))
+        assert marker.encode().hex() not in hexed and marker not in d.stdout, m
+    return dumped
+
+
 def ktls_ready() -> bool:
     """The kernel offers TLS offload (the tls module: /proc/net/tls_stat)."""
     subprocess.run(["modprobe", "tls"], capture_output=True)
@@ -257,17 +273,7 @@ def test_nothing_after_the_client_hello_is_read(workdir, ktls):
             # the metrics and the log
             assert marker not in agent.scrape_text() and marker not in agent.output()
             # every map of the object that can be dumped
-            dumped = 0
-            for m in maps_of(agent.proc.pid):
-                if m["type"] in ("ringbuf", "perf_event_array", "sk_storage", "prog_array"):
-                    continue
-                d = subprocess.run(["bpftool", "map", "dump", "id", str(m["id"])], capture_output=True, text=True)
-                if d.returncode != 0:
-                    continue
-                dumped += 1
-                hexed = re.sub(r"[^0-9a-f]", "", d.stdout.replace("0x", ""))
-                assert marker.encode().hex() not in hexed and marker not in d.stdout, m
-            assert dumped >= 5, dumped
+            assert maps_without(agent.proc.pid, marker) >= 5
             found = agent_memory_has(agent.proc.pid, [marker.encode(), *(n.encode() for n in names)])
             assert not found[marker.encode()], "the marker is in the agent's memory"
             assert all(found[n.encode()] for n in names), found
