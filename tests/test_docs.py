@@ -51,7 +51,7 @@ def test_cli_doc_has_a_section_per_command():
         f"docs/cli.md's command sections {sorted(sections)} against the binary's {commands()}"
 
 
-@pytest.mark.parametrize("command", ["", "run", "top", "report", "flamegraph"])
+@pytest.mark.parametrize("command", ["", "run", "top", "report", "compare", "flamegraph"])
 def test_cli_doc_lists_exactly_the_options_of(command):
     args = [command] if command else []
     printed = help_options(*args)
@@ -65,7 +65,7 @@ def test_cli_doc_lists_exactly_the_options_of(command):
 
 def test_every_command_is_checked():
     """The parametrised list above covers every command the binary has."""
-    assert set(commands()) == {"run", "top", "report", "flamegraph"}
+    assert set(commands()) == {"run", "top", "report", "compare", "flamegraph"}
 
 
 DOCS = [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -24,7 +24,7 @@ use clap::{Parser, Subcommand};
 
 use crate::{
     cli::{FlameArgs, RunArgs, TargetArgs},
-    views::{report, top},
+    views::{compare, report, top},
 };
 
 /// `tlsprof --version`: which release, which commit, built for which machine (build.rs).
@@ -58,6 +58,9 @@ enum Command {
     Top(top::TopArgs),
     /// Observe for a while, then write what to change, with the numbers and the savings.
     Report(report::ReportArgs),
+    /// What a configuration change did: two reports' JSON, before and after, figure by
+    /// figure, with the noise said.
+    Compare(compare::CompareArgs),
 }
 
 /// Flame graphs sample more often than the CPU split does.
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Command::Flamegraph(f) => f.verbose,
         Command::Top(t) => t.view.verbose,
         Command::Report(r) => r.view.verbose,
+        Command::Compare(_) => false,
     });
     let result = match cli.command {
         Command::Run(args) => agent::run(args),
@@ -84,6 +88,7 @@ fn main() -> ExitCode {
         }),
         Command::Top(t) => top::run(t),
         Command::Report(r) => report::run(r),
+        Command::Compare(c) => compare::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -31,6 +31,22 @@ pub struct HistogramValue {
     pub buckets: Vec<(f64, f64)>,
 }
 
+impl HistogramValue {
+    /// Adds another series' values (same buckets) to this one's: a sum over label sets.
+    pub fn add(&mut self, o: &HistogramValue) {
+        self.sum += o.sum;
+        self.count += o.count;
+        if self.buckets.is_empty() {
+            self.buckets = o.buckets.clone();
+        } else {
+            for (b, (le, n)) in self.buckets.iter_mut().zip(&o.buckets) {
+                debug_assert_eq!(b.0, *le);
+                b.1 += n;
+            }
+        }
+    }
+}
+
 impl Histogram {
     pub fn new(buckets: impl IntoIterator<Item = f64>) -> Self {
         let buckets = buckets.into_iter().chain([f64::MAX]).map(|b| (b, 0)).collect();

@@ -45,8 +45,9 @@ pub struct ProcFigures {
     /// Server handshakes by result (`ok`, `failed`) and negotiated configuration (with its
     /// transport).
     pub handshakes: BTreeMap<(String, ConfigKey), f64>,
-    /// Server handshakes timed, and their summed CPU seconds, by configuration.
-    pub handshake_cpu: BTreeMap<ConfigKey, (f64, f64)>,
+    /// Server handshakes timed (count), their summed CPU seconds (sum) and how they spread
+    /// (buckets), by configuration.
+    pub handshake_cpu: BTreeMap<ConfigKey, HistogramValue>,
     pub process_cpu: f64,
     /// CPU seconds by category (handshake, crypto, tls_library, kernel_net, probes, other).
     pub cpu: BTreeMap<String, f64>,
@@ -272,8 +273,7 @@ impl Figures {
         let p = self.proc(&l.comm);
         if l.role == "server" {
             let c = p.handshake_cpu.entry(key).or_default();
-            c.0 += h.count;
-            c.1 += h.sum;
+            c.add(&h);
         }
     }
 
@@ -569,8 +569,9 @@ mod tests {
         let p = &f.procs["nginx"];
         assert_eq!(p.handshakes.values().sum::<f64>(), 11.0, "server handshakes only");
         let cpu = p.handshake_cpu.values().next().unwrap();
-        assert_eq!(cpu.0, 2.0);
-        assert!((cpu.1 - 0.0035).abs() < 1e-12);
+        assert_eq!(cpu.count, 2.0);
+        assert!((cpu.sum - 0.0035).abs() < 1e-12);
+        assert!(cpu.buckets.contains(&(2.5e-3, 2.0)), "{cpu:?}");
         assert!(p.cpu_methods.contains("probes"));
         let port = &p.ports["443"];
         assert_eq!((port.requests.sum, port.requests.count), (12.0, 3.0));

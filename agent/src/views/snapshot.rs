@@ -62,6 +62,9 @@ pub struct Config {
     /// come from.
     pub timed: f64,
     pub cpu: f64,
+    /// How the timed handshakes' CPU spread: (upper bound in seconds, handshakes at or
+    /// below it), the last bound +Inf.
+    pub cpu_buckets: Vec<(f64, f64)>,
 }
 
 impl Config {
@@ -571,11 +574,12 @@ impl Proc {
                 config(&mut configs, cfg).handshakes += d;
             }
         }
-        for (key, &(timed, cpu)) in &b.handshake_cpu {
-            let (t0, c0) = a.and_then(|a| a.handshake_cpu.get(key)).copied().unwrap_or_default();
+        for (key, h) in &b.handshake_cpu {
+            let (cpu, timed, buckets) = hist_inc(h, a.and_then(|a| a.handshake_cpu.get(key)));
             let c = config(&mut configs, key);
-            c.timed += inc(timed, t0);
-            c.cpu += inc(cpu, c0);
+            c.timed += timed;
+            c.cpu += cpu;
+            c.cpu_buckets = buckets;
         }
         p.configs = configs
             .into_values()

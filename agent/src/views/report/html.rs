@@ -10,7 +10,7 @@ use super::{
 };
 use crate::views::snapshot::{Proc, Window};
 
-fn esc(s: &str) -> String {
+pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

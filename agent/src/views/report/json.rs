@@ -1,235 +1,282 @@
-//! The report as JSON (--json), for scripts: the findings with their figures, each
-//! process's measurements, and the host's costs.
+//! The report as JSON (--json), for scripts and for `tlsprof compare`, which reads two back
+//! (views/compare/): the findings with their figures, each process's measurements, and the
+//! host's costs. One definition, written and read.
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{hostcost::HostCosts, rules::Finding};
 use crate::views::snapshot::Window;
 
-#[derive(Serialize)]
-struct Report<'a> {
-    window_seconds: f64,
-    findings: Vec<FindingJson<'a>>,
-    processes: Vec<Process<'a>>,
-    host: Option<Host<'a>>,
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct ReportDoc {
+    pub window_seconds: f64,
+    /// The rate at which the CPU split was sampled (per second of a process's CPU time): the
+    /// number of samples behind a share is its process CPU seconds times this. Null when the
+    /// agent was another process's (`--url`): its default, 49, is assumed then.
+    #[serde(default)]
+    pub sample_hz: Option<f64>,
+    pub findings: Vec<FindingDoc>,
+    pub processes: Vec<ProcessDoc>,
+    pub host: Option<HostDoc>,
 }
 
-#[derive(Serialize)]
-struct FindingJson<'a> {
-    rule: &'a str,
-    comm: &'a str,
-    port: Option<&'a str>,
-    title: &'a str,
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct FindingDoc {
+    pub rule: String,
+    pub comm: String,
+    pub port: Option<String>,
+    pub title: String,
     /// What was measured, and what to change (as the Markdown report says them).
-    evidence: &'a str,
-    fix: &'a str,
-    saving_cpu_cores: Option<f64>,
-    saving_share: Option<f64>,
+    pub evidence: String,
+    pub fix: String,
+    pub saving_cpu_cores: Option<f64>,
+    pub saving_share: Option<f64>,
     /// What the clients seen say of the change (would fail under the policy it leads to),
     /// or "clients: not seen"; null where the rule has no policy.
-    clients: Option<&'a str>,
-    numbers: BTreeMap<&'a str, f64>,
+    pub clients: Option<String>,
+    /// The finding's figures by name (null: not a finite number).
+    pub numbers: BTreeMap<String, Option<f64>>,
 }
 
-#[derive(Serialize)]
-struct Process<'a> {
-    comm: &'a str,
-    full: f64,
-    resumed: f64,
-    failed: f64,
-    process_cpu_seconds: f64,
-    cpu_seconds: &'a BTreeMap<String, f64>,
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct ProcessDoc {
+    pub comm: String,
+    pub full: f64,
+    pub resumed: f64,
+    pub failed: f64,
+    pub process_cpu_seconds: f64,
+    pub cpu_seconds: BTreeMap<String, f64>,
     /// Application data exchanges in the window, as they happened.
-    exchanges: f64,
+    pub exchanges: f64,
     /// process_cpu_seconds per exchange, and its TLS part (null without an exchange).
-    cpu_per_exchange_seconds: Option<f64>,
-    tls_cpu_per_exchange_seconds: Option<f64>,
-    configs: Vec<ConfigJson<'a>>,
+    pub cpu_per_exchange_seconds: Option<f64>,
+    pub tls_cpu_per_exchange_seconds: Option<f64>,
+    pub configs: Vec<ConfigDoc>,
     /// Successful handshakes by transport (tcp, quic, other: no connection seen).
-    transports: BTreeMap<&'a str, TransportJson>,
+    pub transports: BTreeMap<String, TransportDoc>,
     /// The share of the successful handshakes over QUIC: of the clients on HTTP/3 (null
     /// without a handshake).
-    quic_share: Option<f64>,
-    ports: BTreeMap<&'a str, PortJson>,
+    pub quic_share: Option<f64>,
+    pub ports: BTreeMap<String, PortDoc>,
     /// The ClientHellos read in the window (0 without the capture).
-    clients: ClientsJson,
+    pub clients: ClientsDoc,
 }
 
-#[derive(Serialize)]
-struct ClientsJson {
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct ClientsDoc {
     /// ClientHellos read.
-    hellos: f64,
+    pub hellos: f64,
     /// Handshakes whose client offered to resume a session (psk or ticket), and of them
     /// those that got a full handshake.
-    returning: f64,
-    returning_full: f64,
+    pub returning: f64,
+    pub returning_full: f64,
     /// ClientHellos by offer and value offered.
-    offers: BTreeMap<String, BTreeMap<String, f64>>,
+    pub offers: BTreeMap<String, BTreeMap<String, f64>>,
     /// Share of the ClientHellos each candidate policy would fail.
-    would_fail_share: BTreeMap<String, f64>,
+    pub would_fail_share: BTreeMap<String, f64>,
 }
 
-#[derive(Serialize)]
-struct TransportJson {
-    handshakes: f64,
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct TransportDoc {
+    pub handshakes: f64,
     /// Of them, those whose CPU was measured; cpu_seconds is theirs.
-    timed: f64,
-    cpu_seconds: f64,
+    pub timed: f64,
+    pub cpu_seconds: f64,
     /// cpu_seconds over timed (null when none was timed).
-    cpu_per_handshake_seconds: Option<f64>,
+    pub cpu_per_handshake_seconds: Option<f64>,
 }
 
-#[derive(Serialize)]
-struct ConfigJson<'a> {
-    version: &'a str,
-    cipher: &'a str,
-    group: &'a str,
-    cert: &'a str,
-    resumed: bool,
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct ConfigDoc {
+    pub version: String,
+    pub cipher: String,
+    pub group: String,
+    pub cert: String,
+    pub resumed: bool,
     /// What carried them: tcp, quic, other.
-    transport: &'a str,
+    pub transport: String,
     /// Every successful handshake with these parameters.
-    handshakes: f64,
+    pub handshakes: f64,
     /// Of them, those whose CPU was measured; cpu_seconds is theirs.
-    timed: f64,
-    cpu_seconds: f64,
+    pub timed: f64,
+    pub cpu_seconds: f64,
+    /// How the timed handshakes' CPU spread: [upper bound in seconds, handshakes in that
+    /// bucket alone], the buckets of tlsprof_handshake_cpu_seconds; those above the last
+    /// bound are `timed` less the rest.
+    #[serde(default)]
+    pub cpu_buckets: Vec<[f64; 2]>,
 }
 
-#[derive(Serialize)]
-struct PortJson {
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct PortDoc {
     /// What its TLS connections carry (snapshot.rs Port::protocol_name).
-    protocol: String,
+    pub protocol: String,
     /// TLS handshakes on its TCP connections in the window by
     /// tlsprof_tls_connections_by_protocol_total's `protocol`.
-    protocols: BTreeMap<String, f64>,
+    pub protocols: BTreeMap<String, f64>,
     /// QUIC connections (`protocol="quic"`) on the UDP port of the same number: the other
     /// figures are its TCP connections'.
-    quic_connections: f64,
-    ended: f64,
-    requests: f64,
-    exchanges: f64,
-    time_wait: f64,
-    time_wait_sockets: f64,
-    server_close_share: f64,
+    pub quic_connections: f64,
+    pub ended: f64,
+    pub requests: f64,
+    pub exchanges: f64,
+    pub time_wait: f64,
+    pub time_wait_sockets: f64,
+    pub server_close_share: f64,
+    /// How the requests of the connections that ended spread: [upper bound, connections in
+    /// that bucket alone], the buckets of tlsprof_requests_per_connection; those above the
+    /// last bound are `ended` less the rest.
+    #[serde(default)]
+    pub request_buckets: Vec<[f64; 2]>,
 }
 
-#[derive(Serialize)]
-struct Host<'a> {
-    library: &'a str,
-    group_seconds: &'a BTreeMap<String, f64>,
-    sign_seconds: &'a BTreeMap<String, f64>,
-    record_seconds: &'a BTreeMap<String, f64>,
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct HostDoc {
+    pub library: String,
+    pub group_seconds: BTreeMap<String, f64>,
+    pub sign_seconds: BTreeMap<String, f64>,
+    pub record_seconds: BTreeMap<String, f64>,
 }
 
-/// The report as one JSON document (numbers that are not finite are null).
-pub fn json(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
-    let report = Report {
-        window_seconds: w.seconds,
-        findings: found
-            .iter()
-            .map(|f| FindingJson {
-                rule: f.rule,
-                comm: &f.comm,
-                port: f.port.as_deref(),
-                title: &f.title,
-                evidence: &f.evidence,
-                fix: &f.fix,
-                saving_cpu_cores: f.saving_cpu,
-                saving_share: f.saving_share,
-                clients: f.clients.as_deref(),
-                numbers: f.numbers.iter().copied().collect(),
-            })
-            .collect(),
-        processes: w
-            .procs
-            .iter()
-            .map(|p| Process {
-                comm: &p.comm,
-                full: p.full,
-                resumed: p.resumed,
-                failed: p.failed,
-                process_cpu_seconds: p.process_cpu,
-                cpu_seconds: &p.cpu,
-                exchanges: p.exchanges(),
-                cpu_per_exchange_seconds: p.cost_per_exchange().map(|c| c.0),
-                tls_cpu_per_exchange_seconds: p.cost_per_exchange().map(|c| c.1),
-                configs: p
-                    .configs
-                    .iter()
-                    .map(|c| ConfigJson {
-                        version: &c.version,
-                        cipher: &c.cipher,
-                        group: &c.group,
-                        cert: &c.cert,
-                        resumed: c.resumed,
-                        transport: &c.transport,
-                        handshakes: c.handshakes,
-                        timed: c.timed,
-                        cpu_seconds: c.cpu,
-                    })
-                    .collect(),
-                transports: p
-                    .transports()
-                    .into_iter()
-                    .map(|t| {
-                        let json = TransportJson {
-                            handshakes: t.handshakes,
-                            timed: t.timed,
-                            cpu_seconds: t.cpu,
-                            cpu_per_handshake_seconds: t.mean_cpu(),
-                        };
-                        (t.name, json)
-                    })
-                    .collect(),
-                quic_share: p.quic_share(),
-                ports: p
-                    .ports
-                    .iter()
-                    .map(|(k, v)| {
-                        let port = PortJson {
-                            protocol: v.protocol_name().to_string(),
-                            protocols: v.protocols.clone(),
-                            quic_connections: v.quic,
-                            ended: v.ended,
-                            requests: v.requests,
-                            exchanges: v.exchanges,
-                            time_wait: v.time_wait,
-                            time_wait_sockets: v.time_wait_sockets,
-                            server_close_share: v.closed_share("server"),
-                        };
-                        (k.as_str(), port)
-                    })
-                    .collect(),
-                clients: {
-                    let c = p.clients();
-                    let (returning, returning_full) = c.returning();
-                    let mut offers: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
-                    for ((o, v), n) in &c.offers {
-                        offers.entry(o.clone()).or_default().insert(v.clone(), *n);
-                    }
-                    ClientsJson {
-                        hellos: c.seen(),
-                        returning,
-                        returning_full,
-                        offers,
-                        would_fail_share: c
-                            .policies()
-                            .into_iter()
-                            .filter_map(|name| Some((name.to_string(), c.policy(name)?.fail_share())))
-                            .collect(),
-                    }
-                },
-            })
-            .collect(),
-        host: host.map(|h| Host {
-            library: &h.library,
-            group_seconds: &h.group,
-            sign_seconds: &h.sign,
-            record_seconds: &h.record,
-        }),
-    };
-    let mut out = serde_json::to_string(&report).expect("a report serializes");
+/// Cumulative buckets (upper bound, count at or below it; the last +Inf) as the finite
+/// buckets' own counts.
+fn own_buckets(cumulative: &[(f64, f64)]) -> Vec<[f64; 2]> {
+    let mut below = 0.0;
+    cumulative
+        .iter()
+        .filter(|(le, _)| le.is_finite())
+        .map(|&(le, n)| {
+            let own = (n - below).max(0.0);
+            below = n;
+            [le, own]
+        })
+        .collect()
+}
+
+impl ReportDoc {
+    /// The report's figures and findings as the JSON gives them.
+    pub fn of(w: &Window, found: &[Finding], host: Option<&HostCosts>, sample_hz: Option<f64>) -> ReportDoc {
+        ReportDoc {
+            window_seconds: w.seconds,
+            sample_hz,
+            findings: found
+                .iter()
+                .map(|f| FindingDoc {
+                    rule: f.rule.into(),
+                    comm: f.comm.clone(),
+                    port: f.port.clone(),
+                    title: f.title.clone(),
+                    evidence: f.evidence.clone(),
+                    fix: f.fix.clone(),
+                    saving_cpu_cores: f.saving_cpu,
+                    saving_share: f.saving_share,
+                    clients: f.clients.clone(),
+                    numbers: f.numbers.iter().map(|(k, v)| (k.to_string(), Some(*v))).collect(),
+                })
+                .collect(),
+            processes: w
+                .procs
+                .iter()
+                .map(|p| ProcessDoc {
+                    comm: p.comm.clone(),
+                    full: p.full,
+                    resumed: p.resumed,
+                    failed: p.failed,
+                    process_cpu_seconds: p.process_cpu,
+                    cpu_seconds: p.cpu.clone(),
+                    exchanges: p.exchanges(),
+                    cpu_per_exchange_seconds: p.cost_per_exchange().map(|c| c.0),
+                    tls_cpu_per_exchange_seconds: p.cost_per_exchange().map(|c| c.1),
+                    configs: p
+                        .configs
+                        .iter()
+                        .map(|c| ConfigDoc {
+                            version: c.version.clone(),
+                            cipher: c.cipher.clone(),
+                            group: c.group.clone(),
+                            cert: c.cert.clone(),
+                            resumed: c.resumed,
+                            transport: c.transport.clone(),
+                            handshakes: c.handshakes,
+                            timed: c.timed,
+                            cpu_seconds: c.cpu,
+                            cpu_buckets: own_buckets(&c.cpu_buckets),
+                        })
+                        .collect(),
+                    transports: p
+                        .transports()
+                        .into_iter()
+                        .map(|t| {
+                            let doc = TransportDoc {
+                                handshakes: t.handshakes,
+                                timed: t.timed,
+                                cpu_seconds: t.cpu,
+                                cpu_per_handshake_seconds: t.mean_cpu(),
+                            };
+                            (t.name.to_string(), doc)
+                        })
+                        .collect(),
+                    quic_share: p.quic_share(),
+                    ports: p
+                        .ports
+                        .iter()
+                        .map(|(k, v)| {
+                            let port = PortDoc {
+                                protocol: v.protocol_name().to_string(),
+                                protocols: v.protocols.clone(),
+                                quic_connections: v.quic,
+                                ended: v.ended,
+                                requests: v.requests,
+                                exchanges: v.exchanges,
+                                time_wait: v.time_wait,
+                                time_wait_sockets: v.time_wait_sockets,
+                                server_close_share: v.closed_share("server"),
+                                request_buckets: own_buckets(&v.request_buckets),
+                            };
+                            (k.clone(), port)
+                        })
+                        .collect(),
+                    clients: {
+                        let c = p.clients();
+                        let (returning, returning_full) = c.returning();
+                        let mut offers: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+                        for ((o, v), n) in &c.offers {
+                            offers.entry(o.clone()).or_default().insert(v.clone(), *n);
+                        }
+                        ClientsDoc {
+                            hellos: c.seen(),
+                            returning,
+                            returning_full,
+                            offers,
+                            would_fail_share: c
+                                .policies()
+                                .into_iter()
+                                .filter_map(|name| Some((name.to_string(), c.policy(name)?.fail_share())))
+                                .collect(),
+                        }
+                    },
+                })
+                .collect(),
+            host: host.map(|h| HostDoc {
+                library: h.library.clone(),
+                group_seconds: h.group.clone(),
+                sign_seconds: h.sign.clone(),
+                record_seconds: h.record.clone(),
+            }),
+        }
+    }
+}
+
+/// A document as one line of JSON (numbers that are not finite are null).
+pub fn to_json<T: Serialize>(doc: &T) -> String {
+    let mut out = serde_json::to_string(doc).expect("a document serializes");
     out.push('\n');
     out
+}
+
+/// The report as one JSON document (the unit tests read it).
+#[cfg(test)]
+pub fn json(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> String {
+    to_json(&ReportDoc::of(w, found, host, None))
 }

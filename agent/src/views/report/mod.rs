@@ -3,10 +3,10 @@
 //! (rules/), in Markdown, HTML and JSON (markdown.rs, html.rs, json.rs). For what the
 //! server does not use yet, the rules use costs measured on this host (hostcost.rs).
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 mod hostcost;
 mod html;
-mod json;
+pub mod json;
 mod markdown;
 mod observe;
 pub(crate) mod rules;
@@ -15,9 +15,10 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context as _, Result};
 
-pub use self::hostcost::HostCosts;
-use self::{html::html, json::json, markdown::markdown, observe::observe, rules::findings};
+pub use self::{hostcost::HostCosts, html::esc};
+use self::{html::html, json::{to_json, ReportDoc}, markdown::markdown, observe::observe, rules::findings};
 use crate::views::{
+    compare::{self, check_min_change, check_writable, read_report, CompareOut, MinChange},
     live::{Live, ViewArgs},
     snapshot::Window,
 };
@@ -47,20 +48,42 @@ pub struct ReportArgs {
     /// are then left out).
     #[arg(long)]
     pub no_calibrate: bool,
+    /// Compare this window with a baseline: a report's JSON written earlier (the same as
+    /// `tlsprof compare BASELINE THIS.json`). The comparison goes to --compare-md (else it
+    /// ends the Markdown report), --compare-html and --compare-json.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// Write the comparison with the baseline in Markdown here.
+    #[arg(long, value_name = "FILE", requires = "baseline")]
+    pub compare_md: Option<PathBuf>,
+    /// Write the comparison with the baseline in HTML here.
+    #[arg(long, value_name = "FILE", requires = "baseline")]
+    pub compare_html: Option<PathBuf>,
+    /// Write the comparison with the baseline as JSON here.
+    #[arg(long, value_name = "FILE", requires = "baseline")]
+    pub compare_json: Option<PathBuf>,
+    #[command(flatten)]
+    pub min: MinChange,
 }
 
 pub fn run(args: ReportArgs) -> Result<()> {
     if !(args.seconds > 0.0 && args.seconds <= 86400.0) {
         bail!("--seconds must be between 0 and 86400");
     }
-    // Fail on an unwritable output before observing, not after.
-    for path in [&args.output, &args.html, &args.json].into_iter().flatten() {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
+    // Fail on a bad baseline or an unwritable output before observing, not after.
+    check_min_change(&args.min)?;
+    let baseline = args.baseline.as_deref().map(read_report).transpose()?;
+    check_writable([
+        &args.output,
+        &args.html,
+        &args.json,
+        &args.compare_md,
+        &args.compare_html,
+        &args.compare_json,
+    ])?;
+    // The rate the CPU split is sampled at: the number of samples behind a share. An
+    // agent read through --url does not say its own.
+    let sample_hz = args.view.remote.url.is_none().then(|| args.view.targets.sample_hz() as f64);
     let mut live = Live::start(&args.view)?;
     let seen = observe(&mut live, args.seconds, args.until_eof)?;
     let comms = live.comms.clone();
@@ -74,7 +97,29 @@ pub fn run(args: ReportArgs) -> Result<()> {
             .ok()
     };
     let found = findings(&window, host.as_ref());
-    let md = markdown(&window, &found, host.as_ref());
+    let doc = ReportDoc::of(&window, &found, host.as_ref(), sample_hz);
+    let mut md = markdown(&window, &found, host.as_ref());
+    let comparison = baseline.map(|b| compare::compare(&b, &doc, args.min.min_change));
+    let names = |b: &PathBuf| {
+        let after = args.json.as_ref().map_or("this window".into(), |j| j.display().to_string());
+        (b.display().to_string(), after)
+    };
+    if let (Some(c), Some(b)) = (&comparison, &args.baseline) {
+        let (before, after) = names(b);
+        let out = CompareOut {
+            output: args.compare_md.clone(),
+            html: args.compare_html.clone(),
+            json: args.compare_json.clone(),
+            min: args.min.clone(),
+        };
+        if out.output.is_none() {
+            md += "\n";
+            md += &compare::markdown(c, &before, &after).replacen("# ", "## ", 1).replace("\n## ", "\n### ");
+        }
+        if out.output.is_some() || out.html.is_some() || out.json.is_some() {
+            compare::write(c, &out, &before, &after)?;
+        }
+    }
     let write = |path: &PathBuf, text: String| {
         std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
     };
@@ -86,7 +131,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
         write(path, html(&window, &found, host.as_ref(), &seen.series))?;
     }
     if let Some(path) = &args.json {
-        write(path, json(&window, &found, host.as_ref()))?;
+        write(path, to_json(&doc))?;
     }
     log::info!("{} finding(s)", found.len());
     Ok(())
@@ -117,6 +162,7 @@ fn calibrate_for(w: &Window) -> Result<HostCosts> {
 mod tests {
     use super::{
         fixtures::*,
+        json::json,
         observe::{Series, CATEGORIES},
         *,
     };

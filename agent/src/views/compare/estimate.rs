@@ -1,0 +1,231 @@
+//! A figure and its standard error, from what it is made of (a count, a sample of CPU split
+//! samples, a histogram of timed handshakes), and the change between two of them with its
+//! 95% interval: the arithmetic behind "−50% ± 4%". Nothing here knows what a figure means.
+
+/// The two-sided 95% point of the normal distribution.
+pub const Z95: f64 = 1.96;
+
+/// A figure and its standard error (same unit).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    pub value: f64,
+    pub se: f64,
+}
+
+impl Estimate {
+    /// `n` events in `seconds`: a rate, with a Poisson count's error (√n; √1 for none, so
+    /// that no event is not taken for certainty).
+    pub fn rate(n: f64, seconds: f64) -> Estimate {
+        Estimate {
+            value: n / seconds,
+            se: n.max(1.0).sqrt() / seconds,
+        }
+    }
+
+    /// `k` of `n`: a share, with a binomial error (at 0% or 100%, that of one in `n`).
+    pub fn share(k: f64, n: f64) -> Option<Estimate> {
+        (n > 0.0).then(|| {
+            let p = (k / n).clamp(0.0, 1.0);
+            Estimate {
+                value: p,
+                se: (p * (1.0 - p)).max(1.0 / n).min(0.25).sqrt() / n.sqrt(),
+            }
+        })
+    }
+
+    /// An exact total spread over `n` events (CPU seconds per exchange), the events' costs
+    /// varying with a coefficient of variation `cv` (their standard deviation over their
+    /// mean): the mean's relative error is cv/√n.
+    pub fn per_event(total: f64, n: f64, cv: f64) -> Option<Estimate> {
+        (n > 0.0).then(|| Estimate {
+            value: total / n,
+            se: total / n * cv / n.sqrt(),
+        })
+    }
+
+    /// The coefficient of variation of the observations behind a mean (None at 0).
+    pub fn cv(&self, n: f64) -> Option<f64> {
+        (self.value > 0.0 && n > 0.0).then(|| self.se * n.sqrt() / self.value)
+    }
+
+    /// The mean of `n` observations summing to `sum`, their spread read from a histogram:
+    /// (upper bound, observations in that bucket alone), those above the last bound the
+    /// rest. Each bucket's observations are taken as spread evenly over it (the widest
+    /// assumption a bucket allows), the last bucket's above its bound up to twice it.
+    pub fn mean(sum: f64, n: f64, buckets: &[[f64; 2]]) -> Option<Estimate> {
+        if n <= 0.0 {
+            return None;
+        }
+        let mean = sum / n;
+        let mut var = 0.0;
+        let mut lower = 0.0;
+        let mut seen = 0.0;
+        let mut spread = |lo: f64, hi: f64, k: f64| {
+            let mid = (lo + hi) / 2.0;
+            var += k * ((mid - mean).powi(2) + (hi - lo).powi(2) / 12.0);
+        };
+        for &[upper, k] in buckets {
+            if k > 0.0 {
+                spread(lower, upper, k);
+            }
+            seen += k;
+            lower = upper;
+        }
+        let above = (n - seen).max(0.0);
+        if above > 0.0 {
+            spread(lower, (2.0 * lower).max(mean), above);
+        }
+        if buckets.is_empty() {
+            // No spread known (an older report): that of a coefficient of variation of 1.
+            var = mean * mean * n;
+        }
+        Some(Estimate {
+            value: mean,
+            se: (var / n).sqrt() / n.sqrt(),
+        })
+    }
+
+    /// The product with a figure of its own error (errors relative, independent).
+    pub fn times(self, o: Estimate) -> Estimate {
+        let value = self.value * o.value;
+        Estimate {
+            value,
+            se: value.abs() * (rel(self).powi(2) + rel(o).powi(2)).sqrt(),
+        }
+    }
+
+    /// Scaled by an exact number.
+    pub fn scaled(self, k: f64) -> Estimate {
+        Estimate {
+            value: self.value * k,
+            se: self.se * k.abs(),
+        }
+    }
+}
+
+fn rel(e: Estimate) -> f64 {
+    if e.value != 0.0 {
+        e.se / e.value.abs()
+    } else {
+        0.0
+    }
+}
+
+/// How a change is said: relative to the figure before, or (a share) as a difference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    Relative,
+    Points,
+}
+
+/// What became of a figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Up,
+    Down,
+    /// Within its 95% interval, or smaller than the smallest change the user asked to
+    /// hear about.
+    NoChange,
+    /// Seen on one side only.
+    NotComparable,
+}
+
+impl Verdict {
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Up => "up",
+            Verdict::Down => "down",
+            Verdict::NoChange => "no_change",
+            Verdict::NotComparable => "not_comparable",
+        }
+    }
+}
+
+/// A change: after less before (Points) or after over before less one (Relative), its 95%
+/// half-width, and the verdict with `min_change` (a fraction, or points as a fraction).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Change {
+    pub change: Option<f64>,
+    pub interval: Option<f64>,
+    pub verdict: Verdict,
+}
+
+pub fn change(before: Option<Estimate>, after: Option<Estimate>, scale: Scale, min_change: f64) -> Change {
+    let (Some(a), Some(b)) = (before, after) else {
+        return Change {
+            change: None,
+            interval: None,
+            verdict: Verdict::NotComparable,
+        };
+    };
+    let diff_se = (a.se.powi(2) + b.se.powi(2)).sqrt();
+    let (change, interval) = match scale {
+        Scale::Points => (Some(b.value - a.value), Some(Z95 * diff_se)),
+        Scale::Relative if a.value > 0.0 => {
+            let r = b.value / a.value;
+            (Some(r - 1.0), Some(Z95 * r * (rel(a).powi(2) + rel(b).powi(2)).sqrt()))
+        }
+        // From nothing: no ratio, only whether the difference is beyond its noise.
+        Scale::Relative => (None, None),
+    };
+    let beyond = (b.value - a.value).abs() > Z95 * diff_se;
+    let large = change.is_none_or(|c| c.abs() >= min_change);
+    let verdict = match (beyond && large, b.value > a.value) {
+        (false, _) => Verdict::NoChange,
+        (true, true) => Verdict::Up,
+        (true, false) => Verdict::Down,
+    };
+    Change {
+        change,
+        interval,
+        verdict,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mean_carries_its_histograms_spread() {
+        // 100 handshakes all in (0.25, 0.5] ms, mean 0.3 ms: the bucket's width is the spread
+        let e = Estimate::mean(0.03, 100.0, &[[0.25e-3, 0.0], [0.5e-3, 100.0]]).unwrap();
+        assert!((e.value - 0.3e-3).abs() < 1e-15);
+        let var = (0.375e-3f64 - 0.3e-3).powi(2) + (0.25e-3f64).powi(2) / 12.0;
+        assert!((e.se - var.sqrt() / 10.0).abs() < 1e-12, "{e:?}");
+        // above the last bound: spread up to twice it
+        let e = Estimate::mean(300.0, 100.0, &[[1.0, 0.0]]).unwrap();
+        assert!(e.se > 0.0 && e.value == 3.0);
+        assert_eq!(Estimate::mean(0.0, 0.0, &[]), None);
+    }
+
+    #[test]
+    fn changes_are_called_beyond_their_noise_and_the_smallest_change() {
+        let a = Estimate { value: 1.0, se: 0.01 };
+        let half = Estimate { value: 0.5, se: 0.01 };
+        let c = change(Some(a), Some(half), Scale::Relative, 0.05);
+        assert_eq!(c.verdict, Verdict::Down);
+        assert!((c.change.unwrap() + 0.5).abs() < 1e-12);
+        // 0.5 × √(0.01² + 0.02²) × 1.96
+        assert!((c.interval.unwrap() - 1.96 * 0.5 * (0.0001f64 + 0.0004).sqrt()).abs() < 1e-12);
+        // 3% with a 1% error each: beyond the noise, below the smallest change asked for
+        let near = Estimate { value: 1.03, se: 0.0103 };
+        assert_eq!(change(Some(a), Some(near), Scale::Relative, 0.05).verdict, Verdict::NoChange);
+        assert_eq!(change(Some(a), Some(near), Scale::Relative, 0.0).verdict, Verdict::Up);
+        // 10% with a 10% error each: within the noise
+        let noisy = Estimate { value: 1.0, se: 0.1 };
+        let up = Estimate { value: 1.1, se: 0.11 };
+        assert_eq!(change(Some(noisy), Some(up), Scale::Relative, 0.0).verdict, Verdict::NoChange);
+        assert_eq!(change(None, Some(a), Scale::Relative, 0.0).verdict, Verdict::NotComparable);
+        // shares in points
+        let s0 = Estimate::share(0.0, 100.0).unwrap();
+        let s1 = Estimate::share(95.0, 100.0).unwrap();
+        let c = change(Some(s0), Some(s1), Scale::Points, 0.05);
+        assert_eq!((c.verdict, c.change), (Verdict::Up, Some(0.95)));
+        // from nothing: up when beyond the noise, with no ratio
+        let c = change(Some(Estimate::rate(0.0, 10.0)), Some(Estimate::rate(100.0, 10.0)), Scale::Relative, 0.05);
+        assert_eq!((c.verdict, c.change), (Verdict::Up, None));
+        let c = change(Some(Estimate::rate(0.0, 10.0)), Some(Estimate::rate(1.0, 10.0)), Scale::Relative, 0.05);
+        assert_eq!(c.verdict, Verdict::NoChange);
+    }
+}

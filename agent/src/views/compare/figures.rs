@@ -1,0 +1,176 @@
+//! The figures a before/after compares, each read from a report's process (or port) with
+//! its standard error from what it is made of: rates from their counts, shares from their
+//! counts or the CPU split's samples, costs per handshake from the timed handshakes and
+//! their histogram, costs per exchange from the exchanges counted.
+use super::estimate::{Estimate, Scale};
+use crate::views::{
+    report::json::{PortDoc, ProcessDoc},
+    snapshot::TLS_CATEGORIES,
+};
+
+/// What the agent samples the CPU split at unless told otherwise (cli.rs SAMPLE_HZ): the
+/// rate assumed for a report that does not say (one read from a running agent, `--url`).
+pub const ASSUMED_SAMPLE_HZ: f64 = crate::cli::SAMPLE_HZ as f64;
+
+/// How a figure is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// CPU seconds (per something): ms or µs.
+    Seconds,
+    PerSecond,
+    Share,
+    /// A plain number (requests per connection).
+    Number,
+}
+
+/// One figure of one side.
+#[derive(Debug, Clone, Copy)]
+pub struct Figure {
+    pub name: &'static str,
+    pub label: &'static str,
+    pub unit: Unit,
+    pub scale: Scale,
+    pub estimate: Option<Estimate>,
+}
+
+/// A window's side of a process: its report figures, the window's length, the sample rate.
+pub struct Side<'a> {
+    pub p: &'a ProcessDoc,
+    pub seconds: f64,
+    pub sample_hz: f64,
+}
+
+fn fig(name: &'static str, label: &'static str, unit: Unit, estimate: Option<Estimate>) -> Figure {
+    let scale = if unit == Unit::Share {
+        Scale::Points
+    } else {
+        Scale::Relative
+    };
+    Figure {
+        name,
+        label,
+        unit,
+        scale,
+        estimate,
+    }
+}
+
+impl Side<'_> {
+    pub fn handshakes(&self) -> f64 {
+        self.p.full + self.p.resumed
+    }
+
+    /// The mean CPU of the timed handshakes that match, from their summed histograms.
+    fn handshake_cpu(&self, keep: impl Fn(bool) -> bool) -> Option<Estimate> {
+        let cs: Vec<_> = self.p.configs.iter().filter(|c| keep(c.resumed) && c.timed > 0.0).collect();
+        let n: f64 = cs.iter().map(|c| c.timed).sum();
+        let sum: f64 = cs.iter().map(|c| c.cpu_seconds).sum();
+        // The configurations' histograms share their bounds: summed bucket by bucket.
+        let mut buckets: Vec<[f64; 2]> = Vec::new();
+        for c in &cs {
+            for (i, &[le, k]) in c.cpu_buckets.iter().enumerate() {
+                match buckets.get_mut(i) {
+                    Some(b) if b[0] == le => b[1] += k,
+                    _ => buckets.push([le, k]),
+                }
+            }
+        }
+        if cs.iter().any(|c| c.cpu_buckets.is_empty()) {
+            buckets.clear();
+        }
+        Estimate::mean(sum, n, &buckets)
+    }
+
+    /// The CPU split's samples behind the process's shares.
+    fn samples(&self) -> f64 {
+        self.p.process_cpu_seconds * self.sample_hz
+    }
+
+    /// The share of the process's sampled CPU in these categories.
+    fn cpu_share(&self, categories: &[&str]) -> Option<Estimate> {
+        let all: f64 = self.p.cpu_seconds.values().sum();
+        let some: f64 = categories.iter().filter_map(|c| self.p.cpu_seconds.get(*c)).sum();
+        let n = self.samples();
+        (all > 0.0 && n >= 1.0).then(|| Estimate::share(some / all * n, n)).flatten()
+    }
+
+    /// Exchanges on TCP connections, and whether they stand for the process's work (not
+    /// when it served QUIC: its exchanges are counted on TCP alone).
+    fn exchanges(&self) -> Option<f64> {
+        (self.p.exchanges > 0.0 && self.p.cpu_per_exchange_seconds.is_some()).then_some(self.p.exchanges)
+    }
+
+    /// The process's figures, in the order they are shown.
+    pub fn figures(&self) -> Vec<Figure> {
+        let hs = self.handshakes();
+        let cpu = self.p.process_cpu_seconds;
+        // An exchange's cost is not seen alone: taken to vary as much as its mean.
+        let per_exchange = self.exchanges().and_then(|n| Estimate::per_event(cpu, n, 1.0));
+        // A connection's cost varies as its handshake's does, which is seen (1 without).
+        let all = self.handshake_cpu(|_| true);
+        let timed: f64 = self.p.configs.iter().map(|c| c.timed).sum();
+        let cv = all.and_then(|e| e.cv(timed)).unwrap_or(1.0);
+        let crypto = self.cpu_share(&["crypto"]);
+        vec![
+            fig("handshakes_per_second", "successful handshakes", Unit::PerSecond, Some(Estimate::rate(hs, self.seconds))),
+            fig("failed_per_second", "failed handshakes", Unit::PerSecond, Some(Estimate::rate(self.p.failed, self.seconds))),
+            fig("resumed_share", "resumed handshakes", Unit::Share, Estimate::share(self.p.resumed, hs)),
+            fig("cpu_per_handshake_seconds", "CPU per handshake", Unit::Seconds, all),
+            fig("cpu_per_full_handshake_seconds", "CPU per full handshake", Unit::Seconds, self.handshake_cpu(|r| !r)),
+            fig("cpu_per_resumed_handshake_seconds", "CPU per resumed handshake", Unit::Seconds, self.handshake_cpu(|r| r)),
+            fig(
+                "process_cpu_per_handshake_seconds",
+                "process CPU per handshake",
+                Unit::Seconds,
+                Estimate::per_event(cpu, hs, cv),
+            ),
+            fig("process_cpu_per_exchange_seconds", "process CPU per exchange", Unit::Seconds, per_exchange),
+            fig("tls_cpu_share", "TLS share of the process's CPU", Unit::Share, self.cpu_share(&TLS_CATEGORIES)),
+            fig(
+                "record_crypto_cpu_per_exchange_seconds",
+                "TLS record crypto per exchange",
+                Unit::Seconds,
+                per_exchange.zip(crypto).map(|(e, s)| e.times(s)),
+            ),
+            fig(
+                "quic_share",
+                "handshakes over QUIC (HTTP/3)",
+                Unit::Share,
+                self.p.transports.get("quic").and_then(|q| Estimate::share(q.handshakes, hs)),
+            ),
+        ]
+    }
+
+    /// The rate a finding's saving is counted at: handshakes or exchanges per second.
+    pub fn rate(&self, per: Per) -> Option<f64> {
+        match per {
+            Per::Handshake => Some(self.handshakes() / self.seconds),
+            Per::Exchange => self.exchanges().map(|n| n / self.seconds),
+        }
+    }
+}
+
+/// What a CPU saving is counted per.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Per {
+    Handshake,
+    Exchange,
+}
+
+/// A port's figures.
+pub fn port_figures(port: &PortDoc, seconds: f64) -> Vec<Figure> {
+    let time_wait = (port.exchanges > 0.0).then(|| Estimate {
+        value: port.time_wait / port.exchanges,
+        se: port.time_wait.max(1.0).sqrt() / port.exchanges,
+    });
+    vec![
+        fig("connections_per_second", "connections ended", Unit::PerSecond, Some(Estimate::rate(port.ended, seconds))),
+        fig(
+            "requests_per_connection",
+            "requests per connection",
+            Unit::Number,
+            Estimate::mean(port.requests, port.ended, &port.request_buckets),
+        ),
+        fig("time_wait_per_request", "TIME_WAIT entries per request", Unit::Number, time_wait),
+    ]
+}

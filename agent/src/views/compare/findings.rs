@@ -1,0 +1,196 @@
+//! The baseline's findings carried over: each resolved, still there, or new; a resolved
+//! one with the CPU the change saved measured (the unit figure's fall times the baseline's
+//! rate) beside what the baseline estimated, so users learn how good the estimates are.
+use serde::Serialize;
+
+use super::{
+    estimate::{Estimate, Z95},
+    figures::{Per, Side},
+};
+use crate::views::report::json::{FindingDoc, ReportDoc};
+
+#[derive(Serialize, Debug, Clone)]
+pub struct CarriedFinding {
+    pub rule: String,
+    pub comm: String,
+    pub port: Option<String>,
+    pub title: String,
+    /// resolved (the baseline's, gone after), remains, new (after's alone), unseen (the
+    /// baseline's, its process not in the later window).
+    pub status: &'static str,
+    /// What the baseline estimated the change would save (null for a new one, or where the
+    /// rule estimates none); for a finding still there, the later estimate.
+    pub estimated_saving_cpu_cores: Option<f64>,
+    pub estimated_saving_now_cpu_cores: Option<f64>,
+    /// For a resolved finding whose saving is CPU: what the change saved, measured, and
+    /// the 95% half-width of that.
+    pub measured_saving_cpu_cores: Option<f64>,
+    pub measured_interval_cpu_cores: Option<f64>,
+    /// The figure the saving is measured by.
+    pub measured_by: Option<&'static str>,
+    /// The baseline's findings of the process the change resolved that its saving shows in
+    /// too (counted per the same thing), this one included; and the measured saving over
+    /// their estimates summed.
+    pub resolved_with: Vec<String>,
+    pub measured_over_estimated: Option<f64>,
+    pub text: String,
+}
+
+/// What a rule's saving is counted per: its change shows in the process's CPU per handshake
+/// (resumption, groups, certificates) or per exchange (keep-alive, record ciphers). Rules
+/// without a CPU saving have none.
+fn unit(rule: &str) -> Option<Per> {
+    match rule {
+        "resumption" | "resumption_refused" | "group" | "certificate" => Some(Per::Handshake),
+        "keepalive" | "record_cipher" => Some(Per::Exchange),
+        _ => None,
+    }
+}
+
+fn same(a: &FindingDoc, b: &FindingDoc) -> bool {
+    a.rule == b.rule && a.comm == b.comm && a.port == b.port
+}
+
+fn cores(c: f64) -> String {
+    format!("{:.1}% of a core", c * 100.0)
+}
+
+/// The measured saving of the process's change at the baseline's rate: (CPU per unit before
+/// less after) × units per second before.
+fn measured(per: Per, before: &Side, after: &Side) -> Option<(Estimate, &'static str)> {
+    let name = match per {
+        Per::Handshake => "process_cpu_per_handshake_seconds",
+        Per::Exchange => "process_cpu_per_exchange_seconds",
+    };
+    let fig = |s: &Side| s.figures().into_iter().find(|f| f.name == name).and_then(|f| f.estimate);
+    let (a, b) = (fig(before)?, fig(after)?);
+    let rate = before.rate(per)?;
+    let diff = Estimate {
+        value: a.value - b.value,
+        se: (a.se.powi(2) + b.se.powi(2)).sqrt(),
+    };
+    Some((diff.scaled(rate), name))
+}
+
+pub fn carry(
+    before: &ReportDoc,
+    after: &ReportDoc,
+    side: impl for<'a> Fn(&'a ReportDoc, &str) -> Option<Side<'a>>,
+) -> Vec<CarriedFinding> {
+    let mut out = Vec::new();
+    for f in &before.findings {
+        let now = after.findings.iter().find(|g| same(f, g));
+        let gone = !after.processes.iter().any(|p| p.comm == f.comm);
+        let mut c = CarriedFinding {
+            rule: f.rule.clone(),
+            comm: f.comm.clone(),
+            port: f.port.clone(),
+            title: f.title.clone(),
+            status: match (now, gone) {
+                (Some(_), _) => "remains",
+                (None, true) => "unseen",
+                (None, false) => "resolved",
+            },
+            estimated_saving_cpu_cores: f.saving_cpu_cores,
+            estimated_saving_now_cpu_cores: now.and_then(|g| g.saving_cpu_cores),
+            measured_saving_cpu_cores: None,
+            measured_interval_cpu_cores: None,
+            measured_by: None,
+            resolved_with: Vec::new(),
+            measured_over_estimated: None,
+            text: String::new(),
+        };
+        let estimated = f.saving_cpu_cores.map(cores);
+        c.text = match now {
+            None if gone => "not seen after: the process was not in the later window".into(),
+            Some(_) => format!(
+                "remains{}",
+                match (estimated, c.estimated_saving_now_cpu_cores) {
+                    (Some(e), Some(n)) => format!(": estimated to save {e} before, {} now", cores(n)),
+                    _ => String::new(),
+                }
+            ),
+            None => {
+                let per = unit(&f.rule);
+                let m = per
+                    .zip(side(before, &f.comm))
+                    .zip(side(after, &f.comm))
+                    .and_then(|((per, a), b)| measured(per, &a, &b));
+                if let Some((m, by)) = m {
+                    c.measured_saving_cpu_cores = Some(m.value);
+                    c.measured_interval_cpu_cores = Some(Z95 * m.se);
+                    c.measured_by = Some(by);
+                }
+                // The change shows in one figure for every finding it resolved that is
+                // counted per the same thing: their estimates are set against it together.
+                let with: Vec<&FindingDoc> = before
+                    .findings
+                    .iter()
+                    .filter(|g| {
+                        g.comm == f.comm
+                            && per.is_some()
+                            && unit(&g.rule) == per
+                            && !after.findings.iter().any(|h| same(g, h))
+                    })
+                    .collect();
+                let together: Option<f64> = with.iter().filter_map(|g| g.saving_cpu_cores).reduce(|a, b| a + b);
+                c.resolved_with = with.iter().map(|g| g.rule.clone()).collect();
+                c.measured_over_estimated = m.zip(together.filter(|e| *e > 0.0)).map(|((m, _), e)| m.value / e);
+                let estimate = match (with.len(), together) {
+                    (0 | 1, Some(e)) => format!("{} estimated", cores(e)),
+                    (_, Some(e)) => format!(
+                        "{} estimated for the {} findings it resolved ({})",
+                        cores(e),
+                        with.len(),
+                        with.iter().map(|g| g.rule.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                    _ => String::new(),
+                };
+                match (m, estimated) {
+                    (Some((m, _)), _) if m.value.abs() <= Z95 * m.se => format!(
+                        "resolved, but the change saved nothing beyond the noise: {} ± {:.1} (measured){}",
+                        cores(m.value),
+                        Z95 * m.se * 100.0,
+                        if estimate.is_empty() { String::new() } else { format!(" against {estimate}") }
+                    ),
+                    (Some((m, _)), Some(_)) => {
+                        let ratio = together
+                            .filter(|e| *e > 0.0)
+                            .map(|e| format!("; measured ÷ estimated {:.2}", m.value / e))
+                            .unwrap_or_default();
+                        format!(
+                            "resolved: the change saved {} ± {:.1} (measured) against {estimate}{ratio}",
+                            cores(m.value),
+                            Z95 * m.se * 100.0
+                        )
+                    }
+                    (Some((m, _)), None) => format!("resolved: the change saved {} ± {:.1} (measured)", cores(m.value), Z95 * m.se * 100.0),
+                    (None, Some(e)) => format!("resolved (estimated to save {e}; the saving could not be measured)"),
+                    (None, None) => "resolved".into(),
+                }
+            }
+        };
+        out.push(c);
+    }
+    for g in after.findings.iter().filter(|g| !before.findings.iter().any(|f| same(f, g))) {
+        out.push(CarriedFinding {
+            rule: g.rule.clone(),
+            comm: g.comm.clone(),
+            port: g.port.clone(),
+            title: g.title.clone(),
+            status: "new",
+            estimated_saving_cpu_cores: None,
+            estimated_saving_now_cpu_cores: g.saving_cpu_cores,
+            measured_saving_cpu_cores: None,
+            measured_interval_cpu_cores: None,
+            measured_by: None,
+            resolved_with: Vec::new(),
+            measured_over_estimated: None,
+            text: match g.saving_cpu_cores {
+                Some(e) => format!("new: estimated to save {}", cores(e)),
+                None => "new".into(),
+            },
+        });
+    }
+    out
+}

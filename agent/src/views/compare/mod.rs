@@ -1,0 +1,281 @@
+//! `tlsprof compare BEFORE.json AFTER.json` (and `tlsprof report --baseline`): what a
+//! configuration change did to the server. Per process and port, each figure before and
+//! after with its change and whether the change is beyond the noise (figures.rs: which
+//! figures, and what each is made of; estimate.rs: the intervals), what the wire shows
+//! changed in the configuration (configs.rs), and the baseline's findings carried over with
+//! the saving measured (findings.rs); in Markdown, HTML and JSON (render.rs).
+mod configs;
+mod estimate;
+mod figures;
+mod findings;
+mod render;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _, Result};
+use serde::Serialize;
+
+use self::{
+    configs::{config_changes, offer_changes, ConfigChange, OfferChange},
+    estimate::change,
+    figures::{port_figures, Figure, Side, Unit, ASSUMED_SAMPLE_HZ},
+    findings::{carry, CarriedFinding},
+};
+pub use self::render::{html, markdown};
+use crate::views::report::json::{to_json, ReportDoc};
+
+/// A change smaller than this (5%, or 5 points of a share) is not called one, whatever its
+/// interval: two runs of one nginx configuration on a quiet host differed by up to 1.5% in
+/// CPU per handshake (docs/report.md), and a host shared with others drifts more.
+pub const MIN_CHANGE: f64 = 0.05;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct CompareArgs {
+    /// The baseline: a report's JSON (`tlsprof report --json`).
+    pub before: PathBuf,
+    /// The later report's JSON.
+    pub after: PathBuf,
+    #[command(flatten)]
+    pub out: CompareOut,
+}
+
+/// Where a comparison goes, and the smallest change it calls one.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CompareOut {
+    /// Write the comparison in Markdown here (default: standard output).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Also write it in HTML, a chart per figure.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Also write it as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub min: MinChange,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct MinChange {
+    /// The smallest change called one, as a fraction (0.05: 5%, or 5 points of a share);
+    /// smaller ones, and those within their 95% interval, are "no measurable change".
+    #[arg(long, default_value_t = MIN_CHANGE, value_name = "FRACTION")]
+    pub min_change: f64,
+}
+
+impl Default for MinChange {
+    fn default() -> Self {
+        MinChange { min_change: MIN_CHANGE }
+    }
+}
+
+/// One figure compared.
+#[derive(Serialize, Debug, Clone)]
+pub struct Compared {
+    pub name: &'static str,
+    /// The listening port, for a port's figures.
+    pub port: Option<String>,
+    pub label: &'static str,
+    pub before: Option<f64>,
+    pub after: Option<f64>,
+    /// after ÷ before − 1; for a share (`…_share`), after − before.
+    pub change: Option<f64>,
+    /// The 95% half-width of the change, in its unit.
+    pub interval: Option<f64>,
+    /// up, down, no_change, not_comparable.
+    pub verdict: &'static str,
+    pub text: String,
+    #[serde(skip)]
+    pub unit: Unit,
+    #[serde(skip)]
+    pub before_se: Option<f64>,
+    #[serde(skip)]
+    pub after_se: Option<f64>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct ProcessComparison {
+    pub comm: String,
+    /// before, after, both: where the process was seen.
+    pub seen: &'static str,
+    pub figures: Vec<Compared>,
+    pub config_changes: Vec<ConfigChange>,
+    pub offer_changes: Vec<OfferChange>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct Comparison {
+    pub before_seconds: f64,
+    pub after_seconds: f64,
+    pub min_change: f64,
+    pub processes: Vec<ProcessComparison>,
+    pub findings: Vec<CarriedFinding>,
+}
+
+fn side<'a>(r: &'a ReportDoc, comm: &str) -> Option<Side<'a>> {
+    let p = r.processes.iter().find(|p| p.comm == comm)?;
+    Some(Side {
+        p,
+        seconds: r.window_seconds.max(1e-3),
+        sample_hz: r.sample_hz.unwrap_or(ASSUMED_SAMPLE_HZ),
+    })
+}
+
+fn compared(a: Option<&Figure>, b: Option<&Figure>, port: Option<&str>, min_change: f64) -> Option<Compared> {
+    let f = a.or(b)?;
+    let (ea, eb) = (a.and_then(|f| f.estimate), b.and_then(|f| f.estimate));
+    // Nothing on either side, or nothing but zeros: not a figure of this server.
+    if [ea, eb].iter().all(|e| e.is_none_or(|e| e.value == 0.0)) {
+        return None;
+    }
+    let c = change(ea, eb, f.scale, min_change);
+    let mut out = Compared {
+        name: f.name,
+        port: port.map(str::to_string),
+        label: f.label,
+        before: ea.map(|e| e.value),
+        after: eb.map(|e| e.value),
+        change: c.change,
+        interval: c.interval,
+        verdict: c.verdict.label(),
+        text: String::new(),
+        unit: f.unit,
+        before_se: ea.map(|e| e.se),
+        after_se: eb.map(|e| e.se),
+    };
+    out.text = render::sentence(&out);
+    Some(out)
+}
+
+fn compare_figures(a: Vec<Figure>, b: Vec<Figure>, port: Option<&str>, min_change: f64) -> Vec<Compared> {
+    let names: Vec<&str> = a.iter().chain(&b).map(|f| f.name).collect();
+    let mut out = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            continue;
+        }
+        let find = |v: &Vec<Figure>| v.iter().find(|f| f.name == *name).copied();
+        out.extend(compared(find(&a).as_ref(), find(&b).as_ref(), port, min_change));
+    }
+    out
+}
+
+/// The comparison of two reports.
+pub fn compare(before: &ReportDoc, after: &ReportDoc, min_change: f64) -> Comparison {
+    let mut comms: Vec<&str> = Vec::new();
+    for p in before.processes.iter().chain(&after.processes) {
+        if !comms.contains(&p.comm.as_str()) {
+            comms.push(&p.comm);
+        }
+    }
+    let processes = comms
+        .into_iter()
+        .map(|comm| {
+            let (a, b) = (side(before, comm), side(after, comm));
+            let mut figures = compare_figures(
+                a.as_ref().map(Side::figures).unwrap_or_default(),
+                b.as_ref().map(Side::figures).unwrap_or_default(),
+                None,
+                min_change,
+            );
+            let mut ports: Vec<&String> = [&a, &b].into_iter().flatten().flat_map(|s| s.p.ports.keys()).collect();
+            ports.sort();
+            ports.dedup();
+            ports.sort_by_key(|p| p.parse::<u32>().unwrap_or(u32::MAX));
+            for port in ports {
+                let of = |s: &Option<Side>| {
+                    s.as_ref()
+                        .and_then(|s| s.p.ports.get(port).map(|d| port_figures(d, s.seconds)))
+                        .unwrap_or_default()
+                };
+                figures.extend(compare_figures(of(&a), of(&b), Some(port), min_change));
+            }
+            let (config_changes, offer_changes) = match (&a, &b) {
+                (Some(a), Some(b)) => (config_changes(a.p, b.p), offer_changes(a.p, b.p, 10)),
+                _ => Default::default(),
+            };
+            ProcessComparison {
+                comm: comm.to_string(),
+                seen: match (&a, &b) {
+                    (Some(_), Some(_)) => "both",
+                    (Some(_), None) => "before",
+                    _ => "after",
+                },
+                figures,
+                config_changes,
+                offer_changes,
+            }
+        })
+        .collect();
+    Comparison {
+        before_seconds: before.window_seconds,
+        after_seconds: after.window_seconds,
+        min_change,
+        processes,
+        findings: carry(before, after, side),
+    }
+}
+
+/// Reads a report's JSON, with one line that says why not.
+pub fn read_report(path: &Path) -> Result<ReportDoc> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a report's JSON (tlsprof report --json)", path.display()))
+}
+
+pub fn check_min_change(m: &MinChange) -> Result<()> {
+    if !(0.0..=10.0).contains(&m.min_change) {
+        bail!("--min-change must be a fraction between 0 and 10 (0.05: 5%)");
+    }
+    Ok(())
+}
+
+/// Fails on an output that cannot be written, before any work.
+pub fn check_writable<'a>(paths: impl IntoIterator<Item = &'a Option<PathBuf>>) -> Result<()> {
+    for path in paths.into_iter().flatten() {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes a comparison where `out` says; the Markdown to standard output without -o.
+pub fn write(c: &Comparison, out: &CompareOut, before: &str, after: &str) -> Result<()> {
+    let w = |path: &PathBuf, text: String| {
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+    };
+    let md = markdown(c, before, after);
+    match &out.output {
+        Some(p) => w(p, md)?,
+        None => print!("{md}"),
+    }
+    if let Some(p) = &out.html {
+        w(p, html(c, before, after))?;
+    }
+    if let Some(p) = &out.json {
+        w(p, to_json(c))?;
+    }
+    Ok(())
+}
+
+pub fn run(args: CompareArgs) -> Result<()> {
+    check_min_change(&args.out.min)?;
+    let before = read_report(&args.before)?;
+    let after = read_report(&args.after)?;
+    check_writable([&args.out.output, &args.out.html, &args.out.json])?;
+    let c = compare(&before, &after, args.out.min.min_change);
+    write(&c, &args.out, &args.before.display().to_string(), &args.after.display().to_string())?;
+    let called = c
+        .processes
+        .iter()
+        .flat_map(|p| &p.figures)
+        .filter(|f| matches!(f.verdict, "up" | "down"))
+        .count();
+    log::info!("{called} figure(s) changed beyond the noise");
+    Ok(())
+}

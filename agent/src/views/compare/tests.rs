@@ -1,0 +1,132 @@
+//! Comparisons of report windows built from the report's own fixtures, through the report's
+//! JSON as `tlsprof compare` reads it back.
+use super::*;
+use crate::views::{
+    report::{
+        fixtures::{cfg, clients, host, proc_with, seen_by},
+        rules::findings,
+    },
+    snapshot::{Proc, Window},
+};
+
+/// A window's report, written as JSON and read back, as `tlsprof compare` gets it.
+fn doc(p: Proc) -> ReportDoc {
+    let w = Window {
+        seconds: 10.0,
+        procs: vec![p],
+    };
+    let h = host();
+    let found = findings(&w, Some(&h));
+    let text = to_json(&ReportDoc::of(&w, &found, Some(&h), Some(49.0)));
+    serde_json::from_str(&text).expect("a report's JSON reads back")
+}
+
+/// nginx's handshakes of one configuration, `ms` each, with the process's CPU their sum
+/// and a third more, every sample of it TLS but `other_share`.
+fn nginx(group: &str, cert: &str, n: f64, ms: f64) -> Proc {
+    let mut p = proc_with(vec![cfg(group, cert, "TLS_AES_256_GCM_SHA384", false, n, ms)]);
+    p.full = n;
+    p.process_cpu = n * ms / 1e3 * 4.0 / 3.0;
+    p.cpu.insert("handshake".into(), n * ms / 1e3);
+    p.cpu.insert("other".into(), n * ms / 1e3 / 3.0);
+    p
+}
+
+fn figure<'a>(c: &'a Comparison, name: &str) -> &'a Compared {
+    c.processes[0].figures.iter().find(|f| f.name == name).unwrap_or_else(|| panic!("no {name}"))
+}
+
+#[test]
+fn a_cheaper_configuration_is_measured_and_its_findings_resolved() {
+    let before = doc(nginx("secp384r1", "rsa2048", 1000.0, 2.5));
+    let after = doc(nginx("x25519", "ecdsa_p256", 1000.0, 0.5));
+    let c = compare(&before, &after, MIN_CHANGE);
+    let p = &c.processes[0];
+    let wire: Vec<&str> = p.config_changes.iter().map(|x| x.text.as_str()).collect();
+    assert_eq!(
+        wire,
+        ["the group went from secp384r1 to x25519", "the certificate went from rsa2048 to ecdsa_p256"]
+    );
+    let full = figure(&c, "cpu_per_full_handshake_seconds");
+    assert_eq!(full.verdict, "down");
+    assert!((full.change.unwrap() + 0.8).abs() < 1e-9, "{full:?}");
+    // every handshake within a fifth of its mean (fixtures.rs): a narrow interval
+    assert!(full.interval.unwrap() < 0.01, "{full:?}");
+    assert_eq!(full.text, "CPU per full handshake 2.500 → 0.500 ms, −80% ± 0%");
+    assert_eq!(figure(&c, "handshakes_per_second").verdict, "no_change");
+    assert_eq!(figure(&c, "process_cpu_per_handshake_seconds").verdict, "down");
+    // The baseline's group and certificate findings are gone: each resolved, the saving
+    // measured (the process's CPU per handshake, 3.333 → 0.667 ms, at 100 handshakes/s).
+    for rule in ["group", "certificate"] {
+        let f = c.findings.iter().find(|f| f.rule == rule).unwrap();
+        assert_eq!(f.status, "resolved", "{f:?}");
+        assert!((f.measured_saving_cpu_cores.unwrap() - 0.26667).abs() < 1e-4, "{f:?}");
+        let mut with = f.resolved_with.clone();
+        with.sort();
+        assert_eq!(with, ["certificate", "group"]);
+        assert!(f.text.contains("(measured) against"), "{}", f.text);
+    }
+    let md = markdown(&c, "a.json", "b.json");
+    assert!(md.contains("- the certificate went from rsa2048 to ecdsa_p256\n"), "{md}");
+    assert!(md.contains("| CPU per full handshake | 2.500 ms | 0.500 ms | −80% ± 0% | lower |"), "{md}");
+    let html = html(&c, "a.json", "b.json");
+    assert!(html.contains("<rect class=\"after\""), "{html}");
+    assert!(html.contains("<li>the group went from secp384r1 to x25519</li>"), "{html}");
+    let j: serde_json::Value = serde_json::from_str(&to_json(&c)).unwrap();
+    assert_eq!(j["processes"][0]["config_changes"][1]["after"]["ecdsa_p256"], 1.0, "{j}");
+    assert_eq!(j["findings"][0]["status"], "remains", "{j}");
+}
+
+#[test]
+fn one_configuration_twice_is_no_change() {
+    let a = doc(seen_by(
+        nginx("x25519", "ecdsa_p256", 500.0, 0.5),
+        clients(500.0, &[("group", "x25519", 500.0)], &[], &[]),
+    ));
+    let mut p = nginx("x25519", "ecdsa_p256", 510.0, 0.51);
+    p.cpu.insert("other".into(), 0.09);
+    let b = doc(seen_by(p, clients(510.0, &[("group", "x25519", 510.0)], &[], &[])));
+    let c = compare(&a, &b, MIN_CHANGE);
+    let called: Vec<&str> = c.processes[0]
+        .figures
+        .iter()
+        .filter(|f| f.verdict != "no_change")
+        .map(|f| f.name)
+        .collect();
+    assert!(called.is_empty(), "{called:?}");
+    assert!(c.processes[0].config_changes.is_empty() && c.processes[0].offer_changes.is_empty());
+    assert!(c.findings.iter().all(|f| f.status == "remains"), "{:?}", c.findings);
+    let md = markdown(&c, "a", "b");
+    assert!(md.contains("The wire shows no change"), "{md}");
+    assert!(md.contains("No measurable change in: successful handshakes; CPU per handshake;"), "{md}");
+    // A 2% change beyond its interval is still no change at 5%, and a change at 1%.
+    let c1 = compare(&a, &b, 0.01);
+    assert_eq!(figure(&c1, "cpu_per_full_handshake_seconds").verdict, "up");
+}
+
+#[test]
+fn a_process_seen_on_one_side_is_not_compared() {
+    let a = doc(nginx("x25519", "ecdsa_p256", 500.0, 0.5));
+    let mut other = nginx("x25519", "ecdsa_p256", 500.0, 0.5);
+    other.comm = "haproxy".into();
+    let c = compare(&a, &doc(other), MIN_CHANGE);
+    assert_eq!(c.processes.len(), 2);
+    assert_eq!(c.processes[0].seen, "before");
+    assert!(c.processes[0].figures.iter().all(|f| f.verdict == "not_comparable"));
+    assert_eq!(figure(&c, "cpu_per_handshake_seconds").text, "CPU per handshake: 0.500 ms before, none after");
+    assert!(c.findings.iter().filter(|f| f.comm == "nginx").all(|f| f.status == "unseen"));
+    assert!(c.findings.iter().filter(|f| f.comm == "haproxy").all(|f| f.status == "new"));
+}
+
+#[test]
+fn bad_baselines_say_why() {
+    let dir = std::env::temp_dir().join(format!("tlsprof-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("x.json");
+    std::fs::write(&p, "{\"findings\": 3}").unwrap();
+    let e = format!("{:#}", read_report(&p).unwrap_err());
+    assert!(e.contains("is not a report's JSON"), "{e}");
+    let e = format!("{:#}", read_report(&dir.join("none.json")).unwrap_err());
+    assert!(e.starts_with("cannot read"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
