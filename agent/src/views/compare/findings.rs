@@ -7,7 +7,10 @@ use super::{
     estimate::{Estimate, Z95},
     figures::{Per, Side},
 };
-use crate::views::report::json::{FindingDoc, ReportDoc};
+use crate::views::report::{
+    json::{FindingDoc, ReportDoc},
+    rules::MIN_EVENTS,
+};
 
 #[derive(Serialize, Debug, Clone)]
 pub struct CarriedFinding {
@@ -16,7 +19,8 @@ pub struct CarriedFinding {
     pub port: Option<String>,
     pub title: String,
     /// resolved (the baseline's, gone after), remains, new (after's alone), unseen (the
-    /// baseline's, its process not in the later window).
+    /// baseline's, its process not in the later window), unjudged (the baseline's, gone
+    /// after, but the later window had too few of what the rule weighs to make it).
     pub status: &'static str,
     /// What the baseline estimated the change would save (null for a new one, or where the
     /// rule estimates none); for a finding still there, the later estimate.
@@ -44,6 +48,26 @@ fn unit(rule: &str) -> Option<Per> {
         "resumption" | "resumption_refused" | "group" | "certificate" => Some(Per::Handshake),
         "keepalive" | "record_cipher" => Some(Per::Exchange),
         _ => None,
+    }
+}
+
+/// Whether the later window had enough of what the rule weighs for the finding's absence to
+/// mean something (the rules make no finding on fewer than MIN_EVENTS): its handshakes for
+/// a handshake's rules, the exchanges on the port (or the process) for the others; else
+/// why not.
+fn judged(f: &FindingDoc, after: &ReportDoc) -> Result<(), String> {
+    let Some(p) = after.processes.iter().find(|p| p.comm == f.comm) else {
+        return Err("the process was not in the later window".into());
+    };
+    let (n, what) = match (unit(&f.rule), &f.port) {
+        (Some(Per::Handshake), _) | (None, None) => (p.full + p.resumed, "successful handshakes"),
+        (_, Some(port)) => (p.ports.get(port).map_or(0.0, |x| x.exchanges), "exchanges on the port"),
+        (Some(Per::Exchange), None) => (p.exchanges, "exchanges"),
+    };
+    if n >= MIN_EVENTS {
+        Ok(())
+    } else {
+        Err(format!("{n:.0} {what} in the later window, fewer than the {MIN_EVENTS:.0} the rule needs"))
     }
 }
 
@@ -81,15 +105,17 @@ pub fn carry(
     for f in &before.findings {
         let now = after.findings.iter().find(|g| same(f, g));
         let gone = !after.processes.iter().any(|p| p.comm == f.comm);
+        let verdict = judged(f, after);
         let mut c = CarriedFinding {
             rule: f.rule.clone(),
             comm: f.comm.clone(),
             port: f.port.clone(),
             title: f.title.clone(),
-            status: match (now, gone) {
-                (Some(_), _) => "remains",
-                (None, true) => "unseen",
-                (None, false) => "resolved",
+            status: match (now, gone, &verdict) {
+                (Some(_), _, _) => "remains",
+                (None, true, _) => "unseen",
+                (None, false, Err(_)) => "unjudged",
+                (None, false, Ok(())) => "resolved",
             },
             estimated_saving_cpu_cores: f.saving_cpu_cores,
             estimated_saving_now_cpu_cores: now.and_then(|g| g.saving_cpu_cores),
@@ -103,6 +129,7 @@ pub fn carry(
         let estimated = f.saving_cpu_cores.map(cores);
         c.text = match now {
             None if gone => "not seen after: the process was not in the later window".into(),
+            None if verdict.is_err() => format!("not judged after: {}", verdict.clone().err().unwrap_or_default()),
             Some(_) => format!(
                 "remains{}",
                 match (estimated, c.estimated_saving_now_cpu_cores) {
@@ -131,6 +158,7 @@ pub fn carry(
                             && per.is_some()
                             && unit(&g.rule) == per
                             && !after.findings.iter().any(|h| same(g, h))
+                            && judged(g, after).is_ok()
                     })
                     .collect();
                 let together: Option<f64> = with.iter().filter_map(|g| g.saving_cpu_cores).reduce(|a, b| a + b);
