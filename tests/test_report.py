@@ -3,13 +3,9 @@ configured not to. The load runs wholly inside the report's window (the test sta
 when the report says it observes, and it ends before the window does), so the counts in
 the findings equal the client's own."""
 import json
-import os
 import shutil
-import struct
 import subprocess
-import tempfile
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,8 +14,9 @@ import pytest
 from harness.agent import TLSPROF, Agent
 from harness.clients import connect, https_connections, keepalive_connections, resuming_connections, tls_client_context
 from harness.figures import figure
+from harness.render import check_colours, page_dom
 from harness.report import Report
-from harness.servers import Nginx
+from harness.servers import Nginx, big_file_nginx
 
 def per_window(f: dict, key: str, seconds: float) -> float:
     return f["numbers"][key] * seconds
@@ -282,22 +279,6 @@ def test_time_wait(tmp_path):
     assert k2["numbers"]["server_close_share"] == 0
 
 
-def big_file_nginx(workdir: Path, ciphers: str) -> Nginx:
-    """nginx serving 1 MiB at /big, from where its unprivileged worker can read it."""
-    www = Path(tempfile.mkdtemp(prefix="tlsprof-www-"))
-    www.chmod(0o755)
-    big = www / "big"
-    big.write_bytes(os.urandom(1 << 20))
-    big.chmod(0o644)
-    n = Nginx(workdir, extra_server=f"ssl_ciphers {ciphers}; location = /big {{ alias {big}; }}")
-    got = subprocess.run(["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code} %{size_download}",
-                          f"https://127.0.0.1:{n.port}/big"], capture_output=True, text=True, timeout=30).stdout
-    if got != f"200 {1 << 20}":
-        n.stop()
-        raise AssertionError(f"/big: {got}")
-    return n
-
-
 @pytest.mark.quiet
 def test_record_cipher(tmp_path):
     """TLS 1.2 clients getting AES-128-CBC-SHA for 1 MiB downloads against the same with
@@ -361,74 +342,12 @@ def test_bad_input():
         assert len(lines) == 1 and expect in lines[0], (args, p.stderr)
 
 
-# ------------------------------------------------------------- HTML in Chromium
-
-def png_pixels(path: Path):
-    """Decodes an 8-bit RGB/RGBA non-interlaced PNG (what Chromium writes): (w, h, rows)."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, w, h, bpp = 8, b"", 0, 0, 3
-    while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + n]
-        if kind == b"IHDR":
-            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
-            assert depth == 8 and ctype in (2, 6) and interlace == 0, (depth, ctype, interlace)
-            bpp = 4 if ctype == 6 else 3
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + n
-    raw = zlib.decompress(idat)
-    stride = w * bpp
-    rows, prev = [], bytearray(stride)
-    for y in range(h):
-        f = raw[y * (stride + 1)]
-        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
-        for i in range(stride):
-            a = line[i - bpp] if i >= bpp else 0
-            b = prev[i]
-            c = prev[i - bpp] if i >= bpp else 0
-            if f == 1:
-                line[i] = (line[i] + a) & 255
-            elif f == 2:
-                line[i] = (line[i] + b) & 255
-            elif f == 3:
-                line[i] = (line[i] + (a + b) // 2) & 255
-            elif f == 4:
-                pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        rows.append(bytes(line))
-        prev = line
-    return w, h, bpp, rows
-
-
-def chromium(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    profile = tempfile.mkdtemp(prefix="tlsprof-chromium-")
-    try:
-        return subprocess.run(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", *args],
-            capture_output=True, text=True, timeout=timeout)
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-
-
 def check_html_renders(html: Path, expect_colours: dict[str, int]):
     """Chromium loads the report (its DOM after load has the findings and the charts), and
     a screenshot shows the charts' colours."""
-    dom = chromium("--dump-dom", html.as_uri())
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert 'class="finding"' in dom.stdout and "<svg" in dom.stdout and "cost-bar" in dom.stdout
-    shot = html.parent / "report.png"
-    r = chromium(f"--screenshot={shot}", "--window-size=1000,2600", "--hide-scrollbars", html.as_uri())
-    assert shot.exists(), r.stderr[-2000:]
-    w, h, bpp, rows = png_pixels(shot)
-    assert (w, h) == (1000, 2600)
-    for colour, at_least in expect_colours.items():
-        rgb = bytes.fromhex(colour[1:])
-        n = sum(1 for row in rows for x in range(0, len(row), bpp) if row[x:x + 3] == rgb)
-        assert n >= at_least, f"{colour}: {n} pixels in the screenshot, expected at least {at_least}"
+    dom = page_dom(html)
+    assert 'class="finding"' in dom and "<svg" in dom and "cost-bar" in dom
+    check_colours(html, expect_colours)
 
 
 def test_html_charts_render(tmp_path):

@@ -8,11 +8,14 @@ import html
 import json
 import re
 import shutil
+import struct
 import subprocess
+import tempfile
 import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -27,6 +30,80 @@ CHROMIUM_TIMEOUT = 120
 
 def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+# ------------------------------------------------- a page of tlsprof's own in Chromium
+
+def headless(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    """Chromium, headless, with a profile of its own, on `args`."""
+    profile = tempfile.mkdtemp(prefix="tlsprof-chromium-")
+    try:
+        return subprocess.run(
+            [chromium() or "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", *args],
+            capture_output=True, text=True, timeout=timeout)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def page_dom(page: Path) -> str:
+    """The page's DOM once Chromium has loaded it."""
+    dom = headless("--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    return dom.stdout
+
+
+def check_colours(page: Path, expect_colours: dict[str, int], size: tuple[int, int] = (1000, 2600)):
+    """A screenshot of the page holds at least so many pixels of each colour."""
+    shot = page.with_suffix(".png")
+    r = headless(f"--screenshot={shot}", f"--window-size={size[0]},{size[1]}", "--hide-scrollbars", page.as_uri())
+    assert shot.exists(), r.stderr[-2000:]
+    w, h, bpp, rows = png_pixels(shot)
+    assert (w, h) == size
+    for colour, at_least in expect_colours.items():
+        rgb = bytes.fromhex(colour[1:])
+        n = sum(1 for row in rows for x in range(0, len(row), bpp) if row[x:x + 3] == rgb)
+        assert n >= at_least, f"{colour}: {n} pixels in the screenshot, expected at least {at_least}"
+
+
+def png_pixels(path: Path):
+    """Decodes an 8-bit RGB/RGBA non-interlaced PNG (what Chromium writes): (w, h, rows)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, w, h, bpp = 8, b"", 0, 0, 3
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and ctype in (2, 6) and interlace == 0, (depth, ctype, interlace)
+            bpp = 4 if ctype == 6 else 3
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    stride = w * bpp
+    rows, prev = [], bytearray(stride)
+    for y in range(h):
+        f = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return w, h, bpp, rows
 
 
 class Renderer:

@@ -73,6 +73,23 @@ http {{
         stop_pid(self.pid, signal.SIGQUIT)
 
 
+def big_file_nginx(workdir: Path, ciphers: str, port: int | None = None) -> Nginx:
+    """nginx serving 1 MiB at /big, from where its unprivileged worker can read it (its TLS 1.2
+    suites: `ciphers`); port: a given one (two servers in turn on one port, their figures compared)."""
+    www = Path(tempfile.mkdtemp(prefix="tlsprof-www-"))
+    www.chmod(0o755)
+    big = www / "big"
+    big.write_bytes(os.urandom(1 << 20))
+    big.chmod(0o644)
+    n = Nginx(workdir, extra_server=f"ssl_ciphers {ciphers}; location = /big {{ alias {big}; }}", port=port)
+    got = subprocess.run(["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code} %{size_download}",
+                          f"https://127.0.0.1:{n.port}/big"], capture_output=True, text=True, timeout=30).stdout
+    if got != f"200 {1 << 20}":
+        n.stop()
+        raise AssertionError(f"/big: {got}")
+    return n
+
+
 TESTDEPS = Path(os.environ.get("TLSPROF_TESTDEPS", "/var/cache/tlsprof-testdeps"))
 
 # Node.js builds with OpenSSL inside the executable: Debian's, and the ones scripts/deps.sh fetches.

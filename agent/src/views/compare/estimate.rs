@@ -22,13 +22,15 @@ impl Estimate {
         }
     }
 
-    /// `k` of `n`: a share, with a binomial error (at 0% or 100%, that of one in `n`).
+    /// `k` of `n`: a share, with a binomial error as Agresti and Coull give it (two
+    /// successes and two failures added), which stays honest at 0%, at 100% and on few.
     pub fn share(k: f64, n: f64) -> Option<Estimate> {
         (n > 0.0).then(|| {
             let p = (k / n).clamp(0.0, 1.0);
+            let q = (k.clamp(0.0, n) + 2.0) / (n + 4.0);
             Estimate {
                 value: p,
-                se: (p * (1.0 - p)).max(1.0 / n).min(0.25).sqrt() / n.sqrt(),
+                se: (q * (1.0 - q) / (n + 4.0)).sqrt(),
             }
         })
     }
@@ -219,6 +221,7 @@ mod tests {
         assert_eq!(change(None, Some(a), Scale::Relative, 0.0).verdict, Verdict::NotComparable);
         // shares in points
         let s0 = Estimate::share(0.0, 100.0).unwrap();
+        assert!((s0.se - (2.0f64 / 104.0 * (102.0 / 104.0) / 104.0).sqrt()).abs() < 1e-12);
         let s1 = Estimate::share(95.0, 100.0).unwrap();
         let c = change(Some(s0), Some(s1), Scale::Points, 0.05);
         assert_eq!((c.verdict, c.change), (Verdict::Up, Some(0.95)));

@@ -12,6 +12,9 @@ use crate::views::{
 /// rate assumed for a report that does not say (one read from a running agent, `--url`).
 pub const ASSUMED_SAMPLE_HZ: f64 = crate::cli::SAMPLE_HZ as f64;
 
+/// A share of the CPU split needs this many samples behind it to be compared.
+pub const MIN_SAMPLES: f64 = 20.0;
+
 /// How a figure is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
@@ -86,12 +89,13 @@ impl Side<'_> {
         self.p.process_cpu_seconds * self.sample_hz
     }
 
-    /// The share of the process's sampled CPU in these categories.
+    /// The share of the process's sampled CPU in these categories; none on fewer than
+    /// MIN_SAMPLES samples, which say little (raise --sample-hz for short windows).
     fn cpu_share(&self, categories: &[&str]) -> Option<Estimate> {
         let all: f64 = self.p.cpu_seconds.values().sum();
         let some: f64 = categories.iter().filter_map(|c| self.p.cpu_seconds.get(*c)).sum();
         let n = self.samples();
-        (all > 0.0 && n >= 1.0).then(|| Estimate::share(some / all * n, n)).flatten()
+        (all > 0.0 && n >= MIN_SAMPLES).then(|| Estimate::share(some / all * n, n)).flatten()
     }
 
     /// Exchanges on TCP connections, and whether they stand for the process's work (not
@@ -159,9 +163,11 @@ pub enum Per {
 
 /// A port's figures.
 pub fn port_figures(port: &PortDoc, seconds: f64) -> Vec<Figure> {
-    let time_wait = (port.exchanges > 0.0).then(|| Estimate {
+    // Entries per request: at most one per connection, so a share of the requests, whose
+    // change is said as a difference.
+    let time_wait = Estimate::share(port.time_wait.min(port.exchanges), port.exchanges).map(|e| Estimate {
         value: port.time_wait / port.exchanges,
-        se: port.time_wait.max(1.0).sqrt() / port.exchanges,
+        ..e
     });
     vec![
         fig("connections_per_second", "connections ended", Unit::PerSecond, Some(Estimate::rate(port.ended, seconds))),
@@ -171,6 +177,9 @@ pub fn port_figures(port: &PortDoc, seconds: f64) -> Vec<Figure> {
             Unit::Number,
             Estimate::mean(port.requests, port.ended, &port.request_buckets),
         ),
-        fig("time_wait_per_request", "TIME_WAIT entries per request", Unit::Number, time_wait),
+        Figure {
+            scale: Scale::Points,
+            ..fig("time_wait_per_request", "TIME_WAIT entries per request", Unit::Number, time_wait)
+        },
     ]
 }

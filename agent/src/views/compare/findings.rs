@@ -60,6 +60,8 @@ fn judged(f: &FindingDoc, after: &ReportDoc) -> Result<(), String> {
         return Err("the process was not in the later window".into());
     };
     let (n, what) = match (unit(&f.rule), &f.port) {
+        // what a full handshake costs: weighed on full handshakes
+        _ if matches!(f.rule.as_str(), "group" | "certificate") => (p.full, "full handshakes"),
         (Some(Per::Handshake), _) | (None, None) => (p.full + p.resumed, "successful handshakes"),
         (_, Some(port)) => (p.ports.get(port).map_or(0.0, |x| x.exchanges), "exchanges on the port"),
         (Some(Per::Exchange), None) => (p.exchanges, "exchanges"),

@@ -3,7 +3,11 @@
 //! each side's 95% interval, as inline SVG with no script and no network).
 use std::fmt::Write as _;
 
-use super::{estimate::Z95, figures::Unit, Compared, Comparison};
+use super::{
+    estimate::{Scale, Z95},
+    figures::Unit,
+    Compared, Comparison,
+};
 use crate::views::report::esc;
 
 /// Seconds in ms, or µs below a tenth of a millisecond, the same for both sides.
@@ -78,6 +82,9 @@ pub fn change_text(f: &Compared) -> String {
     };
     if f.unit == Unit::Share {
         return format!("{} points ± {:.1}", signed(c * 100.0, 1), i * 100.0);
+    }
+    if f.scale == Scale::Points {
+        return format!("{} ± {:.2}", signed(c, 2), i);
     }
     let d = if c.abs() < 0.1 && i < 0.1 { 1 } else { 0 };
     format!("{}% ± {:.*}%", signed(c * 100.0, d), d, i * 100.0)
