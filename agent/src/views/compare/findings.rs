@@ -73,6 +73,22 @@ fn judged(f: &FindingDoc, after: &ReportDoc) -> Result<(), String> {
     }
 }
 
+/// What a set of resolved findings estimated together: their estimates added, but those
+/// that estimate one saving twice counted once (the larger): `resumption_refused`'s
+/// handshakes are among those `resumption` would resume.
+pub(super) fn joint_estimate(findings: &[&FindingDoc]) -> Option<f64> {
+    let cost = |rule: &str| if rule == "resumption_refused" { "resumption" } else { rule }.to_string();
+    let mut by: Vec<(String, f64)> = Vec::new();
+    for f in findings {
+        let Some(e) = f.saving_cpu_cores else { continue };
+        match by.iter_mut().find(|(c, _)| *c == cost(&f.rule)) {
+            Some((_, x)) => *x = x.max(e),
+            None => by.push((cost(&f.rule), e)),
+        }
+    }
+    by.into_iter().map(|(_, e)| e).reduce(|a, b| a + b)
+}
+
 fn same(a: &FindingDoc, b: &FindingDoc) -> bool {
     a.rule == b.rule && a.comm == b.comm && a.port == b.port
 }
@@ -163,13 +179,13 @@ pub fn carry(
                             && judged(g, after).is_ok()
                     })
                     .collect();
-                let together: Option<f64> = with.iter().filter_map(|g| g.saving_cpu_cores).reduce(|a, b| a + b);
+                let together = joint_estimate(&with);
                 c.resolved_with = with.iter().map(|g| g.rule.clone()).collect();
                 c.measured_over_estimated = m.zip(together.filter(|e| *e > 0.0)).map(|((m, _), e)| m.value / e);
                 let estimate = match (with.len(), together) {
                     (0 | 1, Some(e)) => format!("{} estimated", cores(e)),
                     (_, Some(e)) => format!(
-                        "{} estimated for the {} findings it resolved ({})",
+                        "{} estimated together for the {} findings it resolved ({})",
                         cores(e),
                         with.len(),
                         with.iter().map(|g| g.rule.as_str()).collect::<Vec<_>>().join(", ")

@@ -1,6 +1,7 @@
 //! Comparisons of report windows built from the report's own fixtures, through the report's
 //! JSON as `tlsprof compare` reads it back.
 use super::*;
+use crate::views::report::json::FindingDoc;
 use crate::views::{
     report::{
         fixtures::{cfg, clients, host, proc_with, seen_by},
@@ -129,4 +130,17 @@ fn bad_baselines_say_why() {
     let e = format!("{:#}", read_report(&dir.join("none.json")).unwrap_err());
     assert!(e.starts_with("cannot read"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn one_saving_estimated_twice_counts_once() {
+    let f = |rule: &str, e: f64| FindingDoc {
+        rule: rule.into(),
+        saving_cpu_cores: Some(e),
+        ..Default::default()
+    };
+    let (r, rr, g) = (f("resumption", 0.008), f("resumption_refused", 0.006), f("group", 0.1));
+    assert_eq!(findings::joint_estimate(&[&r, &rr]), Some(0.008));
+    assert!((findings::joint_estimate(&[&r, &rr, &g]).unwrap() - 0.108).abs() < 1e-12);
+    assert_eq!(findings::joint_estimate(&[]), None);
 }
