@@ -344,6 +344,22 @@ def test_same_configuration_is_no_change(tmp_path):
                 quiet += 1
                 assert "No measurable change in: successful handshakes; CPU per handshake;" in c.text, c.text
                 break
+        # A third window against the last two as runs of the baseline (--also-before): each
+        # figure before is their mean, and the same holds of what may be called.
+        pids = [srv.pid, *srv.workers()]
+        start = sum(cpu_ns(p) for p in pids)
+        third = Report(srv.pid, lambda: https_connections(srv.port, 300, concurrency=2))
+        third.truth_cpu = (sum(cpu_ns(p) for p in pids) - start) / 1e9
     finally:
         srv.stop()
     figure("compare_noise_quiet_pairs", quiet, pairs=attempt + 1)
+    runs = Compared(a, third, tmp_path / "compare-runs", "--also-before", str(b.json_path))
+    assert (runs.data["runs_before"], runs.data["runs_after"]) == (2, 1)
+    f = runs.fig("process_cpu_per_handshake_seconds")
+    per_hs = [r.proc()["process_cpu_seconds"] / 300 for r in (a, b)]
+    assert f["before"] == pytest.approx(sum(per_hs) / 2, rel=1e-6), (f, per_hs)
+    truth = third.truth_cpu / ((a.truth_cpu + b.truth_cpu) / 2) - 1
+    wrong = [(x["name"], x["port"], x["text"]) for p in runs.data["processes"] for x in p["figures"]
+             if x["verdict"] in ("up", "down")
+             and not (abs(truth) >= QUIET_HOST and is_cpu(x["name"]) and (x["verdict"] == "up") == (truth > 0))]
+    assert wrong == [], (truth, wrong)

@@ -152,25 +152,83 @@ pub struct Change {
     pub verdict: Verdict,
 }
 
+/// A figure over repeated runs of one configuration: the mean of the runs' values (with the
+/// windows' own errors, combined), how many runs, and their values' sum of squared
+/// deviations from the mean: the spread from one run to the next, which no single window
+/// shows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Runs {
+    pub mean: Estimate,
+    pub k: f64,
+    pub ss: f64,
+}
+
+impl Runs {
+    pub fn of(runs: &[Estimate]) -> Option<Runs> {
+        if runs.is_empty() {
+            return None;
+        }
+        let k = runs.len() as f64;
+        let value = runs.iter().map(|e| e.value).sum::<f64>() / k;
+        let se = runs.iter().map(|e| e.se.powi(2)).sum::<f64>().sqrt() / k;
+        let ss = runs.iter().map(|e| (e.value - value).powi(2)).sum();
+        Some(Runs {
+            mean: Estimate { value, se },
+            k,
+            ss,
+        })
+    }
+
+    #[cfg(test)]
+    pub fn one(e: Estimate) -> Runs {
+        Runs { mean: e, k: 1.0, ss: 0.0 }
+    }
+}
+
+/// The two-sided 95% point of Student's t with `df` degrees of freedom.
+pub fn t95(df: f64) -> f64 {
+    const T: [f64; 10] = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228];
+    match df as usize {
+        0 => f64::INFINITY,
+        d @ 1..=10 => T[d - 1],
+        // Cornish-Fisher's first term: within 0.5% from 11 on
+        _ => Z95 + (Z95.powi(3) + Z95) / (4.0 * df),
+    }
+}
+
+/// A change between two single windows.
+#[cfg(test)]
 pub fn change(before: Option<Estimate>, after: Option<Estimate>, scale: Scale, min_change: f64) -> Change {
-    let (Some(a), Some(b)) = (before, after) else {
+    change_runs(before.map(Runs::one), after.map(Runs::one), scale, min_change)
+}
+
+/// A change between two sides of one run or more each. Its interval is the wider of the
+/// windows' own (their errors, 1.96 standard errors of the difference) and, with repeated
+/// runs, the runs' spread (their pooled variance, Student's t on its degrees of freedom).
+pub fn change_runs(before: Option<Runs>, after: Option<Runs>, scale: Scale, min_change: f64) -> Change {
+    let (Some(ra), Some(rb)) = (before, after) else {
         return Change {
             change: None,
             interval: None,
             verdict: Verdict::NotComparable,
         };
     };
+    let (a, b) = (ra.mean, rb.mean);
     let diff_se = (a.se.powi(2) + b.se.powi(2)).sqrt();
+    let df = ra.k + rb.k - 2.0;
+    let between = (df >= 1.0).then(|| t95(df) * ((ra.ss + rb.ss) / df * (1.0 / ra.k + 1.0 / rb.k)).sqrt());
+    let half = (Z95 * diff_se).max(between.unwrap_or(0.0));
     let (change, interval) = match scale {
-        Scale::Points => (Some(b.value - a.value), Some(Z95 * diff_se)),
+        Scale::Points => (Some(b.value - a.value), Some(half)),
         Scale::Relative if a.value > 0.0 => {
             let r = b.value / a.value;
-            (Some(r - 1.0), Some(Z95 * r * (rel(a).powi(2) + rel(b).powi(2)).sqrt()))
+            let within = Z95 * r * (rel(a).powi(2) + rel(b).powi(2)).sqrt();
+            (Some(r - 1.0), Some(within.max(between.unwrap_or(0.0) / a.value)))
         }
         // From nothing: no ratio, only whether the difference is beyond its noise.
         Scale::Relative => (None, None),
     };
-    let beyond = (b.value - a.value).abs() > Z95 * diff_se;
+    let beyond = (b.value - a.value).abs() > half;
     let large = change.is_none_or(|c| c.abs() >= min_change);
     let verdict = match (beyond && large, b.value > a.value) {
         (false, _) => Verdict::NoChange,
@@ -230,5 +288,24 @@ mod tests {
         assert_eq!((c.verdict, c.change), (Verdict::Up, None));
         let c = change(Some(Estimate::rate(0.0, 10.0)), Some(Estimate::rate(1.0, 10.0)), Scale::Relative, 0.05);
         assert_eq!(c.verdict, Verdict::NoChange);
+    }
+
+    #[test]
+    fn repeated_runs_carry_their_spread() {
+        let e = |v: f64| Estimate { value: v, se: 0.01 };
+        // two runs before at 1.0 and 1.2 (the host's drift), one after at 1.3: 18% up, each
+        // window precise to 1%, but the runs spread by 0.2
+        let a = Runs::of(&[e(1.0), e(1.2)]).unwrap();
+        assert_eq!((a.mean.value, a.k), (1.1, 2.0));
+        assert!((a.ss - 0.02).abs() < 1e-12 && (a.mean.se - 0.01 / 2f64.sqrt()).abs() < 1e-12);
+        let b = Runs::one(e(1.3));
+        let c = change_runs(Some(a), Some(b), Scale::Relative, 0.0);
+        assert_eq!(c.verdict, Verdict::NoChange);
+        // t(1) × √(0.02 × 1.5) ÷ 1.1
+        assert!((c.interval.unwrap() - 12.706 * 0.03f64.sqrt() / 1.1).abs() < 1e-9, "{c:?}");
+        // runs that agree: the same 18% is a change
+        let a = Runs::of(&[e(1.1), e(1.1), e(1.1)]).unwrap();
+        assert_eq!(change_runs(Some(a), Some(b), Scale::Relative, 0.0).verdict, Verdict::Up);
+        assert!((t95(30.0) - 2.042).abs() < 0.01 && t95(0.0).is_infinite());
     }
 }

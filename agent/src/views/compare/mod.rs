@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use self::{
     configs::{config_changes, offer_changes, ConfigChange, OfferChange},
-    estimate::{change, Scale},
+    estimate::{change_runs, Estimate, Runs, Scale},
     figures::{port_figures, Figure, Side, Unit, ASSUMED_SAMPLE_HZ},
     findings::{carry, CarriedFinding},
 };
@@ -39,6 +39,13 @@ pub struct CompareArgs {
     pub before: PathBuf,
     /// The later report's JSON.
     pub after: PathBuf,
+    /// Another run of the baseline's configuration (repeatable): the runs' spread, the
+    /// server's own noise from one run to the next, widens each interval.
+    #[arg(long = "also-before", value_name = "FILE")]
+    pub also_before: Vec<PathBuf>,
+    /// Another run of the later configuration (repeatable).
+    #[arg(long = "also-after", value_name = "FILE")]
+    pub also_after: Vec<PathBuf>,
     #[command(flatten)]
     pub out: CompareOut,
 }
@@ -111,8 +118,12 @@ pub struct ProcessComparison {
 
 #[derive(Serialize, Debug, Clone)]
 pub struct Comparison {
+    /// The first run's window of each side.
     pub before_seconds: f64,
     pub after_seconds: f64,
+    /// Runs of each configuration compared (the figures are their means).
+    pub runs_before: usize,
+    pub runs_after: usize,
     pub min_change: f64,
     pub processes: Vec<ProcessComparison>,
     pub findings: Vec<CarriedFinding>,
@@ -127,14 +138,22 @@ fn side<'a>(r: &'a ReportDoc, comm: &str) -> Option<Side<'a>> {
     })
 }
 
-fn compared(a: Option<&Figure>, b: Option<&Figure>, port: Option<&str>, min_change: f64) -> Option<Compared> {
-    let f = a.or(b)?;
-    let (ea, eb) = (a.and_then(|f| f.estimate), b.and_then(|f| f.estimate));
+/// One figure of every run of one side: their mean and spread (None when no run has it).
+fn runs_of(runs: &[Vec<Figure>], name: &str) -> (Option<Figure>, Option<Runs>) {
+    let found: Vec<Figure> = runs.iter().filter_map(|r| r.iter().find(|f| f.name == name).copied()).collect();
+    let estimates: Vec<Estimate> = found.iter().filter_map(|f| f.estimate).collect();
+    (found.first().copied(), Runs::of(&estimates))
+}
+
+fn compared(a: &[Vec<Figure>], b: &[Vec<Figure>], name: &str, port: Option<&str>, min_change: f64) -> Option<Compared> {
+    let ((fa, ra), (fb, rb)) = (runs_of(a, name), runs_of(b, name));
+    let f = fa.or(fb)?;
+    let (ea, eb) = (ra.map(|r| r.mean), rb.map(|r| r.mean));
     // Nothing on either side, or nothing but zeros: not a figure of this server.
     if [ea, eb].iter().all(|e| e.is_none_or(|e| e.value == 0.0)) {
         return None;
     }
-    let c = change(ea, eb, f.scale, min_change);
+    let c = change_runs(ra, rb, f.scale, min_change);
     let mut out = Compared {
         name: f.name,
         port: port.map(str::to_string),
@@ -154,23 +173,28 @@ fn compared(a: Option<&Figure>, b: Option<&Figure>, port: Option<&str>, min_chan
     Some(out)
 }
 
-fn compare_figures(a: Vec<Figure>, b: Vec<Figure>, port: Option<&str>, min_change: f64) -> Vec<Compared> {
-    let names: Vec<&str> = a.iter().chain(&b).map(|f| f.name).collect();
-    let mut out = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        if names[..i].contains(name) {
-            continue;
+/// The figures of each side's runs compared, in the order the figures come.
+fn compare_figures(a: &[Vec<Figure>], b: &[Vec<Figure>], port: Option<&str>, min_change: f64) -> Vec<Compared> {
+    let mut names: Vec<&str> = Vec::new();
+    for f in a.iter().chain(b).flatten() {
+        if !names.contains(&f.name) {
+            names.push(f.name);
         }
-        let find = |v: &Vec<Figure>| v.iter().find(|f| f.name == *name).copied();
-        out.extend(compared(find(&a).as_ref(), find(&b).as_ref(), port, min_change));
     }
-    out
+    names.into_iter().filter_map(|n| compared(a, b, n, port, min_change)).collect()
 }
 
-/// The comparison of two reports.
+/// The comparison of two reports, one window each.
+#[cfg(test)]
 pub fn compare(before: &ReportDoc, after: &ReportDoc, min_change: f64) -> Comparison {
+    compare_runs(std::slice::from_ref(before), std::slice::from_ref(after), min_change)
+}
+
+/// The comparison of two configurations, one report or more each (runs of it, the first the
+/// one whose configuration, clients and findings are compared; none is empty).
+pub fn compare_runs(before: &[ReportDoc], after: &[ReportDoc], min_change: f64) -> Comparison {
     let mut comms: Vec<&str> = Vec::new();
-    for p in before.processes.iter().chain(&after.processes) {
+    for p in before.iter().chain(after).flat_map(|r| &r.processes) {
         if !comms.contains(&p.comm.as_str()) {
             comms.push(&p.comm);
         }
@@ -178,34 +202,31 @@ pub fn compare(before: &ReportDoc, after: &ReportDoc, min_change: f64) -> Compar
     let processes = comms
         .into_iter()
         .map(|comm| {
-            let (a, b) = (side(before, comm), side(after, comm));
-            let mut figures = compare_figures(
-                a.as_ref().map(Side::figures).unwrap_or_default(),
-                b.as_ref().map(Side::figures).unwrap_or_default(),
-                None,
-                min_change,
-            );
-            let mut ports: Vec<&String> = [&a, &b].into_iter().flatten().flat_map(|s| s.p.ports.keys()).collect();
+            let a: Vec<Side> = before.iter().filter_map(|r| side(r, comm)).collect();
+            let b: Vec<Side> = after.iter().filter_map(|r| side(r, comm)).collect();
+            let figures_of = |s: &[Side]| s.iter().map(Side::figures).collect::<Vec<_>>();
+            let mut figures = compare_figures(&figures_of(&a), &figures_of(&b), None, min_change);
+            let mut ports: Vec<&String> = a.iter().chain(&b).flat_map(|s| s.p.ports.keys()).collect();
             ports.sort();
             ports.dedup();
             ports.sort_by_key(|p| p.parse::<u32>().unwrap_or(u32::MAX));
             for port in ports {
-                let of = |s: &Option<Side>| {
-                    s.as_ref()
-                        .and_then(|s| s.p.ports.get(port).map(|d| port_figures(d, s.seconds)))
-                        .unwrap_or_default()
+                let of = |s: &[Side]| {
+                    s.iter()
+                        .filter_map(|s| s.p.ports.get(port).map(|d| port_figures(d, s.seconds)))
+                        .collect::<Vec<_>>()
                 };
-                figures.extend(compare_figures(of(&a), of(&b), Some(port), min_change));
+                figures.extend(compare_figures(&of(&a), &of(&b), Some(port), min_change));
             }
-            let (config_changes, offer_changes) = match (&a, &b) {
+            let (config_changes, offer_changes) = match (a.first(), b.first()) {
                 (Some(a), Some(b)) => (config_changes(a.p, b.p), offer_changes(a.p, b.p, 10)),
                 _ => Default::default(),
             };
             ProcessComparison {
                 comm: comm.to_string(),
-                seen: match (&a, &b) {
-                    (Some(_), Some(_)) => "both",
-                    (Some(_), None) => "before",
+                seen: match (a.is_empty(), b.is_empty()) {
+                    (false, false) => "both",
+                    (false, true) => "before",
                     _ => "after",
                 },
                 figures,
@@ -215,11 +236,13 @@ pub fn compare(before: &ReportDoc, after: &ReportDoc, min_change: f64) -> Compar
         })
         .collect();
     Comparison {
-        before_seconds: before.window_seconds,
-        after_seconds: after.window_seconds,
+        before_seconds: before[0].window_seconds,
+        after_seconds: after[0].window_seconds,
+        runs_before: before.len(),
+        runs_after: after.len(),
         min_change,
         processes,
-        findings: carry(before, after, side),
+        findings: carry(&before[0], &after[0], side),
     }
 }
 
@@ -270,10 +293,11 @@ pub fn write(c: &Comparison, out: &CompareOut, before: &str, after: &str) -> Res
 
 pub fn run(args: CompareArgs) -> Result<()> {
     check_min_change(&args.out.min)?;
-    let before = read_report(&args.before)?;
-    let after = read_report(&args.after)?;
+    let read = |first: &PathBuf, more: &[PathBuf]| std::iter::once(first).chain(more).map(|p| read_report(p)).collect::<Result<Vec<_>>>();
+    let before = read(&args.before, &args.also_before)?;
+    let after = read(&args.after, &args.also_after)?;
     check_writable([&args.out.output, &args.out.html, &args.out.json])?;
-    let c = compare(&before, &after, args.out.min.min_change);
+    let c = compare_runs(&before, &after, args.out.min.min_change);
     write(&c, &args.out, &args.before.display().to_string(), &args.after.display().to_string())?;
     let called = c
         .processes

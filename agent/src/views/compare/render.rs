@@ -117,7 +117,16 @@ fn secs(s: f64) -> String {
 }
 
 fn intro(c: &Comparison, before: &str, after: &str) -> String {
-    format!(
+    let runs = if c.runs_before > 1 || c.runs_after > 1 {
+        format!(
+            " Runs of each configuration: {} before, {} after; each figure is their mean, and its \
+             interval is widened to the runs' own spread where that is the wider.",
+            c.runs_before, c.runs_after
+        )
+    } else {
+        String::new()
+    };
+    let text = format!(
         "Before: `{before}` ({} window); after: `{after}` ({}). A change is called one when it is beyond \
          its 95% interval and at least {:.0}% ({:.0} points of a share); each interval comes from what its \
          figure is made of: the counts behind a rate, the timed handshakes and their spread behind a CPU \
@@ -126,7 +135,8 @@ fn intro(c: &Comparison, before: &str, after: &str) -> String {
         secs(c.after_seconds),
         c.min_change * 100.0,
         c.min_change * 100.0
-    )
+    );
+    text + &runs
 }
 
 fn verdict_word(v: &str) -> &'static str {

@@ -99,7 +99,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
     let found = findings(&window, host.as_ref());
     let doc = ReportDoc::of(&window, &found, host.as_ref(), sample_hz);
     let mut md = markdown(&window, &found, host.as_ref());
-    let comparison = baseline.map(|b| compare::compare(&b, &doc, args.min.min_change));
+    let comparison = baseline.map(|b| compare::compare_runs(&[b], std::slice::from_ref(&doc), args.min.min_change));
     let names = |b: &PathBuf| {
         let after = args.json.as_ref().map_or("this window".into(), |j| j.display().to_string());
         (b.display().to_string(), after)
