@@ -363,3 +363,26 @@ def test_same_configuration_is_no_change(tmp_path):
              if x["verdict"] in ("up", "down")
              and not (abs(truth) >= QUIET_HOST and is_cpu(x["name"]) and (x["verdict"] == "up") == (truth > 0))]
     assert wrong == [], (truth, wrong)
+
+
+def test_bad_input(tmp_path):
+    """A baseline that is not there, not JSON, or not a report's, and an output that cannot
+    be written: one line that says which, and a non-zero exit, before anything is written."""
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"window_seconds": 1.0, "findings": [], "processes": [], "host": None}))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for args, expect in [
+        ([str(tmp_path / "none.json"), str(good)], "cannot read"),
+        (["/etc/hostname", str(good)], "/etc/hostname is not a report's JSON"),
+        ([str(good), str(tmp_path / "list.json")], "is not a report's JSON"),
+        ([str(good), str(good), "--also-before", str(tmp_path / "none.json")], "cannot read"),
+        ([str(good), str(good), "-o", "/nonexistent/dir/c.md"], "cannot write"),
+        ([str(good), str(good), "--min-change", "nan"], "--min-change"),
+    ]:
+        p = subprocess.run([str(TLSPROF), "compare", *args], capture_output=True, text=True, timeout=30)
+        assert p.returncode != 0, args
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and expect in lines[0], (args, p.stderr)
+    # two empty reports: a comparison that says so
+    p = subprocess.run([str(TLSPROF), "compare", str(good), str(good)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and "No traced process was seen in either window." in p.stdout, p

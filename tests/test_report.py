@@ -335,6 +335,9 @@ def test_bad_input():
         (["--url", "https://127.0.0.1:1/metrics", "--seconds", "1"], "cannot reach"),
         (["--url", "http://127.0.0.1:1/metrics", "--ca-file", "/etc/hostname", "--seconds", "1"],
          "--ca-file is for an https:// --url"),
+        (["--pid", "1", "--seconds", "1", "--baseline", "/nonexistent.json"], "cannot read /nonexistent.json"),
+        (["--pid", "1", "--seconds", "1", "--baseline", "/etc/hostname"], "is not a report's JSON"),
+        (["--pid", "1", "--seconds", "1", "--baseline", "/etc/hostname", "--min-change=-1"], "--min-change"),
     ]:
         p = subprocess.run([str(TLSPROF), "report", *args], capture_output=True, text=True, timeout=30)
         assert p.returncode != 0, args

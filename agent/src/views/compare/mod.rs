@@ -255,7 +255,7 @@ pub fn read_report(path: &Path) -> Result<ReportDoc> {
 
 pub fn check_min_change(m: &MinChange) -> Result<()> {
     if !(0.0..=10.0).contains(&m.min_change) {
-        bail!("--min-change must be a fraction between 0 and 10 (0.05: 5%)");
+        bail!("--min-change must be a fraction between 0 and 10 (0.1: 10%)");
     }
     Ok(())
 }
