@@ -399,6 +399,11 @@ impl Figures {
         for s in text::parse(exposition)? {
             let Some(spec) = defs::of_sample(&s.name) else { continue };
             metrics += 1;
+            // A value that is no number (NaN, or an infinite count) counts nothing: the
+            // figures are sums and differences, which it would make no number either.
+            if !s.value.is_finite() {
+                continue;
+            }
             if spec.kind != Kind::Histogram {
                 series.push((
                     spec,

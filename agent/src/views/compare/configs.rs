@@ -60,6 +60,11 @@ fn mix(p: &ProcessDoc, what: &str) -> BTreeMap<String, f64> {
     by
 }
 
+/// Some successful handshake's parameters were seen (their mix can be compared).
+pub fn wire_seen(p: &ProcessDoc) -> bool {
+    PARAMETERS.iter().any(|(what, _)| !mix(p, what).is_empty())
+}
+
 fn shifted(a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>) -> bool {
     let get = |m: &BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
     a.keys().chain(b.keys()).any(|k| (get(a, k) - get(b, k)).abs() >= MIN_SHIFT)

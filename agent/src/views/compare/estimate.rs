@@ -52,9 +52,10 @@ impl Estimate {
 
     /// The mean of `n` observations summing to `sum`, their spread read from a histogram:
     /// (upper bound, observations in that bucket alone), those above the last bound the
-    /// rest. Each bucket's observations are taken as spread evenly over it (the widest
-    /// assumption a bucket allows), the last bucket's above its bound up to twice it.
-    pub fn mean(sum: f64, n: f64, buckets: &[[f64; 2]]) -> Option<Estimate> {
+    /// rest. Each bucket's observations are taken as spread evenly over it, the last
+    /// bucket's above its bound up to twice it; over its whole numbers where the
+    /// observations are counts (`discrete`: a bucket (4, 5] holds 5 alone).
+    pub fn mean(sum: f64, n: f64, buckets: &[[f64; 2]], discrete: bool) -> Option<Estimate> {
         if n <= 0.0 {
             return None;
         }
@@ -63,12 +64,19 @@ impl Estimate {
         let mut lower = 0.0;
         let mut seen = 0.0;
         let mut spread = |lo: f64, hi: f64, k: f64| {
-            let mid = (lo + hi) / 2.0;
-            var += k * ((mid - mean).powi(2) + (hi - lo).powi(2) / 12.0);
+            let (mid, within) = if discrete {
+                // the whole numbers lo+1 ..= hi, evenly
+                let (a, b) = (lo.floor() + 1.0, hi.floor().max(lo.floor() + 1.0));
+                ((a + b) / 2.0, ((b - a + 1.0).powi(2) - 1.0) / 12.0)
+            } else {
+                ((lo + hi) / 2.0, (hi - lo).powi(2) / 12.0)
+            };
+            var += k * ((mid - mean).powi(2) + within);
         };
-        for &[upper, k] in buckets {
+        for (i, &[upper, k]) in buckets.iter().enumerate() {
             if k > 0.0 {
-                spread(lower, upper, k);
+                // the first bucket of counts holds 0 too
+                spread(if discrete && i == 0 { -1.0 } else { lower }, upper, k);
             }
             seen += k;
             lower = upper;
@@ -95,14 +103,6 @@ impl Estimate {
             se: value.abs() * (rel(self).powi(2) + rel(o).powi(2)).sqrt(),
         }
     }
-
-    /// Scaled by an exact number.
-    pub fn scaled(self, k: f64) -> Estimate {
-        Estimate {
-            value: self.value * k,
-            se: self.se * k.abs(),
-        }
-    }
 }
 
 fn rel(e: Estimate) -> f64 {
@@ -125,9 +125,10 @@ pub enum Scale {
 pub enum Verdict {
     Up,
     Down,
-    /// Within its 95% interval, or smaller than the smallest change the user asked to
-    /// hear about.
+    /// Within its 95% interval.
     NoChange,
+    /// Beyond its interval, but smaller than the smallest change called one.
+    Small,
     /// Seen on one side only.
     NotComparable,
 }
@@ -138,6 +139,7 @@ impl Verdict {
             Verdict::Up => "up",
             Verdict::Down => "down",
             Verdict::NoChange => "no_change",
+            Verdict::Small => "small",
             Verdict::NotComparable => "not_comparable",
         }
     }
@@ -187,12 +189,18 @@ impl Runs {
 
 /// The two-sided 95% point of Student's t with `df` degrees of freedom.
 pub fn t95(df: f64) -> f64 {
-    const T: [f64; 10] = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228];
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+    ];
     match df as usize {
         0 => f64::INFINITY,
-        d @ 1..=10 => T[d - 1],
-        // Cornish-Fisher's first term: within 0.5% from 11 on
-        _ => Z95 + (Z95.powi(3) + Z95) / (4.0 * df),
+        d @ 1..=30 => T[d - 1],
+        // Cornish-Fisher's first two terms: within 0.05% from 31 on
+        _ => {
+            let z = Z95;
+            z + (z.powi(3) + z) / (4.0 * df) + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * df * df)
+        }
     }
 }
 
@@ -217,20 +225,19 @@ pub fn change_runs(before: Option<Runs>, after: Option<Runs>, scale: Scale, min_
     let diff_se = (a.se.powi(2) + b.se.powi(2)).sqrt();
     let df = ra.k + rb.k - 2.0;
     let between = (df >= 1.0).then(|| t95(df) * ((ra.ss + rb.ss) / df * (1.0 / ra.k + 1.0 / rb.k)).sqrt());
+    // The half-width of the difference, said relative to the value before for a relative
+    // change: the one interval printed and judged by.
     let half = (Z95 * diff_se).max(between.unwrap_or(0.0));
     let (change, interval) = match scale {
         Scale::Points => (Some(b.value - a.value), Some(half)),
-        Scale::Relative if a.value > 0.0 => {
-            let r = b.value / a.value;
-            let within = Z95 * r * (rel(a).powi(2) + rel(b).powi(2)).sqrt();
-            (Some(r - 1.0), Some(within.max(between.unwrap_or(0.0) / a.value)))
-        }
+        Scale::Relative if a.value > 0.0 => (Some(b.value / a.value - 1.0), Some(half / a.value)),
         // From nothing: no ratio, only whether the difference is beyond its noise.
         Scale::Relative => (None, None),
     };
     let beyond = (b.value - a.value).abs() > half;
     let large = change.is_none_or(|c| c.abs() >= min_change);
     let verdict = match (beyond && large, b.value > a.value) {
+        (false, _) if beyond => Verdict::Small,
         (false, _) => Verdict::NoChange,
         (true, true) => Verdict::Up,
         (true, false) => Verdict::Down,
@@ -249,14 +256,22 @@ mod tests {
     #[test]
     fn a_mean_carries_its_histograms_spread() {
         // 100 handshakes all in (0.25, 0.5] ms, mean 0.3 ms: the bucket's width is the spread
-        let e = Estimate::mean(0.03, 100.0, &[[0.25e-3, 0.0], [0.5e-3, 100.0]]).unwrap();
+        let e = Estimate::mean(0.03, 100.0, &[[0.25e-3, 0.0], [0.5e-3, 100.0]], false).unwrap();
         assert!((e.value - 0.3e-3).abs() < 1e-15);
         let var = (0.375e-3f64 - 0.3e-3).powi(2) + (0.25e-3f64).powi(2) / 12.0;
         assert!((e.se - var.sqrt() / 10.0).abs() < 1e-12, "{e:?}");
         // above the last bound: spread up to twice it
-        let e = Estimate::mean(300.0, 100.0, &[[1.0, 0.0]]).unwrap();
+        let e = Estimate::mean(300.0, 100.0, &[[1.0, 0.0]], false).unwrap();
         assert!(e.se > 0.0 && e.value == 3.0);
-        assert_eq!(Estimate::mean(0.0, 0.0, &[]), None);
+        assert_eq!(Estimate::mean(0.0, 0.0, &[], false), None);
+        // counts: every connection carried exactly one request, or five: no spread at all
+        let ones = Estimate::mean(100.0, 100.0, &[[0.0, 0.0], [1.0, 100.0], [2.0, 0.0]], true).unwrap();
+        assert_eq!((ones.value, ones.se), (1.0, 0.0));
+        let fives = Estimate::mean(500.0, 100.0, &[[4.0, 0.0], [5.0, 100.0]], true).unwrap();
+        assert_eq!((fives.value, fives.se), (5.0, 0.0));
+        // (10, 20]: 11..=20 evenly
+        let wide = Estimate::mean(1550.0, 100.0, &[[10.0, 0.0], [20.0, 100.0]], true).unwrap();
+        assert!((wide.se - (99.0f64 / 12.0).sqrt() / 10.0).abs() < 1e-12, "{wide:?}");
     }
 
     #[test]
@@ -266,11 +281,14 @@ mod tests {
         let c = change(Some(a), Some(half), Scale::Relative, 0.05);
         assert_eq!(c.verdict, Verdict::Down);
         assert!((c.change.unwrap() + 0.5).abs() < 1e-12);
-        // 0.5 × √(0.01² + 0.02²) × 1.96
-        assert!((c.interval.unwrap() - 1.96 * 0.5 * (0.0001f64 + 0.0004).sqrt()).abs() < 1e-12);
+        // 1.96 × √(0.01² + 0.01²), over the value before
+        assert!((c.interval.unwrap() - 1.96 * 0.0002f64.sqrt()).abs() < 1e-12);
+        // a fall to nothing keeps the error of what it fell from
+        let c = change(Some(a), Some(Estimate { value: 0.0, se: 0.0 }), Scale::Relative, 0.05);
+        assert!((c.interval.unwrap() - 1.96 * 0.01).abs() < 1e-12 && c.verdict == Verdict::Down);
         // 3% with a 1% error each: beyond the noise, below the smallest change asked for
         let near = Estimate { value: 1.03, se: 0.0103 };
-        assert_eq!(change(Some(a), Some(near), Scale::Relative, 0.05).verdict, Verdict::NoChange);
+        assert_eq!(change(Some(a), Some(near), Scale::Relative, 0.05).verdict, Verdict::Small);
         assert_eq!(change(Some(a), Some(near), Scale::Relative, 0.0).verdict, Verdict::Up);
         // 10% with a 10% error each: within the noise
         let noisy = Estimate { value: 1.0, se: 0.1 };
@@ -303,6 +321,7 @@ mod tests {
         assert_eq!(c.verdict, Verdict::NoChange);
         // t(1) × √(0.02 × 1.5) ÷ 1.1
         assert!((c.interval.unwrap() - 12.706 * 0.03f64.sqrt() / 1.1).abs() < 1e-9, "{c:?}");
+        assert!((t95(31.0) - 2.040).abs() < 0.001 && (t95(60.0) - 2.000).abs() < 0.001);
         // runs that agree: the same 18% is a change
         let a = Runs::of(&[e(1.1), e(1.1), e(1.1)]).unwrap();
         assert_eq!(change_runs(Some(a), Some(b), Scale::Relative, 0.0).verdict, Verdict::Up);

@@ -81,7 +81,7 @@ impl Side<'_> {
         if cs.iter().any(|c| c.cpu_buckets.is_empty()) {
             buckets.clear();
         }
-        Estimate::mean(sum, n, &buckets)
+        Estimate::mean(sum, n, &buckets, false)
     }
 
     /// The CPU split's samples behind the process's shares.
@@ -163,10 +163,11 @@ pub enum Per {
 
 /// A port's figures.
 pub fn port_figures(port: &PortDoc, seconds: f64) -> Vec<Figure> {
-    // Entries per request: at most one per connection, so a share of the requests, whose
-    // change is said as a difference.
-    let time_wait = Estimate::share(port.time_wait.min(port.exchanges), port.exchanges).map(|e| Estimate {
-        value: port.time_wait / port.exchanges,
+    // Entries per request of the connections that ended, as the time_wait rule has it: at
+    // most one per connection, so a share of them, whose change is said as a difference.
+    let requests = port.requests.max(port.ended);
+    let time_wait = Estimate::share(port.time_wait.min(requests), requests).map(|e| Estimate {
+        value: port.time_wait / requests,
         ..e
     });
     vec![
@@ -175,7 +176,7 @@ pub fn port_figures(port: &PortDoc, seconds: f64) -> Vec<Figure> {
             "requests_per_connection",
             "requests per connection",
             Unit::Number,
-            Estimate::mean(port.requests, port.ended, &port.request_buckets),
+            Estimate::mean(port.requests, port.ended, &port.request_buckets, true),
         ),
         Figure {
             scale: Scale::Points,

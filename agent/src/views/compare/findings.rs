@@ -4,12 +4,12 @@
 use serde::Serialize;
 
 use super::{
-    estimate::{Estimate, Z95},
     figures::{Per, Side},
+    Compared, ProcessComparison,
 };
 use crate::views::report::{
     json::{FindingDoc, ReportDoc},
-    rules::MIN_EVENTS,
+    rules::{MIN_CIPHER_HANDSHAKES, MIN_EVENTS},
 };
 
 #[derive(Serialize, Debug, Clone)]
@@ -59,17 +59,21 @@ fn judged(f: &FindingDoc, after: &ReportDoc) -> Result<(), String> {
     let Some(p) = after.processes.iter().find(|p| p.comm == f.comm) else {
         return Err("the process was not in the later window".into());
     };
-    let (n, what) = match (unit(&f.rule), &f.port) {
+    let (n, what, need) = match (unit(&f.rule), &f.port) {
         // what a full handshake costs: weighed on full handshakes
-        _ if matches!(f.rule.as_str(), "group" | "certificate") => (p.full, "full handshakes"),
-        (Some(Per::Handshake), _) | (None, None) => (p.full + p.resumed, "successful handshakes"),
-        (_, Some(port)) => (p.ports.get(port).map_or(0.0, |x| x.exchanges), "exchanges on the port"),
-        (Some(Per::Exchange), None) => (p.exchanges, "exchanges"),
+        _ if matches!(f.rule.as_str(), "group" | "certificate") => (p.full, "full handshakes", MIN_EVENTS),
+        // returning clients, from their ClientHellos
+        _ if f.rule == "resumption_refused" => (p.clients.returning, "returning clients", MIN_EVENTS),
+        // the suites of its handshakes: five are enough for the rule
+        _ if f.rule == "record_cipher" => (p.full + p.resumed, "successful handshakes", MIN_CIPHER_HANDSHAKES),
+        (Some(Per::Handshake), _) | (None, None) => (p.full + p.resumed, "successful handshakes", MIN_EVENTS),
+        (_, Some(port)) => (p.ports.get(port).map_or(0.0, |x| x.exchanges), "exchanges on the port", MIN_EVENTS),
+        (Some(Per::Exchange), None) => (p.exchanges, "exchanges", MIN_EVENTS),
     };
-    if n >= MIN_EVENTS {
+    if n >= need {
         Ok(())
     } else {
-        Err(format!("{n:.0} {what} in the later window, fewer than the {MIN_EVENTS:.0} the rule needs"))
+        Err(format!("{n:.0} {what} in the later window, fewer than the {need:.0} the rule needs"))
     }
 }
 
@@ -98,27 +102,28 @@ fn cores(c: f64) -> String {
 }
 
 /// The measured saving of the process's change at the baseline's rate: (CPU per unit before
-/// less after) × units per second before.
-fn measured(per: Per, before: &Side, after: &Side) -> Option<(Estimate, &'static str)> {
+/// less after) × units per second before, with its 95% half-width, and the unit figure as
+/// compared (its verdict: whether the fall is beyond the noise and --min-change).
+fn measured<'a>(per: Per, before: &Side, figures: &'a [Compared]) -> Option<(f64, f64, &'a Compared)> {
     let name = match per {
         Per::Handshake => "process_cpu_per_handshake_seconds",
         Per::Exchange => "process_cpu_per_exchange_seconds",
     };
-    let fig = |s: &Side| s.figures().into_iter().find(|f| f.name == name).and_then(|f| f.estimate);
-    let (a, b) = (fig(before)?, fig(after)?);
+    let f = figures.iter().find(|f| f.name == name && f.port.is_none())?;
+    let (b, a, interval) = (f.before?, f.after?, f.interval?);
     let rate = before.rate(per)?;
-    let diff = Estimate {
-        value: a.value - b.value,
-        se: (a.se.powi(2) + b.se.powi(2)).sqrt(),
-    };
-    Some((diff.scaled(rate), name))
+    Some(((b - a) * rate, interval * b * rate, f))
 }
 
+/// The baseline's findings carried over, their savings measured by the processes' compared
+/// figures.
 pub fn carry(
     before: &ReportDoc,
     after: &ReportDoc,
     side: impl for<'a> Fn(&'a ReportDoc, &str) -> Option<Side<'a>>,
+    compared: &[ProcessComparison],
 ) -> Vec<CarriedFinding> {
+    let figures = |comm: &str| compared.iter().find(|p| p.comm == comm).map(|p| &p.figures[..]);
     let mut out = Vec::new();
     for f in &before.findings {
         let now = after.findings.iter().find(|g| same(f, g));
@@ -159,12 +164,12 @@ pub fn carry(
                 let per = unit(&f.rule);
                 let m = per
                     .zip(side(before, &f.comm))
-                    .zip(side(after, &f.comm))
-                    .and_then(|((per, a), b)| measured(per, &a, &b));
-                if let Some((m, by)) = m {
-                    c.measured_saving_cpu_cores = Some(m.value);
-                    c.measured_interval_cpu_cores = Some(Z95 * m.se);
-                    c.measured_by = Some(by);
+                    .zip(figures(&f.comm))
+                    .and_then(|((per, a), figs)| measured(per, &a, figs));
+                if let Some((saved, half, by)) = m {
+                    c.measured_saving_cpu_cores = Some(saved);
+                    c.measured_interval_cpu_cores = Some(half);
+                    c.measured_by = Some(by.name);
                 }
                 // The change shows in one figure for every finding it resolved that is
                 // counted per the same thing: their estimates are set against it together.
@@ -181,7 +186,7 @@ pub fn carry(
                     .collect();
                 let together = joint_estimate(&with);
                 c.resolved_with = with.iter().map(|g| g.rule.clone()).collect();
-                c.measured_over_estimated = m.zip(together.filter(|e| *e > 0.0)).map(|((m, _), e)| m.value / e);
+                c.measured_over_estimated = m.zip(together.filter(|e| *e > 0.0)).map(|((m, _, _), e)| m / e);
                 let estimate = match (with.len(), together) {
                     (0 | 1, Some(e)) => format!("{} estimated", cores(e)),
                     (_, Some(e)) => format!(
@@ -192,27 +197,26 @@ pub fn carry(
                     ),
                     _ => String::new(),
                 };
-                match (m, estimated) {
-                    (Some((m, _)), _) if m.value.abs() <= Z95 * m.se => format!(
-                        "resolved, but the change saved nothing beyond the noise: {} ± {:.1} (measured){}",
-                        cores(m.value),
-                        Z95 * m.se * 100.0,
-                        if estimate.is_empty() { String::new() } else { format!(" against {estimate}") }
+                let saved = |m: f64, half: f64| format!("{:.1}% ± {:.1}% of a core", m * 100.0, half * 100.0);
+                let against = if estimate.is_empty() { String::new() } else { format!(" against {estimate}") };
+                match m {
+                    Some((m, half, by)) if by.verdict != "down" => format!(
+                        "resolved, but the {} did not fall beyond the noise and the smallest change called one: \
+                         {} saved (measured){against}",
+                        by.label,
+                        saved(m, half)
                     ),
-                    (Some((m, _)), Some(_)) => {
+                    Some((m, half, _)) => {
                         let ratio = together
                             .filter(|e| *e > 0.0)
-                            .map(|e| format!("; measured ÷ estimated {:.2}", m.value / e))
+                            .map(|e| format!("; measured ÷ estimated {:.2}", m / e))
                             .unwrap_or_default();
-                        format!(
-                            "resolved: the change saved {} ± {:.1} (measured) against {estimate}{ratio}",
-                            cores(m.value),
-                            Z95 * m.se * 100.0
-                        )
+                        format!("resolved: the change saved {} (measured){against}{ratio}", saved(m, half))
                     }
-                    (Some((m, _)), None) => format!("resolved: the change saved {} ± {:.1} (measured)", cores(m.value), Z95 * m.se * 100.0),
-                    (None, Some(e)) => format!("resolved (estimated to save {e}; the saving could not be measured)"),
-                    (None, None) => "resolved".into(),
+                    None => match estimated {
+                        Some(e) => format!("resolved (estimated to save {e}; the saving could not be measured)"),
+                        None => "resolved".into(),
+                    },
                 }
             }
         };

@@ -18,7 +18,7 @@ use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 
 use self::{
-    configs::{config_changes, offer_changes, ConfigChange, OfferChange},
+    configs::{config_changes, offer_changes, wire_seen, ConfigChange, OfferChange},
     estimate::{change_runs, Estimate, Runs, Scale},
     figures::{port_figures, Figure, Side, Unit, ASSUMED_SAMPLE_HZ},
     findings::{carry, CarriedFinding},
@@ -29,8 +29,10 @@ use crate::views::report::json::{to_json, ReportDoc};
 /// A change smaller than this (10%, or 10 points of a share) is not called one, whatever its
 /// interval. The intervals say how precisely each window measured its figure; they cannot
 /// see how much the server itself differs from one run to the next, which no single window
-/// shows: two runs of one nginx configuration on the development VM differed in CPU per
-/// handshake by under 10% in all but a few of some forty pairs (docs/report.md).
+/// shows: two windows of one unchanged nginx on the development VM differed in CPU per
+/// handshake by under 10% in 12 of 20 pairs, by up to 24% in the others
+/// (bench/results-noise.txt); repeated runs (--also-before) put that spread in the
+/// intervals.
 pub const MIN_CHANGE: f64 = 0.10;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -89,11 +91,12 @@ pub struct Compared {
     pub label: &'static str,
     pub before: Option<f64>,
     pub after: Option<f64>,
-    /// after ÷ before − 1; for a share (`…_share`), after − before.
+    /// after ÷ before − 1; for a share (`…_share`, `time_wait_per_request`), after − before.
     pub change: Option<f64>,
     /// The 95% half-width of the change, in its unit.
     pub interval: Option<f64>,
-    /// up, down, no_change, not_comparable.
+    /// up, down (called), no_change (within its interval), small (beyond it, under
+    /// --min-change), not_comparable (one side only).
     pub verdict: &'static str,
     pub text: String,
     #[serde(skip)]
@@ -114,6 +117,9 @@ pub struct ProcessComparison {
     pub figures: Vec<Compared>,
     pub config_changes: Vec<ConfigChange>,
     pub offer_changes: Vec<OfferChange>,
+    /// Both sides had handshakes whose parameters were seen: no change in config_changes
+    /// means none on the wire.
+    pub wire_compared: bool,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -141,7 +147,12 @@ fn side<'a>(r: &'a ReportDoc, comm: &str) -> Option<Side<'a>> {
 /// One figure of every run of one side: their mean and spread (None when no run has it).
 fn runs_of(runs: &[Vec<Figure>], name: &str) -> (Option<Figure>, Option<Runs>) {
     let found: Vec<Figure> = runs.iter().filter_map(|r| r.iter().find(|f| f.name == name).copied()).collect();
-    let estimates: Vec<Estimate> = found.iter().filter_map(|f| f.estimate).collect();
+    // A figure that is not a finite number (counts too large to divide) is not compared.
+    let estimates: Vec<Estimate> = found
+        .iter()
+        .filter_map(|f| f.estimate)
+        .filter(|e| e.value.is_finite() && e.se.is_finite())
+        .collect();
     (found.first().copied(), Runs::of(&estimates))
 }
 
@@ -199,7 +210,7 @@ pub fn compare_runs(before: &[ReportDoc], after: &[ReportDoc], min_change: f64) 
             comms.push(&p.comm);
         }
     }
-    let processes = comms
+    let processes: Vec<ProcessComparison> = comms
         .into_iter()
         .map(|comm| {
             let a: Vec<Side> = before.iter().filter_map(|r| side(r, comm)).collect();
@@ -222,6 +233,7 @@ pub fn compare_runs(before: &[ReportDoc], after: &[ReportDoc], min_change: f64) 
                 (Some(a), Some(b)) => (config_changes(a.p, b.p), offer_changes(a.p, b.p, 10)),
                 _ => Default::default(),
             };
+            let wire_compared = a.first().zip(b.first()).is_some_and(|(a, b)| wire_seen(a.p) && wire_seen(b.p));
             ProcessComparison {
                 comm: comm.to_string(),
                 seen: match (a.is_empty(), b.is_empty()) {
@@ -232,25 +244,25 @@ pub fn compare_runs(before: &[ReportDoc], after: &[ReportDoc], min_change: f64) 
                 figures,
                 config_changes,
                 offer_changes,
+                wire_compared,
             }
         })
         .collect();
+    let findings = carry(&before[0], &after[0], side, &processes);
     Comparison {
         before_seconds: before[0].window_seconds,
         after_seconds: after[0].window_seconds,
         runs_before: before.len(),
         runs_after: after.len(),
         min_change,
+        findings,
         processes,
-        findings: carry(&before[0], &after[0], side),
     }
 }
 
 /// Reads a report's JSON, with one line that says why not.
 pub fn read_report(path: &Path) -> Result<ReportDoc> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a report's JSON (tlsprof report --json)", path.display()))
+    ReportDoc::read(path)
 }
 
 pub fn check_min_change(m: &MinChange) -> Result<()> {

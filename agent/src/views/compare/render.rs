@@ -105,6 +105,7 @@ pub fn sentence(f: &Compared) -> String {
     match f.verdict {
         "up" | "down" => format!("{} {a} → {b}{u}{ch}", label(f)),
         "no_change" => format!("no measurable change in {} ({a} → {b}{u}{ch})", label(f)),
+        "small" => format!("{} changed by less than the smallest change called one ({a} → {b}{u}{ch})", label(f)),
         _ => {
             let with = |v: &str| if v == "none" { v.to_string() } else { format!("{v}{u}") };
             format!("{}: {} before, {} after", label(f), with(&a), with(&b))
@@ -116,6 +117,16 @@ fn secs(s: f64) -> String {
     format!("{s:.1} s")
 }
 
+/// A fraction as a percentage, with a decimal where it has one: 10%, 2.5%.
+fn pct(x: f64) -> String {
+    let p = x * 100.0;
+    if (p - p.round()).abs() < 1e-9 {
+        format!("{p:.0}%")
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
 fn intro(c: &Comparison, before: &str, after: &str) -> String {
     let runs = if c.runs_before > 1 || c.runs_after > 1 {
         format!(
@@ -124,17 +135,20 @@ fn intro(c: &Comparison, before: &str, after: &str) -> String {
             c.runs_before, c.runs_after
         )
     } else {
-        String::new()
+        " One run of each: the intervals cannot hold how much the server's own cost differs from \
+         one run to the next with nothing changed; compare two runs of the baseline to see it, and \
+         pass more runs with --also-before and --also-after."
+            .into()
     };
     let text = format!(
         "Before: `{before}` ({} window); after: `{after}` ({}). A change is called one when it is beyond \
-         its 95% interval and at least {:.0}% ({:.0} points of a share); each interval comes from what its \
+         its 95% interval and at least {} ({} points of a share); each interval comes from what its \
          figure is made of: the counts behind a rate, the timed handshakes and their spread behind a CPU \
          per handshake, the CPU samples behind a share.",
         secs(c.before_seconds),
         secs(c.after_seconds),
-        c.min_change * 100.0,
-        c.min_change * 100.0
+        pct(c.min_change),
+        pct(c.min_change).trim_end_matches('%')
     );
     text + &runs
 }
@@ -144,6 +158,7 @@ fn verdict_word(v: &str) -> &'static str {
         "up" => "higher",
         "down" => "lower",
         "no_change" => "no change",
+        "small" => "under the threshold",
         _ => "one side only",
     }
 }
@@ -167,8 +182,10 @@ pub fn markdown(c: &Comparison, before: &str, after: &str) -> String {
             _ => {}
         }
         if p.config_changes.is_empty() && p.offer_changes.is_empty() {
-            if p.seen == "both" {
+            if p.wire_compared {
                 o += "The wire shows no change in the negotiated parameters or the clients' offers.\n\n";
+            } else if p.seen == "both" {
+                o += "Nothing to compare on the wire: one side has no handshake whose parameters were seen.\n\n";
             }
         } else {
             o += "What changed on the wire:\n\n";
@@ -191,6 +208,10 @@ pub fn markdown(c: &Comparison, before: &str, after: &str) -> String {
         let same: Vec<String> = p.figures.iter().filter(|f| f.verdict == "no_change").map(label).collect();
         if !same.is_empty() {
             let _ = writeln!(o, "No measurable change in: {}.\n", same.join("; "));
+        }
+        let small: Vec<String> = p.figures.iter().filter(|f| f.verdict == "small").map(label).collect();
+        if !small.is_empty() {
+            let _ = writeln!(o, "Changed by less than {}: {}.\n", pct(c.min_change), small.join("; "));
         }
         o += "| Figure | Before | After | Change | |\n|---|---:|---:|---:|---|\n";
         for f in &p.figures {
@@ -280,7 +301,7 @@ pub fn html(c: &Comparison, before: &str, after: &str) -> String {
     let mut o = String::from(
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>tlsprof: before and after</title><style>\
          body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse}\
-         td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}\
+         td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child,th:first-child{text-align:left}\
          .figure{display:inline-block;margin:6px;vertical-align:top;width:290px}\
          .figure p{font-size:12px;margin:0}.up,.down{font-weight:bold}</style></head><body>\
          <h1>Before and after</h1>",

@@ -1,20 +1,21 @@
 //! The report as JSON (--json), for scripts and for `tlsprof compare`, which reads two back
 //! (views/compare/): the findings with their figures, each process's measurements, and the
 //! host's costs. One definition, written and read.
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, path::Path};
 
+use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
 use super::{hostcost::HostCosts, rules::Finding};
 use crate::views::snapshot::Window;
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
+#[serde(default)]
 pub struct ReportDoc {
     pub window_seconds: f64,
     /// The rate at which the CPU split was sampled (per second of a process's CPU time): the
     /// number of samples behind a share is its process CPU seconds times this. Null when the
     /// agent was another process's (`--url`): its default, 49, is assumed then.
-    #[serde(default)]
     pub sample_hz: Option<f64>,
     pub findings: Vec<FindingDoc>,
     pub processes: Vec<ProcessDoc>,
@@ -22,6 +23,7 @@ pub struct ReportDoc {
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
+#[serde(default)]
 pub struct FindingDoc {
     pub rule: String,
     pub comm: String,
@@ -40,6 +42,7 @@ pub struct FindingDoc {
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
+#[serde(default)]
 pub struct ProcessDoc {
     pub comm: String,
     pub full: f64,
@@ -64,6 +67,7 @@ pub struct ProcessDoc {
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
+#[serde(default)]
 pub struct ClientsDoc {
     /// ClientHellos read.
     pub hellos: f64,
@@ -78,6 +82,7 @@ pub struct ClientsDoc {
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
+#[serde(default)]
 pub struct TransportDoc {
     pub handshakes: f64,
     /// Of them, those whose CPU was measured; cpu_seconds is theirs.
@@ -88,6 +93,7 @@ pub struct TransportDoc {
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
+#[serde(default)]
 pub struct ConfigDoc {
     pub version: String,
     pub cipher: String,
@@ -104,11 +110,11 @@ pub struct ConfigDoc {
     /// How the timed handshakes' CPU spread: [upper bound in seconds, handshakes in that
     /// bucket alone], the buckets of tlsprof_handshake_cpu_seconds; those above the last
     /// bound are `timed` less the rest.
-    #[serde(default)]
     pub cpu_buckets: Vec<[f64; 2]>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
+#[serde(default)]
 pub struct PortDoc {
     /// What its TLS connections carry (snapshot.rs Port::protocol_name).
     pub protocol: String,
@@ -127,11 +133,11 @@ pub struct PortDoc {
     /// How the requests of the connections that ended spread: [upper bound, connections in
     /// that bucket alone], the buckets of tlsprof_requests_per_connection; those above the
     /// last bound are `ended` less the rest.
-    #[serde(default)]
     pub request_buckets: Vec<[f64; 2]>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
+#[serde(default)]
 pub struct HostDoc {
     pub library: String,
     pub group_seconds: BTreeMap<String, f64>,
@@ -265,6 +271,45 @@ impl ReportDoc {
                 record_seconds: h.record.clone(),
             }),
         }
+    }
+}
+
+impl ReportDoc {
+    /// A report's JSON read back (one written by any tlsprof: a field it did not write yet
+    /// reads as none), with one line that says why not; counts must be numbers, not
+    /// negative, and the window longer than nothing.
+    pub fn read(path: &Path) -> Result<ReportDoc> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let not_one = || format!("{} is not a report's JSON (tlsprof report --json)", path.display());
+        let value: serde_json::Value = serde_json::from_str(&text).with_context(not_one)?;
+        if !value.is_object() {
+            bail!("{}", not_one());
+        }
+        let doc: ReportDoc = serde_json::from_value(value).with_context(not_one)?;
+        let count = |x: f64| x.is_finite() && x >= 0.0;
+        if !(doc.window_seconds.is_finite() && doc.window_seconds > 0.0) {
+            bail!("{}: its window_seconds is not a positive number", path.display());
+        }
+        if doc.sample_hz.is_some_and(|h| !(h.is_finite() && h > 0.0)) {
+            bail!("{}: its sample_hz is not a positive number", path.display());
+        }
+        for p in &doc.processes {
+            let configs = p.configs.iter().flat_map(|c| [c.handshakes, c.timed, c.cpu_seconds]);
+            let ports = p.ports.values().flat_map(|x| [x.ended, x.requests, x.exchanges, x.time_wait]);
+            let buckets = p.configs.iter().flat_map(|c| c.cpu_buckets.iter().flatten().copied());
+            let split = p.cpu_seconds.values().copied();
+            if ![p.full, p.resumed, p.failed, p.process_cpu_seconds, p.exchanges, p.clients.hellos, p.clients.returning]
+                .into_iter()
+                .chain(configs)
+                .chain(ports)
+                .chain(buckets)
+                .chain(split)
+                .all(count)
+            {
+                bail!("{}: process {:?} has a count that is negative or not a number", path.display(), p.comm);
+            }
+        }
+        Ok(doc)
     }
 }
 

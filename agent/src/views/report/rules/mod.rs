@@ -20,6 +20,8 @@ use crate::views::snapshot::{Config, Proc, Window};
 
 /// Fewer events than this in the window make no finding: too little to say anything.
 pub const MIN_EVENTS: f64 = 20.0;
+/// The record-cipher rule judges the suites of this many handshakes at least.
+pub const MIN_CIPHER_HANDSHAKES: f64 = 5.0;
 /// A cheaper alternative must save at least this share of what it replaces.
 pub const MIN_GAIN: f64 = 0.10;
 /// Requests per connection the keep-alive estimate assumes (Apache's default limit).

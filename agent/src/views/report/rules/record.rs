@@ -1,5 +1,5 @@
 //! The record-cipher rule: CBC and 3DES suites against AES-GCM.
-use super::{finish, with_clients, would_fail, Finding};
+use super::{finish, with_clients, would_fail, Finding, MIN_CIPHER_HANDSHAKES};
 use crate::views::{
     report::hostcost::HostCosts,
     snapshot::{Config, Proc},
@@ -12,7 +12,7 @@ pub fn record_ciphers(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<F
     let slow = |c: &Config| c.cipher.contains("_CBC_") || c.cipher.contains("3DES");
     let all = p.count(|_| true);
     let n = p.count(slow);
-    if n < 5.0 || all <= 0.0 || n / all < 0.05 {
+    if n < MIN_CIPHER_HANDSHAKES || all <= 0.0 || n / all < 0.05 {
         return None;
     }
     let share = n / all;
