@@ -14,6 +14,8 @@ pub const ASSUMED_SAMPLE_HZ: f64 = crate::cli::SAMPLE_HZ as f64;
 
 /// A share of the CPU split needs this many samples behind it to be compared.
 pub const MIN_SAMPLES: f64 = 20.0;
+/// A CPU per handshake needs this many timed handshakes behind it to be compared.
+pub const MIN_TIMED: f64 = 20.0;
 
 /// How a figure is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +65,8 @@ impl Side<'_> {
         self.p.full + self.p.resumed
     }
 
-    /// The mean CPU of the timed handshakes that match, from their summed histograms.
+    /// The mean CPU of the timed handshakes that match, from their summed histograms; none
+    /// on fewer than MIN_TIMED, whose spread a histogram cannot say.
     fn handshake_cpu(&self, keep: impl Fn(bool) -> bool) -> Option<Estimate> {
         let cs: Vec<_> = self.p.configs.iter().filter(|c| keep(c.resumed) && c.timed > 0.0).collect();
         let n: f64 = cs.iter().map(|c| c.timed).sum();
@@ -80,6 +83,9 @@ impl Side<'_> {
         }
         if cs.iter().any(|c| c.cpu_buckets.is_empty()) {
             buckets.clear();
+        }
+        if n < MIN_TIMED {
+            return None;
         }
         Estimate::mean(sum, n, &buckets, false)
     }
