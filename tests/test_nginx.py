@@ -53,6 +53,34 @@ def test_failed_handshakes_are_counted_exactly(nginx):
     assert cost > 0, "failed handshakes cost CPU too"
 
 
+@pytest.mark.parametrize("version", ["1.3", "1.2"])
+def test_a_client_rejecting_the_certificate_is_a_failed_handshake(nginx, version):
+    """Clients that verify the server's certificate against the system's CAs reject the
+    test's self-signed one and answer the server's flight with an alert (TLS 1.3: after the
+    server has sent all it had to, its Finished included): each is a failed handshake, in
+    the default mode, exactly, beside the ok ones."""
+    import ssl
+    from harness.clients import connect
+    rejecting, k_ok = 6, 5
+    ctx = ssl.create_default_context()
+    v = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}[version]
+    ctx.minimum_version = ctx.maximum_version = v
+    with Agent("--comm", "nginx") as agent:
+        agent.wait_attached(nginx.workers())
+        rejected = 0
+        for _ in range(rejecting):
+            try:
+                with connect(nginx.port) as raw, ctx.wrap_socket(raw, server_hostname="localhost"):
+                    pass
+            except ssl.SSLCertVerificationError:
+                rejected += 1
+        assert rejected == rejecting
+        assert https_connections(nginx.port, k_ok, version=version)["ok"] == k_ok
+        failed = agent.wait_value("tlsprof_handshakes_total", rejecting, comm="nginx", result="failed")
+        ok = agent.value("tlsprof_handshakes_total", comm="nginx", result="ok")
+    assert (failed, ok) == (rejecting, k_ok), f"failed {failed}, ok {ok}"
+
+
 def test_plain_http_to_the_tls_port_is_a_failed_handshake(workdir):
     """nginx answers plain HTTP on its TLS port itself, without calling OpenSSL: tlsprof
     sees the connection close with no handshake and counts it as failed, exactly, while

@@ -56,6 +56,13 @@ pub const WIRE_END_ALERT: u8 = 2;
 pub const WIRE_END_CLOSED: u8 = 3;
 #[cfg(test)]
 pub const WIRE_END_CAP: u8 = 4;
+#[cfg(test)]
+pub const WIRE_END_BAD: u8 = 5;
+#[cfg(test)]
+pub const WIRE_END_UNSUPPORTED: u8 = 6;
+/// The client answered the server's TLS 1.3 flight with fewer bytes than any Finished: an
+/// alert, it rejected the server (its certificate, most often).
+pub const WIRE_END_CLIENT_ALERT: u8 = 7;
 
 /// The protocol of a connection's plaintext preamble (bpf/wire.h), in a WIRE_EV_END's data.
 pub const WIRE_PROTO_NONE: u8 = 0;

@@ -23,7 +23,7 @@ use crate::{
     bounds::{self, Dropped},
     bpf::wire::{
         preamble_protocol, WireEvent, HELLO_BAD, HELLO_CUT, HELLO_GAP, HELLO_LAST, HELLO_MAX, HELLO_UNREADABLE,
-        HELLO_WHY_MASK, WIRE_END_ALERT, WIRE_END_CLOSED, WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_HELLO, WIRE_EV_QUIC,
+        HELLO_WHY_MASK, WIRE_END_ALERT, WIRE_END_CLIENT_ALERT, WIRE_END_CLOSED, WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_HELLO, WIRE_EV_QUIC,
         WIRE_EV_RECORD,
     },
 };
@@ -288,7 +288,9 @@ impl Tracker {
                 let c = self.caps.remove(&id)?;
                 self.plain_bytes -= c.plain.len();
                 let p = tls::parse(&c.plain, &c.sealed, true);
-                let failed = p.alert || matches!(e.flags, WIRE_END_ALERT | WIRE_END_CLOSED);
+                // the server's alert, the client's (TLS 1.3: its answer to the server's flight
+                // too short for a Finished), or a close before the end
+                let failed = p.alert || matches!(e.flags, WIRE_END_ALERT | WIRE_END_CLIENT_ALERT | WIRE_END_CLOSED);
                 let (conn_start, preamble) = e.end();
                 let h = WireHandshake {
                     conn: id,
@@ -509,6 +511,13 @@ mod tests {
             .and_then(Seen::handshake)
             .unwrap();
         assert!(h.ok && h.hello);
+        // the client answered the server's TLS 1.3 flight with an alert: failed, labelled
+        t.on_event(ev(WIRE_EV_DATA, 0, &bytes), t0);
+        let h = t
+            .on_event(ev(WIRE_EV_END, WIRE_END_CLIENT_ALERT, &[]), t0)
+            .and_then(Seen::handshake)
+            .unwrap();
+        assert!(!h.ok && h.hello && !h.alert);
         // an END without a capture (lost events) says nothing
         assert!(t.on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0).is_none());
     }
