@@ -103,7 +103,10 @@ class Closes(Loopback):
         c = self._by_peer.get(peer)
         if c is None:
             return
-        if flags & FIN and from_client and c["client_fin"] is None:
+        # a client FIN after a reset reached a connection that was no more (nginx closed with
+        # the client's close_notify unread: its kernel reset, and the client's FIN crossed
+        # the reset): the server took nothing in, the connection ended by the reset
+        if flags & FIN and from_client and c["client_fin"] is None and not c["reset"]:
             # the FIN's own sequence number: after the segment's payload
             if ethertype == 0x0800:
                 end = 14 + struct.unpack_from("!H", frame, 16)[0]
