@@ -95,21 +95,13 @@ impl Estimate {
         })
     }
 
-    /// The product with a figure of its own error (errors relative, independent).
+    /// The product with a figure of its own error (independent errors, the delta method:
+    /// a factor at zero keeps the other's error times its own).
     pub fn times(self, o: Estimate) -> Estimate {
-        let value = self.value * o.value;
         Estimate {
-            value,
-            se: value.abs() * (rel(self).powi(2) + rel(o).powi(2)).sqrt(),
+            value: self.value * o.value,
+            se: ((self.value * o.se).powi(2) + (o.value * self.se).powi(2)).sqrt(),
         }
-    }
-}
-
-fn rel(e: Estimate) -> f64 {
-    if e.value != 0.0 {
-        e.se / e.value.abs()
-    } else {
-        0.0
     }
 }
 

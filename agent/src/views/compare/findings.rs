@@ -8,7 +8,7 @@ use super::{
     Compared, ProcessComparison,
 };
 use crate::views::report::{
-    json::{FindingDoc, ReportDoc},
+    json::{FindingDoc, ProcessDoc, ReportDoc},
     rules::{MIN_CIPHER_HANDSHAKES, MIN_EVENTS},
 };
 
@@ -51,14 +51,11 @@ fn unit(rule: &str) -> Option<Per> {
     }
 }
 
-/// Whether the later window had enough of what the rule weighs for the finding's absence to
-/// mean something (the rules make no finding on fewer than MIN_EVENTS): its handshakes for
-/// a handshake's rules, the exchanges on the port (or the process) for the others; else
-/// why not.
-fn judged(f: &FindingDoc, after: &ReportDoc) -> Result<(), String> {
-    let Some(p) = after.processes.iter().find(|p| p.comm == f.comm) else {
-        return Err("the process was not in the later window".into());
-    };
+/// Whether the later window's process had enough of what the rule weighs for the finding's
+/// absence to mean something (the rules make no finding on fewer than MIN_EVENTS): its
+/// handshakes for a handshake's rules, the exchanges on the port (or the process) for the
+/// others; else why not.
+fn judged(f: &FindingDoc, p: &ProcessDoc) -> Result<(), String> {
     let (n, what, need) = match (unit(&f.rule), &f.port) {
         // what a full handshake costs: weighed on full handshakes
         _ if matches!(f.rule.as_str(), "group" | "certificate") => (p.full, "full handshakes", MIN_EVENTS),
@@ -67,13 +64,19 @@ fn judged(f: &FindingDoc, after: &ReportDoc) -> Result<(), String> {
         // the suites of its handshakes: five are enough for the rule
         _ if f.rule == "record_cipher" => (p.full + p.resumed, "successful handshakes", MIN_CIPHER_HANDSHAKES),
         (Some(Per::Handshake), _) | (None, None) => (p.full + p.resumed, "successful handshakes", MIN_EVENTS),
-        (_, Some(port)) => (p.ports.get(port).map_or(0.0, |x| x.exchanges), "exchanges on the port", MIN_EVENTS),
+        (_, Some(port)) => (
+            p.ports.get(port).map_or(0.0, |x| x.exchanges),
+            "exchanges on the port",
+            MIN_EVENTS,
+        ),
         (Some(Per::Exchange), None) => (p.exchanges, "exchanges", MIN_EVENTS),
     };
     if n >= need {
         Ok(())
     } else {
-        Err(format!("{n:.0} {what} in the later window, fewer than the {need:.0} the rule needs"))
+        Err(format!(
+            "{n:.0} {what} in the later window, fewer than the {need:.0} the rule needs"
+        ))
     }
 }
 
@@ -81,7 +84,14 @@ fn judged(f: &FindingDoc, after: &ReportDoc) -> Result<(), String> {
 /// that estimate one saving twice counted once (the larger): `resumption_refused`'s
 /// handshakes are among those `resumption` would resume.
 pub(super) fn joint_estimate(findings: &[&FindingDoc]) -> Option<f64> {
-    let cost = |rule: &str| if rule == "resumption_refused" { "resumption" } else { rule }.to_string();
+    let cost = |rule: &str| {
+        if rule == "resumption_refused" {
+            "resumption"
+        } else {
+            rule
+        }
+        .to_string()
+    };
     let mut by: Vec<(String, f64)> = Vec::new();
     for f in findings {
         let Some(e) = f.saving_cpu_cores else { continue };
@@ -91,6 +101,25 @@ pub(super) fn joint_estimate(findings: &[&FindingDoc]) -> Option<f64> {
         }
     }
     by.into_iter().map(|(_, e)| e).reduce(|a, b| a + b)
+}
+
+/// A finding as carried over, with nothing measured yet.
+fn carried(f: &FindingDoc, status: &'static str, text: String) -> CarriedFinding {
+    CarriedFinding {
+        rule: f.rule.clone(),
+        comm: f.comm.clone(),
+        port: f.port.clone(),
+        title: f.title.clone(),
+        status,
+        estimated_saving_cpu_cores: None,
+        estimated_saving_now_cpu_cores: None,
+        measured_saving_cpu_cores: None,
+        measured_interval_cpu_cores: None,
+        measured_by: None,
+        resolved_with: Vec::new(),
+        measured_over_estimated: None,
+        text,
+    }
 }
 
 fn same(a: &FindingDoc, b: &FindingDoc) -> bool {
@@ -126,120 +155,118 @@ pub fn carry(
     let figures = |comm: &str| compared.iter().find(|p| p.comm == comm).map(|p| &p.figures[..]);
     let mut out = Vec::new();
     for f in &before.findings {
-        let now = after.findings.iter().find(|g| same(f, g));
-        let gone = !after.processes.iter().any(|p| p.comm == f.comm);
-        let verdict = judged(f, after);
-        let mut c = CarriedFinding {
-            rule: f.rule.clone(),
-            comm: f.comm.clone(),
-            port: f.port.clone(),
-            title: f.title.clone(),
-            status: match (now, gone, &verdict) {
-                (Some(_), _, _) => "remains",
-                (None, true, _) => "unseen",
-                (None, false, Err(_)) => "unjudged",
-                (None, false, Ok(())) => "resolved",
-            },
-            estimated_saving_cpu_cores: f.saving_cpu_cores,
-            estimated_saving_now_cpu_cores: now.and_then(|g| g.saving_cpu_cores),
-            measured_saving_cpu_cores: None,
-            measured_interval_cpu_cores: None,
-            measured_by: None,
-            resolved_with: Vec::new(),
-            measured_over_estimated: None,
-            text: String::new(),
-        };
         let estimated = f.saving_cpu_cores.map(cores);
-        c.text = match now {
-            None if gone => "not seen after: the process was not in the later window".into(),
-            None if verdict.is_err() => format!("not judged after: {}", verdict.clone().err().unwrap_or_default()),
-            Some(_) => format!(
-                "remains{}",
-                match (estimated, c.estimated_saving_now_cpu_cores) {
-                    (Some(e), Some(n)) => format!(": estimated to save {e} before, {} now", cores(n)),
-                    _ => String::new(),
-                }
-            ),
-            None => {
-                let per = unit(&f.rule);
-                let m = per
-                    .zip(side(before, &f.comm))
-                    .zip(figures(&f.comm))
-                    .and_then(|((per, a), figs)| measured(per, &a, figs));
-                if let Some((saved, half, by)) = m {
-                    c.measured_saving_cpu_cores = Some(saved);
-                    c.measured_interval_cpu_cores = Some(half);
-                    c.measured_by = Some(by.name);
-                }
-                // The change shows in one figure for every finding it resolved that is
-                // counted per the same thing: their estimates are set against it together.
-                let with: Vec<&FindingDoc> = before
-                    .findings
-                    .iter()
-                    .filter(|g| {
-                        g.comm == f.comm
-                            && per.is_some()
-                            && unit(&g.rule) == per
-                            && !after.findings.iter().any(|h| same(g, h))
-                            && judged(g, after).is_ok()
-                    })
-                    .collect();
-                let together = joint_estimate(&with);
-                c.resolved_with = with.iter().map(|g| g.rule.clone()).collect();
-                c.measured_over_estimated = m.zip(together.filter(|e| *e > 0.0)).map(|((m, _, _), e)| m / e);
-                let estimate = match (with.len(), together) {
-                    (0 | 1, Some(e)) => format!("{} estimated", cores(e)),
-                    (_, Some(e)) => format!(
-                        "{} estimated together for the {} findings it resolved ({})",
-                        cores(e),
-                        with.len(),
-                        with.iter().map(|g| g.rule.as_str()).collect::<Vec<_>>().join(", ")
-                    ),
-                    _ => String::new(),
-                };
-                let saved = |m: f64, half: f64| format!("{:.1}% ± {:.1}% of a core", m * 100.0, half * 100.0);
-                let against = if estimate.is_empty() { String::new() } else { format!(" against {estimate}") };
-                match m {
-                    Some((m, half, by)) if by.verdict != "down" => format!(
-                        "resolved, but the {} did not fall beyond the noise and the smallest change called one: \
+        let Some(p) = after.processes.iter().find(|p| p.comm == f.comm) else {
+            let text = "not seen after: the process was not in the later window".into();
+            out.push(CarriedFinding {
+                estimated_saving_cpu_cores: f.saving_cpu_cores,
+                ..carried(f, "unseen", text)
+            });
+            continue;
+        };
+        if let Some(g) = after.findings.iter().find(|g| same(f, g)) {
+            let text = match (&estimated, g.saving_cpu_cores) {
+                (Some(e), Some(n)) => format!("remains: estimated to save {e} before, {} now", cores(n)),
+                _ => "remains".into(),
+            };
+            out.push(CarriedFinding {
+                estimated_saving_cpu_cores: f.saving_cpu_cores,
+                estimated_saving_now_cpu_cores: g.saving_cpu_cores,
+                ..carried(f, "remains", text)
+            });
+            continue;
+        }
+        if let Err(why) = judged(f, p) {
+            out.push(CarriedFinding {
+                estimated_saving_cpu_cores: f.saving_cpu_cores,
+                ..carried(f, "unjudged", format!("not judged after: {why}"))
+            });
+            continue;
+        }
+        let mut c = CarriedFinding {
+            estimated_saving_cpu_cores: f.saving_cpu_cores,
+            ..carried(f, "resolved", String::new())
+        };
+        c.text = {
+            let per = unit(&f.rule);
+            let m = per
+                .zip(side(before, &f.comm))
+                .zip(figures(&f.comm))
+                .and_then(|((per, a), figs)| measured(per, &a, figs));
+            if let Some((saved, half, by)) = m {
+                c.measured_saving_cpu_cores = Some(saved);
+                c.measured_interval_cpu_cores = Some(half);
+                c.measured_by = Some(by.name);
+            }
+            // The change shows in one figure for every finding it resolved that is
+            // counted per the same thing: their estimates are set against it together.
+            let with: Vec<&FindingDoc> = before
+                .findings
+                .iter()
+                .filter(|g| {
+                    g.comm == f.comm
+                        && per.is_some()
+                        && unit(&g.rule) == per
+                        && !after.findings.iter().any(|h| same(g, h))
+                        && judged(g, p).is_ok()
+                })
+                .collect();
+            let together = joint_estimate(&with);
+            c.resolved_with = with.iter().map(|g| g.rule.clone()).collect();
+            c.measured_over_estimated = m.zip(together.filter(|e| *e > 0.0)).map(|((m, _, _), e)| m / e);
+            let estimate = match (with.len(), together) {
+                (0 | 1, Some(e)) => format!("{} estimated", cores(e)),
+                (_, Some(e)) => format!(
+                    "{} estimated together for the {} findings it resolved ({})",
+                    cores(e),
+                    with.len(),
+                    with.iter().map(|g| g.rule.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                _ => String::new(),
+            };
+            let saved = |m: f64, half: f64| format!("{:.1}% ± {:.1}% of a core", m * 100.0, half * 100.0);
+            let against = if estimate.is_empty() {
+                String::new()
+            } else {
+                format!(" against {estimate}")
+            };
+            match m {
+                Some((m, half, by)) if by.verdict != "down" => format!(
+                    "resolved, but the {} did not fall beyond the noise and the smallest change called one: \
                          {} saved (measured){against}",
-                        by.label,
+                    by.label,
+                    saved(m, half)
+                ),
+                Some((m, half, _)) => {
+                    let ratio = together
+                        .filter(|e| *e > 0.0)
+                        .map(|e| format!("; measured ÷ estimated {:.2}", m / e))
+                        .unwrap_or_default();
+                    format!(
+                        "resolved: the change saved {} (measured){against}{ratio}",
                         saved(m, half)
-                    ),
-                    Some((m, half, _)) => {
-                        let ratio = together
-                            .filter(|e| *e > 0.0)
-                            .map(|e| format!("; measured ÷ estimated {:.2}", m / e))
-                            .unwrap_or_default();
-                        format!("resolved: the change saved {} (measured){against}{ratio}", saved(m, half))
-                    }
-                    None => match estimated {
-                        Some(e) => format!("resolved (estimated to save {e}; the saving could not be measured)"),
-                        None => "resolved".into(),
-                    },
+                    )
                 }
+                None => match estimated {
+                    Some(e) => format!("resolved (estimated to save {e}; the saving could not be measured)"),
+                    None => "resolved".into(),
+                },
             }
         };
         out.push(c);
     }
-    for g in after.findings.iter().filter(|g| !before.findings.iter().any(|f| same(f, g))) {
+    for g in after
+        .findings
+        .iter()
+        .filter(|g| !before.findings.iter().any(|f| same(f, g)))
+    {
+        let text = match g.saving_cpu_cores {
+            Some(e) => format!("new: estimated to save {}", cores(e)),
+            None => "new".into(),
+        };
         out.push(CarriedFinding {
-            rule: g.rule.clone(),
-            comm: g.comm.clone(),
-            port: g.port.clone(),
-            title: g.title.clone(),
-            status: "new",
-            estimated_saving_cpu_cores: None,
             estimated_saving_now_cpu_cores: g.saving_cpu_cores,
-            measured_saving_cpu_cores: None,
-            measured_interval_cpu_cores: None,
-            measured_by: None,
-            resolved_with: Vec::new(),
-            measured_over_estimated: None,
-            text: match g.saving_cpu_cores {
-                Some(e) => format!("new: estimated to save {}", cores(e)),
-                None => "new".into(),
-            },
+            ..carried(g, "new", text)
         });
     }
     out

@@ -12,9 +12,9 @@ mod render;
 #[cfg(test)]
 mod tests;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 use serde::Serialize;
 
 use self::{
@@ -24,7 +24,11 @@ use self::{
     findings::{carry, CarriedFinding},
 };
 pub use self::render::{html, markdown};
-use crate::views::report::json::{to_json, ReportDoc};
+use crate::views::report::{
+    check_writable,
+    json::{to_json, ReportDoc},
+    write_file,
+};
 
 /// A change smaller than this (10%, or 10 points of a share) is not called one, whatever its
 /// interval. The intervals say how precisely each window measured its figure; they cannot
@@ -53,7 +57,7 @@ pub struct CompareArgs {
 }
 
 /// Where a comparison goes, and the smallest change it calls one.
-#[derive(clap::Args, Debug, Clone, Default)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct CompareOut {
     /// Write the comparison in Markdown here (default: standard output).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
@@ -71,7 +75,8 @@ pub struct CompareOut {
 #[derive(clap::Args, Debug, Clone)]
 pub struct MinChange {
     /// The smallest change called one, as a fraction (0.1: 10%, or 10 points of a share);
-    /// smaller ones, and those within their 95% interval, are "no measurable change".
+    /// smaller ones are "under the threshold", those within their 95% interval "no
+    /// measurable change".
     #[arg(long, default_value_t = MIN_CHANGE, value_name = "FRACTION")]
     pub min_change: f64,
 }
@@ -139,7 +144,7 @@ fn side<'a>(r: &'a ReportDoc, comm: &str) -> Option<Side<'a>> {
     let p = r.processes.iter().find(|p| p.comm == comm)?;
     Some(Side {
         p,
-        seconds: r.window_seconds.max(1e-3),
+        seconds: r.window_seconds,
         sample_hz: r.sample_hz.unwrap_or(ASSUMED_SAMPLE_HZ),
     })
 }
@@ -260,11 +265,6 @@ pub fn compare_runs(before: &[ReportDoc], after: &[ReportDoc], min_change: f64) 
     }
 }
 
-/// Reads a report's JSON, with one line that says why not.
-pub fn read_report(path: &Path) -> Result<ReportDoc> {
-    ReportDoc::read(path)
-}
-
 pub fn check_min_change(m: &MinChange) -> Result<()> {
     if !(0.0..=10.0).contains(&m.min_change) {
         bail!("--min-change must be a fraction between 0 and 10 (0.1: 10%)");
@@ -272,40 +272,27 @@ pub fn check_min_change(m: &MinChange) -> Result<()> {
     Ok(())
 }
 
-/// Fails on an output that cannot be written, before any work.
-pub fn check_writable<'a>(paths: impl IntoIterator<Item = &'a Option<PathBuf>>) -> Result<()> {
-    for path in paths.into_iter().flatten() {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    Ok(())
-}
-
 /// Writes a comparison where `out` says; the Markdown to standard output without -o.
-pub fn write(c: &Comparison, out: &CompareOut, before: &str, after: &str) -> Result<()> {
-    let w = |path: &PathBuf, text: String| {
-        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
-    };
+fn write(c: &Comparison, out: &CompareOut, before: &str, after: &str) -> Result<()> {
     let md = markdown(c, before, after);
     match &out.output {
-        Some(p) => w(p, md)?,
+        Some(p) => write_file(p, md)?,
         None => print!("{md}"),
     }
     if let Some(p) = &out.html {
-        w(p, html(c, before, after))?;
+        write_file(p, html(c, before, after))?;
     }
     if let Some(p) = &out.json {
-        w(p, to_json(c))?;
+        write_file(p, to_json(c))?;
     }
     Ok(())
 }
 
 pub fn run(args: CompareArgs) -> Result<()> {
     check_min_change(&args.out.min)?;
-    let read = |first: &PathBuf, more: &[PathBuf]| std::iter::once(first).chain(more).map(|p| read_report(p)).collect::<Result<Vec<_>>>();
+    let read = |first: &PathBuf, more: &[PathBuf]| {
+        std::iter::once(first).chain(more).map(|p| ReportDoc::read(p)).collect::<Result<Vec<_>>>()
+    };
     let before = read(&args.before, &args.also_before)?;
     let after = read(&args.after, &args.also_after)?;
     check_writable([&args.out.output, &args.out.html, &args.out.json])?;

@@ -10,13 +10,17 @@ use super::{
 };
 use crate::views::report::esc;
 
-/// Seconds in ms, or µs below a tenth of a millisecond, the same for both sides.
-fn seconds_scale(a: Option<f64>, b: Option<f64>) -> (f64, &'static str) {
-    let top = a.into_iter().chain(b).fold(0.0f64, |m, v| m.max(v.abs()));
-    if top >= 1e-4 {
-        (1e3, "ms")
-    } else {
-        (1e6, "µs")
+/// How a figure's values are shown: the factor they are multiplied by and their unit (CPU
+/// seconds in ms, or µs below a tenth of a millisecond, the same for both sides).
+fn scale(f: &Compared) -> (f64, &'static str) {
+    match f.unit {
+        Unit::Seconds if f.before.into_iter().chain(f.after).fold(0.0f64, |m, v| m.max(v.abs())) >= 1e-4 => {
+            (1e3, " ms")
+        }
+        Unit::Seconds => (1e6, " µs"),
+        Unit::PerSecond => (1.0, "/s"),
+        Unit::Share => (100.0, "%"),
+        Unit::Number => (1.0, ""),
     }
 }
 
@@ -32,29 +36,16 @@ fn number(v: f64) -> String {
 
 /// The two sides of a figure, in one unit: ("0.820", "0.410", " ms").
 fn values(f: &Compared) -> (String, String, String) {
-    let show = |v: Option<f64>, g: &dyn Fn(f64) -> String| v.map(g).unwrap_or_else(|| "none".into());
-    match f.unit {
-        Unit::Seconds => {
-            let (k, u) = seconds_scale(f.before, f.after);
-            let g = |v: f64| {
-                if u == "ms" {
-                    format!("{:.3}", v * k)
-                } else {
-                    format!("{:.1}", v * k)
-                }
-            };
-            (show(f.before, &g), show(f.after, &g), format!(" {u}"))
-        }
-        Unit::PerSecond => {
-            let g = |v: f64| format!("{v:.1}");
-            (show(f.before, &g), show(f.after, &g), "/s".into())
-        }
-        Unit::Share => {
-            let g = |v: f64| format!("{:.1}", v * 100.0);
-            (show(f.before, &g), show(f.after, &g), "%".into())
-        }
-        Unit::Number => (show(f.before, &number), show(f.after, &number), String::new()),
-    }
+    let (k, u) = scale(f);
+    let show = |v: Option<f64>| {
+        v.map(|v| match (f.unit, u) {
+            (Unit::Seconds, " ms") => format!("{:.3}", v * k),
+            (Unit::Seconds | Unit::PerSecond | Unit::Share, _) => format!("{:.1}", v * k),
+            (Unit::Number, _) => number(v),
+        })
+        .unwrap_or_else(|| "none".into())
+    };
+    (show(f.before), show(f.after), u.to_string())
 }
 
 /// The two sides with their unit, "none" alone.
@@ -238,15 +229,7 @@ pub fn markdown(c: &Comparison, before: &str, after: &str) -> String {
 /// Two bars, before and after, each with its 95% interval.
 fn chart(f: &Compared) -> String {
     let (w, h, bottom) = (280.0, 150.0, 22.0);
-    let (k, u) = match f.unit {
-        Unit::Seconds => {
-            let (k, u) = seconds_scale(f.before, f.after);
-            (k, format!(" {u}"))
-        }
-        Unit::Share => (100.0, "%".into()),
-        Unit::PerSecond => (1.0, "/s".into()),
-        Unit::Number => (1.0, String::new()),
-    };
+    let (k, u) = scale(f);
     let sides = [("before", f.before, f.before_se, "#7f7f7f"), ("after", f.after, f.after_se, "#1f77b4")];
     let top = sides
         .iter()

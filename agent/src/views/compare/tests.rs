@@ -128,9 +128,9 @@ fn bad_baselines_say_why() {
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("x.json");
     std::fs::write(&p, "{\"findings\": 3}").unwrap();
-    let e = format!("{:#}", read_report(&p).unwrap_err());
+    let e = format!("{:#}", ReportDoc::read(&p).unwrap_err());
     assert!(e.contains("is not a report's JSON"), "{e}");
-    let e = format!("{:#}", read_report(&dir.join("none.json")).unwrap_err());
+    let e = format!("{:#}", ReportDoc::read(&dir.join("none.json")).unwrap_err());
     assert!(e.starts_with("cannot read"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -11,14 +11,14 @@ mod markdown;
 mod observe;
 pub(crate) mod rules;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
 
 pub use self::{hostcost::HostCosts, html::esc};
 use self::{html::html, json::{to_json, ReportDoc}, markdown::markdown, observe::observe, rules::findings};
 use crate::views::{
-    compare::{self, check_min_change, check_writable, read_report, CompareOut, MinChange},
+    compare::{self, check_min_change, MinChange},
     live::{Live, ViewArgs},
     snapshot::Window,
 };
@@ -72,7 +72,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
     }
     // Fail on a bad baseline or an unwritable output before observing, not after.
     check_min_change(&args.min)?;
-    let baseline = args.baseline.as_deref().map(read_report).transpose()?;
+    let baseline = args.baseline.as_deref().map(ReportDoc::read).transpose()?;
     check_writable([
         &args.output,
         &args.html,
@@ -99,42 +99,53 @@ pub fn run(args: ReportArgs) -> Result<()> {
     let found = findings(&window, host.as_ref());
     let doc = ReportDoc::of(&window, &found, host.as_ref(), sample_hz);
     let mut md = markdown(&window, &found, host.as_ref());
-    let comparison = baseline.map(|b| compare::compare_runs(&[b], std::slice::from_ref(&doc), args.min.min_change));
-    let names = |b: &PathBuf| {
+    if let (Some(before_doc), Some(path)) = (baseline, &args.baseline) {
+        let c = compare::compare_runs(&[before_doc], std::slice::from_ref(&doc), args.min.min_change);
+        let before = path.display().to_string();
         let after = args.json.as_ref().map_or("this window".into(), |j| j.display().to_string());
-        (b.display().to_string(), after)
-    };
-    if let (Some(c), Some(b)) = (&comparison, &args.baseline) {
-        let (before, after) = names(b);
-        let out = CompareOut {
-            output: args.compare_md.clone(),
-            html: args.compare_html.clone(),
-            json: args.compare_json.clone(),
-            min: args.min.clone(),
-        };
-        if out.output.is_none() {
-            md += "\n";
-            md += &compare::markdown(c, &before, &after).replacen("# ", "## ", 1).replace("\n## ", "\n### ");
+        match &args.compare_md {
+            Some(p) => write_file(p, compare::markdown(&c, &before, &after))?,
+            None => {
+                md += "\n";
+                md += &compare::markdown(&c, &before, &after).replacen("# ", "## ", 1).replace("\n## ", "\n### ");
+            }
         }
-        if out.output.is_some() || out.html.is_some() || out.json.is_some() {
-            compare::write(c, &out, &before, &after)?;
+        if let Some(p) = &args.compare_html {
+            write_file(p, compare::html(&c, &before, &after))?;
+        }
+        if let Some(p) = &args.compare_json {
+            write_file(p, to_json(&c))?;
         }
     }
-    let write = |path: &PathBuf, text: String| {
-        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
-    };
     match &args.output {
-        Some(path) => write(path, md)?,
+        Some(path) => write_file(path, md)?,
         None => print!("{md}"),
     }
     if let Some(path) = &args.html {
-        write(path, html(&window, &found, host.as_ref(), &seen.series))?;
+        write_file(path, html(&window, &found, host.as_ref(), &seen.series))?;
     }
     if let Some(path) = &args.json {
-        write(path, to_json(&doc))?;
+        write_file(path, to_json(&doc))?;
     }
     log::info!("{} finding(s)", found.len());
     Ok(())
+}
+
+/// Fails on an output that cannot be written, before any work.
+pub fn check_writable<'a>(paths: impl IntoIterator<Item = &'a Option<PathBuf>>) -> Result<()> {
+    for path in paths.into_iter().flatten() {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes one of the views' outputs, with one line that says why not.
+pub fn write_file(path: &Path, text: String) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Measures what the rules need: the groups and certificates seen, with the libcrypto
