@@ -23,16 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from harness.agent import TLSPROF  # noqa: E402
 from harness.clients import https_connections  # noqa: E402
-from harness.procs import cpu_ns  # noqa: E402
-from harness.report import Report  # noqa: E402
+from harness.report import Report, timed_report  # noqa: E402
 from harness.servers import Nginx  # noqa: E402
 
 
 def window(srv: Nginx, n: int) -> tuple[Report, float]:
-    pids = [srv.pid, *srv.workers()]
-    start = sum(cpu_ns(p) for p in pids)
-    r = Report(srv.pid, lambda: https_connections(srv.port, n, concurrency=2))
-    return r, (sum(cpu_ns(p) for p in pids) - start) / 1e9 / n
+    r = timed_report(srv, lambda s: https_connections(s.port, n, concurrency=2))
+    return r, r.truth_cpu / n
 
 
 def main():

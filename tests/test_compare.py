@@ -14,9 +14,9 @@ import pytest
 from harness.agent import TLSPROF
 from harness.clients import https_connections, keepalive_connections, resuming_connections
 from harness.figures import figure
-from harness.procs import cpu_ns, free_port
+from harness.procs import free_port
 from harness.render import check_colours, page_dom
-from harness.report import Report
+from harness.report import Report, timed_report
 from harness.servers import Nginx, big_file_nginx
 
 # How far the comparison's change in process CPU per handshake (or per request) may be from
@@ -64,18 +64,12 @@ class Compared:
 
 
 def side(workdir: Path, make, load, extra=()) -> Report:
-    """A report over a server `make(workdir)` while `load(server)` runs; .truth_cpu: the
-    server's own on-CPU seconds (schedstat, master and workers) from before the report
-    started to after it ended."""
+    """timed_report over a server `make(workdir)` of its own, stopped after."""
     srv = make(workdir)
     try:
-        pids = [srv.pid, *srv.workers()]
-        start = sum(cpu_ns(p) for p in pids)
-        r = Report(srv.pid, lambda: load(srv), extra=extra)
-        r.truth_cpu = (sum(cpu_ns(p) for p in pids) - start) / 1e9
+        return timed_report(srv, load, extra)
     finally:
         srv.stop()
-    return r
 
 
 def check_against_truth(c: Compared, name: str, before: Report, after: Report, units_before: float,
@@ -299,6 +293,16 @@ def is_cpu(name: str) -> bool:
     return "cpu" in name
 
 
+def called_against_truth(c: Compared, truth: float) -> list:
+    """The figures called changed that the truth does not allow: what no CPU cost drives is
+    no change whatever the host did; a CPU figure may change only where the truth moved
+    (QUIET_HOST), and the way it moved."""
+    moved = abs(truth) >= QUIET_HOST
+    return [(x["name"], x["port"], x["text"]) for p in c.data["processes"] for x in p["figures"]
+            if x["verdict"] in ("up", "down")
+            and not (moved and is_cpu(x["name"]) and (x["verdict"] == "up") == (truth > 0))]
+
+
 @pytest.mark.quiet
 def test_same_configuration_is_no_change(tmp_path):
     """One nginx, the same 300 new connections in two windows one after the other: nothing
@@ -311,16 +315,11 @@ def test_same_configuration_is_no_change(tmp_path):
     direction only, and the pair is measured again."""
     srv = Nginx(tmp_path / "n")
     port = str(srv.port)
+    load = lambda s: https_connections(s.port, 300, concurrency=2)  # noqa: E731
     quiet = 0
     try:
         for attempt in range(NOISE_PAIRS):
-            runs = []
-            for _ in range(2):
-                pids = [srv.pid, *srv.workers()]
-                start = sum(cpu_ns(p) for p in pids)
-                r = Report(srv.pid, lambda: https_connections(srv.port, 300, concurrency=2))
-                r.truth_cpu = (sum(cpu_ns(p) for p in pids) - start) / 1e9
-                runs.append(r)
+            runs = [timed_report(srv, load) for _ in range(2)]
             a, b = runs
             for r in runs:
                 assert (r.client["ok"], r.client["failed"]) == (300, 0), r.client
@@ -328,28 +327,20 @@ def test_same_configuration_is_no_change(tmp_path):
             truth = check_against_truth(c, "process_cpu_per_handshake_seconds", a, b, 300, 300, "same_configuration")
             f = c.fig("process_cpu_per_handshake_seconds")
             figure("compare_noise_process_cpu_change", f["change"], interval=f["interval"], truth=f"{truth:.3f}")
-            moved = abs(truth) >= QUIET_HOST
-            # What no CPU cost drives is no change whatever the host did; a CPU figure may
-            # change only where the truth moved, and the way it moved.
-            wrong = [(x["name"], x["port"], x["text"]) for p in c.data["processes"] for x in p["figures"]
-                     if x["verdict"] in ("up", "down")
-                     and not (moved and is_cpu(x["name"]) and (x["verdict"] == "up") == (truth > 0))]
+            wrong = called_against_truth(c, truth)
             assert wrong == [], (truth, wrong)
             assert c.fig("requests_per_connection", port)["verdict"] == "no_change"
             assert [p["config_changes"] for p in c.data["processes"]] == [[] for _ in c.data["processes"]]
             moved_findings = [(x["rule"], x["port"], x["status"]) for x in c.data["findings"]
                               if x["status"] in ("new", "resolved")]
             assert moved_findings == [], moved_findings
-            if not moved:
+            if abs(truth) < QUIET_HOST:
                 quiet += 1
                 assert "No measurable change in: successful handshakes" in c.text, c.text
                 break
         # A third window against the last two as runs of the baseline (--also-before): each
         # figure before is their mean, and the same holds of what may be called.
-        pids = [srv.pid, *srv.workers()]
-        start = sum(cpu_ns(p) for p in pids)
-        third = Report(srv.pid, lambda: https_connections(srv.port, 300, concurrency=2))
-        third.truth_cpu = (sum(cpu_ns(p) for p in pids) - start) / 1e9
+        third = timed_report(srv, load)
     finally:
         srv.stop()
     figure("compare_noise_quiet_pairs", quiet, pairs=attempt + 1)
@@ -359,9 +350,7 @@ def test_same_configuration_is_no_change(tmp_path):
     per_hs = [r.proc()["process_cpu_seconds"] / 300 for r in (a, b)]
     assert f["before"] == pytest.approx(sum(per_hs) / 2, rel=1e-6), (f, per_hs)
     truth = third.truth_cpu / ((a.truth_cpu + b.truth_cpu) / 2) - 1
-    wrong = [(x["name"], x["port"], x["text"]) for p in runs.data["processes"] for x in p["figures"]
-             if x["verdict"] in ("up", "down")
-             and not (abs(truth) >= QUIET_HOST and is_cpu(x["name"]) and (x["verdict"] == "up") == (truth > 0))]
+    wrong = called_against_truth(runs, truth)
     assert wrong == [], (truth, wrong)
 
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from .agent import TLSPROF
-from .procs import stop_pid
+from .procs import cpu_ns, stop_pid
 
 # The longest a window may last: each ends once its load has and the agent has counted the
 # last connections (`--until-eof`: the test closes the report's standard input).
@@ -85,3 +85,14 @@ class Report:
                 break
             rows.append([c.strip() for c in l.strip("|").split("|")])
         return rows
+
+
+def timed_report(srv, load, extra=()) -> Report:
+    """A report over a running server (its .pid and .workers()) while `load(server)` runs;
+    .truth_cpu: the server's own on-CPU seconds (schedstat, master and workers) from before
+    the report started to after it ended."""
+    pids = [srv.pid, *srv.workers()]
+    start = sum(cpu_ns(p) for p in pids)
+    r = Report(srv.pid, lambda: load(srv), extra=extra)
+    r.truth_cpu = (sum(cpu_ns(p) for p in pids) - start) / 1e9
+    return r
