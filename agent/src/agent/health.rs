@@ -8,12 +8,17 @@ use crate::{
     metrics::{KindLabels, Metrics},
 };
 
+/// The kind of tlsprof_kernel_errors_total counting program runs the kernel skipped.
+pub const PROGRAM_SKIPPED: &str = "program_skipped";
+
 #[derive(Default)]
 pub struct Health {
     /// Kernel failure counters already exported.
     stats_seen: [u64; STATS.len()],
     /// Return probes without their entry already exported (not a failure).
     unmatched_seen: u64,
+    /// Each program's runs the kernel skipped, already exported.
+    skipped_seen: std::collections::HashMap<String, u64>,
     /// The agent's own CPU seconds already exported.
     cpu_seen: f64,
 }
@@ -38,6 +43,31 @@ impl Health {
         if let Some(v) = k.stat(STAT_HS_UNMATCHED_RETURN) {
             m.unmatched_returns.inc_by(v.saturating_sub(self.unmatched_seen));
             self.unmatched_seen = v;
+        }
+        self.sync_skipped(k, m);
+    }
+
+    /// tlsprof_kernel_errors_total{kind="program_skipped"}: runs of its programs the kernel
+    /// skipped (a hook that fired again, from an interrupt, while its program ran on that
+    /// CPU); said once per program when it first happens.
+    fn sync_skipped(&mut self, k: &Kernel, m: &Metrics) {
+        for (name, n) in k.skipped_runs() {
+            let seen = self.skipped_seen.entry(name.to_string()).or_default();
+            if n > *seen {
+                if *seen == 0 {
+                    log::warn!(
+                        "the kernel skipped {n} run(s) of program {name}: the hook fired again, from an \
+                         interrupt, while the program ran on that CPU; what those runs would have counted \
+                         is missing (tlsprof_kernel_errors_total{{kind=\"program_skipped\"}})"
+                    );
+                }
+                m.kernel_errors
+                    .get_or_create(&KindLabels {
+                        kind: PROGRAM_SKIPPED.into(),
+                    })
+                    .inc_by(n - *seen);
+                *seen = n;
+            }
         }
     }
 

@@ -1,7 +1,7 @@
 //! Loads the kernel side (bpf/tlsprof.bpf.c) and attaches its tracepoints; holds its maps
 //! and ring buffers and is the agent's only way to them. Uprobes: uprobes.rs.
 use std::{
-    os::fd::AsRawFd as _,
+    os::fd::{AsFd as _, AsRawFd as _},
     time::{Duration, Instant},
 };
 
@@ -576,6 +576,22 @@ impl Kernel {
     /// A failure counter (bpf/stats.h).
     pub fn stat(&self, idx: u32) -> Option<u64> {
         (idx < STAT_MAX).then(|| self.stats.get(&idx, 0).ok()).flatten()
+    }
+
+    /// Runs of each loaded program the kernel skipped because that same program was
+    /// already running on the CPU (an interrupt came in its middle and ran the hook again):
+    /// `recursion_misses` of the program's fdinfo, 5.12 and later (nothing before). What
+    /// such a run would have recorded is missing: a connection's end, a handshake's time.
+    pub fn skipped_runs(&self) -> Vec<(&str, u64)> {
+        self.ebpf
+            .programs()
+            .filter_map(|(name, p)| {
+                let fd = p.fd().ok()?.as_fd().as_raw_fd();
+                let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+                let misses = info.lines().find_map(|l| l.strip_prefix("recursion_misses:"))?;
+                Some((name, misses.trim().parse().ok()?))
+            })
+            .collect()
     }
 
     /// Everything the ring buffers hold now.
