@@ -13,8 +13,8 @@ import time
 import pytest
 
 from harness.agent import Agent
-from harness.figures import figure
 from harness.clients import ab, https_connections, https_request, ss_open, tls_client_context
+from harness.figures import figure
 from harness.metrics import value
 from harness.procs import have, wait_for
 from harness.servers import Nginx

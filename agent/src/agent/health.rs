@@ -9,7 +9,7 @@ use crate::{
 };
 
 /// The kind of tlsprof_kernel_errors_total counting program runs the kernel skipped.
-pub const PROGRAM_SKIPPED: &str = "program_skipped";
+const PROGRAM_SKIPPED: &str = "program_skipped";
 
 #[derive(Default)]
 pub struct Health {
@@ -52,22 +52,20 @@ impl Health {
     /// CPU); said once per program when it first happens.
     fn sync_skipped(&mut self, k: &Kernel, m: &Metrics) {
         for (name, n) in k.skipped_runs() {
-            let seen = self.skipped_seen.entry(name.to_string()).or_default();
-            if n > *seen {
-                if *seen == 0 {
-                    log::warn!(
-                        "the kernel skipped {n} run(s) of program {name}: the hook fired again, from an \
-                         interrupt, while the program ran on that CPU; what those runs would have counted \
-                         is missing (tlsprof_kernel_errors_total{{kind=\"program_skipped\"}})"
-                    );
-                }
-                m.kernel_errors
-                    .get_or_create(&KindLabels {
-                        kind: PROGRAM_SKIPPED.into(),
-                    })
-                    .inc_by(n - *seen);
-                *seen = n;
+            let seen = self.skipped_seen.get(name).copied().unwrap_or(0);
+            if n <= seen {
+                continue;
             }
+            if seen == 0 {
+                log::warn!(
+                    "the kernel skipped {n} run(s) of program {name}: the hook fired again, from an interrupt, \
+                     while the program ran on that CPU; what those runs would have counted is missing \
+                     (tlsprof_kernel_errors_total{{kind=\"program_skipped\"}})"
+                );
+            }
+            let kind = PROGRAM_SKIPPED.into();
+            m.kernel_errors.get_or_create(&KindLabels { kind }).inc_by(n - seen);
+            self.skipped_seen.insert(name.to_string(), n);
         }
     }
 
