@@ -48,20 +48,33 @@ def tls_client_context(version: str | None = None, ciphers: str | None = None,
     return ctx
 
 
-def connect(port: int, source: str | None = None) -> socket.socket:
+def connect(port: int, source: str | None = None, source_port: int = 0) -> socket.socket:
     """A TCP connection to the loopback port, with TCP_NODELAY as browsers, curl and servers
     set it: without it, the request written after the client's last handshake flight waits
-    for the server's delayed ACK (40 ms a connection, nine tenths of the load's time here)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=10,
-                                 source_address=(source, 0) if source else None)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for the server's delayed ACK (40 ms a connection, nine tenths of the load's time here).
+    From `source` (a loopback address) and `source_port`, if given: a port of the caller's
+    choice with SO_REUSEADDR, as it may still be in TIME_WAIT from an earlier connection to
+    another server port."""
+    s = socket.socket()
+    try:
+        s.settimeout(10)
+        if source_port:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if source:
+            s.bind((source, source_port))
+        s.connect(("127.0.0.1", port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except BaseException:
+        s.close()
+        raise
     return s
 
 
-def https_request(ctx: ssl.SSLContext, port: int) -> tuple[str, str]:
-    """One new TLS connection with one request (Connection: close), the response read to
-    EOF. Returns the version and cipher suite (OpenSSL name) it negotiated."""
-    with connect(port) as raw:
+def https_request(ctx: ssl.SSLContext, port: int, source: str | None = None, source_port: int = 0) -> tuple[str, str]:
+    """One new TLS connection (from the loopback address `source` and port `source_port`, if
+    given) with one request (Connection: close), the response read to EOF. Returns the
+    version and cipher suite (OpenSSL name) it negotiated."""
+    with connect(port, source, source_port) as raw:
         with ctx.wrap_socket(raw, server_hostname="localhost") as s:
             negotiated = s.version(), s.cipher()[0]
             s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
@@ -71,17 +84,24 @@ def https_request(ctx: ssl.SSLContext, port: int) -> tuple[str, str]:
 
 
 def https_connections(port: int, n: int, version: str | None = None, concurrency: int = 4,
-                      timeout: float = 60.0, ciphers: str | None = None, group: str | None = None) -> dict:
-    """Makes exactly n new TLS connections, one request each (Connection: close), reading
-    each response to EOF. Returns the client's own counts, and the versions and cipher
+                      timeout: float = 60.0, ciphers: str | None = None, group: str | None = None,
+                      source: str | None = None, first_port: int = 0) -> dict:
+    """Makes exactly n new TLS connections (from the loopback address `source`, if given;
+    with `first_port`, connection i from port first_port + i, so that no two share their
+    addresses and ports: the kernel's own choice may repeat a port whose last connection the
+    server still holds in TIME_WAIT, which the new one then ends), one request each
+    (Connection: close), reading each response to EOF. Returns the client's own counts, and the versions and cipher
     suites (OpenSSL names) it negotiated."""
     ctx = tls_client_context(version, ciphers, group)
     counts = {"ok": 0, "failed": 0, "versions": set(), "ciphers": set()}
     lock = threading.Lock()
+    ports = iter(range(first_port, first_port + n)) if first_port else None
 
     def job():
         try:
-            version_used, cipher_used = https_request(ctx, port)
+            with lock:
+                source_port = next(ports) if ports else 0
+            version_used, cipher_used = https_request(ctx, port, source, source_port)
             with lock:
                 counts["ok"] += 1
                 counts["versions"].add(version_used)
