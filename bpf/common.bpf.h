@@ -122,6 +122,11 @@ static __always_inline __u32 data_read(const struct sock *sk)
 	return copied;
 }
 
+/* recvmsg's flags: a read that leaves the bytes in the socket */
+#ifndef MSG_PEEK
+#define MSG_PEEK 2
+#endif
+
 /* skb->protocol of the packet programs (hello_skb.bpf.h, quic.bpf.h) */
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD

@@ -60,8 +60,9 @@ struct conn_port_stats {
 
 /* Who the connection is, and how it ends: conn.bpf.h's part of its state. */
 struct conn_life {
-	__u64 id;         /* the connection's identity, in every event about it: assigned once, at
-			   * accept (conn_new_id), never 0 */
+	__u64 id;         /* the connection's identity, in every event about it: minted once by
+			   * conn_new_id, at accept or at its first data on the listening
+			   * socket (conn_early), never 0 */
 	__u64 start_ns;   /* handshake completed (SYN_RECV -> ESTABLISHED) */
 	__u32 netns;
 	__u16 port;       /* local (listening) port */

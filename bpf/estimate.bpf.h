@@ -28,9 +28,6 @@
 #include "handshake.h"
 #include "wire.h"
 
-#ifndef MSG_PEEK
-#define MSG_PEEK 2
-#endif
 
 /* Closes the thread's window: its on-CPU time since the read is one part of its connection's
  * handshake, sent to the agent (hs_events, estimate set). */
@@ -54,9 +51,9 @@ static __always_inline void est_close(__u32 tid, struct hs_thread *t)
 /* The thread's open window, NULL if none (one load while no window or call is open). */
 static __always_inline struct hs_thread *est_window(__u32 tid)
 {
-	if (!hs_active)
+	if (!hs_any_active())
 		return NULL;
-	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	struct hs_thread *t = hs_thread_of(tid);
 	return t && t->est ? t : NULL;
 }
 
@@ -83,7 +80,7 @@ static __always_inline void est_on_read(struct sock *sk, struct conn_state *c, i
 	/* the process is estimated, or its probes came after the connection, or (no selector)
 	 * it is not traced yet and may be found by this connection's TLS (proc_found) */
 	struct proc_traced *p = proc_of(tgid);
-	if (p ? !(p->estimate || c->life.start_ns < p->probed_ns) : !proc_find)
+	if (p ? !(p->estimate || c->life.start_ns < p->probed_ns) : !proc_finding())
 		return;
 	if (c->life.late)
 		return; /* its first messages were read before it was followed */
@@ -91,7 +88,7 @@ static __always_inline void est_on_read(struct sock *sk, struct conn_state *c, i
 	 * change_cipher_spec and a Finished record as long as the server's; bytes read past it
 	 * are a request, which is not the handshake's; so is everything once the capture is over */
 	bool handshake = wire_client_handshake(c, BPF_CORE_READ((struct tcp_sock *)sk, copied_seq));
-	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	struct hs_thread *t = hs_thread_of(tid);
 	if (t) {
 		if (!t->est)
 			return; /* inside a probed call */
@@ -118,10 +115,7 @@ static __always_inline void est_on_read(struct sock *sk, struct conn_state *c, i
 		.conn_id = c->life.id,
 		.conn_start = c->life.start_ns,
 	};
-	if (!map_insert(&hs_threads, &tid, &nt, BPF_NOEXIST, STAT_HS_THREAD_MAP_FULL))
-		return;
-	__sync_fetch_and_add(&hs_active, 1);
-	hs_set_oncpu(tid);
+	hs_thread_start(tid, &nt);
 }
 
 #endif

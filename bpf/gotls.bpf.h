@@ -110,7 +110,7 @@ static __always_inline void go_link(struct hs_thread *t, const struct conn_state
 /* The thread's open Go stretch, NULL if none (one load while no handshake is in flight). */
 static __always_inline struct hs_thread *go_stretch(__u32 tid)
 {
-	if (!hs_active)
+	if (!hs_any_active())
 		return NULL;
 	struct hs_thread *t = hs_live_thread(tid);
 	return t && t->go ? t : NULL;

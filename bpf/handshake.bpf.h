@@ -197,6 +197,30 @@ static __always_inline void hs_emit(__u32 tgid, const struct hs_state *st, __u8 
 	bpf_ringbuf_submit(e, RB_LAZY(&hs_events, HS_RINGBUF_BYTES));
 }
 
+/* Some thread is inside a handshake call (or a kernel-estimate window) right now. */
+static __always_inline bool hs_any_active(void)
+{
+	return hs_active != 0;
+}
+
+/* The thread's entry in hs_threads as it is, NULL if none (hs_live_thread also drops one a
+ * detach left behind). */
+static __always_inline struct hs_thread *hs_thread_of(__u32 tid)
+{
+	return bpf_map_lookup_elem(&hs_threads, &tid);
+}
+
+/* The thread's call (or window) `nt` begins; false if hs_threads is full. A thread starts
+ * only its own tid, which its caller found absent: no race. */
+static __always_inline bool hs_thread_start(__u32 tid, const struct hs_thread *nt)
+{
+	if (!map_insert(&hs_threads, &tid, nt, BPF_NOEXIST, STAT_HS_THREAD_MAP_FULL))
+		return false;
+	__sync_fetch_and_add(&hs_active, 1);
+	hs_set_oncpu(tid);
+	return true;
+}
+
 /* The thread enters a handshake call on `ssl` (no call of its own is open: the caller checked). */
 static __always_inline void hs_open(__u32 tid, __u32 tgid, __u64 ssl, __u8 role, __u8 go)
 {
@@ -210,11 +234,7 @@ static __always_inline void hs_open(__u32 tid, __u32 tgid, __u64 ssl, __u8 role,
 		.role = role,
 		.go = go,
 	};
-	/* a thread inserts only its own tid, which hs_live_thread found absent: no race */
-	if (!map_insert(&hs_threads, &tid, &nt, BPF_NOEXIST, STAT_HS_THREAD_MAP_FULL))
-		return;
-	__sync_fetch_and_add(&hs_active, 1);
-	hs_set_oncpu(tid);
+	hs_thread_start(tid, &nt);
 }
 
 static __always_inline int hs_enter(void *ssl, __u8 role)

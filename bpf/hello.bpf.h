@@ -146,7 +146,7 @@ static __always_inline bool hello_send(const struct conn_state *c, struct __sk_b
 		bool final = k == n;
 		if (!final && k == 0)
 			return true;
-		struct wire_event *e = bpf_ringbuf_reserve(&wire_events, sizeof(*e), 0);
+		struct wire_event *e = wire_event_new();
 		if (!e) {
 			stat_inc(STAT_WIRE_EVENTS_LOST);
 			return true; /* the agent sees the gap in the offsets: lost */
@@ -165,7 +165,7 @@ static __always_inline bool hello_send(const struct conn_state *c, struct __sk_b
 		e->flags = final ? flags : 0;
 		e->len = k;
 		e->offset = at;
-		bpf_ringbuf_submit(e, RB_LAZY(&wire_events, WIRE_RINGBUF_BYTES));
+		wire_event_send(e);
 		if (final)
 			return true;
 		ptr += k;
@@ -398,16 +398,15 @@ static __always_inline __u64 hello_syscall_buf(int ret)
 /* fexit: the read's bytes end where the msghdr's iterator now stands. */
 static __always_inline __u64 hello_iter_buf(const struct msghdr *msg, int ret)
 {
-	__u32 type = wire_iter_type(msg);
+	__u32 type = iter_type_of(msg);
 	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
-	if (bpf_core_enum_value_exists(enum iter_type, ITER_UBUF) &&
-	    type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
+	if (iter_is_ubuf(type)) {
 		__u64 base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
 		return offset >= (__u64)ret ? base + offset - ret : 0;
 	}
-	if (type != bpf_core_enum_value(enum iter_type, ITER_IOVEC))
+	if (!iter_is_iovec(type))
 		return 0;
-	const struct iovec *iov = wire_iovecs(msg);
+	const struct iovec *iov = iter_iovecs(msg);
 	struct iovec v;
 	if (offset >= (__u64)ret) {
 		/* within the segment the iterator stands in */

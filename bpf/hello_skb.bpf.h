@@ -101,25 +101,14 @@ static __always_inline void hello_on_listener(struct __sk_buff *skb, const struc
 	struct hello_seg s;
 	if (!hello_segment(skb, &s) || !s.len || (s.flags & 0x02) || !(s.flags & 0x10))
 		return;
-	struct conn_port p = {
-		.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum),
-		.port = BPF_CORE_READ(sk, __sk_common.skc_num),
-	};
-	if (!bpf_map_lookup_elem(&conn_ports, &p))
-		return;
 	__u32 zero = 0;
 	struct hello_early *e = bpf_map_lookup_elem(&hello_early, &zero);
-	if (!e)
+	if (!e || !conn_early(sk, &e->c.life))
 		return;
 	__builtin_memset(&e->c.hello, 0, sizeof(e->c.hello));
-	e->c.life.id = conn_new_id();
-	e->c.life.netns = p.netns;
-	e->c.life.port = p.port;
 	e->seq = s.seq;
 	e->rport = s.sport;
-	e->valid = e->c.life.id != 0;
-	if (!e->valid)
-		return;
+	e->valid = 1;
 	hello_accepted(&e->c.hello, s.seq);
 	hello_bytes(&e->c, skb, true, s.seq, s.len, s.off);
 }

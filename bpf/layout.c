@@ -64,7 +64,7 @@ int main(void)
 	F(hs_state, conn_id);
 	F(hs_state, conn_start);
 	S(req_ctl);
-	F(req_ctl, wire_counts);
+	F(req_ctl, sends_captured);
 	F(req_ctl, reads);
 	S(conn_port);
 	F(conn_port, netns);

@@ -67,6 +67,12 @@ static __always_inline void proc_trace_now(__u32 tgid)
  * carry TLS is traced (proc_found). */
 const volatile __u32 proc_find = 0;
 
+/* No selector: processes are found by their connections' TLS. */
+static __always_inline bool proc_finding(void)
+{
+	return proc_find != 0;
+}
+
 /* A socket started listening on `port` (conn.bpf.h), in the process that called listen(): a
  * traced one's ports are read again at once, so that its first connections are followed. */
 static __always_inline void proc_listened(__u16 port)

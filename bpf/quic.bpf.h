@@ -174,7 +174,7 @@ static __always_inline bool quic_key_cid(struct __sk_buff *skb, __u32 at, __u8 l
 static __always_inline void quic_emit(struct __sk_buff *skb, __u64 id, __u16 port, __u8 flags, __u32 from, __u32 n,
 				      __u16 hs_len, __u32 dgram)
 {
-	struct wire_event *e = bpf_ringbuf_reserve(&wire_events, sizeof(*e), 0);
+	struct wire_event *e = wire_event_new();
 	if (!e) {
 		stat_inc(STAT_WIRE_EVENTS_LOST);
 		return;
@@ -198,7 +198,7 @@ static __always_inline void quic_emit(struct __sk_buff *skb, __u64 id, __u16 por
 	e->flags = flags;
 	e->len = QUIC_HEAD + sz;
 	e->offset = 0;
-	bpf_ringbuf_submit(e, RB_LAZY(&wire_events, WIRE_RINGBUF_BYTES));
+	wire_event_send(e);
 }
 
 /* A datagram that reached a traced process's UDP socket bound to `port`. */

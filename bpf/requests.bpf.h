@@ -3,7 +3,7 @@
  * Requests per connection (types: conn.h; user side: agent/src/conns/churn.rs): an
  * application data exchange is data from the client followed by data from the server.
  *
- * Where tcp_sendmsg_locked is attached (wire.bpf.h, req_ctl.wire_counts), requests are
+ * Where tcp_sendmsg_locked is attached (wire.bpf.h, req_ctl.sends_captured), requests are
  * counted at the server's sends, without any receive hook: a send after the server has
  * read new bytes of the client's stream (tcp copied_seq, past the handshake's) is one
  * exchange. Elsewhere, from sock_recv_length/sock_send_length: reads and writes made
@@ -19,9 +19,6 @@
 
 #include "requests.h"
 
-#ifndef MSG_PEEK
-#define MSG_PEEK 2
-#endif
 
 /* Exchanges per watched port as they happen (conn.h: CONN_EXCHANGE_SLOTS; the agent gives
  * each port its slot). */
@@ -160,7 +157,7 @@ static __always_inline int req_received(struct sock *sk, int ret, int flags)
 			return 0;
 	}
 	go_on_read(c, ret); /* a Go handshake's goroutine parks or resumes (gotls.bpf.h) */
-	if (ctl->wire_counts) {
+	if (ctl->sends_captured) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
 		if (req_read_links && in_handshake_here(tid))
 			conn_handshake_io(c, tid);

@@ -14,14 +14,14 @@
 /*
  * Value of req_ctl[0]: the switches the agent sets after load. Not read-only globals: the
  * object's .rodata is frozen when it is loaded, before the agent knows whether the send
- * capture attaches (wire_counts), and `reads` changes while it runs. (--exact, known at
+ * capture attaches (sends_captured), and `reads` changes while it runs. (--exact, known at
  * load, is the read-only global req_read_links.)
  */
 struct req_ctl {
-	__u32 wire_counts; /* wire_send is attached: requests and the end of TLS 1.3 handshakes
+	__u32 sends_captured; /* wire_send is attached: requests and the end of TLS 1.3 handshakes
 			    * are seen from the server's sends, not from its reads */
 	__u32 reads;	   /* something needs the read side (requests.bpf.h): --exact, no
-			    * wire_counts, a traced process whose handshakes the kernel estimates,
+			    * sends_captured, a traced process whose handshakes the kernel estimates,
 			    * or one with Go probes; else every read returns at once */
 };
 

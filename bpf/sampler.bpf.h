@@ -55,7 +55,7 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	e->tgid = tgid;
 	e->tid = tid;
 	e->flags = 0;
-	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	struct hs_thread *t = hs_thread_of(tid);
 	if (t && !t->est && !hs_before_detach(tgid, t->enter_ns))
 		e->flags |= CPU_SAMPLE_HANDSHAKE;
 	/* ctx fields are read directly (the verifier rewrites them), whole: no narrowed load */

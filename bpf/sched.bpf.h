@@ -52,7 +52,7 @@ int BPF_PROG(cpu_sched_switch, bool preempt, struct task_struct *prev, struct ta
 		c->run_since = exec_runtime(next);
 	}
 
-	if (!hs_active)
+	if (!hs_any_active())
 		return 0;
 	tid = BPF_CORE_READ(prev, pid);
 	struct hs_thread *t = hs_live_thread(tid);

@@ -19,6 +19,7 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #include "common.bpf.h"    /* failure counters, ring-buffer and map helpers, per-CPU state */
+#include "core_fixes.bpf.h" /* kernel-version shims: structures that changed across kernels */
 #include "iface.h"         /* what one feature asks of another */
 #include "handshake.bpf.h" /* handshake probes: state, and what they do */
 #include "hs_calls.bpf.h"  /* ... the probes on handshake calls: entries and returns */

@@ -50,6 +50,18 @@ struct {
 	__uint(max_entries, WIRE_RINGBUF_BYTES);
 } wire_events SEC(".maps");
 
+/* An event of the ClientHello or QUIC capture's, on this ring buffer (NULL if it is full):
+ * filled, then sent with wire_event_send. */
+static __always_inline struct wire_event *wire_event_new(void)
+{
+	return bpf_ringbuf_reserve(&wire_events, sizeof(struct wire_event), 0);
+}
+
+static __always_inline void wire_event_send(struct wire_event *e)
+{
+	bpf_ringbuf_submit(e, RB_LAZY(&wire_events, WIRE_RINGBUF_BYTES));
+}
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -423,15 +435,14 @@ static __always_inline bool wire_send_start(const struct msghdr *msg, __u8 *b, _
 	__u64 left = BPF_CORE_READ(msg, msg_iter.count);
 	if (left < n)
 		return false;
-	__u32 type = wire_iter_type(msg);
+	__u32 type = iter_type_of(msg);
 	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
 	__u64 base;
-	if (bpf_core_enum_value_exists(enum iter_type, ITER_UBUF) &&
-	    type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
+	if (iter_is_ubuf(type)) {
 		base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf) + offset;
-	} else if (type == bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
+	} else if (iter_is_iovec(type)) {
 		struct iovec v;
-		if (bpf_probe_read_kernel(&v, sizeof(v), wire_iovecs(msg)) || v.iov_len < offset + n)
+		if (bpf_probe_read_kernel(&v, sizeof(v), iter_iovecs(msg)) || v.iov_len < offset + n)
 			return false;
 		base = (__u64)v.iov_base + offset;
 	} else {
@@ -465,29 +476,6 @@ static __always_inline bool wire_looks_tls(const struct msghdr *msg)
 	if (b[0] == '<' && (b[1] == '?' || b[1] == 's'))
 		return true;
 	return b[3] == 0 && b[4] == 10; /* MySQL: sequence 0, protocol version 10 */
-}
-
-/* struct iov_iter before 5.14 (type and direction in one field) and before 6.4 (`iov`). */
-struct iov_iter___old {
-	unsigned int type;
-	const struct iovec *iov;
-} __attribute__((preserve_access_index));
-
-/* The kind of buffer a send copies from (enum iter_type). */
-static __always_inline __u32 wire_iter_type(const struct msghdr *msg)
-{
-	if (bpf_core_field_exists(msg->msg_iter.iter_type))
-		return BPF_CORE_READ(msg, msg_iter.iter_type);
-	const struct iov_iter___old *it = (const void *)&msg->msg_iter;
-	return BPF_CORE_READ(it, type) & ~1u; /* the low bit is the direction (READ 0, WRITE 1) */
-}
-
-static __always_inline const struct iovec *wire_iovecs(const struct msghdr *msg)
-{
-	if (bpf_core_field_exists(msg->msg_iter.__iov))
-		return BPF_CORE_READ(msg, msg_iter.__iov);
-	const struct iov_iter___old *it = (const void *)&msg->msg_iter;
-	return BPF_CORE_READ(it, iov);
 }
 
 /* The capture gives up on output it cannot read: the handshake is over as far as it goes. */
@@ -585,21 +573,20 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	if (!bounded && preamble && !c->wire.hdr_have && wire_preamble_send(sk, c, msg, left, copied))
 		return 0; /* one more plaintext send before TLS */
 
-	__u32 type = wire_iter_type(msg);
+	__u32 type = iter_type_of(msg);
 	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
 	/* a single user buffer (6.0+) */
-	if (bpf_core_enum_value_exists(enum iter_type, ITER_UBUF) &&
-	    type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
+	if (iter_is_ubuf(type)) {
 		__u64 base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
 		wire_walk(sk, c, base + offset + skip, left - skip, bounded);
 		wire_after_send(c, copied);
 		return 0;
 	}
-	if (type != bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
+	if (!iter_is_iovec(type)) {
 		wire_unsupported(sk, c, copied);
 		return 0;
 	}
-	const struct iovec *iov = wire_iovecs(msg);
+	const struct iovec *iov = iter_iovecs(msg);
 	__u64 nsegs = BPF_CORE_READ(msg, msg_iter.nr_segs);
 	__u64 todo = left;
 	for (int i = 0; i < WIRE_SEGS; i++) {
@@ -645,7 +632,7 @@ static __always_inline int wire_on_send(const struct sock *sk, const struct msgh
 		if (BPF_CORE_READ(tp, bytes_sent))
 			return 0;
 		__u32 read = data_read(sk) - BPF_CORE_READ(tp, rcv_nxt) + (__u32)BPF_CORE_READ(tp, bytes_received);
-		c = conn_adopt(sk, read, 0, proc_find && wire_looks_tls(msg));
+		c = conn_adopt(sk, read, 0, proc_finding() && wire_looks_tls(msg));
 		if (!c)
 			return 0;
 	}

@@ -224,14 +224,15 @@ def test_split_agrees_with_the_server_own_measurement(workdir, split_server_bin,
             figure(f"split_crypto_minus_own[{workload}]", w.share("crypto") - own_lib)
             # Measured here at 999 Hz (bench/accuracy.py and a CI run, four runs, 2026-11-25):
             # the handshake share -1.3 to +10 points from the server's own figure in the
-            # handshake workload, within 0.2 points in the bulk one. The crypto share, since
+            # handshake workload (+12.5 in a fresh-clone CI run, 2026-11-26: 20 points is past
+            # it), within 0.2 points in the bulk one. The crypto share, since
             # the server counts its BIO_read/BIO_write copies as library time (a CI run on a
             # busy host had 0.15 s of 0.75 there: +19.5 points while they were left out):
             # -1.2 to +7.8 points over nine bulk runs (2026-11-26, one with two processes
             # copying memory beside it) and -9.85 and -1.6 in two fresh-clone CI runs the
             # same day, -0.8 to -0.2 in the handshake workload. 15 points is past both
             # spreads; the shares' order is what must hold whatever the spread.
-            assert abs(w.share("handshake") - own_hs) <= 0.15, (own_hs, w)
+            assert abs(w.share("handshake") - own_hs) <= 0.20, (own_hs, w)
             assert abs(w.share("crypto") - own_lib) <= 0.15, (own_lib, w)
             assert (w.share("handshake") > w.share("crypto")) == (own_hs > own_lib), (own_hs, own_lib, w)
             if workload == "handshakes":

@@ -321,6 +321,43 @@ def top_row(out: str, first: str) -> list[str]:
     return next((line.split() for line in out.splitlines() if line.split()[:1] == [first]), [])
 
 
+def test_top_reads_an_agent_with_a_self_signed_certificate(tmp_path):
+    """The agent served with a self-signed certificate made as the exporter toolkit's docs
+    make one (`openssl req -x509`, which marks it CA:TRUE), given to the clients as their CA
+    file: curl accepts it, and so must `top --url` (webpki alone refuses a CA certificate as
+    a server's). Its name is still checked, and another self-signed certificate given as the
+    CA file is still refused."""
+    for name in ("agent", "other"):
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                f"{name}.key", "-out", f"{name}.crt", "-days", "2", "-subj", "/CN=localhost",
+                "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", cwd=tmp_path)
+    text = subprocess.run(["openssl", "x509", "-in", str(tmp_path / "agent.crt"), "-noout", "-ext", "basicConstraints"],
+                          check=True, capture_output=True, text=True).stdout
+    assert "CA:TRUE" in text, text
+    cfg = tmp_path / "web.yml"
+    cfg.write_text("tls_server_config:\n  cert_file: agent.crt\n  key_file: agent.key\n")
+    agent = Agent("--web.config.file", str(cfg), ssl_context=ssl.create_default_context(cafile=str(tmp_path / "agent.crt")))
+    try:
+        url = f"https://127.0.0.1:{agent.port}/metrics"
+        r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5",
+                            "--cacert", str(tmp_path / "agent.crt"), url], capture_output=True, text=True)
+        assert (r.returncode, r.stdout) == (0, "200"), r
+
+        def top(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([str(TLSPROF), "top", "--once", "--interval", "0.2", "--url", url, *args],
+                                  capture_output=True, text=True, timeout=30)
+        r = top("--ca-file", str(tmp_path / "agent.crt"))
+        assert r.returncode == 0 and "tlsprof top:" in r.stdout, r.stderr
+        for args, why in [(("--ca-file", str(tmp_path / "other.crt")), "give the agent's own certificate as --ca-file"),
+                          (("--ca-file", str(tmp_path / "agent.crt"), "--server-name", "elsewhere.example"),
+                           "not valid for this host name")]:
+            r = top(*args)
+            lines = r.stderr.strip().splitlines()
+            assert r.returncode != 0 and len(lines) == 1 and why in lines[0], (args, r.stderr)
+    finally:
+        agent.stop()
+
+
 @pytest.mark.skipif(not shutil.which("htpasswd"), reason="htpasswd (apache2-utils) not installed")
 def test_top_and_report_read_the_https_endpoint(pki, tmp_path):
     """`top --url` and `report --url` read an agent served as the Kubernetes DaemonSet

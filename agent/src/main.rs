@@ -9,6 +9,7 @@ mod clock;
 mod conns;
 mod cpu;
 mod discovery;
+mod hostcost;
 mod logger;
 mod metrics;
 mod preflight;

@@ -24,8 +24,10 @@ fn effective_caps() -> Result<u64> {
 /// tests/test_deploy.py checks each is needed):
 /// - CAP_BPF + CAP_PERFMON: load the BPF programs, attach tracepoints, open the sampling
 ///   perf events (or CAP_SYS_ADMIN, which implies both);
-/// - CAP_SYS_ADMIN: the kernel opens uprobe perf events only for it (the handshake probes),
-///   and /proc/PID/map_files (a chrooted process's library, one replaced on disk);
+/// - CAP_SYS_ADMIN: the kernel opens per-process uprobe perf events only for it, and only it
+///   mounts a tracefs of the agent's own: where the host mounts none, the handshake probes
+///   need it (bpf/loader.rs says the line); /proc/PID/map_files (a chrooted process's
+///   library, one replaced on disk);
 /// - CAP_SYS_PTRACE: read other users' /proc/PID/maps, /proc/PID/root, /proc/PID/fd links;
 /// - CAP_DAC_OVERRIDE: list other users' /proc/PID/fd (their listening sockets; or
 ///   CAP_DAC_READ_SEARCH), write tracefs's uprobe_events (bpf/shared_uprobes.rs says the
@@ -40,12 +42,6 @@ pub fn privileges() -> Result<()> {
              run it with sudo or see deploy/"
         );
     }
-    if !has(CAP_SYS_ADMIN) {
-        log::warn!(
-            "without CAP_SYS_ADMIN the kernel refuses uprobes: no handshake probes (handshakes are counted from \
-             what servers send, their CPU is the kernel's estimate)"
-        );
-    }
     if !has(CAP_SYS_PTRACE) {
         log::warn!("without CAP_SYS_PTRACE, processes of other users cannot be traced");
     }
@@ -56,6 +52,11 @@ pub fn privileges() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether this process has CAP_SYS_ADMIN.
+pub fn has_sys_admin() -> bool {
+    effective_caps().is_ok_and(|caps| caps & (1u64 << CAP_SYS_ADMIN) != 0)
 }
 
 pub const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";

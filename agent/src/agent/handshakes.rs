@@ -87,11 +87,11 @@ pub struct Handshakes {
     /// Who counts a handshake.
     mode: Mode,
     /// The wire is captured (tcp_sendmsg_locked): handshakes can be labelled.
-    wire_counts: bool,
+    sends_captured: bool,
 }
 
 impl Handshakes {
-    pub fn new(metrics: Arc<Metrics>, mode: Mode, wire_counts: bool) -> Self {
+    pub fn new(metrics: Arc<Metrics>, mode: Mode, sends_captured: bool) -> Self {
         Self {
             metrics: metrics.clone(),
             wire: Tracker::default(),
@@ -103,7 +103,7 @@ impl Handshakes {
             summary: BTreeMap::new(),
             quic: QuicJoin::default(),
             mode,
-            wire_counts,
+            sends_captured,
         }
     }
 
@@ -244,14 +244,14 @@ impl Handshakes {
                 id => self.estimates.timed(id, now),
             }
         }
-        if e.conn_id == 0 && e.role != hs::HS_ROLE_CLIENT && self.wire_counts {
+        if e.conn_id == 0 && e.role != hs::HS_ROLE_CLIENT && self.sends_captured {
             let name = procs.name(e.tgid);
             if self.quic.serves(&name) {
                 self.quic.wait(e, name, now);
                 return self.join_quic(false, procs, now);
             }
         }
-        if e.conn_id == 0 || !self.wire_counts {
+        if e.conn_id == 0 || !self.sends_captured {
             return self.count(&e, &Negotiated::UNKNOWN, Some(UNLABELLED_NO_CONNECTION), procs);
         }
         let id = e.conn_id;

@@ -277,7 +277,7 @@ fn export_setup(m: &Metrics, args: &RunArgs, mode: Mode, k: &Kernel, hit_cost: O
         let _ = m.attach_failures.get_or_create(&ProbeLabels { probe: program.into() });
     }
     for (c, s) in &k.served.capabilities {
-        if matches!(s, hooks::Served::Unserved(_)) {
+        if matches!(s, hooks::Serving::Unserved(_)) {
             let probe = c.hooks[0].programs[0].0.into();
             m.attach_failures.get_or_create(&ProbeLabels { probe }).inc();
         }
@@ -319,7 +319,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
         !args.no_client_hellos,
     )?;
     kernel.select_comms(&args.targets.comms)?;
-    let mode = Mode::new(args.exact, kernel.served.wire_counts());
+    let mode = Mode::new(args.exact, kernel.served.sends_captured());
     if mode == Mode::Exact(mode::ExactWhy::NoWireCapture) {
         log::warn!(
             "without a hook on the server's sends (send_capture) the handshakes can only be counted by the handshake probes: they stay \
@@ -353,7 +353,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     let mut agent = Agent {
         targets: Targets::new(&args, mode, files),
         ports: Ports::new(metrics.clone()),
-        handshakes: Handshakes::new(metrics.clone(), mode, kernel.served.wire_counts()),
+        handshakes: Handshakes::new(metrics.clone(), mode, kernel.served.sends_captured()),
         budget: Budget::new(hit_cost),
         health: Health::default(),
         metrics,

@@ -22,7 +22,7 @@ pub const AF_INET: u16 = libc::AF_INET as u16;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct req_ctl {
-    pub wire_counts: u32,
+    pub sends_captured: u32,
     pub reads: u32,
 }
 

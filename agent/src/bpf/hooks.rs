@@ -247,7 +247,7 @@ pub const ALL: [&Capability; 8] = [
 
 /// How a capability is served on this kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Served {
+pub enum Serving {
     By(Hook),
     /// Nothing works: why each hook failed.
     Unserved(Vec<String>),
@@ -255,12 +255,12 @@ pub enum Served {
     NotNeeded,
 }
 
-impl Served {
+impl Serving {
     pub fn hook_label(&self) -> &'static str {
         match self {
-            Served::By(h) => h.label,
-            Served::Unserved(_) => "none",
-            Served::NotNeeded => "not_needed",
+            Serving::By(h) => h.label,
+            Serving::Unserved(_) => "none",
+            Serving::NotNeeded => "not_needed",
         }
     }
 }
@@ -308,7 +308,7 @@ pub fn check_avoid(avoid: &[String]) -> Result<()> {
 
 /// Tries a capability's hooks in order with `try_hook`, but for those `avoid` names; the
 /// first that works serves it.
-pub fn resolve(c: &Capability, avoid: &[String], mut try_hook: impl FnMut(&Hook) -> Result<()>) -> Served {
+pub fn resolve(c: &Capability, avoid: &[String], mut try_hook: impl FnMut(&Hook) -> Result<()>) -> Serving {
     let mut why = Vec::new();
     for h in c.hooks {
         if h.avoided(c, avoid) {
@@ -319,7 +319,7 @@ pub fn resolve(c: &Capability, avoid: &[String], mut try_hook: impl FnMut(&Hook)
             continue;
         }
         match try_hook(h) {
-            Ok(()) => return Served::By(*h),
+            Ok(()) => return Serving::By(*h),
             Err(e) => {
                 let reason = format!("{}: {e:#}", h.label);
                 // a hook's bounded-loop variant refused for the same reason says nothing new
@@ -335,7 +335,7 @@ pub fn resolve(c: &Capability, avoid: &[String], mut try_hook: impl FnMut(&Hook)
             }
         }
     }
-    Served::Unserved(why)
+    Serving::Unserved(why)
 }
 
 /// Why the kernel refused a program, in a few words: the verifier's last line, or what a
@@ -554,7 +554,7 @@ mod tests {
             Ok(())
         });
         assert_eq!(served.hook_label(), "fentry/tcp_sendmsg_locked");
-        assert_eq!(served, Served::By(SEND_CAPTURE.hooks[2]));
+        assert_eq!(served, Serving::By(SEND_CAPTURE.hooks[2]));
         // a 5.10-like kernel: no bpf_loop either
         let served = resolve(&SEND_CAPTURE, &[], |h| {
             if h.label.starts_with("tp_btf") || !h.bounded {
@@ -562,9 +562,9 @@ mod tests {
             }
             Ok(())
         });
-        assert!(matches!(served, Served::By(h) if h.label == "fentry/tcp_sendmsg_locked" && h.bounded));
+        assert!(matches!(served, Serving::By(h) if h.label == "fentry/tcp_sendmsg_locked" && h.bounded));
         // nothing works: every refusal is kept, in order
-        let Served::Unserved(why) = resolve(&READ_SIDE, &[], |h| anyhow::bail!("refused {}", h.programs.len())) else {
+        let Serving::Unserved(why) = resolve(&READ_SIDE, &[], |h| anyhow::bail!("refused {}", h.programs.len())) else {
             panic!("served")
         };
         assert_eq!(why.len(), 3);
@@ -596,12 +596,12 @@ mod tests {
             |_| Ok(()),
         );
         assert!(
-            matches!(served, Served::By(h) if h.label == "kprobe/tcp_sendmsg_locked" && h.bounded),
+            matches!(served, Serving::By(h) if h.label == "kprobe/tcp_sendmsg_locked" && h.bounded),
             "{served:?}"
         );
         let served = resolve(&CONNECTIONS, &avoid(&["tp_btf/inet", "bpf_loop"]), |_| Ok(()));
         assert_eq!(served.hook_label(), "raw_tp/inet_sock_set_state");
-        let Served::Unserved(why) = resolve(&SEND_SIDE, &avoid(&["sock_send_length"]), |_| Ok(())) else {
+        let Serving::Unserved(why) = resolve(&SEND_SIDE, &avoid(&["sock_send_length"]), |_| Ok(())) else {
             panic!("served")
         };
         assert_eq!(why, ["tp_btf/sock_send_length: avoided (--avoid-hook)"]);

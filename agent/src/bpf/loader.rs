@@ -183,28 +183,33 @@ fn drain_ring<T>(ring: &mut RingBuf<MapData>, decode: impl Fn(&[u8]) -> Option<T
 }
 
 /// Uprobes shared per file, unless avoided or tracefs is out of reach (then said once:
-/// each process gets uprobes of its own, whose removal takes ~0.1 s per probe).
+/// each process gets uprobes of its own, whose removal takes ~0.1 s per probe, and which
+/// the kernel opens only for CAP_SYS_ADMIN).
 fn open_shared_uprobes(avoid: &[String]) -> Option<SharedUprobes> {
-    if avoid.iter().any(|a| a == hooks::SHARED_UPROBES) {
-        log::debug!(
-            "uprobes: one per process and probe (--avoid-hook {})",
-            hooks::SHARED_UPROBES
+    let why = if avoid.iter().any(|a| a == hooks::SHARED_UPROBES) {
+        format!("--avoid-hook {}", hooks::SHARED_UPROBES)
+    } else {
+        match SharedUprobes::open() {
+            Ok(s) => {
+                log::debug!("uprobes: shared per file, through {}", s.place());
+                return Some(s);
+            }
+            Err(e) => format!("{e:#}"),
+        }
+    };
+    if crate::preflight::has_sys_admin() {
+        log::info!(
+            "uprobes: one of its own per process and probe, each removed in ~0.1 s ({why}); with tracefs \
+             writable (root, or CAP_DAC_OVERRIDE) they are shared per library file"
         );
-        return None;
+    } else {
+        log::warn!(
+            "without CAP_SYS_ADMIN the kernel refuses uprobes of a process's own, and the shared ones need a \
+             writable tracefs ({why}): no handshake probes (handshakes are counted from what servers send, their \
+             CPU is the kernel's estimate)"
+        );
     }
-    match SharedUprobes::open() {
-        Ok(s) => {
-            log::debug!("uprobes: shared per file, through {}", s.place());
-            Some(s)
-        }
-        Err(e) => {
-            log::info!(
-                "uprobes: one of its own per process and probe, each removed in ~0.1 s ({e:#}); \
-                 with tracefs writable (root, or CAP_DAC_OVERRIDE) they are shared per library file"
-            );
-            None
-        }
-    }
+    None
 }
 
 impl Kernel {
@@ -242,14 +247,14 @@ impl Kernel {
         }
         for (c, s) in &served.capabilities {
             match s {
-                hooks::Served::By(h) => log::debug!(
+                hooks::Serving::By(h) => log::debug!(
                     "kernel: {} by {}{}",
                     c.name,
                     h.label,
                     if h.bounded { " (bounded loop)" } else { "" }
                 ),
-                hooks::Served::NotNeeded => log::debug!("kernel: {} not needed", c.name),
-                hooks::Served::Unserved(why) => {
+                hooks::Serving::NotNeeded => log::debug!("kernel: {} not needed", c.name),
+                hooks::Serving::Unserved(why) => {
                     log::warn!("kernel: no hook for {} ({}): {}", c.name, why.join("; "), c.lost)
                 }
             }
@@ -257,14 +262,14 @@ impl Kernel {
         log::debug!("kernel: connection state in {}", served.storage.label());
         uprobes::load(&mut ebpf)?;
         let mut req_ctl: Array<MapData, cn::req_ctl> = take(&mut ebpf, "req_ctl")?;
-        let wire_counts = served.wire_counts();
+        let sends_captured = served.sends_captured();
         let ctl = cn::req_ctl {
-            wire_counts: wire_counts as u32,
-            reads: (exact || !wire_counts) as u32,
+            sends_captured: sends_captured as u32,
+            reads: (exact || !sends_captured) as u32,
         };
         req_ctl.set(0, ctl, 0).context("BPF map req_ctl")?;
         let read_hook = match served.of(READ_SIDE.name) {
-            Some(hooks::Served::By(h)) => Some(*h),
+            Some(hooks::Serving::By(h)) => Some(*h),
             _ => None,
         };
         let mut read_side = ReadSide::new(read_hook, std::mem::take(&mut served.read_links));
@@ -275,7 +280,7 @@ impl Kernel {
             attach_sampler(&mut ebpf, &cpus, sample_hz)?;
         }
         let hello_cgroups = match served.of(HELLO_CAPTURE.name) {
-            Some(hooks::Served::By(h)) if h.programs.iter().any(|(_, how)| *how == hooks::Attach::CgroupIngress) => {
+            Some(hooks::Serving::By(h)) if h.programs.iter().any(|(_, how)| *how == hooks::Attach::CgroupIngress) => {
                 hello_cgroups::cgroup2_root().map(HelloCgroups::new)
             }
             _ => None,
@@ -409,7 +414,7 @@ impl Kernel {
 
     /// Switches the read side on while anything needs it, off when nothing does.
     fn sync_reads(&mut self) {
-        let reads = (self.exact || self.ctl.wire_counts == 0 || !self.readers.is_empty() || !self.estimated.is_empty()) as u32;
+        let reads = (self.exact || self.ctl.sends_captured == 0 || !self.readers.is_empty() || !self.estimated.is_empty()) as u32;
         if reads == self.ctl.reads {
             return;
         }
@@ -444,7 +449,7 @@ impl Kernel {
     pub fn listen_changes(&self) -> Option<u64> {
         if matches!(
             self.served.of(CONNECTIONS.name),
-            Some(hooks::Served::Unserved(_)) | None
+            Some(hooks::Serving::Unserved(_)) | None
         ) {
             return None;
         }

@@ -28,7 +28,7 @@ impl Storage {
 /// What serves each capability on this kernel.
 pub struct Served {
     pub storage: Storage,
-    pub capabilities: Vec<(&'static Capability, hooks::Served)>,
+    pub capabilities: Vec<(&'static Capability, hooks::Serving)>,
     /// The read side's links, as attached at start (the Kernel takes them: ReadSide).
     pub(super) read_links: Vec<(&'static str, hooks::LinkRef)>,
 }
@@ -36,11 +36,11 @@ pub struct Served {
 impl Served {
     /// The server's sends are captured: server handshakes and requests are counted from
     /// what servers send.
-    pub fn wire_counts(&self) -> bool {
-        matches!(self.of(SEND_CAPTURE.name), Some(hooks::Served::By(_)))
+    pub fn sends_captured(&self) -> bool {
+        matches!(self.of(SEND_CAPTURE.name), Some(hooks::Serving::By(_)))
     }
 
-    pub fn of(&self, name: &str) -> Option<&hooks::Served> {
+    pub fn of(&self, name: &str) -> Option<&hooks::Serving> {
         self.capabilities.iter().find(|(c, _)| c.name == name).map(|(_, s)| s)
     }
 
@@ -52,7 +52,7 @@ impl Served {
             .iter()
             .map(|(c, s)| (c.name, s.hook_label()))
             .collect();
-        let uses_conns = !matches!(self.of(CONNECTIONS.name), Some(hooks::Served::Unserved(_)));
+        let uses_conns = !matches!(self.of(CONNECTIONS.name), Some(hooks::Serving::Unserved(_)));
         out.push((
             "connection_storage",
             if uses_conns { self.storage.label() } else { "none" },
@@ -60,8 +60,8 @@ impl Served {
         out.push((
             "capture_loop",
             match self.of(SEND_CAPTURE.name) {
-                Some(hooks::Served::By(h)) if h.bounded => "bounded_loop",
-                Some(hooks::Served::By(_)) => "bpf_loop",
+                Some(hooks::Serving::By(h)) if h.bounded => "bounded_loop",
+                Some(hooks::Serving::By(_)) => "bpf_loop",
                 _ => "none",
             },
         ));
@@ -72,7 +72,7 @@ impl Served {
     pub(super) fn connection_score(&self) -> usize {
         self.capabilities
             .iter()
-            .filter(|(c, s)| c.on_connections && matches!(s, hooks::Served::By(_)))
+            .filter(|(c, s)| c.on_connections && matches!(s, hooks::Serving::By(_)))
             .count()
     }
 
@@ -80,7 +80,7 @@ impl Served {
     pub(super) fn connections_short(&self) -> bool {
         self.capabilities
             .iter()
-            .any(|(c, s)| c.on_connections && matches!(s, hooks::Served::Unserved(_)))
+            .any(|(c, s)| c.on_connections && matches!(s, hooks::Serving::Unserved(_)))
     }
 }
 
@@ -96,7 +96,7 @@ pub(super) fn attach_capabilities(
     let mut caps = Vec::new();
     for c in [&SCHEDULER, &PROCESSES] {
         match hooks::resolve(c, avoid, |h| hooks::attach_hook(ebpf, btf, h).map(drop)) {
-            hooks::Served::Unserved(why) => anyhow::bail!(
+            hooks::Serving::Unserved(why) => anyhow::bail!(
                 "this kernel refused the BTF tracepoints tlsprof needs ({}): {} (tp_btf, Linux 5.5+, with BTF)",
                 c.name,
                 why.join("; ")
@@ -105,14 +105,14 @@ pub(super) fn attach_capabilities(
         }
     }
     let conns = hooks::resolve(&CONNECTIONS, avoid, |h| hooks::attach_hook(ebpf, btf, h).map(drop));
-    let have_conns = matches!(conns, hooks::Served::By(_));
+    let have_conns = matches!(conns, hooks::Serving::By(_));
     caps.push((&CONNECTIONS, conns));
     let mut read_links = Vec::new();
     let mut on_conns = |c: &'static Capability, needed: bool, ebpf: &mut Ebpf| {
         let s = if !needed {
-            hooks::Served::NotNeeded
+            hooks::Serving::NotNeeded
         } else if !have_conns {
-            hooks::Served::Unserved(vec![format!(
+            hooks::Serving::Unserved(vec![format!(
                 "it keeps its state in the connection's, and {} has no hook",
                 CONNECTIONS.name
             )])
@@ -129,7 +129,7 @@ pub(super) fn attach_capabilities(
     };
     caps.push(on_conns(&RESETS, true, ebpf));
     let send = on_conns(&SEND_CAPTURE, true, ebpf);
-    let wire = matches!(send.1, hooks::Served::By(_));
+    let wire = matches!(send.1, hooks::Serving::By(_));
     caps.push(send);
     // The read side in every mode: the kernel estimate of handshake CPU opens its windows
     // at reads (bpf/estimate.bpf.h); with --exact it links handshake calls to connections.

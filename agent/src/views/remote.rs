@@ -1,11 +1,9 @@
 //! Where `top` and `report` read the agent's figures: the agent in this process, or a
-//! running agent's /metrics over HTTP or HTTPS, with what Prometheus' scrape configuration
-//! gives a scrape: a CA file, a client certificate and key, a server name, basic auth (from
-//! the URL's user information or the flags). The exposition is decoded into the model once
-//! (model.rs).
+//! running agent's /metrics over HTTP or HTTPS (hyper's HTTP/1.1 client over rustls), with
+//! what Prometheus' scrape configuration gives a scrape: a CA file, a client certificate and
+//! key, a server name, basic auth (from the URL's user information or the flags). The
+//! exposition is decoded into the model once (model.rs).
 use std::{
-    io::{Read, Write},
-    net::{TcpStream, ToSocketAddrs as _},
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
@@ -13,10 +11,21 @@ use std::{
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use base64::Engine as _;
+use http_body_util::{BodyExt as _, Empty, Limited};
+use hyper::{body::Bytes, header, Request, StatusCode};
+use hyper_util::rt::TokioIo;
 use rustls::{
-    crypto::ring, AlertDescription, CertificateError, ClientConfig, ClientConnection, RootCertStore, StreamOwned,
+    client::{
+        danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
+        verify_server_name, WebPkiServerVerifier,
+    },
+    crypto::ring,
+    server::ParsedCertificate,
+    AlertDescription, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
-use rustls_pki_types::{pem::PemObject as _, CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::{pem::PemObject as _, CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use tokio::{net::TcpStream, runtime::Runtime, time::timeout};
+use tokio_rustls::TlsConnector;
 
 use super::model::Figures;
 use crate::metrics::Metrics;
@@ -77,16 +86,18 @@ pub struct Remote {
     host: String,
     port: u16,
     path: String,
-    tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    tls: Option<(TlsConnector, ServerName<'static>)>,
     /// The Authorization header's value.
     authorization: Option<String>,
+    /// Where the request runs: the views are synchronous.
+    runtime: Runtime,
 }
 
-/// How long to wait to connect, and for each read or write.
+/// How long to wait to connect, and then for the whole answer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest response read.
-const MAX_RESPONSE: u64 = 256 << 20;
+const MAX_RESPONSE: usize = 256 << 20;
 /// Where distributions keep the system's CA certificates.
 const SYSTEM_CA_FILES: &[&str] = &[
     "/etc/ssl/certs/ca-certificates.crt",
@@ -175,7 +186,7 @@ impl Remote {
                 .clone()
                 .unwrap_or_else(|| host.trim_start_matches('[').trim_end_matches(']').to_string());
             let name = ServerName::try_from(name.clone()).map_err(|_| anyhow!("{name:?} is not a host name"))?;
-            Some((Arc::new(client_config(args)?), name))
+            Some((TlsConnector::from(Arc::new(client_config(args)?)), name))
         } else {
             for (given, flag) in [
                 (args.ca_file.is_some(), "--ca-file"),
@@ -188,6 +199,11 @@ impl Remote {
             }
             None
         };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .context("cannot start the HTTP client's runtime")?;
         Ok(Remote {
             shown,
             host,
@@ -195,87 +211,119 @@ impl Remote {
             path,
             tls,
             authorization,
+            runtime,
         })
     }
 
     /// The exposition, or one line on why not.
     pub fn get(&self) -> Result<String> {
+        self.runtime.block_on(self.fetch())
+    }
+
+    async fn fetch(&self) -> Result<String> {
         let shown = &self.shown;
         let h = self.host.trim_start_matches('[').trim_end_matches(']');
-        let addr = (h, self.port)
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
-            .with_context(|| format!("cannot reach the agent at {shown}: cannot resolve {h}"))?;
-        let tcp = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
-            .with_context(|| format!("cannot reach the agent at {shown}"))?;
-        tcp.set_read_timeout(Some(IO_TIMEOUT))?;
-        tcp.set_write_timeout(Some(IO_TIMEOUT))?;
+        let tcp = match timeout(CONNECT_TIMEOUT, TcpStream::connect((h, self.port))).await {
+            Ok(tcp) => tcp.with_context(|| format!("cannot reach the agent at {shown}"))?,
+            Err(_) => bail!("cannot reach the agent at {shown}: no answer in {CONNECT_TIMEOUT:?}"),
+        };
+        let request = self.request()?;
+        let answer = async {
+            match &self.tls {
+                Some((connector, name)) => {
+                    let tls = connector
+                        .connect(name.clone(), tcp)
+                        .await
+                        .map_err(|e| self.failed(&e))?;
+                    self.send(TokioIo::new(tls), request).await
+                }
+                None => self.send(TokioIo::new(tcp), request).await,
+            }
+        };
+        timeout(ANSWER_TIMEOUT, answer)
+            .await
+            .unwrap_or_else(|_| Err(anyhow!("{shown}: no whole answer in {ANSWER_TIMEOUT:?}")))
+    }
+
+    fn request(&self) -> Result<Request<Empty<Bytes>>> {
         let default_port = if self.tls.is_some() { 443 } else { 80 };
         let host = if self.port == default_port {
             self.host.clone()
         } else {
             format!("{}:{}", self.host, self.port)
         };
-        let auth = self
-            .authorization
-            .as_ref()
-            .map(|a| format!("Authorization: {a}\r\n"))
-            .unwrap_or_default();
-        let request = format!(
-            "GET {} HTTP/1.1\r\nHost: {host}\r\nAccept: text/plain\r\nUser-Agent: tlsprof\r\n{auth}Connection: close\r\n\r\n",
-            self.path
-        );
-        let (response, cut) = match &self.tls {
-            Some((config, name)) => {
-                let conn = ClientConnection::new(config.clone(), name.clone()).context("TLS")?;
-                let mut s = StreamOwned::new(conn, tcp);
-                exchange(&mut s, &request).map_err(|e| tls_error(shown, e))?
-            }
-            None => exchange(&mut &tcp, &request).with_context(|| format!("{shown}: no answer"))?,
-        };
-        self.body(&response, cut)
+        let mut request = Request::get(self.path.as_str())
+            .header(header::HOST, host)
+            .header(header::ACCEPT, "text/plain")
+            .header(header::USER_AGENT, "tlsprof")
+            .header(header::CONNECTION, "close");
+        if let Some(a) = &self.authorization {
+            request = request.header(header::AUTHORIZATION, a);
+        }
+        request
+            .body(Empty::new())
+            .map_err(|e| anyhow!("{}: not a request tlsprof can send: {e}", self.shown))
     }
 
-    /// The body of a response, if it is a 200 one.
-    fn body(&self, response: &[u8], cut: bool) -> Result<String> {
+    /// One request on a new connection, and the body of its answer if that is a 200 one.
+    async fn send<T>(&self, io: T, request: Request<Empty<Bytes>>) -> Result<String>
+    where
+        T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
         let shown = &self.shown;
-        let end = response
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .with_context(|| format!("{shown}: no HTTP response (is it {}?)", self.other_scheme()))?;
-        let head = String::from_utf8_lossy(&response[..end]);
-        let mut body = &response[end + 4..];
-        let status = head.lines().next().unwrap_or("");
-        match status.split_whitespace().nth(1) {
-            Some("200") => {}
-            Some("401") if self.authorization.is_none() => bail!(
-                "{shown} answered 401 Unauthorized: it needs a user name and password (--username and \
-                 --password-file, or USER:PASSWORD@ in --url)"
-            ),
-            Some("401") => bail!("{shown} answered 401 Unauthorized: the user name or password is wrong"),
-            _ => bail!("{shown} answered {status:?}"),
-        }
-        let header = |name: &str| {
-            head.lines().skip(1).find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-            })
-        };
-        let chunked;
-        if let Some(len) = header("content-length") {
-            let len: usize = len.parse().with_context(|| format!("{shown}: bad Content-Length"))?;
-            if body.len() < len {
-                bail!("{shown}: the response was cut short");
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| self.failed(&e))?;
+        let driver = tokio::spawn(connection);
+        let answer = async {
+            let response = sender.send_request(request).await.map_err(|e| self.failed(&e))?;
+            match response.status() {
+                StatusCode::OK => {}
+                StatusCode::UNAUTHORIZED if self.authorization.is_none() => bail!(
+                    "{shown} answered 401 Unauthorized: it needs a user name and password (--username and \
+                     --password-file, or USER:PASSWORD@ in --url)"
+                ),
+                StatusCode::UNAUTHORIZED => {
+                    bail!("{shown} answered 401 Unauthorized: the user name or password is wrong")
+                }
+                status => bail!("{shown} answered {status}"),
             }
-            body = &body[..len];
-        } else if header("transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
-            chunked = dechunk(body).with_context(|| format!("{shown}: bad chunked response"))?;
-            body = &chunked;
-        } else if cut {
-            bail!("{shown}: the response was cut short");
+            let body = Limited::new(response.into_body(), MAX_RESPONSE)
+                .collect()
+                .await
+                .map_err(|e| match e.downcast::<hyper::Error>() {
+                    Ok(e) => self.failed(&*e),
+                    Err(e) => anyhow!("{shown}: the response is over {MAX_RESPONSE} bytes ({e})"),
+                })?
+                .to_bytes();
+            String::from_utf8(body.to_vec()).with_context(|| format!("{shown}: the response is not UTF-8"))
+        };
+        let body = answer.await;
+        driver.abort();
+        body
+    }
+
+    /// Why a connection or its exchange failed, in words that say what to change.
+    fn failed(&self, e: &(dyn std::error::Error + 'static)) -> anyhow::Error {
+        let shown = &self.shown;
+        // rustls' error inside an I/O error, maybe inside hyper's
+        let mut cause = Some(e);
+        while let Some(c) = cause {
+            if let Some(tls) = c
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|i| i.downcast_ref::<rustls::Error>())
+            {
+                return tls_error(shown, tls);
+            }
+            cause = c.source();
         }
-        String::from_utf8(body.to_vec()).with_context(|| format!("{shown}: the response is not UTF-8"))
+        match e.downcast_ref::<hyper::Error>() {
+            Some(h) if h.is_parse() || h.is_incomplete_message() => {
+                anyhow!("{shown}: no HTTP response (is it {}?)", self.other_scheme())
+            }
+            _ => anyhow!("{shown}: {e}"),
+        }
     }
 
     fn other_scheme(&self) -> &'static str {
@@ -287,40 +335,8 @@ impl Remote {
     }
 }
 
-/// Sends the request and reads the response to the end; `true` beside it when the peer
-/// closed without ending TLS properly (the length then says whether it is whole).
-fn exchange<S: Read + Write>(s: &mut S, request: &str) -> std::io::Result<(Vec<u8>, bool)> {
-    s.write_all(request.as_bytes())?;
-    s.flush()?;
-    let mut out = Vec::new();
-    match s.take(MAX_RESPONSE).read_to_end(&mut out) {
-        Ok(_) => Ok((out, false)),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !out.is_empty() => Ok((out, true)),
-        Err(e) => Err(e),
-    }
-}
-
-/// A chunked body, joined.
-fn dechunk(mut b: &[u8]) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let eol = b.windows(2).position(|w| w == b"\r\n").context("no chunk size")?;
-        let size = std::str::from_utf8(&b[..eol])?;
-        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)?;
-        b = &b[eol + 2..];
-        if size == 0 {
-            return Ok(out);
-        }
-        out.extend_from_slice(b.get(..size).context("a chunk cut short")?);
-        b = b.get(size + 2..).context("a chunk cut short")?;
-    }
-}
-
 /// A TLS failure in words that say what to change.
-fn tls_error(shown: &str, e: std::io::Error) -> anyhow::Error {
-    let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) else {
-        return anyhow!("{shown}: {e}");
-    };
+fn tls_error(shown: &str, tls: &rustls::Error) -> anyhow::Error {
     use rustls::Error::*;
     let why = match tls {
         InvalidCertificate(CertificateError::UnknownIssuer) => {
@@ -328,6 +344,13 @@ fn tls_error(shown: &str, e: std::io::Error) -> anyhow::Error {
         }
         InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. }) => {
             "the agent's certificate is not valid for this host name (--server-name)".to_string()
+        }
+        InvalidCertificate(CertificateError::Other(e))
+            if matches!(e.0.downcast_ref(), Some(webpki::Error::CaUsedAsEndEntity)) =>
+        {
+            "the agent's certificate is a CA's (CA:TRUE, as `openssl req -x509` makes a self-signed one) and not \
+             one tlsprof was given: give the agent's own certificate as --ca-file"
+                .to_string()
         }
         InvalidCertificate(c) => format!("the agent's certificate is not valid: {c:?}"),
         AlertReceived(
@@ -368,22 +391,28 @@ fn client_config(args: &RemoteArgs) -> Result<ClientConfig> {
     };
     let pem = read_pem(what, &ca)?;
     let mut roots = RootCertStore::empty();
+    let mut given = Vec::new();
     for c in CertificateDer::pem_slice_iter(&pem) {
         let c = c.map_err(|e| anyhow!("{what} {}: {e}", ca.display()))?;
         // A system bundle may hold a certificate rustls cannot use; skip it there.
-        if let Err(e) = roots.add(c) {
-            if args.ca_file.is_some() {
-                bail!("{what} {}: {e}", ca.display());
-            }
+        match roots.add(c.clone()) {
+            Err(e) if args.ca_file.is_some() => bail!("{what} {}: {e}", ca.display()),
+            _ if args.ca_file.is_some() => given.push(c),
+            _ => {}
         }
     }
     if roots.is_empty() {
         bail!("{what} {}: no certificates in it", ca.display());
     }
-    let builder = ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+    let provider = Arc::new(ring::default_provider());
+    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| anyhow!("{what} {}: {e}", ca.display()))?;
+    let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .context("TLS versions")?
-        .with_root_certificates(roots);
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AgentCertVerifier { webpki, given }));
     let mut config = match (&args.cert_file, &args.key_file) {
         (Some(cert), Some(key)) => {
             let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read_pem("--cert-file", cert)?)
@@ -402,6 +431,67 @@ fn client_config(args: &RemoteArgs) -> Result<ClientConfig> {
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// The agent's certificate checked as webpki checks a server's (a chain to a trusted CA,
+/// its dates, its name), with one case more, which OpenSSL, Go's crypto/x509 (so
+/// Prometheus) and curl accept: the certificate is itself one of the --ca-file ones. A
+/// self-signed certificate made by `openssl req -x509`, the exporter toolkit's documented
+/// recipe, is marked CA:TRUE, and webpki refuses a CA certificate as a server's
+/// (CaUsedAsEndEntity). Given as --ca-file, it is trusted as given: webpki has checked its
+/// dates before that refusal, and its name is still checked.
+#[derive(Debug)]
+struct AgentCertVerifier {
+    webpki: Arc<WebPkiServerVerifier>,
+    /// The --ca-file certificates (none when the system's CAs are used).
+    given: Vec<CertificateDer<'static>>,
+}
+
+impl ServerCertVerifier for AgentCertVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .webpki
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(CertificateError::Other(e)))
+                if matches!(e.0.downcast_ref(), Some(webpki::Error::CaUsedAsEndEntity))
+                    && self.given.iter().any(|c| c.as_ref() == end_entity.as_ref()) =>
+            {
+                verify_server_name(&ParsedCertificate::try_from(end_entity)?, server_name)?;
+                Ok(ServerCertVerified::assertion())
+            }
+            verdict => verdict,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
 }
 
 #[cfg(test)]
@@ -439,11 +529,5 @@ mod tests {
         assert!(err.contains("--ca-file is for an https:// --url"), "{err}");
         let err = format!("{:#}", Remote::new("https://h/", &ca).err().unwrap());
         assert!(err.contains("cannot read --ca-file /nonexistent"), "{err}");
-    }
-
-    #[test]
-    fn dechunks() {
-        assert_eq!(dechunk(b"3\r\nabc\r\n2;x\r\nde\r\n0\r\n\r\n").unwrap(), b"abcde");
-        assert!(dechunk(b"9\r\nabc\r\n").is_err());
     }
 }

@@ -1,6 +1,8 @@
 //! Windows and host costs the report's unit tests share.
-use super::hostcost::HostCosts;
-use crate::views::snapshot::{Clients, Config, Port, Proc};
+use crate::{
+    hostcost::HostCosts,
+    views::snapshot::{Clients, Config, Port, Proc},
+};
 
 pub fn cfg(group: &str, cert: &str, cipher: &str, resumed: bool, count: f64, ms_each: f64) -> Config {
     Config {

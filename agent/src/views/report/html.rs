@@ -3,11 +3,11 @@
 use std::fmt::Write as _;
 
 use super::{
-    hostcost::HostCosts,
     markdown::{config_label, fmt_saving, transport_rows, NO_QUIC, TRANSPORT_INTRO},
     observe::{Series, CATEGORIES},
     rules::{ms, Finding},
 };
+use crate::hostcost::HostCosts;
 use crate::views::snapshot::{Proc, Window};
 
 pub fn esc(s: &str) -> String {

@@ -6,8 +6,8 @@ use std::{collections::BTreeMap, path::Path};
 use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{hostcost::HostCosts, rules::Finding};
-use crate::views::snapshot::Window;
+use super::rules::Finding;
+use crate::{hostcost::HostCosts, views::snapshot::Window};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
 #[serde(default)]

@@ -1,13 +1,13 @@
 //! The report in Markdown (the default, to -o or stdout).
 use std::fmt::Write as _;
 
-use super::{
+use super::rules::{capitalized, ms, Finding, MIN_EVENTS};
+use crate::{
     hostcost::HostCosts,
-    rules::{capitalized, ms, Finding, MIN_EVENTS},
-};
-use crate::views::{
-    snapshot::{Config, Proc, Transport, Window},
-    top::short_cipher,
+    views::{
+        snapshot::{Config, Proc, Transport, Window},
+        top::short_cipher,
+    },
 };
 
 pub(super) fn fmt_saving(f: &Finding) -> String {

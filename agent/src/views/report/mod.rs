@@ -1,10 +1,9 @@
 //! `tlsprof report`: observe for a while (observe.rs), then say what to change, with the
 //! numbers measured and an estimate of what each change would save, ranked by savings
 //! (rules/), in Markdown, HTML and JSON (markdown.rs, html.rs, json.rs). For what the
-//! server does not use yet, the rules use costs measured on this host (hostcost.rs).
+//! server does not use yet, the rules use costs measured on this host (crate::hostcost).
 #[cfg(test)]
 pub(crate) mod fixtures;
-mod hostcost;
 mod html;
 pub mod json;
 mod markdown;
@@ -15,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
 
-pub use self::{hostcost::HostCosts, html::esc};
+pub use self::html::esc;
 use self::{html::html, json::{to_json, ReportDoc}, markdown::markdown, observe::observe, rules::findings};
 use crate::views::{
     compare::{self, check_min_change, MinChange},
@@ -150,7 +149,7 @@ pub fn write_file(path: &Path, text: String) -> Result<()> {
 
 /// Measures what the rules need: the groups and certificates seen, with the libcrypto
 /// the processes map (by name, as the host's dynamic linker finds it).
-fn calibrate_for(w: &Window) -> Result<HostCosts> {
+fn calibrate_for(w: &Window) -> Result<crate::hostcost::HostCosts> {
     let mut groups = Vec::new();
     let mut certs = Vec::new();
     let mut lib = None;
@@ -166,7 +165,7 @@ fn calibrate_for(w: &Window) -> Result<HostCosts> {
                 .map(|(l, _)| l.clone())
         });
     }
-    hostcost::measure(lib.as_deref().unwrap_or("libcrypto.so.3"), &groups, &certs)
+    crate::hostcost::measure(lib.as_deref().unwrap_or("libcrypto.so.3"), &groups, &certs)
 }
 
 #[cfg(test)]

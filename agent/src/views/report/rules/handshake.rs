@@ -3,7 +3,7 @@ use super::{
     cert_seen, dominant, finish, is_full, ms, protocol::Protocol, with_clients, would_fail, Finding, MIN_EVENTS,
     MIN_GAIN,
 };
-use crate::views::{report::hostcost::HostCosts, snapshot::Proc};
+use crate::{hostcost::HostCosts, views::snapshot::Proc};
 
 /// What a resumed handshake costs this process, and how that was found: resumed
 /// handshakes measured in the window (at least 5 timed), else a full one less what a

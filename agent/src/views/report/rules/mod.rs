@@ -1,5 +1,5 @@
 //! The report's rules: each reads a process's window (views/snapshot.rs) and, for what
-//! the server does not use yet, the costs measured on this host (hostcost.rs), and says
+//! the server does not use yet, the costs measured on this host (crate::hostcost), and says
 //! what to change and what it would save. handshake.rs: resumption, key-exchange group,
 //! certificate; record.rs: the record cipher; connection.rs: keep-alive and TIME_WAIT;
 //! protocol.rs: what a port's protocol (SMTP, IMAP, PostgreSQL...) changes in the fixes.
@@ -15,8 +15,10 @@ pub use self::{
     handshake::{certificates, groups, resumption, resumption_refused, versions},
     record::record_ciphers,
 };
-use super::hostcost::HostCosts;
-use crate::views::snapshot::{Config, Proc, Window};
+use crate::{
+    hostcost::HostCosts,
+    views::snapshot::{Config, Proc, Window},
+};
 
 /// Fewer events than this in the window make no finding: too little to say anything.
 pub const MIN_EVENTS: f64 = 20.0;

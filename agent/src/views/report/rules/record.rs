@@ -1,9 +1,11 @@
 //! The record-cipher rule: CBC and 3DES suites against AES-GCM.
 use super::{finish, with_clients, would_fail, Finding, MIN_CIPHER_HANDSHAKES};
-use crate::views::{
-    report::hostcost::HostCosts,
-    snapshot::{Config, Proc},
-    top::short_cipher,
+use crate::{
+    hostcost::HostCosts,
+    views::{
+        snapshot::{Config, Proc},
+        top::short_cipher,
+    },
 };
 
 /// Record protection in CBC mode with HMAC (or 3DES): several times the CPU of AES-GCM
