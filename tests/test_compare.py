@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.agent import TLSPROF
-from harness.clients import https_connections, keepalive_connections, resuming_connections, ss_count
+from harness.clients import https_connections, keepalive_connections, resuming_connections, ss_time_wait
 from harness.figures import figure
 from harness.procs import free_port
 from harness.render import check_colours, page_dom
@@ -323,7 +323,7 @@ def time_wait_window(srv, source: str, n: int = 300) -> Report:
     port must be that count exactly."""
     r = timed_report(srv, lambda s: https_connections(s.port, n, concurrency=2, source=source, first_port=20000))
     assert (r.client["ok"], r.client["failed"]) == (n, 0), r.client
-    r.time_wait_truth = ss_count("state", "time-wait", f"( sport = :{srv.port} and dst {source} )")
+    r.time_wait_truth = ss_time_wait(srv.port, peer=source)
     assert r.proc()["ports"][str(srv.port)]["time_wait"] == r.time_wait_truth, r.proc()["ports"]
     return r
 

@@ -321,6 +321,20 @@ def top_row(out: str, first: str) -> list[str]:
     return next((line.split() for line in out.splitlines() if line.split()[:1] == [first]), [])
 
 
+def top_once(*args: str) -> subprocess.CompletedProcess:
+    """`tlsprof top --once` over a 0.2 s window."""
+    return subprocess.run([str(TLSPROF), "top", "--once", "--interval", "0.2", *args], capture_output=True,
+                          text=True, timeout=30)
+
+
+def top_refused(*args: str) -> str:
+    """The one line `tlsprof top --once` says as it fails."""
+    r = top_once(*args)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1, (args, r.stderr)
+    return lines[0]
+
+
 def test_top_reads_an_agent_with_a_self_signed_certificate(tmp_path):
     """The agent served with a self-signed certificate made as the exporter toolkit's docs
     make one (`openssl req -x509`, which marks it CA:TRUE), given to the clients as their CA
@@ -342,18 +356,13 @@ def test_top_reads_an_agent_with_a_self_signed_certificate(tmp_path):
         r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5",
                             "--cacert", str(tmp_path / "agent.crt"), url], capture_output=True, text=True)
         assert (r.returncode, r.stdout) == (0, "200"), r
-
-        def top(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run([str(TLSPROF), "top", "--once", "--interval", "0.2", "--url", url, *args],
-                                  capture_output=True, text=True, timeout=30)
-        r = top("--ca-file", str(tmp_path / "agent.crt"))
+        r = top_once("--url", url, "--ca-file", str(tmp_path / "agent.crt"))
         assert r.returncode == 0 and "tlsprof top:" in r.stdout, r.stderr
         for args, why in [(("--ca-file", str(tmp_path / "other.crt")), "give the agent's own certificate as --ca-file"),
                           (("--ca-file", str(tmp_path / "agent.crt"), "--server-name", "elsewhere.example"),
                            "not valid for this host name")]:
-            r = top(*args)
-            lines = r.stderr.strip().splitlines()
-            assert r.returncode != 0 and len(lines) == 1 and why in lines[0], (args, r.stderr)
+            line = top_refused("--url", url, *args)
+            assert why in line, (args, line)
     finally:
         agent.stop()
 
@@ -409,12 +418,9 @@ def test_top_and_report_read_the_https_endpoint(pki, tmp_path):
             assert nginx["full"] + nginx["resumed"] == 25, nginx
 
             def fails(*args: str) -> str:
-                r = subprocess.run([str(TLSPROF), "top", "--once", "--interval", "0.2", *args], capture_output=True,
-                                   text=True, timeout=30)
-                lines = r.stderr.strip().splitlines()
-                assert r.returncode != 0 and len(lines) == 1, (args, r.stderr)
-                assert "wonderland" not in lines[0] and "guess" not in lines[0], "no password in messages"
-                return lines[0]
+                line = top_refused(*args)
+                assert "wonderland" not in line and "guess" not in line, "no password in messages"
+                return line
             bare = f"https://127.0.0.1:{agent.port}/metrics"
             assert "the user name or password is wrong" in fails(
                 "--url", f"https://alice:guess@127.0.0.1:{agent.port}/metrics", *tls)
@@ -427,8 +433,7 @@ def test_top_and_report_read_the_https_endpoint(pki, tmp_path):
             assert "not valid for this host name (--server-name)" in fails("--url", url, *tls, "--server-name",
                                                                            "elsewhere.example")
             # the name checked is --server-name's, not the URL's host (the certificate has localhost)
-            r = subprocess.run([str(TLSPROF), "top", "--once", "--interval", "0.2", "--url", url, *tls,
-                                "--server-name", "localhost"], capture_output=True, text=True, timeout=30)
+            r = top_once("--url", url, *tls, "--server-name", "localhost")
             assert r.returncode == 0 and "tlsprof top:" in r.stdout, r.stderr
             # each refusal counted by the agent: the two 401s, the three refused handshakes
             assert refused(agent, "unauthorized") >= 2 and refused(agent, "tls") >= 3

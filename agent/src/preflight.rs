@@ -34,7 +34,7 @@ fn effective_caps() -> Result<u64> {
 ///   line without it).
 pub fn privileges() -> Result<()> {
     let caps = effective_caps()?;
-    let has = |c: u32| caps & (1u64 << c) != 0;
+    let has = |c: u32| holds(caps, c);
     if !(has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))) {
         bail!(
             "insufficient privileges: tlsprof needs root, or CAP_BPF and CAP_PERFMON \
@@ -54,9 +54,13 @@ pub fn privileges() -> Result<()> {
     Ok(())
 }
 
+fn holds(caps: u64, cap: u32) -> bool {
+    caps & (1u64 << cap) != 0
+}
+
 /// Whether this process has CAP_SYS_ADMIN.
 pub fn has_sys_admin() -> bool {
-    effective_caps().is_ok_and(|caps| caps & (1u64 << CAP_SYS_ADMIN) != 0)
+    effective_caps().is_ok_and(|caps| holds(caps, CAP_SYS_ADMIN))
 }
 
 pub const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";

@@ -248,10 +248,12 @@ def keepalive_connections(port: int, conns: int, per_conn: int, end: str = "eof"
     return counts
 
 
-def ss_time_wait(port: int, family: str | None = None) -> int:
+def ss_time_wait(port: int, family: str | None = None, peer: str | None = None) -> int:
     """Sockets in TIME_WAIT with this local port, as the kernel shows them to ss; family "4"
-    or "6": only that address family's (another family's socket may have the same port)."""
-    return ss_count(*([f"-{family}"] if family else []), "state", "time-wait", f"( sport = :{port} )")
+    or "6": only that address family's (another family's socket may have the same port);
+    peer: only those towards that address."""
+    to = f" and dst {peer}" if peer else ""
+    return ss_count(*([f"-{family}"] if family else []), "state", "time-wait", f"( sport = :{port}{to} )")
 
 
 def ss_count(*args: str) -> int:

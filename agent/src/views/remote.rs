@@ -345,9 +345,7 @@ fn tls_error(shown: &str, tls: &rustls::Error) -> anyhow::Error {
         InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. }) => {
             "the agent's certificate is not valid for this host name (--server-name)".to_string()
         }
-        InvalidCertificate(CertificateError::Other(e))
-            if matches!(e.0.downcast_ref(), Some(webpki::Error::CaUsedAsEndEntity)) =>
-        {
+        e if ca_as_end_entity(e) => {
             "the agent's certificate is a CA's (CA:TRUE, as `openssl req -x509` makes a self-signed one) and not \
              one tlsprof was given: give the agent's own certificate as --ca-file"
                 .to_string()
@@ -433,6 +431,13 @@ fn client_config(args: &RemoteArgs) -> Result<ClientConfig> {
     Ok(config)
 }
 
+/// webpki refused a CA certificate as the server's (CA:TRUE: `openssl req -x509` marks a
+/// self-signed one so).
+fn ca_as_end_entity(e: &rustls::Error) -> bool {
+    matches!(e, rustls::Error::InvalidCertificate(CertificateError::Other(o))
+        if matches!(o.0.downcast_ref(), Some(webpki::Error::CaUsedAsEndEntity)))
+}
+
 /// The agent's certificate checked as webpki checks a server's (a chain to a trusted CA,
 /// its dates, its name), with one case more, which OpenSSL, Go's crypto/x509 (so
 /// Prometheus) and curl accept: the certificate is itself one of the --ca-file ones. A
@@ -460,10 +465,7 @@ impl ServerCertVerifier for AgentCertVerifier {
             .webpki
             .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
         {
-            Err(rustls::Error::InvalidCertificate(CertificateError::Other(e)))
-                if matches!(e.0.downcast_ref(), Some(webpki::Error::CaUsedAsEndEntity))
-                    && self.given.iter().any(|c| c.as_ref() == end_entity.as_ref()) =>
-            {
+            Err(e) if ca_as_end_entity(&e) && self.given.iter().any(|c| c.as_ref() == end_entity.as_ref()) => {
                 verify_server_name(&ParsedCertificate::try_from(end_entity)?, server_name)?;
                 Ok(ServerCertVerified::assertion())
             }

@@ -16,6 +16,7 @@ use anyhow::{bail, Context as _, Result};
 
 pub use self::html::esc;
 use self::{html::html, json::{to_json, ReportDoc}, markdown::markdown, observe::observe, rules::findings};
+use crate::hostcost::{self, HostCosts};
 use crate::views::{
     compare::{self, check_min_change, MinChange},
     live::{Live, ViewArgs},
@@ -149,7 +150,7 @@ pub fn write_file(path: &Path, text: String) -> Result<()> {
 
 /// Measures what the rules need: the groups and certificates seen, with the libcrypto
 /// the processes map (by name, as the host's dynamic linker finds it).
-fn calibrate_for(w: &Window) -> Result<crate::hostcost::HostCosts> {
+fn calibrate_for(w: &Window) -> Result<HostCosts> {
     let mut groups = Vec::new();
     let mut certs = Vec::new();
     let mut lib = None;
@@ -165,7 +166,7 @@ fn calibrate_for(w: &Window) -> Result<crate::hostcost::HostCosts> {
                 .map(|(l, _)| l.clone())
         });
     }
-    crate::hostcost::measure(lib.as_deref().unwrap_or("libcrypto.so.3"), &groups, &certs)
+    hostcost::measure(lib.as_deref().unwrap_or("libcrypto.so.3"), &groups, &certs)
 }
 
 #[cfg(test)]
