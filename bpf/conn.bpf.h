@@ -174,22 +174,15 @@ static __always_inline __u64 conn_new_id(void)
 	return (__u64)bpf_get_smp_processor_id() << 48 | (seq & ((1ULL << 48) - 1));
 }
 
-/* The port a socket is bound to, in its network namespace: conn_ports' key. */
-static __always_inline struct conn_port conn_port_of(const struct sock *sk)
-{
-	struct conn_port p = {
-		.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum),
-		.port = BPF_CORE_READ(sk, __sk_common.skc_num),
-	};
-	return p;
-}
-
 /* A connection's first data, seen on its listening socket `listener` before accept
  * (hello_skb.bpf.h): where its port is watched, its identity in `life`, minted here as at
  * accept (conn_accepted takes it over), and true; else `life` untouched, and false. */
 static __always_inline bool conn_early(const struct sock *listener, struct conn_life *life)
 {
-	struct conn_port p = conn_port_of(listener);
+	struct conn_port p = {
+		.netns = BPF_CORE_READ(listener, __sk_common.skc_net.net, ns.inum),
+		.port = BPF_CORE_READ(listener, __sk_common.skc_num),
+	};
 	if (!bpf_map_lookup_elem(&conn_ports, &p))
 		return false;
 	__u64 id = conn_new_id();
@@ -203,7 +196,10 @@ static __always_inline bool conn_early(const struct sock *listener, struct conn_
 
 static __always_inline void conn_accepted(const struct sock *sk)
 {
-	struct conn_port p = conn_port_of(sk);
+	struct conn_port p = {
+		.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum),
+		.port = BPF_CORE_READ(sk, __sk_common.skc_num),
+	};
 	struct conn_port_stats *ps = bpf_map_lookup_elem(&conn_ports, &p);
 	if (!ps)
 		return;
