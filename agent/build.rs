@@ -1,10 +1,14 @@
 //! Compiles the kernel side (bpf/tlsprof.bpf.c, which includes one header per feature)
-//! with clang and the layout printer (bpf/layout.c) with the host compiler; the agent
-//! embeds the object and its layout test reads what the printer says.
+//! with clang, and generates the agent's Rust twin of every type and constant those
+//! headers share with it (bindgen over bpf/*.h): the agent embeds the object and includes
+//! the types (agent/src/bpf/abi.rs), so the two sides cannot drift.
 use std::{
+    collections::BTreeMap,
     env,
+    fmt::Write as _,
     path::{Path, PathBuf},
     process::Command,
+    sync::{Arc, Mutex},
 };
 
 use anyhow::{bail, Context as _, Result};
@@ -57,7 +61,7 @@ fn main() -> Result<()> {
         .arg("-o")
         .arg(out.join(format!("{OBJECT}.bpf.o"))))?;
 
-    layout(&clang, &bpf_dir, &out)
+    kernel_types(&bpf_dir, &out)
 }
 
 /// What `tlsprof --version` names besides the version: the commit built (TLSPROF_COMMIT
@@ -94,16 +98,150 @@ fn version(manifest: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Builds and runs bpf/layout.c, saving its output for the layout test.
-fn layout(clang: &str, bpf_dir: &Path, out: &Path) -> Result<()> {
-    let exe = out.join("layout");
-    run(Command::new(clang)
-        .arg("-I")
-        .arg(bpf_dir)
-        .arg(bpf_dir.join("layout.c"))
-        .arg("-o")
-        .arg(&exe))?;
-    let text = run(&mut Command::new(&exe))?;
-    std::fs::write(out.join("layout.txt"), text)?;
+/// The headers the kernel side shares with the agent: every bpf/*.h but the kernel's own
+/// types (vmlinux*.h), the kernel-only headers (*.bpf.h) and iface.h (which declares the
+/// features' functions to each other).
+fn shared_headers(bpf_dir: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(bpf_dir)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".h") else { continue };
+        if !stem.contains('.') && !stem.starts_with("vmlinux") && stem != "iface" {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// What bindgen told of the headers' enums and structs, for the code written after it.
+#[derive(Debug, Default)]
+struct Seen {
+    /// enum name -> (value, Rust variant name, C name), in the header's order.
+    enums: BTreeMap<String, Vec<(u64, String, String)>>,
+    structs: Vec<String>,
+}
+
+/// Names the enums' variants in Rust's style (`WIRE_END_CLIENT_ALERT` of `enum wire_end`
+/// is `wire_end::ClientAlert`) and notes the enums and structs it is shown.
+#[derive(Debug, Default)]
+struct Namer(Arc<Mutex<Seen>>);
+
+impl bindgen::callbacks::ParseCallbacks for Namer {
+    fn enum_variant_name(
+        &self,
+        enum_name: Option<&str>,
+        original: &str,
+        value: bindgen::callbacks::EnumVariantValue,
+    ) -> Option<String> {
+        use bindgen::callbacks::EnumVariantValue::*;
+        let enum_name = enum_name?.trim_start_matches("enum ").to_string();
+        // Without the enum's name (WIRE_END_ of wire_end), or else its first word (HELLO_ of
+        // hello_why).
+        let upper = enum_name.to_uppercase();
+        let first = upper.split('_').next().unwrap_or_default();
+        let bare = original
+            .strip_prefix(&format!("{upper}_"))
+            .or_else(|| original.strip_prefix(&format!("{first}_")))
+            .unwrap_or(original);
+        let rust: String = bare
+            .split('_')
+            .filter(|w| !w.is_empty())
+            .map(|w| w[..1].to_uppercase() + &w[1..].to_lowercase())
+            .collect();
+        let value = match value {
+            Boolean(b) => b as u64,
+            Signed(v) => v as u64,
+            Unsigned(v) => v,
+        };
+        let mut seen = self.0.lock().unwrap();
+        let variants = seen.enums.entry(enum_name).or_default();
+        if !variants.iter().any(|(_, r, _)| *r == rust) {
+            variants.push((value, rust.clone(), original.to_string()));
+        }
+        Some(rust)
+    }
+
+    fn add_derives(&self, info: &bindgen::callbacks::DeriveInfo<'_>) -> Vec<String> {
+        if info.kind == bindgen::callbacks::TypeKind::Struct {
+            let mut seen = self.0.lock().unwrap();
+            if !seen.structs.iter().any(|s| s == info.name) {
+                seen.structs.push(info.name.to_string());
+            }
+        }
+        Vec::new()
+    }
+}
+
+/// Generates `$OUT_DIR/kernel_types.rs` from the shared headers: their structs (with
+/// aya's `Pod`: any bytes are a value, so ring records and map values may be read as them),
+/// their constants, and their enums as Rust enums with `TryFrom<u8>`/`TryFrom<u32>`, which
+/// refuse a value the header does not name (`UnknownValue`, defined beside the include).
+fn kernel_types(bpf_dir: &Path, out: &Path) -> Result<()> {
+    let headers = shared_headers(bpf_dir)?;
+    // The headers use the kernel's fixed-width types (linux/types.h): declared here rather
+    // than included, so no target's kernel headers are needed. Every shared type is made of
+    // them with explicit padding, so its layout is the same on every target.
+    let mut wrapper = String::from(
+        "typedef unsigned char __u8;\ntypedef unsigned short __u16;\n\
+         typedef unsigned int __u32;\ntypedef unsigned long long __u64;\n",
+    );
+    for h in &headers {
+        writeln!(wrapper, "#include \"{h}\"")?;
+    }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let bindings = bindgen::Builder::default()
+        .header_contents("tlsprof_shared.h", &wrapper)
+        .clang_arg(format!("-I{}", bpf_dir.display()))
+        .allowlist_file(format!("{}/.*", regex_escape(&bpf_dir.display().to_string())))
+        .rustified_enum(".*")
+        .derive_default(true)
+        .derive_eq(true)
+        .derive_hash(true)
+        .derive_ord(true)
+        .parse_callbacks(Box::new(Namer(seen.clone())))
+        .generate()
+        .map_err(|e| anyhow::anyhow!("bindgen over bpf/*.h: {e} (is libclang installed? run `make deps`)"))?;
+    let mut code = bindings.to_string();
+    let seen = seen.lock().unwrap();
+    for s in &seen.structs {
+        writeln!(
+            code,
+            "// SAFETY: a C struct of fixed-width integers with explicit padding."
+        )?;
+        writeln!(code, "unsafe impl aya::Pod for {s} {{}}")?;
+    }
+    for (name, variants) in &seen.enums {
+        for int in ["u8", "u32"] {
+            writeln!(code, "impl TryFrom<{int}> for {name} {{ type Error = UnknownValue;")?;
+            writeln!(
+                code,
+                "fn try_from(v: {int}) -> Result<Self, UnknownValue> {{ match v as u64 {{"
+            )?;
+            for (value, rust, _) in variants {
+                writeln!(code, "{value} => Ok(Self::{rust}),")?;
+            }
+            writeln!(
+                code,
+                "_ => Err(UnknownValue {{ what: \"{name}\", value: v as u64 }}) }} }} }}"
+            )?;
+        }
+    }
+    std::fs::write(out.join("kernel_types.rs"), code)?;
+    for h in &headers {
+        println!("cargo:rerun-if-changed={}", bpf_dir.join(h).display());
+    }
     Ok(())
+}
+
+fn regex_escape(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            if "\\.+*?()|[]{}^$".contains(c) {
+                vec!['\\', c]
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }

@@ -2,7 +2,7 @@
 /*
  * Connections accepted on the listening ports of traced processes (conn.bpf.h: lifecycle,
  * who closed, TIME_WAIT; requests.bpf.h: requests per connection): types shared with the
- * agent (agent/src/bpf/conn.rs mirrors them; the layout test checks them).
+ * agent (the agent's Rust types are generated from it: agent/src/bpf/abi.rs).
  */
 #ifndef TLSPROF_CONN_H
 #define TLSPROF_CONN_H
@@ -48,15 +48,19 @@ struct conn_port_stats {
 };
 
 /* Who ended a connection. */
-#define CONN_BY_SERVER 1 /* the server sent the first FIN, and no reset followed */
-#define CONN_BY_CLIENT 2 /* the client sent the first FIN */
-#define CONN_BY_RESET 3  /* a reset before any FIN or after the server's, or an abort */
+enum conn_by {
+	CONN_BY_SERVER = 1,         /* the server sent the first FIN, and no reset followed */
+	CONN_BY_CLIENT = 2,         /* the client sent the first FIN */
+	CONN_BY_RESET = 3,          /* a reset before any FIN or after the server's, or an abort */
+};
 
 /* conn_event.time_wait: did the server's side enter TIME_WAIT? */
-#define CONN_TW_NO 0
-#define CONN_TW_YES 1   /* FIN received after ours (FIN_WAIT2->CLOSE with the peer's FIN, or CLOSING->CLOSE) */
-#define CONN_TW_MAYBE 2 /* the closed socket was handed to a FIN_WAIT2 timewait socket before the
-			 * peer's FIN came: the agent watches that socket through sock_diag */
+enum conn_tw {
+	CONN_TW_NO = 0,
+	CONN_TW_YES = 1,            /* FIN received after ours (FIN_WAIT2->CLOSE with the peer's FIN, or CLOSING->CLOSE) */
+	CONN_TW_MAYBE = 2,          /* the closed socket was handed to a FIN_WAIT2 timewait socket before the
+				 * peer's FIN came: the agent watches that socket through sock_diag */
+};
 
 /* Who the connection is, and how it ends: conn.bpf.h's part of its state. */
 struct conn_life {

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * CPU attribution (sched.bpf.h: exact on-CPU time per traced process; sampler.bpf.h: what
- * they run): types shared with the agent (agent/src/bpf/cpu.rs mirrors them; the layout
- * test checks).
+ * they run): types shared with the agent (its Rust types are generated from this header:
+ * agent/src/bpf/abi.rs).
  */
 #ifndef TLSPROF_CPU_H
 #define TLSPROF_CPU_H

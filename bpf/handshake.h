@@ -1,20 +1,23 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * Handshake probes (handshake.bpf.h): types shared with the agent
- * (agent/src/bpf/handshake.rs mirrors them; a test checks sizes, offsets and constants
- * against bpf/layout.c).
+ * (the agent's Rust types are generated from it: agent/src/bpf/abi.rs).
  * Fixed-width types and explicit padding only.
  */
 #ifndef TLSPROF_HANDSHAKE_H
 #define TLSPROF_HANDSHAKE_H
 
 /* Who drives the handshake. */
-#define HS_ROLE_UNKNOWN 0
-#define HS_ROLE_SERVER 1
-#define HS_ROLE_CLIENT 2
+enum hs_role {
+	HS_ROLE_UNKNOWN = 0,
+	HS_ROLE_SERVER = 1,
+	HS_ROLE_CLIENT = 2,
+};
 
-#define HS_RESULT_OK 0
-#define HS_RESULT_FAILED 1
+enum hs_result {
+	HS_RESULT_OK = 0,
+	HS_RESULT_FAILED = 1,
+};
 
 /* Value of hs_hits (key: tgid): uprobe hits of a traced process, for the overhead budget. */
 struct hs_hits {

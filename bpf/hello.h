@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * The client's ClientHello, as hello.bpf.h reads it from the server's socket reads: types
- * shared with the agent (agent/src/bpf/wire.rs mirrors the constants, agent/src/bpf/conn.rs
- * the state; the layout test checks them).
+ * shared with the agent (the agent's Rust types are generated from it: agent/src/bpf/abi.rs).
  *
  * Of the client's byte stream only its first records are looked at, from the stream's
  * start: the handshake record(s) that carry its first ClientHello, record headers included,
@@ -29,13 +28,16 @@
 /* wire_event.flags of WIRE_EV_HELLO: HELLO_LAST, and in the high nibble why it gave up */
 #define HELLO_LAST 0x01       /* these bytes complete the ClientHello */
 #define HELLO_WHY_MASK 0xf0
-#define HELLO_UNREADABLE 0x10 /* a read the hook cannot follow (io_uring, several iovec
-			       * segments, a user buffer it cannot find or read) */
-#define HELLO_CUT 0x20        /* the ClientHello's records run past HELLO_MAX bytes, or it
-			       * takes more than HELLO_MAX_RECORDS records */
-#define HELLO_GAP 0x30        /* bytes of the stream were read where the hook did not see it */
-#define HELLO_BAD 0x40        /* a record that cannot continue a ClientHello (not a
-			       * handshake record, bad version or length, not a ClientHello) */
+enum hello_why {
+	HELLO_WHY_NONE = 0,          /* not given up (HELLO_LAST: complete; else more to come) */
+	HELLO_UNREADABLE = 0x10,     /* a read the hook cannot follow (io_uring, several iovec
+				      * segments, a user buffer it cannot find or read) */
+	HELLO_CUT = 0x20,            /* the ClientHello's records run past HELLO_MAX bytes, or it
+				      * takes more than HELLO_MAX_RECORDS records */
+	HELLO_GAP = 0x30,            /* bytes of the stream were read where the hook did not see it */
+	HELLO_BAD = 0x40,            /* a record that cannot continue a ClientHello (not a
+				      * handshake record, bad version or length, not a ClientHello) */
+};
 
 #define HELLO_MAX 8192        /* bytes of the client's stream read at most */
 #define HELLO_MAX_RECORDS 16  /* records a ClientHello may span */

@@ -21,13 +21,15 @@
 /* Names in proc_comms at most (--comm given more often is checked by the agent alone). */
 #define PROC_COMMS 64
 
-#define PROC_EV_FORK 1
-#define PROC_EV_EXIT 2
-#define PROC_EV_EXEC 3 /* a traced process executed a new program, or one selected by name */
-#define PROC_EV_FOUND 4 /* without --pid/--comm: a process not traced sent TLS on a connection
-			 * it accepted (found by what its connections carry); parent: the port */
-#define PROC_EV_LISTEN 5 /* a traced process started listening (parent: the port): its ports
-			  * are read again now, not at the next scan */
+enum proc_ev {
+	PROC_EV_FORK = 1,
+	PROC_EV_EXIT = 2,
+	PROC_EV_EXEC = 3,           /* a traced process executed a new program, or one selected by name */
+	PROC_EV_FOUND = 4,          /* without --pid/--comm: a process not traced sent TLS on a connection
+				 * it accepted (found by what its connections carry); parent: the port */
+	PROC_EV_LISTEN = 5,         /* a traced process started listening (parent: the port): its ports
+				 * are read again now, not at the next scan */
+};
 
 /* Value of traced (key: tgid). */
 struct proc_traced {
@@ -43,7 +45,7 @@ struct proc_traced {
 
 /* Key of proc_comms: a program's name as the kernel keeps it (task comm, NUL-padded). */
 struct proc_comm {
-	char name[16];
+	__u8 name[16];
 };
 
 struct proc_notice {
@@ -51,7 +53,7 @@ struct proc_notice {
 	__u32 pid;    /* the new child (fork), the process (exec), or the exiting one (exit) */
 	__u32 parent; /* the traced parent (fork), 0 otherwise */
 	__u32 pad;
-	char comm[16]; /* its name (task comm): the child's at fork is its parent's; the new
+	__u8 comm[16]; /* its name (task comm): the child's at fork is its parent's; the new
 			* program's at exec; named so, a process gone before the agent read /proc */
 };
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * QUIC handshakes on the traced processes' UDP sockets, as quic.bpf.h sends them to the agent
- * (agent/src/bpf/wire.rs mirrors these; the layout test checks them; the reading:
+ * (the agent's Rust types are generated from it, agent/src/bpf/abi.rs; the reading:
  * agent/src/wire/quic/).
  *
  * A QUIC connection's Initial packets are protected with keys any observer derives from the

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * Requests per connection (requests.bpf.h): types shared with the agent
- * (agent/src/bpf/conn.rs mirrors them; the layout test checks them).
+ * (the agent's Rust types are generated from them: agent/src/bpf/abi.rs).
  */
 #ifndef TLSPROF_REQUESTS_H
 #define TLSPROF_REQUESTS_H

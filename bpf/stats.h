@@ -2,8 +2,8 @@
 /*
  * Every kernel-side failure path has a counter in the `stats` array (common.bpf.h); the
  * agent exports them as tlsprof_kernel_errors_total{kind}; the array's last counters count
- * normal events, exported apart (below) (agent/src/bpf/stats.rs mirrors
- * the indices and names the kinds, and the layout test checks them). Every map the kernel
+ * normal events, exported apart (below) (the indices reach the agent through its generated
+ * agent/src/bpf/abi.rs; agent/src/bpf/stats.rs names the kinds). Every map the kernel
  * side inserts into has one for "full" (docs/metrics.md, "Bounds"); the maps only the agent
  * fills (traced, conn_ports, hs_detached) are counted by it, in tlsprof_table_full_total.
  */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * What crosses a server's socket during its TLS handshake, as wire.bpf.h sends it to the
- * agent (agent/src/bpf/wire.rs mirrors these types; the layout test checks them).
+ * agent (its Rust types are generated from this header: agent/src/bpf/abi.rs).
  *
  * Only the server's output is looked at, and only until its handshake is over. Its TLS may
  * start after a plaintext preamble (STARTTLS, PostgreSQL's SSLRequest): of a preamble send
@@ -30,47 +30,53 @@
 #define WIRE_F_TLS 4       /* the output is TLS records from here (after a preamble, if any) */
 
 /* wire_event.kind */
-#define WIRE_EV_DATA 1   /* data[0..len]: plaintext handshake-phase bytes of the output stream */
-#define WIRE_EV_RECORD 2 /* data[0..5]: header of an encrypted handshake record */
-#define WIRE_EV_END 3    /* the capture is over; flags: WIRE_END_* */
-#define WIRE_EV_HELLO 4  /* data[0..len]: the client's stream at `offset`, its ClientHello's
-			  * records (hello.h, hello.bpf.h); flags: HELLO_LAST, HELLO_WHY_MASK */
-#define WIRE_EV_QUIC 5   /* a QUIC connection's datagram: data is a struct quic_head and an
-			  * Initial packet (quic.h, quic.bpf.h); flags: QUIC_F_* */
+enum wire_ev {
+	WIRE_EV_DATA = 1,           /* data[0..len]: plaintext handshake-phase bytes of the output stream */
+	WIRE_EV_RECORD = 2,         /* data[0..5]: header of an encrypted handshake record */
+	WIRE_EV_END = 3,            /* the capture is over; flags: WIRE_END_* */
+	WIRE_EV_HELLO = 4,          /* data[0..len]: the client's stream at `offset`, its ClientHello's
+				 * records (hello.h, hello.bpf.h); flags: HELLO_LAST, HELLO_WHY_MASK */
+	WIRE_EV_QUIC = 5,           /* a QUIC connection's datagram: data is a struct quic_head and an
+				 * Initial packet (quic.h, quic.bpf.h); flags: QUIC_F_* */
+};
 
 /* The protocol of a plaintext preamble, told from the first bytes of the server's first
  * send (and of its last, which answers the client's request to start TLS), in the kernel:
- * sent to the agent as this code alone, in a WIRE_EV_END's data[8] (wire_end). */
-#define WIRE_PROTO_NONE 0       /* TLS from the connection's first byte */
-#define WIRE_PROTO_OTHER 1      /* a preamble of no protocol below */
-#define WIRE_PROTO_SMTP 2       /* "220" greeting, "220" answer to STARTTLS */
-#define WIRE_PROTO_FTP 3        /* "220" greeting, "234" answer to AUTH TLS */
-#define WIRE_PROTO_IMAP 4       /* "* OK" greeting */
-#define WIRE_PROTO_POP3 5       /* "+OK" greeting */
-#define WIRE_PROTO_LDAP 6       /* a BER SEQUENCE (0x30): the StartTLS extended response */
-#define WIRE_PROTO_XMPP 7       /* "<?xml" or "<stream" */
-#define WIRE_PROTO_NNTP 8       /* "200" or "201" greeting */
-#define WIRE_PROTO_POSTGRESQL 9 /* the single byte 'S' answering an SSLRequest */
-#define WIRE_PROTO_MYSQL 10     /* a handshake packet: sequence 0, protocol version 10 */
+ * sent to the agent as this code alone, in a WIRE_EV_END's data[8] (wire_end_data). */
+enum wire_proto {
+	WIRE_PROTO_NONE = 0,        /* TLS from the connection's first byte */
+	WIRE_PROTO_OTHER = 1,       /* a preamble of no protocol below */
+	WIRE_PROTO_SMTP = 2,        /* "220" greeting, "220" answer to STARTTLS */
+	WIRE_PROTO_FTP = 3,         /* "220" greeting, "234" answer to AUTH TLS */
+	WIRE_PROTO_IMAP = 4,        /* "* OK" greeting */
+	WIRE_PROTO_POP3 = 5,        /* "+OK" greeting */
+	WIRE_PROTO_LDAP = 6,        /* a BER SEQUENCE (0x30): the StartTLS extended response */
+	WIRE_PROTO_XMPP = 7,        /* "<?xml" or "<stream" */
+	WIRE_PROTO_NNTP = 8,        /* "200" or "201" greeting */
+	WIRE_PROTO_POSTGRESQL = 9,  /* the single byte 'S' answering an SSLRequest */
+	WIRE_PROTO_MYSQL = 10,      /* a handshake packet: sequence 0, protocol version 10 */
+};
 
 /* data of WIRE_EV_END: the connection's accept time (conn_life.start_ns) and its
  * preamble's protocol. */
-struct wire_end {
+struct wire_end_data {
 	__u64 conn_start;
 	__u8 proto;
 };
 #define WIRE_END_LEN 9 /* bytes of it sent: conn_start, proto */
 
 /* wire_event.flags of WIRE_EV_END: why it ended */
-#define WIRE_END_FINISHED 1 /* TLS 1.2 server Finished sent, or the client answered the
-			     * server's encrypted flight (TLS 1.3) */
-#define WIRE_END_ALERT 2    /* the server sent a plaintext alert */
-#define WIRE_END_CLOSED 3   /* the connection closed first */
-#define WIRE_END_CAP 4      /* too many bytes or records: gave up */
-#define WIRE_END_BAD 5      /* a record header that is not TLS after TLS had started */
-#define WIRE_END_UNSUPPORTED 6 /* output the capture cannot read (kernel buffers, splice) */
-#define WIRE_END_CLIENT_ALERT 7 /* the client answered the server's TLS 1.3 flight with fewer
+enum wire_end {
+	WIRE_END_FINISHED = 1,      /* TLS 1.2 server Finished sent, or the client answered the
+				 * server's encrypted flight (TLS 1.3) */
+	WIRE_END_ALERT = 2,         /* the server sent a plaintext alert */
+	WIRE_END_CLOSED = 3,        /* the connection closed first */
+	WIRE_END_CAP = 4,           /* too many bytes or records: gave up */
+	WIRE_END_BAD = 5,           /* a record header that is not TLS after TLS had started */
+	WIRE_END_UNSUPPORTED = 6,   /* output the capture cannot read (kernel buffers, splice) */
+	WIRE_END_CLIENT_ALERT = 7,  /* the client answered the server's TLS 1.3 flight with fewer
 				 * bytes than any Finished: an alert (it rejected the server) */
+};
 
 #define WIRE_CHUNK 4096      /* largest DATA event */
 #define WIRE_MAX_PLAIN 16384 /* plaintext bytes copied per connection at most */

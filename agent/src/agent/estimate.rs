@@ -129,7 +129,11 @@ impl Estimates {
 
     /// A connection's handshake capture ended (`probed`: its process has handshake probes).
     pub fn capture_ended(&mut self, id: ConnId, ok: bool, probed: bool, now: Instant) {
-        let q = if probed { &mut self.ended_probed } else { &mut self.ended };
+        let q = if probed {
+            &mut self.ended_probed
+        } else {
+            &mut self.ended
+        };
         if q.len() < MAX_OPEN {
             q.push_back((id, ok, now));
         }
@@ -138,7 +142,11 @@ impl Estimates {
     /// Whether a probe timed the handshake on connection `id` of process `tgid`, accepted at
     /// `conn_start`: tied to it, or (a memory-BIO server's) timed by the process after it came.
     pub fn probe_timed(&self, id: ConnId, tgid: u32, conn_start: u64) -> bool {
-        self.timed.contains_key(&id) || self.timed_unlinked.get(&tgid).is_some_and(|&(_, last)| last >= conn_start)
+        self.timed.contains_key(&id)
+            || self
+                .timed_unlinked
+                .get(&tgid)
+                .is_some_and(|&(_, last)| last >= conn_start)
     }
 
     /// The handshakes whose capture ended SETTLE ago or more (`all`: every one, at exit),
@@ -162,8 +170,12 @@ impl Estimates {
                 cpu_ns: s.cpu_ns,
                 tgid: s.tgid,
                 calls: s.parts,
-                role: hs::HS_ROLE_SERVER,
-                result: if ok { hs::HS_RESULT_OK } else { hs::HS_RESULT_FAILED },
+                role: hs::hs_role::Server as u8,
+                result: if ok {
+                    hs::hs_result::Ok as u8
+                } else {
+                    hs::hs_result::Failed as u8
+                },
                 estimate: 1,
                 pad: [0; 5],
                 conn_id: id,
@@ -192,8 +204,8 @@ mod tests {
             cpu_ns,
             tgid: 7,
             calls: 1,
-            role: hs::HS_ROLE_SERVER,
-            result: hs::HS_RESULT_OK,
+            role: hs::hs_role::Server as u8,
+            result: hs::hs_result::Ok as u8,
             estimate: 1,
             pad: [0; 5],
             conn_id: conn,
@@ -220,11 +232,11 @@ mod tests {
         let h = done[0];
         assert_eq!(
             (h.cpu_ns, h.duration_ns, h.calls, h.result),
-            (450_000, 2_400_000, 2, hs::HS_RESULT_OK)
+            (450_000, 2_400_000, 2, hs::hs_result::Ok as u8)
         );
         assert_eq!((h.conn_id, h.conn_start, h.estimate, h.tgid), (100, 1, 1, 7));
         e.capture_ended(200, false, false, t0);
-        assert_eq!(e.finished(true, t0)[0].result, hs::HS_RESULT_FAILED);
+        assert_eq!(e.finished(true, t0)[0].result, hs::hs_result::Failed as u8);
         assert!(e.open.is_empty());
     }
 

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::{
     bounds,
-    bpf::{handshake as hs, wire::WireEvent},
+    bpf::{abi::decode, handshake as hs, wire::WireEvent},
     clients::join::Clients,
     metrics::{Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels},
     wire::{
@@ -210,11 +210,11 @@ impl Handshakes {
         if e.estimate != 0 {
             return self.estimates.add(&e, now); // measured once its capture ends (flush)
         }
-        if e.role == hs::HS_ROLE_SERVER && procs.judged_window(e.tgid).is_some() {
+        if e.role == hs::hs_role::Server as u8 && procs.judged_window(e.tgid).is_some() {
             self.sightings.push((e.tgid, true)); // its probes see server handshakes
         }
         if !self.mode.measures_before_window()
-            && e.role != hs::HS_ROLE_CLIENT
+            && e.role != hs::hs_role::Client as u8
             && e.conn_start != 0
             && e.conn_start < procs.window_start_ns(e.tgid)
         {
@@ -229,7 +229,7 @@ impl Handshakes {
             }
             return;
         }
-        if e.role != hs::HS_ROLE_CLIENT {
+        if e.role != hs::hs_role::Client as u8 {
             // the probe's figure is this handshake's: not the kernel estimate's too
             match e.conn_id {
                 0 => {
@@ -244,7 +244,7 @@ impl Handshakes {
                 id => self.estimates.timed(id, now),
             }
         }
-        if e.conn_id == 0 && e.role != hs::HS_ROLE_CLIENT && self.sends_captured {
+        if e.conn_id == 0 && e.role != hs::hs_role::Client as u8 && self.sends_captured {
             let name = procs.name(e.tgid);
             if self.quic.serves(&name) {
                 self.quic.wait(e, name, now);
@@ -258,7 +258,9 @@ impl Handshakes {
         match self.wire.lookup(id) {
             Lookup::Ready(l, complete) => self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs),
             // a failed handshake may have sent nothing: take what is known
-            Lookup::Wait if e.result != hs::HS_RESULT_OK => self.count(&e, &self.wire.give_up(id).0, None, procs),
+            Lookup::Wait if e.result != hs::hs_result::Ok as u8 => {
+                self.count(&e, &self.wire.give_up(id).0, None, procs)
+            }
             Lookup::Wait => self.wait(e, procs, now),
         }
     }
@@ -328,20 +330,25 @@ impl Handshakes {
 
     /// A handshake the probes timed, counted too where the mode says the probes count.
     fn count(&mut self, e: &hs::hs_event, n: &Negotiated, unlabelled: Option<&str>, procs: &impl ProcInfo) {
+        let (Some(role), Some(result)) = (decode::<hs::hs_role, _>(e.role), decode::<hs::hs_result, _>(e.result))
+        else {
+            return;
+        };
+        let (role, result) = (role.label(), result.label());
         let comm = procs.name(e.tgid);
-        let role = hs::role_label(e.role);
-        let result = hs::result_label(e.result);
         let cpu = e.cpu_ns as f64 / 1e9;
         let p = ParamLabels::new(&comm, role, n);
-        let counts = self.mode.probes_count(e.role == hs::HS_ROLE_CLIENT, e.estimate != 0);
+        let counts = self
+            .mode
+            .probes_count(e.role == hs::hs_role::Client as u8, e.estimate != 0);
         if counts {
             self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
             if let Some(reason) = unlabelled {
                 self.count_unlabelled(&comm, reason);
             }
         }
-        if e.result == hs::HS_RESULT_OK {
-            if e.conn_id != 0 && e.role != hs::HS_ROLE_CLIENT {
+        if e.result == hs::hs_result::Ok as u8 {
+            if e.conn_id != 0 && e.role != hs::hs_role::Client as u8 {
                 self.clients.on_timed(e.conn_id, cpu);
             }
             self.metrics.handshake_cpu.get_or_create(&p).observe(cpu);
@@ -415,7 +422,7 @@ mod tests {
     use super::*;
     use crate::agent::mode::ExactWhy;
     use crate::{
-        bpf::wire::{WIRE_END_CLOSED, WIRE_END_FINISHED, WIRE_EV_DATA, WIRE_EV_END},
+        bpf::wire::{wire_end, wire_ev},
         metrics::HandshakeLabels,
         wire::fixtures::resumed12,
     };
@@ -429,7 +436,10 @@ mod tests {
     struct Procs(HashMap<u32, (&'static str, bool)>, Option<u64>);
 
     fn procs() -> Procs {
-        Procs(HashMap::from([(NGINX, ("nginx", true)), (GNUTLS, ("lighttpd", false))]), None)
+        Procs(
+            HashMap::from([(NGINX, ("nginx", true)), (GNUTLS, ("lighttpd", false))]),
+            None,
+        )
     }
 
     impl ProcInfo for Procs {
@@ -458,7 +468,7 @@ mod tests {
         }
     }
 
-    fn wire(tgid: u32, conn: u64, kind: u8, flags: u8, data: &[u8]) -> WireEvent {
+    fn wire(tgid: u32, conn: u64, kind: wire_ev, flags: u8, data: &[u8]) -> WireEvent {
         WireEvent {
             conn_id: conn,
             tgid,
@@ -472,10 +482,10 @@ mod tests {
     }
 
     /// A whole capture: the flight, then its end.
-    fn captured(tgid: u32, conn: u64, end: u8) -> Vec<WireEvent> {
+    fn captured(tgid: u32, conn: u64, end: wire_end) -> Vec<WireEvent> {
         vec![
-            wire(tgid, conn, WIRE_EV_DATA, 0, &resumed12()),
-            wire(tgid, conn, WIRE_EV_END, end, &[]),
+            wire(tgid, conn, wire_ev::Data, 0, &resumed12()),
+            wire(tgid, conn, wire_ev::End, end as u8, &[]),
         ]
     }
 
@@ -544,12 +554,20 @@ mod tests {
         let mut h = Handshakes::new(m.clone(), Mode::Default, true);
         let (p, t0) = (procs(), Instant::now());
         // the wire ends first, the probe event comes after: counted once, timed once
-        h.on_wire(captured(NGINX, 200, WIRE_END_FINISHED), &p, t0);
-        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 200, 500_000), &p, t0);
+        h.on_wire(captured(NGINX, 200, wire_end::Finished), &p, t0);
+        h.on_probe(
+            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 200, 500_000),
+            &p,
+            t0,
+        );
         // a probe event before its connection's bytes: it waits for them
-        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 300, 700_000), &p, t0);
+        h.on_probe(
+            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 300, 700_000),
+            &p,
+            t0,
+        );
         assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 1);
-        h.on_wire(captured(NGINX, 300, WIRE_END_FINISHED), &p, t0);
+        h.on_wire(captured(NGINX, 300, wire_end::Finished), &p, t0);
         h.flush(false, &p, t0);
         assert_eq!(count(&m, "nginx", "server", "ok", &RESUMED), 2);
         let (n, sum) = timed(&m, "nginx", "server", &RESUMED);
@@ -557,7 +575,11 @@ mod tests {
         assert!((sum - 0.0012).abs() < 1e-12, "{sum}");
         assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 0);
         // a connection accepted before the probes' window opened is not timed
-        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 50, 900_000), &p, t0);
+        h.on_probe(
+            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 50, 900_000),
+            &p,
+            t0,
+        );
         assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 2);
         assert_eq!(h.summary[&("nginx".into(), "server", "ok")].count, 2);
         assert_eq!(h.summary[&("nginx".into(), "server", "ok")].measured, 2);
@@ -576,27 +598,42 @@ mod tests {
             let mut end = start.to_le_bytes().to_vec();
             end.push(0);
             vec![
-                wire(NGINX, conn, WIRE_EV_DATA, 0, &resumed12()),
-                wire(NGINX, conn, WIRE_EV_END, WIRE_END_FINISHED, &end),
+                wire(NGINX, conn, wire_ev::Data, 0, &resumed12()),
+                wire(NGINX, conn, wire_ev::End, wire_end::Finished as u8, &end),
             ]
         };
         h.on_wire(accepted(200, 150), &p, t0); // timed by a probe below
         h.on_wire(accepted(201, 160), &p, t0); // never timed: another stack's
         h.on_wire(accepted(202, 50), &p, t0); // accepted before the window: not looked at
-        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 200, 500_000), &p, t0);
+        h.on_probe(
+            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 200, 500_000),
+            &p,
+            t0,
+        );
         // the kernel's estimate of the one the probes missed, and of the one they timed
-        let mut part = probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 201, 300_000);
+        let mut part = probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 201, 300_000);
         part.estimate = 1;
         h.on_probe(part, &p, t0);
         h.on_probe(hs::hs_event { conn_id: 200, ..part }, &p, t0);
-        assert_eq!(std::mem::take(&mut h.sightings), vec![(NGINX, true)], "a probe's report, at once");
+        assert_eq!(
+            std::mem::take(&mut h.sightings),
+            vec![(NGINX, true)],
+            "a probe's report, at once"
+        );
         h.flush(false, &p, t0 + tracker::WAIT / 2);
         assert!(h.sightings.is_empty());
-        assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 1, "the estimate waits for a late probe");
+        assert_eq!(
+            timed(&m, "nginx", "server", &RESUMED).0,
+            1,
+            "the estimate waits for a late probe"
+        );
         h.flush(false, &p, t0 + tracker::WAIT);
         assert_eq!(h.sightings, vec![(NGINX, true), (NGINX, false)]);
         let (n, sum) = timed(&m, "nginx", "server", &RESUMED);
-        assert_eq!(n, 2, "one figure each: the probe's, and the estimate's where no probe timed it");
+        assert_eq!(
+            n, 2,
+            "one figure each: the probe's, and the estimate's where no probe timed it"
+        );
         assert!((sum - 0.0008).abs() < 1e-12, "{sum}");
     }
 
@@ -605,11 +642,11 @@ mod tests {
         let m = Arc::new(Metrics::new());
         let mut h = Handshakes::new(m.clone(), Mode::Default, true);
         let (p, t0) = (procs(), Instant::now());
-        h.on_wire(captured(GNUTLS, 200, WIRE_END_FINISHED), &p, t0);
+        h.on_wire(captured(GNUTLS, 200, wire_end::Finished), &p, t0);
         // closed after its ServerHello: the server's part did not finish
-        h.on_wire(captured(GNUTLS, 201, WIRE_END_CLOSED), &p, t0);
+        h.on_wire(captured(GNUTLS, 201, wire_end::Closed), &p, t0);
         // a process tlsprof does not trace (its port's owner exited long ago): ignored
-        h.on_wire(captured(99, 202, WIRE_END_FINISHED), &p, t0);
+        h.on_wire(captured(99, 202, wire_end::Finished), &p, t0);
         assert_eq!(count(&m, "lighttpd", "server", "ok", &RESUMED), 1);
         assert_eq!(count(&m, "lighttpd", "server", "failed", &RESUMED), 1);
         assert_eq!(count(&m, "unknown", "server", "ok", &RESUMED), 0);
@@ -620,8 +657,8 @@ mod tests {
         let m = Arc::new(Metrics::new());
         let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::Asked), true);
         let (p, t0) = (procs(), Instant::now());
-        h.on_wire(captured(NGINX, 200, WIRE_END_FINISHED), &p, t0);
-        h.on_wire(captured(GNUTLS, 201, WIRE_END_FINISHED), &p, t0);
+        h.on_wire(captured(NGINX, 200, wire_end::Finished), &p, t0);
+        h.on_wire(captured(GNUTLS, 201, wire_end::Finished), &p, t0);
         assert_eq!(
             count(&m, "nginx", "server", "ok", &RESUMED),
             1,
@@ -629,7 +666,11 @@ mod tests {
         );
         assert_eq!(count(&m, "lighttpd", "server", "ok", &RESUMED), 1, "and lighttpd's");
         // the probes time nginx's: measured, not counted again
-        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 200, 500_000), &p, t0);
+        h.on_probe(
+            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 200, 500_000),
+            &p,
+            t0,
+        );
         assert_eq!(count(&m, "nginx", "server", "ok", &RESUMED), 1);
         assert_eq!(h.summary[&("nginx".to_string(), "server", "ok")].measured, 1);
     }
@@ -639,22 +680,34 @@ mod tests {
         let m = Arc::new(Metrics::new());
         let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture), true);
         let (p, t0) = (procs(), Instant::now());
-        h.on_wire(captured(NGINX, 200, WIRE_END_FINISHED), &p, t0);
+        h.on_wire(captured(NGINX, 200, wire_end::Finished), &p, t0);
         assert_eq!(
             count(&m, "nginx", "server", "ok", &RESUMED),
             0,
             "the probes count nginx's"
         );
         // every handshake is counted, even on a connection from before the window
-        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 200, 500_000), &p, t0);
-        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 50, 500_000), &p, t0);
+        h.on_probe(
+            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 200, 500_000),
+            &p,
+            t0,
+        );
+        h.on_probe(
+            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 50, 500_000),
+            &p,
+            t0,
+        );
         assert_eq!(count(&m, "nginx", "server", "ok", &RESUMED), 1);
         // the second waits for bytes that never come: counted with what is known
         h.flush(false, &p, t0 + tracker::WAIT);
         assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN_TCP), 1);
         assert_eq!(unlabelled(&m, "nginx", UNLABELLED_INCOMPLETE), 1);
         // a failed handshake that sent nothing is not kept waiting
-        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_FAILED, 400, 100_000), &p, t0);
+        h.on_probe(
+            probe(hs::hs_role::Server as u8, hs::hs_result::Failed as u8, 400, 100_000),
+            &p,
+            t0,
+        );
         assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN_TCP), 1);
         let failed_cpu = m
             .failed_handshake_cpu
@@ -672,7 +725,11 @@ mod tests {
             let m = Arc::new(Metrics::new());
             let mut h = Handshakes::new(m.clone(), mode, true);
             let (p, t0) = (procs(), Instant::now());
-            h.on_probe(probe(hs::HS_ROLE_CLIENT, hs::HS_RESULT_OK, 0, 300_000), &p, t0);
+            h.on_probe(
+                probe(hs::hs_role::Client as u8, hs::hs_result::Ok as u8, 0, 300_000),
+                &p,
+                t0,
+            );
             assert_eq!(count(&m, "nginx", "client", "ok", &Negotiated::UNKNOWN), 1, "{mode:?}");
             assert_eq!(unlabelled(&m, "nginx", UNLABELLED_NO_CONNECTION), 1);
         }
@@ -691,7 +748,11 @@ mod tests {
         let (p, t0) = (procs(), Instant::now());
         // handshakes whose connections' bytes never come
         for conn in 0..MAX_PENDING as u64 + 3 {
-            h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 1000 + conn, 1000), &p, t0);
+            h.on_probe(
+                probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 1000 + conn, 1000),
+                &p,
+                t0,
+            );
             assert!(h.pending.len() <= MAX_PENDING);
         }
         // the oldest three were counted at once, with what was known
@@ -726,7 +787,11 @@ mod tests {
         let m = Arc::new(Metrics::new());
         let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture), false);
         let (p, t0) = (procs(), Instant::now());
-        h.on_probe(probe(hs::HS_ROLE_SERVER, hs::HS_RESULT_OK, 200, 500_000), &p, t0);
+        h.on_probe(
+            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 200, 500_000),
+            &p,
+            t0,
+        );
         assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 1);
         assert_eq!(unlabelled(&m, "nginx", UNLABELLED_NO_CONNECTION), 1);
         h.failed_without_tls("nginx", 3);
@@ -737,7 +802,7 @@ mod tests {
 
     #[test]
     fn client_hellos_counted_by_why_they_were_not_read() {
-        use crate::bpf::wire::{HELLO_CUT, HELLO_LAST, WIRE_EV_HELLO};
+        use crate::bpf::wire::{hello_why, HELLO_LAST};
         let m = Arc::new(Metrics::new());
         let mut h = Handshakes::new(m.clone(), Mode::Default, true);
         let (p, t0) = (procs(), Instant::now());
@@ -749,17 +814,23 @@ mod tests {
                 })
                 .get()
         };
-        h.on_wire(vec![wire(NGINX, 1, WIRE_EV_HELLO, HELLO_CUT, &[])], &p, t0);
+        h.on_wire(vec![wire(NGINX, 1, wire_ev::Hello, hello_why::Cut as u8, &[])], &p, t0);
         assert_eq!(unread("cut"), 1);
         // not a ClientHello (whatever the parser): malformed, once
         h.on_wire(
-            vec![wire(NGINX, 2, WIRE_EV_HELLO, HELLO_LAST, &[21, 3, 3, 0, 2, 2, 40])],
+            vec![wire(
+                NGINX,
+                2,
+                wire_ev::Hello,
+                HELLO_LAST as u8,
+                &[21, 3, 3, 0, 2, 2, 40],
+            )],
             &p,
             t0,
         );
         assert_eq!(unread("malformed"), 1);
         // a process no longer known: not counted
-        h.on_wire(vec![wire(99, 3, WIRE_EV_HELLO, HELLO_CUT, &[])], &p, t0);
+        h.on_wire(vec![wire(99, 3, wire_ev::Hello, hello_why::Cut as u8, &[])], &p, t0);
         assert_eq!(unread("cut"), 1);
         assert_eq!(m.client_hellos.len(), 0);
     }

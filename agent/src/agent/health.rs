@@ -1,6 +1,8 @@
-//! tlsprof's own health: the kernel side's failure counters and the agent's CPU and memory.
+//! tlsprof's own health: the kernel side's failure counters (and the kernel's values the
+//! agent could not decode) and the agent's CPU and memory.
 use crate::{
     bpf::{
+        abi,
         loader::Kernel,
         stats::{STATS, STAT_HS_EVENTS_LOST, STAT_HS_UNMATCHED_RETURN},
     },
@@ -10,6 +12,8 @@ use crate::{
 
 /// The kind of tlsprof_kernel_errors_total counting program runs the kernel skipped.
 const PROGRAM_SKIPPED: &str = "program_skipped";
+/// The kind counting event fields whose value their C enum does not name (bpf/abi.rs).
+const UNKNOWN_VALUE: &str = "unknown_value";
 
 #[derive(Default)]
 pub struct Health {
@@ -17,6 +21,8 @@ pub struct Health {
     stats_seen: [u64; STATS.len()],
     /// Return probes without their entry already exported (not a failure).
     unmatched_seen: u64,
+    /// Unknown enum values already exported.
+    unknown_seen: u64,
     /// Each program's runs the kernel skipped, already exported.
     skipped_seen: std::collections::HashMap<String, u64>,
     /// The agent's own CPU seconds already exported.
@@ -45,6 +51,14 @@ impl Health {
             self.unmatched_seen = v;
         }
         self.sync_skipped(k, m);
+        let unknown = abi::unknown_values();
+        if unknown > self.unknown_seen {
+            let kind = UNKNOWN_VALUE.into();
+            m.kernel_errors
+                .get_or_create(&KindLabels { kind })
+                .inc_by(unknown - self.unknown_seen);
+            self.unknown_seen = unknown;
+        }
     }
 
     /// tlsprof_kernel_errors_total{kind="program_skipped"}: runs of its programs the kernel

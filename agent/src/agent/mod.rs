@@ -32,10 +32,11 @@ use anyhow::{bail, Context as _, Result};
 use self::{budget::Budget, handshakes::Handshakes, health::Health, mode::Mode, ports::Ports, targets::Targets};
 use crate::{
     bpf::{
+        abi::decode,
         calib::HitCost,
         hooks,
         loader::{Events, Kernel},
-        proc::{proc_notice, PROC_EV_EXEC, PROC_EV_EXIT, PROC_EV_FORK, PROC_EV_FOUND, PROC_EV_LISTEN},
+        proc::{proc_ev, proc_notice},
         uprobes::UPROBES,
     },
     cli::RunArgs,
@@ -138,10 +139,13 @@ impl Agent {
         // by now: named from the notice), so that their connections' events find them; then
         // wire bytes: a handshake event finds its connection's parameters; and handshakes
         // before exits: a process's last handshakes arrive before its exit.
-        let (started, exits): (Vec<_>, Vec<_>) = notices.into_iter().partition(|n| n.kind != PROC_EV_EXIT);
+        let (started, exits): (Vec<_>, Vec<_>) = notices
+            .into_iter()
+            .filter_map(|n| Some((decode(n.kind)?, n)))
+            .partition(|(kind, _)| *kind != proc_ev::Exit);
         let mut refresh = false;
-        for n in started {
-            refresh |= self.on_started(&n);
+        for (kind, n) in started {
+            refresh |= self.on_started(kind, &n);
         }
         if refresh {
             self.refresh_ports(); // once for them all
@@ -167,7 +171,7 @@ impl Agent {
         for e in conns {
             self.ports.on_conn(&e);
         }
-        for n in exits {
+        for (_, n) in exits {
             self.targets.on_exit(n.pid, &mut self.kernel, &mut self.profiler);
             self.targets.export_gauges(&self.metrics);
         }
@@ -175,10 +179,10 @@ impl Agent {
 
     /// A process the kernel traces from its fork, its exec or its connections: examined
     /// now; or one that started listening. Whether the ports are to be read again.
-    fn on_started(&mut self, n: &proc_notice) -> bool {
+    fn on_started(&mut self, kind: proc_ev, n: &proc_notice) -> bool {
         let name = n.name();
-        let traced = match n.kind {
-            PROC_EV_FORK => {
+        let traced = match kind {
+            proc_ev::Fork => {
                 // its parent forks per connection, perhaps: the estimate's reads for the
                 // children the probes come too late for (while the agent traces the parent:
                 // it stops needing them when it goes)
@@ -188,11 +192,11 @@ impl Agent {
                 self.targets
                     .on_fork(n.pid, &name, &mut self.kernel, &mut self.profiler, &self.metrics)
             }
-            PROC_EV_EXEC => self
+            proc_ev::Exec => self
                 .targets
                 .on_exec(n.pid, &name, &mut self.kernel, &mut self.profiler, &self.metrics),
-            PROC_EV_LISTEN => true, // its ports, read again below
-            PROC_EV_FOUND => self.targets.on_found(
+            proc_ev::Listen => true, // its ports, read again below
+            proc_ev::Found => self.targets.on_found(
                 n.pid,
                 n.parent as u16,
                 &name,
@@ -200,7 +204,7 @@ impl Agent {
                 &mut self.profiler,
                 &self.metrics,
             ),
-            _ => false,
+            proc_ev::Exit => false,
         };
         traced
     }

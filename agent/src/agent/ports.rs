@@ -15,7 +15,7 @@ use crate::{
     bpf::{
         conn::{conn_event, conn_port, conn_port_stats, CONN_PORTS_ENTRIES, CONN_PORT_TLS},
         loader::Kernel,
-        wire::{WireEvent, WIRE_EV_HELLO, WIRE_EV_QUIC},
+        wire::{wire_ev, WireEvent},
     },
     conns::Churn,
     discovery::procfs,
@@ -340,9 +340,9 @@ impl Ports {
     /// process's that bound their UDP port.
     pub fn own_client_hellos(&self, mut wire: Vec<WireEvent>) -> Vec<WireEvent> {
         for e in wire.iter_mut().filter(|e| e.tgid == 0) {
-            if e.kind == WIRE_EV_HELLO {
+            if e.kind == wire_ev::Hello {
                 e.tgid = self.owners.get(&conn_port::new(e.netns, e.port)).copied().unwrap_or(0);
-            } else if e.kind == WIRE_EV_QUIC {
+            } else if e.kind == wire_ev::Quic {
                 if let Some((pid, netns, _)) = self.quic.get(&e.port) {
                     (e.tgid, e.netns) = (*pid, *netns);
                 }

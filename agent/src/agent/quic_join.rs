@@ -118,7 +118,7 @@ impl QuicJoin {
             match found {
                 Some(h) => {
                     e.conn_id = h.conn;
-                    e.role = hs::HS_ROLE_SERVER;
+                    e.role = hs::hs_role::Server as u8;
                     joined.push((e, h.labels));
                 }
                 None if all || now.duration_since(since) >= tracker::WAIT => alone.push(e),
@@ -166,7 +166,7 @@ mod tests {
             duration_ns: end_ns - first_ns,
             end_ns,
             role: 0,
-            result: hs::HS_RESULT_OK,
+            result: hs::hs_result::Ok as u8,
             ..Default::default()
         }
     }
@@ -194,7 +194,7 @@ mod tests {
         assert_eq!(conns, [2, 1, 4, 3]);
         assert!(joined
             .iter()
-            .all(|(e, l)| e.role == hs::HS_ROLE_SERVER && l.transport == TRANSPORT_QUIC));
+            .all(|(e, l)| e.role == hs::hs_role::Server as u8 && l.transport == TRANSPORT_QUIC));
         assert!(alone.is_empty());
         j.on_handshake("nginx", &quic(5, 129_900_000, 130_800_000), t);
         let (joined, _) = j.take(false, t, u64::MAX);
@@ -213,7 +213,10 @@ mod tests {
         j.wait(figure(100_000_000, 600_000_000), "nginx".into(), t);
         j.wait(figure(400_000_000, 502_000_000), "nginx".into(), t);
         let (joined, alone) = j.take(true, t, 0);
-        assert!(joined.is_empty(), "began before the handshake's first datagram, or ended before its last");
+        assert!(
+            joined.is_empty(),
+            "began before the handshake's first datagram, or ended before its last"
+        );
         assert_eq!(alone.len(), 2);
         // failed handshakes get no figure of an ok one; they mark the name as serving
         let mut failed = quic(2, 1, 2);
@@ -233,7 +236,10 @@ mod tests {
         j.on_handshake("nginx", &quic(1, 100_000_000, 110_000_000), t);
         j.wait(figure(105_500_000, 115_500_000), "nginx".into(), t);
         let (joined, alone) = j.take(false, t, 110_000_000);
-        assert!(joined.is_empty() && alone.is_empty(), "waits: the wire is behind its end");
+        assert!(
+            joined.is_empty() && alone.is_empty(),
+            "waits: the wire is behind its end"
+        );
         j.on_handshake("nginx", &quic(2, 105_000_000, 115_000_000), t);
         j.wait(figure(100_200_000, 110_300_000), "nginx".into(), t);
         let (joined, _) = j.take(false, t, 116_000_000);

@@ -1,163 +1,18 @@
-//! Mirror of bpf/conn.h: connections accepted on the listening ports of traced processes.
+//! Connections accepted on the listening ports of traced processes (bpf/conn.h): its types
+//! (generated: abi.rs) and their decoding.
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-pub const CONN_PORT_LISTEN: u32 = 1;
-pub const CONN_PORT_TLS: u32 = 2;
-/// Room in conn_ports: the agent watches no more ports (agent/ports.rs).
-pub const CONN_PORTS_ENTRIES: u32 = 65536;
-/// Live exchange counters (conn_exchanges): watched ports beyond them have none.
-pub const CONN_EXCHANGE_SLOTS: u32 = 4096;
-pub const CONN_BY_SERVER: u8 = 1;
-pub const CONN_BY_CLIENT: u8 = 2;
-pub const CONN_BY_RESET: u8 = 3;
-#[cfg(test)]
-pub const CONN_TW_NO: u8 = 0;
-pub const CONN_TW_YES: u8 = 1;
-pub const CONN_TW_MAYBE: u8 = 2;
+pub use super::abi::{
+    conn_by, conn_event, conn_port, conn_port_stats, conn_tw, req_ctl, CONN_EXCHANGE_SLOTS, CONN_NUM_TCP, CONN_NUM_UDP,
+    CONN_PORTS_ENTRIES, CONN_PORT_LISTEN, CONN_PORT_TLS,
+};
+
 pub const AF_INET: u16 = libc::AF_INET as u16;
-
-/// Value of req_ctl[0] (bpf/requests.h): the switches the agent sets after load, which
-/// cannot be read-only globals: whether the send capture attached is known once the object
-/// is loaded, and `reads` changes at run time. (--exact is the global req_read_links.)
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct req_ctl {
-    pub sends_captured: u32,
-    pub reads: u32,
-}
-
-/// conn_port_nums values (bits): a TCP port watched, a UDP port watched (QUIC).
-pub const CONN_NUM_TCP: u8 = 1;
-pub const CONN_NUM_UDP: u8 = 2;
-
-/// A listening port of a traced process (key of conn_ports).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct conn_port {
-    pub netns: u32,
-    pub port: u16,
-    pub pad: u16,
-}
 
 impl conn_port {
     pub fn new(netns: u32, port: u16) -> Self {
         Self { netns, port, pad: 0 }
     }
-}
-
-/// Value of conn_ports.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct conn_port_stats {
-    pub flags: u32,
-    /// 1 + the port's slot in conn_exchanges; 0: none.
-    pub slot: u32,
-    pub accepted: u64,
-    /// Connections accepted here that closed without TLS: failed handshakes once the port
-    /// is known to carry TLS (agent/ports.rs).
-    pub plain: u64,
-}
-
-// SAFETY: plain #[repr(C)] integers with explicit padding, valid for any bit pattern.
-unsafe impl aya::Pod for req_ctl {}
-unsafe impl aya::Pod for conn_port {}
-unsafe impl aya::Pod for conn_port_stats {}
-
-/// A connection's state in the kernel, one part per feature (bpf/conn.h, requests.h,
-/// wire.h): mirrors checked by the layout test; only the kernel uses them.
-#[cfg(test)]
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct conn_life {
-    pub id: u64,
-    pub start_ns: u64,
-    pub netns: u32,
-    pub port: u16,
-    pub first_fin: u8,
-    pub reset: u8,
-    pub tls: u8,
-    pub late: u8,
-    pub pad: [u8; 6],
-}
-
-#[cfg(test)]
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct req_conn {
-    pub requests: u32,
-    pub slot: u16,
-    pub dir: u8,
-    pub pad: u8,
-    pub rx_mark: u32,
-    pub rx_tail: u32,
-}
-
-#[cfg(test)]
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct wire_conn {
-    pub seq: u32,
-    pub left: u32,
-    pub tgid: u32,
-    pub copied: u16,
-    pub state: u8,
-    pub flags: u8,
-    pub hdr: [u8; 8],
-    pub hdr_have: u8,
-    pub sealed: u8,
-    pub end: u8,
-    pub why: u8,
-    pub fin_len: u16,
-    pub pre: u8,
-    pub proto: u8,
-    pub rx_first: u32,
-    pub rx_flight: u32,
-}
-
-#[cfg(test)]
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct conn_state {
-    pub life: conn_life,
-    pub req: req_conn,
-    pub wire: wire_conn,
-    pub hello: hello_conn,
-}
-
-#[cfg(test)]
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct hello_conn {
-    pub start: u32,
-    pub seen: u32,
-    pub rec_left: u32,
-    pub msg_len: u32,
-    pub body: u32,
-    pub state: u8,
-    pub hdr_have: u8,
-    pub msg_have: u8,
-    pub records: u8,
-    pub hdr: [u8; 8],
-    pub msg: [u8; 4],
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct conn_event {
-    /// The connection's identity (bpf/conn.h conn_life.id), as its other events carry it.
-    pub conn_id: u64,
-    pub duration_ns: u64,
-    pub saddr: [u8; 16],
-    pub daddr: [u8; 16],
-    pub netns: u32,
-    pub requests: u32,
-    pub port: u16,
-    pub dport: u16,
-    pub family: u16,
-    pub closed_by: u8,
-    pub time_wait: u8,
-    pub tls: u8,
-    pub pad: [u8; 7],
 }
 
 fn addr(family: u16, raw: &[u8; 16]) -> IpAddr {
@@ -178,13 +33,14 @@ impl conn_event {
     }
 }
 
-/// The closed_by label.
-pub fn closed_by_label(by: u8) -> &'static str {
-    match by {
-        CONN_BY_SERVER => "server",
-        CONN_BY_CLIENT => "client",
-        CONN_BY_RESET => "reset",
-        _ => "unknown",
+impl conn_by {
+    /// The closed_by label.
+    pub fn label(self) -> &'static str {
+        match self {
+            conn_by::Server => "server",
+            conn_by::Client => "client",
+            conn_by::Reset => "reset",
+        }
     }
 }
 
@@ -209,15 +65,19 @@ mod tests {
         raw.extend_from_slice(&8443u16.to_le_bytes());
         raw.extend_from_slice(&50000u16.to_le_bytes());
         raw.extend_from_slice(&AF_INET.to_le_bytes());
-        raw.extend_from_slice(&[CONN_BY_SERVER, CONN_TW_MAYBE, 1, 0, 0, 0, 0, 0, 0, 0]);
+        raw.extend_from_slice(&[conn_by::Server as u8, conn_tw::Maybe as u8, 1, 0, 0, 0, 0, 0, 0, 0]);
         let e: conn_event = read_record(&raw).unwrap();
         assert_eq!((e.conn_id, e.duration_ns), (0x0001_0000_0000_0007, 2_000_000));
         assert_eq!((e.netns, e.requests, e.port, e.dport), (4026531840, 5, 8443, 50000));
         assert_eq!(e.local(), IpAddr::V4(Ipv4Addr::LOCALHOST));
         assert_eq!(e.remote(), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
         assert_eq!(
-            (closed_by_label(e.closed_by), e.time_wait, e.tls),
-            ("server", CONN_TW_MAYBE, 1)
+            (
+                conn_by::try_from(e.closed_by).map(conn_by::label),
+                conn_tw::try_from(e.time_wait),
+                e.tls
+            ),
+            (Ok("server"), Ok(conn_tw::Maybe), 1)
         );
         let mut v6 = e;
         v6.family = libc::AF_INET6 as u16;

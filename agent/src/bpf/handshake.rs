@@ -1,103 +1,26 @@
-//! Mirror of bpf/handshake.h and the decoding of handshake events.
+//! The handshake probes' events (bpf/handshake.h): its types (generated: abi.rs) and
+//! their labels.
 
-pub const HS_ROLE_SERVER: u8 = 1;
-pub const HS_ROLE_CLIENT: u8 = 2;
-pub const HS_RESULT_OK: u8 = 0;
-pub const HS_RESULT_FAILED: u8 = 1;
+pub use super::abi::{hs_event, hs_hits, hs_key, hs_result, hs_role, hs_state};
 
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct hs_event {
-    pub duration_ns: u64,
-    pub cpu_ns: u64,
-    pub tgid: u32,
-    pub calls: u32,
-    pub role: u8,
-    pub result: u8,
-    pub estimate: u8,
-    pub pad: [u8; 5],
-    pub conn_id: u64,
-    pub conn_start: u64,
-    pub end_ns: u64,
-}
-
-/// Value of hs_hits: uprobe hits of one process.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct hs_hits {
-    pub entries: u64,
-    pub returns: u64,
-    /// The probe programs' own run time, ns (the traps' cost is calibrated instead).
-    pub prog_ns: u64,
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "mirror of bpf/handshake.h, checked by the layout test; only the kernel writes it"
-    )
-)]
-pub struct hs_thread {
-    pub ssl: u64,
-    pub enter_ns: u64,
-    pub oncpu_ns: u64,
-    pub cpu_ns: u64,
-    pub tgid: u32,
-    pub depth: u32,
-    pub role: u8,
-    pub io: u8,
-    pub est: u8,
-    pub go: u8,
-    pub pad: [u8; 4],
-    pub conn_id: u64,
-    pub conn_start: u64,
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct hs_key {
-    pub ssl: u64,
-    pub tgid: u32,
-    pub pad: u32,
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct hs_state {
-    pub first_ns: u64,
-    pub last_ns: u64,
-    pub cpu_ns: u64,
-    pub calls: u32,
-    pub role: u8,
-    pub done: u8,
-    pub pad: [u8; 2],
-    pub conn_id: u64,
-    pub conn_start: u64,
-}
-
-// SAFETY: plain #[repr(C)] integers with explicit padding, valid for any bit pattern.
-unsafe impl aya::Pod for hs_thread {}
-unsafe impl aya::Pod for hs_key {}
-unsafe impl aya::Pod for hs_state {}
-unsafe impl aya::Pod for hs_hits {}
-
-/// The role label of an event.
-pub fn role_label(role: u8) -> &'static str {
-    match role {
-        HS_ROLE_SERVER => "server",
-        HS_ROLE_CLIENT => "client",
-        _ => "unknown",
+impl hs_role {
+    /// The role label.
+    pub fn label(self) -> &'static str {
+        match self {
+            hs_role::Unknown => "unknown",
+            hs_role::Server => "server",
+            hs_role::Client => "client",
+        }
     }
 }
 
-pub fn result_label(result: u8) -> &'static str {
-    if result == HS_RESULT_OK {
-        "ok"
-    } else {
-        "failed"
+impl hs_result {
+    /// The result label.
+    pub fn label(self) -> &'static str {
+        match self {
+            hs_result::Ok => "ok",
+            hs_result::Failed => "failed",
+        }
     }
 }
 
@@ -113,7 +36,7 @@ mod tests {
         raw.extend_from_slice(&250_000u64.to_le_bytes());
         raw.extend_from_slice(&4242u32.to_le_bytes());
         raw.extend_from_slice(&3u32.to_le_bytes());
-        raw.extend_from_slice(&[HS_ROLE_SERVER, HS_RESULT_FAILED, 1, 0, 0, 0, 0, 0]);
+        raw.extend_from_slice(&[hs_role::Server as u8, hs_result::Failed as u8, 1, 0, 0, 0, 0, 0]);
         raw.extend_from_slice(&0x0003_0000_0000_002au64.to_le_bytes());
         raw.extend_from_slice(&99u64.to_le_bytes());
         raw.extend_from_slice(&123_456u64.to_le_bytes());
@@ -126,14 +49,24 @@ mod tests {
             (e.duration_ns, e.cpu_ns, e.tgid, e.calls),
             (1_500_000, 250_000, 4242, 3)
         );
-        assert_eq!((role_label(e.role), result_label(e.result)), ("server", "failed"));
+        assert_eq!(
+            (
+                hs_role::try_from(e.role).map(hs_role::label),
+                hs_result::try_from(e.result).map(hs_result::label)
+            ),
+            (Ok("server"), Ok("failed"))
+        );
         assert!(read_record::<hs_event>(&raw[..55]).is_none());
     }
 
     #[test]
     fn labels() {
-        assert_eq!(role_label(HS_ROLE_CLIENT), "client");
-        assert_eq!(role_label(0), "unknown");
-        assert_eq!(result_label(HS_RESULT_OK), "ok");
+        assert_eq!(hs_role::try_from(2u8).map(hs_role::label), Ok("client"));
+        assert_eq!(hs_role::try_from(0u8).map(hs_role::label), Ok("unknown"));
+        assert_eq!(hs_result::try_from(0u8).map(hs_result::label), Ok("ok"));
+        // A value the header does not name is refused, never read as a default.
+        let unknown = hs_role::try_from(3u8).unwrap_err();
+        assert_eq!((unknown.what, unknown.value), ("hs_role", 3));
+        assert!(hs_result::try_from(2u8).is_err());
     }
 }

@@ -1,25 +1,11 @@
-//! Mirror of bpf/stats.h: the kernel side's failure counters.
+//! The kernel side's failure counters (bpf/stats.h; generated: abi.rs) and their labels.
 
-pub const STAT_HS_EVENTS_LOST: u32 = 0;
-pub const STAT_HS_THREAD_MAP_FULL: u32 = 1;
-pub const STAT_HS_SSL_MAP_FULL: u32 = 2;
-pub const STAT_CONN_EVENTS_LOST: u32 = 3;
-pub const STAT_CONN_STORAGE_FULL: u32 = 4;
-pub const STAT_SAMPLES_LOST: u32 = 5;
-pub const STAT_WIRE_EVENTS_LOST: u32 = 6;
-pub const STAT_HS_HITS_FULL: u32 = 7;
-pub const STAT_HS_LAST_FULL: u32 = 8;
-pub const STAT_PROC_EVENTS_FULL: u32 = 9;
-pub const STAT_REQ_RECV_CALLS_FULL: u32 = 10;
-pub const STAT_GO_MAP_FULL: u32 = 11;
-pub const STAT_HELLO_CALLS_FULL: u32 = 12;
-/// The failure counters are the first STAT_FAILURES of the array; the rest count normal
-/// events.
-pub const STAT_FAILURES: u32 = 13;
-/// A return probe without its entry: the call began before the probes were attached. Not a
-/// failure: tlsprof_unmatched_returns_total.
-pub const STAT_HS_UNMATCHED_RETURN: u32 = 13;
-pub const STAT_MAX: u32 = 14;
+pub use super::abi::{
+    STAT_CONN_EVENTS_LOST, STAT_CONN_STORAGE_FULL, STAT_FAILURES, STAT_GO_MAP_FULL, STAT_HELLO_CALLS_FULL,
+    STAT_HS_EVENTS_LOST, STAT_HS_HITS_FULL, STAT_HS_LAST_FULL, STAT_HS_SSL_MAP_FULL, STAT_HS_THREAD_MAP_FULL,
+    STAT_HS_UNMATCHED_RETURN, STAT_MAX, STAT_PROC_EVENTS_FULL, STAT_REQ_RECV_CALLS_FULL, STAT_SAMPLES_LOST,
+    STAT_WIRE_EVENTS_LOST,
+};
 
 /// Each failure counter and the `kind` label it is exported under
 /// (tlsprof_kernel_errors_total). The first seven keep the names dashboards and alerts

@@ -13,7 +13,7 @@ use std::{
 use super::sockdiag::{self, SockDiag};
 use crate::{
     bounds,
-    bpf::conn as cn,
+    bpf::{abi::decode, conn as cn},
     metrics::{ClosedByLabels, Metrics, OnlyPortLabels, PortLabels},
 };
 
@@ -121,6 +121,12 @@ impl Churn {
 
     /// A connection's full socket closed.
     pub fn on_event(&mut self, e: &cn::conn_event, comm: &str) {
+        let (Some(by), Some(tw)) = (
+            decode::<cn::conn_by, _>(e.closed_by),
+            decode::<cn::conn_tw, _>(e.time_wait),
+        ) else {
+            return;
+        };
         let labels = PortLabels {
             comm: comm.into(),
             port: e.port.to_string(),
@@ -133,7 +139,7 @@ impl Churn {
             .requests_per_connection
             .get_or_create(&labels)
             .observe(f64::from(e.requests));
-        if e.time_wait == cn::CONN_TW_MAYBE && self.diag.get(&e.netns).is_some_and(Option::is_some) {
+        if tw == cn::conn_tw::Maybe && self.diag.get(&e.netns).is_some_and(Option::is_some) {
             let key = (e.netns, e.local(), e.port, e.remote(), e.dport);
             if !self.pending.contains_key(&key) {
                 self.settle_oldest();
@@ -150,8 +156,11 @@ impl Churn {
         }
         // Without sock_diag in that namespace, a FIN_WAIT2 handover counts as TIME_WAIT:
         // what it becomes when the client closes cleanly.
-        let tw = matches!(e.time_wait, cn::CONN_TW_YES | cn::CONN_TW_MAYBE);
-        self.ended(comm, e.port, cn::closed_by_label(e.closed_by), tw);
+        let tw = match tw {
+            cn::conn_tw::Yes | cn::conn_tw::Maybe => true,
+            cn::conn_tw::No => false,
+        };
+        self.ended(comm, e.port, by.label(), tw);
     }
 
     /// At the bound: the oldest unsettled connections are settled as the kernel said at
@@ -418,11 +427,20 @@ mod tests {
         let m = Arc::new(Metrics::new());
         let mut c = Churn::new(m.clone());
         c.diag.insert(7, Some(SockDiag::open().unwrap()));
-        c.on_event(&event(1001, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER), "nginx");
-        c.on_event(&event(1002, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER), "nginx");
-        c.on_event(&event(1003, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER), "nginx");
-        c.on_event(&event(1004, cn::CONN_TW_YES, cn::CONN_BY_SERVER), "nginx");
-        c.on_event(&event(1005, cn::CONN_TW_NO, cn::CONN_BY_CLIENT), "nginx");
+        c.on_event(
+            &event(1001, cn::conn_tw::Maybe as u8, cn::conn_by::Server as u8),
+            "nginx",
+        );
+        c.on_event(
+            &event(1002, cn::conn_tw::Maybe as u8, cn::conn_by::Server as u8),
+            "nginx",
+        );
+        c.on_event(
+            &event(1003, cn::conn_tw::Maybe as u8, cn::conn_by::Server as u8),
+            "nginx",
+        );
+        c.on_event(&event(1004, cn::conn_tw::Yes as u8, cn::conn_by::Server as u8), "nginx");
+        c.on_event(&event(1005, cn::conn_tw::No as u8, cn::conn_by::Client as u8), "nginx");
         assert_eq!((value(&m, "server"), value(&m, "client"), tw(&m)), (1, 1, 1));
         assert_eq!(c.pending.len(), 3);
 
@@ -449,7 +467,7 @@ mod tests {
         c.diag.insert(7, Some(SockDiag::open().unwrap()));
         // client ports and addresses enough for every one to be another connection
         for i in 0..=MAX_PENDING as u32 {
-            let mut e = event((i % 60_000) as u16, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER);
+            let mut e = event((i % 60_000) as u16, cn::conn_tw::Maybe as u8, cn::conn_by::Server as u8);
             e.daddr[..4].copy_from_slice(&(i / 60_000).to_be_bytes());
             c.on_event(&e, "nginx");
             assert!(c.pending.len() <= MAX_PENDING);
@@ -471,7 +489,10 @@ mod tests {
         let m = Arc::new(Metrics::new());
         let mut c = Churn::new(m.clone());
         c.diag.insert(7, None);
-        c.on_event(&event(1001, cn::CONN_TW_MAYBE, cn::CONN_BY_SERVER), "nginx");
+        c.on_event(
+            &event(1001, cn::conn_tw::Maybe as u8, cn::conn_by::Server as u8),
+            "nginx",
+        );
         assert!(c.pending.is_empty());
         assert_eq!((value(&m, "server"), tw(&m)), (1, 1));
     }

@@ -172,7 +172,7 @@ pub const KERNEL_ERRORS: Def<KindLabels> = Def::new(
     None,
     "Kernel-side failure paths taken (events_lost, thread_map_full, ssl_map_full, conn_events_lost, \
      conn_storage_full, samples_lost, wire_events_lost, hs_hits_full, hs_last_full, \
-     proc_events_full, req_recv_calls_full)",
+     proc_events_full, req_recv_calls_full, unknown_value)",
 );
 pub const UNMATCHED_RETURNS: Def<NoLabels> = Def::new(
     "unmatched_returns",

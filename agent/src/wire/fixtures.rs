@@ -408,7 +408,7 @@ pub fn all() -> Vec<Flight> {
 pub const WIRE_CONN: u64 = 0x0001_0000_0000_002a;
 
 /// A wire event of the kernel's on connection WIRE_CONN.
-pub fn wire_event(kind: u8, flags: u8, data: &[u8]) -> crate::bpf::wire::WireEvent {
+pub fn wire_event(kind: crate::bpf::wire::wire_ev, flags: u8, data: &[u8]) -> crate::bpf::wire::WireEvent {
     crate::bpf::wire::WireEvent {
         conn_id: WIRE_CONN,
         tgid: 7,

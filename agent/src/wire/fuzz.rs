@@ -11,7 +11,7 @@ use super::{
     tracker::{Seen, Tracker, WireHandshake},
     Lookup,
 };
-use crate::bpf::wire::{WIRE_EV_DATA, WIRE_EV_END, WIRE_EV_RECORD};
+use crate::bpf::wire::wire_ev;
 
 use fixtures::{wire_event as ev, WIRE_CONN as ID};
 
@@ -25,9 +25,9 @@ fn feed(plain: &[u8], cuts: &[usize], records: &[(usize, Vec<u8>)], end: u8) -> 
     at.sort_unstable();
     let chunks = at.len() - 1;
     for (i, w) in at.windows(2).enumerate() {
-        t.on_event(ev(WIRE_EV_DATA, 0, &plain[w[0]..w[1]]), t0);
+        t.on_event(ev(wire_ev::Data, 0, &plain[w[0]..w[1]]), t0);
         for (_, r) in records.iter().filter(|(after, _)| after % chunks == i) {
-            t.on_event(ev(WIRE_EV_RECORD, 0, r), t0);
+            t.on_event(ev(wire_ev::Record, 0, r), t0);
         }
         // asking in between must work whatever has arrived
         let _ = (t.lookup(ID), t.give_up(ID));
@@ -35,7 +35,7 @@ fn feed(plain: &[u8], cuts: &[usize], records: &[(usize, Vec<u8>)], end: u8) -> 
     let before = t.lookup(ID);
     (
         before,
-        t.on_event(ev(WIRE_EV_END, end, &[]), t0).and_then(Seen::handshake),
+        t.on_event(ev(wire_ev::End, end, &[]), t0).and_then(Seen::handshake),
     )
 }
 

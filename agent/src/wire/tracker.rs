@@ -8,7 +8,7 @@
 //! handshake whose connection's parameters are not known yet waits (at most `WAIT`) for them.
 //!
 //! The same ring buffer carries each connection's ClientHello as the server read it
-//! (bpf/hello.h, WIRE_EV_HELLO): gathered here per connection, bounded, and parsed once
+//! (bpf/hello.h, wire_ev::Hello): gathered here per connection, bounded, and parsed once
 //! complete (tls::hello): a `Seen::Hello`.
 use std::{
     collections::{HashMap, VecDeque},
@@ -21,10 +21,9 @@ use super::{
 };
 use crate::{
     bounds::{self, Dropped},
-    bpf::wire::{
-        preamble_protocol, WireEvent, HELLO_BAD, HELLO_CUT, HELLO_GAP, HELLO_LAST, HELLO_MAX, HELLO_UNREADABLE,
-        HELLO_WHY_MASK, WIRE_END_ALERT, WIRE_END_CLIENT_ALERT, WIRE_END_CLOSED, WIRE_EV_DATA, WIRE_EV_END,
-        WIRE_EV_HELLO, WIRE_EV_QUIC, WIRE_EV_RECORD,
+    bpf::{
+        abi::decode,
+        wire::{hello_why, wire_end, wire_ev, WireEvent, HELLO_LAST, HELLO_MAX, HELLO_WHY_MASK},
     },
 };
 
@@ -189,13 +188,11 @@ impl Tracker {
     /// Takes one event; returns the handshake when a capture ends, the ClientHello when its
     /// last bytes come.
     pub fn on_event(&mut self, e: WireEvent, now: Instant) -> Option<Seen> {
-        if e.kind == WIRE_EV_HELLO {
-            return self.on_hello(e, now).map(Seen::Hello);
+        match e.kind {
+            wire_ev::Hello => self.on_hello(e, now).map(Seen::Hello),
+            wire_ev::Quic => self.on_quic(e, now),
+            wire_ev::Data | wire_ev::Record | wire_ev::End => self.on_server(e, now).map(Seen::Handshake),
         }
-        if e.kind == WIRE_EV_QUIC {
-            return self.on_quic(e, now);
-        }
-        self.on_server(e, now).map(Seen::Handshake)
     }
 
     /// The client's ClientHello bytes, in stream order from its start (`offset` says where
@@ -211,7 +208,7 @@ impl Tracker {
             lost: false,
             since: now,
         });
-        if usize::from(e.offset) != c.bytes.len() || c.bytes.len() + e.data.len() > HELLO_MAX {
+        if usize::from(e.offset) != c.bytes.len() || c.bytes.len() + e.data.len() > HELLO_MAX as usize {
             c.lost = true;
         }
         if c.lost {
@@ -221,8 +218,8 @@ impl Tracker {
             c.bytes.extend_from_slice(&e.data);
             self.hello_bytes += e.data.len();
         }
-        let why = e.flags & HELLO_WHY_MASK;
-        if e.flags & HELLO_LAST == 0 && why == 0 {
+        let why = u32::from(e.flags) & HELLO_WHY_MASK;
+        if u32::from(e.flags) & HELLO_LAST == 0 && why == 0 {
             return None;
         }
         let c = self.hellos.remove(&id)?;
@@ -230,12 +227,12 @@ impl Tracker {
         let offer = if c.lost {
             Err(Unread::Lost)
         } else {
-            match why {
-                0 => tls::hello::parse_client_hello(&c.bytes).map_err(|_| Unread::Malformed),
-                HELLO_CUT => Err(Unread::Cut),
-                HELLO_BAD => Err(Unread::Malformed),
-                HELLO_UNREADABLE | HELLO_GAP => Err(Unread::Unreadable),
-                _ => Err(Unread::Malformed),
+            match decode(why) {
+                Some(hello_why::None) => tls::hello::parse_client_hello(&c.bytes).map_err(|_| Unread::Malformed),
+                Some(hello_why::Cut) => Err(Unread::Cut),
+                Some(hello_why::Unreadable | hello_why::Gap) => Err(Unread::Unreadable),
+                // a reason bpf/hello.h does not name is counted by `decode`
+                Some(hello_why::Bad) | None => Err(Unread::Malformed),
             }
         };
         Some(ClientHello {
@@ -264,8 +261,8 @@ impl Tracker {
     fn on_server(&mut self, e: WireEvent, now: Instant) -> Option<WireHandshake> {
         let id = e.conn_id;
         match e.kind {
-            WIRE_EV_DATA | WIRE_EV_RECORD => {
-                let more = if e.kind == WIRE_EV_DATA { e.data.len() } else { 0 };
+            wire_ev::Data | wire_ev::Record => {
+                let more = if e.kind == wire_ev::Data { e.data.len() } else { 0 };
                 self.make_room(!self.caps.contains_key(&id), more);
                 let c = self.caps.entry(id).or_insert_with(|| Capture {
                     netns: e.netns,
@@ -274,7 +271,7 @@ impl Tracker {
                     sealed: Vec::new(),
                     since: now,
                 });
-                if e.kind == WIRE_EV_DATA {
+                if e.kind == wire_ev::Data {
                     let room = MAX_PLAIN.saturating_sub(c.plain.len());
                     let n = e.data.len().min(room);
                     c.plain.extend_from_slice(&e.data[..n]);
@@ -284,13 +281,21 @@ impl Tracker {
                 }
                 None
             }
-            WIRE_EV_END => {
+            wire_ev::End => {
                 let c = self.caps.remove(&id)?;
                 self.plain_bytes -= c.plain.len();
                 let p = tls::parse(&c.plain, &c.sealed, true);
+                let why = decode(e.flags);
                 // the server's alert, the client's (TLS 1.3: its answer to the server's flight
-                // too short for a Finished), or a close before the end
-                let failed = p.alert || matches!(e.flags, WIRE_END_ALERT | WIRE_END_CLIENT_ALERT | WIRE_END_CLOSED);
+                // too short for a Finished), or a close before the end; an end bpf/wire.h does
+                // not name (counted by `decode`) leaves it to the bytes seen
+                let failed = p.alert
+                    || match why {
+                        Some(wire_end::Alert | wire_end::ClientAlert | wire_end::Closed) => true,
+                        Some(wire_end::Finished | wire_end::Cap | wire_end::Bad | wire_end::Unsupported) | None => {
+                            false
+                        }
+                    };
                 let (conn_start, preamble) = e.end();
                 let h = WireHandshake {
                     conn: id,
@@ -300,19 +305,21 @@ impl Tracker {
                     labels: p.labels(),
                     ok: p.hello && !failed,
                     hello: p.hello,
-                    alert: p.alert || e.flags == WIRE_END_ALERT,
+                    alert: p.alert || why == Some(wire_end::Alert),
                     complete: p.complete,
-                    protocol: preamble_protocol(preamble).unwrap_or(p.protocol),
+                    protocol: preamble
+                        .and_then(crate::bpf::wire::wire_proto::label)
+                        .unwrap_or(p.protocol),
                     conn_start,
                     end_ns: 0,
                 };
                 // nothing was negotiated (an alert, or closed before a ServerHello): the
                 // labels are other, and that is all there is to know
-                let settled = p.complete || (!p.hello && (h.alert || e.flags == WIRE_END_CLOSED));
+                let settled = p.complete || (!p.hello && (h.alert || why == Some(wire_end::Closed)));
                 self.end(id, p.labels(), settled, now);
                 Some(h)
             }
-            _ => None,
+            wire_ev::Hello | wire_ev::Quic => None,
         }
     }
 
@@ -455,7 +462,7 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf::wire::{WIRE_END_CAP, WIRE_END_FINISHED};
+
     use crate::wire::fixtures::{resumed12, wire_event as ev};
 
     #[test]
@@ -465,15 +472,15 @@ mod tests {
         let id = crate::wire::fixtures::WIRE_CONN;
         let bytes = resumed12();
         assert_eq!(t.lookup(id), Lookup::Wait);
-        assert!(t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..50]), t0).is_none());
+        assert!(t.on_event(ev(wire_ev::Data, 0, &bytes[..50]), t0).is_none());
         assert_eq!(t.lookup(id), Lookup::Wait, "ServerHello cut in half");
-        assert!(t.on_event(ev(WIRE_EV_DATA, 0, &bytes[50..]), t0).is_none());
+        assert!(t.on_event(ev(wire_ev::Data, 0, &bytes[50..]), t0).is_none());
         let Lookup::Ready(l, true) = t.lookup(id) else {
             panic!("{:?}", t.lookup(id))
         };
         assert_eq!((l.version, l.resumed, l.cert), ("TLSv1.2", true, tls::NONE));
         let h = t
-            .on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0)
+            .on_event(ev(wire_ev::End, wire_end::Finished as u8, &[]), t0)
             .and_then(Seen::handshake)
             .unwrap();
         assert!(h.ok && h.hello && h.complete);
@@ -489,40 +496,42 @@ mod tests {
     fn alerts_and_closes_fail() {
         let t0 = Instant::now();
         let mut t = Tracker::default();
-        t.on_event(ev(WIRE_EV_DATA, 0, &[21, 3, 3, 0, 2, 2, 40]), t0);
+        t.on_event(ev(wire_ev::Data, 0, &[21, 3, 3, 0, 2, 2, 40]), t0);
         let h = t
-            .on_event(ev(WIRE_EV_END, WIRE_END_ALERT, &[]), t0)
+            .on_event(ev(wire_ev::End, wire_end::Alert as u8, &[]), t0)
             .and_then(Seen::handshake)
             .unwrap();
         assert!(!h.ok && !h.hello);
         assert_eq!(h.labels, Negotiated::UNKNOWN_TCP);
         // closed after the ServerHello: the server's part did not finish
         let bytes = resumed12();
-        t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..79]), t0);
+        t.on_event(ev(wire_ev::Data, 0, &bytes[..79]), t0);
         let h = t
-            .on_event(ev(WIRE_EV_END, WIRE_END_CLOSED, &[]), t0)
+            .on_event(ev(wire_ev::End, wire_end::Closed as u8, &[]), t0)
             .and_then(Seen::handshake)
             .unwrap();
         assert!(!h.ok && h.hello);
         // gave up on a cap after the ServerHello: counted, labels as far as seen
-        t.on_event(ev(WIRE_EV_DATA, 0, &bytes), t0);
+        t.on_event(ev(wire_ev::Data, 0, &bytes), t0);
         let h = t
-            .on_event(ev(WIRE_EV_END, WIRE_END_CAP, &[]), t0)
+            .on_event(ev(wire_ev::End, wire_end::Cap as u8, &[]), t0)
             .and_then(Seen::handshake)
             .unwrap();
         assert!(h.ok && h.hello);
         // the client answered the server's TLS 1.3 flight with an alert: failed, labelled
-        t.on_event(ev(WIRE_EV_DATA, 0, &bytes), t0);
+        t.on_event(ev(wire_ev::Data, 0, &bytes), t0);
         let h = t
-            .on_event(ev(WIRE_EV_END, WIRE_END_CLIENT_ALERT, &[]), t0)
+            .on_event(ev(wire_ev::End, wire_end::ClientAlert as u8, &[]), t0)
             .and_then(Seen::handshake)
             .unwrap();
         assert!(!h.ok && h.hello && !h.alert);
         // an END without a capture (lost events) says nothing
-        assert!(t.on_event(ev(WIRE_EV_END, WIRE_END_FINISHED, &[]), t0).is_none());
+        assert!(t
+            .on_event(ev(wire_ev::End, wire_end::Finished as u8, &[]), t0)
+            .is_none());
     }
 
-    fn conn_ev(conn_id: u64, kind: u8, flags: u8, data: &[u8]) -> WireEvent {
+    fn conn_ev(conn_id: u64, kind: wire_ev, flags: u8, data: &[u8]) -> WireEvent {
         WireEvent {
             conn_id,
             ..ev(kind, flags, data)
@@ -535,7 +544,7 @@ mod tests {
         let mut t = Tracker::default();
         for i in 0..=MAX_CAPTURES as u64 {
             let at = t0 + Duration::from_millis(i);
-            t.on_event(conn_ev(i, WIRE_EV_DATA, 0, &[22, 3, 3]), at);
+            t.on_event(conn_ev(i, wire_ev::Data, 0, &[22, 3, 3]), at);
             assert!(t.in_flight() <= MAX_CAPTURES);
         }
         // the oldest sixteenth made room for the last
@@ -544,7 +553,7 @@ mod tests {
         assert_eq!(t.in_flight(), MAX_CAPTURES + 1 - evicted as usize);
         assert!(!t.caps.contains_key(&(evicted - 1)) && t.caps.contains_key(&evicted));
         // more data of a capture in flight takes no room
-        t.on_event(conn_ev(evicted, WIRE_EV_DATA, 0, &[0]), t0);
+        t.on_event(conn_ev(evicted, wire_ev::Data, 0, &[0]), t0);
         assert_eq!(t.dropped.get("wire_captures"), evicted);
         // what ends, expires or is evicted gives its bytes back
         t.expire(t0 + STALE + Duration::from_secs(60));
@@ -558,14 +567,14 @@ mod tests {
         let flight = vec![22u8; MAX_PLAIN];
         let fit = MAX_CAPTURE_BYTES / MAX_PLAIN;
         for i in 0..=fit as u64 {
-            t.on_event(conn_ev(i, WIRE_EV_DATA, 0, &flight), t0 + Duration::from_millis(i));
+            t.on_event(conn_ev(i, wire_ev::Data, 0, &flight), t0 + Duration::from_millis(i));
             assert!(t.plain_bytes <= MAX_CAPTURE_BYTES);
         }
         let evicted = (fit / 16) as u64;
         assert_eq!(t.dropped.get("wire_captures"), evicted);
         assert_eq!(t.plain_bytes, (fit + 1 - evicted as usize) * MAX_PLAIN);
         let ended = t
-            .on_event(conn_ev(fit as u64, WIRE_EV_END, WIRE_END_CLOSED, &[]), t0)
+            .on_event(conn_ev(fit as u64, wire_ev::End, wire_end::Closed as u8, &[]), t0)
             .and_then(Seen::handshake);
         assert!(ended.is_some());
         assert_eq!(t.plain_bytes, (fit - evicted as usize) * MAX_PLAIN);
@@ -577,8 +586,8 @@ mod tests {
         let mut t = Tracker::default();
         let alert = [21, 3, 3, 0, 2, 2, 40];
         let end = |t: &mut Tracker, sk: u64, at: Instant| {
-            t.on_event(conn_ev(sk, WIRE_EV_DATA, 0, &alert), at);
-            t.on_event(conn_ev(sk, WIRE_EV_END, WIRE_END_ALERT, &[]), at)
+            t.on_event(conn_ev(sk, wire_ev::Data, 0, &alert), at);
+            t.on_event(conn_ev(sk, wire_ev::End, wire_end::Alert as u8, &[]), at)
                 .and_then(Seen::handshake)
                 .unwrap();
         };
@@ -601,7 +610,7 @@ mod tests {
         let id = crate::wire::fixtures::WIRE_CONN;
         assert_eq!(t.give_up(id), (Negotiated::UNKNOWN_TCP, false));
         let bytes = resumed12();
-        t.on_event(ev(WIRE_EV_DATA, 0, &bytes[..80]), t0);
+        t.on_event(ev(wire_ev::Data, 0, &bytes[..80]), t0);
         let (l, complete) = t.give_up(id);
         assert_eq!(
             (l.version, l.cipher, complete),
@@ -615,7 +624,7 @@ mod tests {
         WireEvent {
             conn_id,
             offset,
-            ..ev(WIRE_EV_HELLO, flags, data)
+            ..ev(wire_ev::Hello, flags, data)
         }
     }
 
@@ -633,23 +642,23 @@ mod tests {
         // in two events: nothing until the last; the placeholder parser or the real one,
         // these bytes are no ClientHello
         assert!(t.on_event(hello_ev(1, 0, 0, &[22, 3, 1, 0, 4]), t0).is_none());
-        let h = hello(t.on_event(hello_ev(1, 5, HELLO_LAST, &[1, 0, 0, 0]), t0));
+        let h = hello(t.on_event(hello_ev(1, 5, HELLO_LAST as u8, &[1, 0, 0, 0]), t0));
         assert_eq!((h.conn, h.tgid, h.port, h.offer), (1, 7, 8443, Err(Unread::Malformed)));
         assert_eq!((t.hellos.len(), t.hello_bytes), (0, 0));
         // one event missing: lost, once
         t.on_event(hello_ev(2, 0, 0, &[22; 10]), t0);
         assert!(t.on_event(hello_ev(2, 20, 0, &[22; 10]), t0).is_none());
         assert_eq!(
-            hello(t.on_event(hello_ev(2, 30, HELLO_LAST, &[1]), t0)).offer,
+            hello(t.on_event(hello_ev(2, 30, HELLO_LAST as u8, &[1]), t0)).offer,
             Err(Unread::Lost)
         );
         assert_eq!((t.hellos.len(), t.hello_bytes), (0, 0));
         // the kernel gave up: why
         for (why, unread) in [
-            (HELLO_UNREADABLE, Unread::Unreadable),
-            (HELLO_GAP, Unread::Unreadable),
-            (HELLO_CUT, Unread::Cut),
-            (HELLO_BAD, Unread::Malformed),
+            (hello_why::Unreadable as u8, Unread::Unreadable),
+            (hello_why::Gap as u8, Unread::Unreadable),
+            (hello_why::Cut as u8, Unread::Cut),
+            (hello_why::Bad as u8, Unread::Malformed),
         ] {
             t.on_event(hello_ev(3, 0, 0, &[22, 3, 1]), t0);
             assert_eq!(hello(t.on_event(hello_ev(3, 3, why, &[]), t0)).offer, Err(unread));
@@ -678,10 +687,10 @@ mod tests {
         assert!(!t.hellos.contains_key(&(evicted - 1)) && t.hellos.contains_key(&evicted));
         assert_eq!(t.hello_bytes, 3 * t.hellos.len());
         // more than the kernel ever sends for one: lost, and its bytes given back
-        let big = vec![0u8; HELLO_MAX];
+        let big = vec![0u8; HELLO_MAX as usize];
         t.on_event(hello_ev(evicted, 3, 0, &big), t0);
         assert_eq!(
-            hello(t.on_event(hello_ev(evicted, 3, HELLO_LAST, &[]), t0)).offer,
+            hello(t.on_event(hello_ev(evicted, 3, HELLO_LAST as u8, &[]), t0)).offer,
             Err(Unread::Lost)
         );
         assert_eq!(t.hello_bytes, 3 * t.hellos.len());

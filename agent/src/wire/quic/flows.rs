@@ -86,7 +86,7 @@ impl Flows {
     pub fn on_event(&mut self, e: &WireEvent, now: Instant) -> Option<Seen> {
         let d = e.quic()?;
         self.latest_ns = self.latest_ns.max(d.ts);
-        let from_client = e.flags & QUIC_F_CLIENT != 0;
+        let from_client = u32::from(e.flags) & QUIC_F_CLIENT != 0;
         if !self.flows.contains_key(&e.conn_id) {
             // only a client's Initial that opens begins a connection
             if !from_client || d.initial.is_empty() {
@@ -122,7 +122,7 @@ impl Flows {
         if e.tgid != 0 {
             (f.tgid, f.netns) = (e.tgid, e.netns);
         }
-        if e.flags & QUIC_F_RETRY != 0 {
+        if u32::from(e.flags) & QUIC_F_RETRY != 0 {
             log::debug!("quic: conn {:#x} port {}: the server sent a Retry", e.conn_id, e.port);
             f.retried = true;
         }
@@ -149,7 +149,7 @@ impl Flows {
                 Err(_) => self.unopened += 1,
             }
         }
-        if e.flags & QUIC_F_DONE != 0 || f.closed {
+        if u32::from(e.flags) & QUIC_F_DONE != 0 || f.closed {
             let f = self.flows.remove(&e.conn_id)?;
             return Some(Seen::Handshake(handshake(e.conn_id, &f, !f.closed, d.ts)));
         }
