@@ -338,9 +338,7 @@ impl Handshakes {
         let comm = procs.name(e.tgid);
         let cpu = e.cpu_ns as f64 / 1e9;
         let p = ParamLabels::new(&comm, role, n);
-        let counts = self
-            .mode
-            .probes_count(e.role == hs::hs_role::Client as u8, e.estimate != 0);
+        let counts = self.mode.probes_count(e.role == hs::hs_role::Client as u8, e.estimate != 0);
         if counts {
             self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
             if let Some(reason) = unlabelled {
@@ -436,10 +434,7 @@ mod tests {
     struct Procs(HashMap<u32, (&'static str, bool)>, Option<u64>);
 
     fn procs() -> Procs {
-        Procs(
-            HashMap::from([(NGINX, ("nginx", true)), (GNUTLS, ("lighttpd", false))]),
-            None,
-        )
+        Procs(HashMap::from([(NGINX, ("nginx", true)), (GNUTLS, ("lighttpd", false))]), None)
     }
 
     impl ProcInfo for Procs {
@@ -489,14 +484,14 @@ mod tests {
         ]
     }
 
-    fn probe(role: u8, result: u8, conn: u64, cpu_ns: u64) -> hs::hs_event {
+    fn probe(role: hs::hs_role, result: hs::hs_result, conn: u64, cpu_ns: u64) -> hs::hs_event {
         hs::hs_event {
             duration_ns: 2 * cpu_ns,
             cpu_ns,
             tgid: NGINX,
             calls: 2,
-            role,
-            result,
+            role: role as u8,
+            result: result as u8,
             estimate: 0,
             pad: [0; 5],
             conn_id: conn,
@@ -555,17 +550,9 @@ mod tests {
         let (p, t0) = (procs(), Instant::now());
         // the wire ends first, the probe event comes after: counted once, timed once
         h.on_wire(captured(NGINX, 200, wire_end::Finished), &p, t0);
-        h.on_probe(
-            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 200, 500_000),
-            &p,
-            t0,
-        );
+        h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 200, 500_000), &p, t0);
         // a probe event before its connection's bytes: it waits for them
-        h.on_probe(
-            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 300, 700_000),
-            &p,
-            t0,
-        );
+        h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 300, 700_000), &p, t0);
         assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 1);
         h.on_wire(captured(NGINX, 300, wire_end::Finished), &p, t0);
         h.flush(false, &p, t0);
@@ -575,11 +562,7 @@ mod tests {
         assert!((sum - 0.0012).abs() < 1e-12, "{sum}");
         assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 0);
         // a connection accepted before the probes' window opened is not timed
-        h.on_probe(
-            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 50, 900_000),
-            &p,
-            t0,
-        );
+        h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 50, 900_000), &p, t0);
         assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 2);
         assert_eq!(h.summary[&("nginx".into(), "server", "ok")].count, 2);
         assert_eq!(h.summary[&("nginx".into(), "server", "ok")].measured, 2);
@@ -605,35 +588,20 @@ mod tests {
         h.on_wire(accepted(200, 150), &p, t0); // timed by a probe below
         h.on_wire(accepted(201, 160), &p, t0); // never timed: another stack's
         h.on_wire(accepted(202, 50), &p, t0); // accepted before the window: not looked at
-        h.on_probe(
-            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 200, 500_000),
-            &p,
-            t0,
-        );
+        h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 200, 500_000), &p, t0);
         // the kernel's estimate of the one the probes missed, and of the one they timed
-        let mut part = probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 201, 300_000);
+        let mut part = probe(hs::hs_role::Server, hs::hs_result::Ok, 201, 300_000);
         part.estimate = 1;
         h.on_probe(part, &p, t0);
         h.on_probe(hs::hs_event { conn_id: 200, ..part }, &p, t0);
-        assert_eq!(
-            std::mem::take(&mut h.sightings),
-            vec![(NGINX, true)],
-            "a probe's report, at once"
-        );
+        assert_eq!(std::mem::take(&mut h.sightings), vec![(NGINX, true)], "a probe's report, at once");
         h.flush(false, &p, t0 + tracker::WAIT / 2);
         assert!(h.sightings.is_empty());
-        assert_eq!(
-            timed(&m, "nginx", "server", &RESUMED).0,
-            1,
-            "the estimate waits for a late probe"
-        );
+        assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 1, "the estimate waits for a late probe");
         h.flush(false, &p, t0 + tracker::WAIT);
         assert_eq!(h.sightings, vec![(NGINX, true), (NGINX, false)]);
         let (n, sum) = timed(&m, "nginx", "server", &RESUMED);
-        assert_eq!(
-            n, 2,
-            "one figure each: the probe's, and the estimate's where no probe timed it"
-        );
+        assert_eq!(n, 2, "one figure each: the probe's, and the estimate's where no probe timed it");
         assert!((sum - 0.0008).abs() < 1e-12, "{sum}");
     }
 
@@ -666,11 +634,7 @@ mod tests {
         );
         assert_eq!(count(&m, "lighttpd", "server", "ok", &RESUMED), 1, "and lighttpd's");
         // the probes time nginx's: measured, not counted again
-        h.on_probe(
-            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 200, 500_000),
-            &p,
-            t0,
-        );
+        h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 200, 500_000), &p, t0);
         assert_eq!(count(&m, "nginx", "server", "ok", &RESUMED), 1);
         assert_eq!(h.summary[&("nginx".to_string(), "server", "ok")].measured, 1);
     }
@@ -687,27 +651,15 @@ mod tests {
             "the probes count nginx's"
         );
         // every handshake is counted, even on a connection from before the window
-        h.on_probe(
-            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 200, 500_000),
-            &p,
-            t0,
-        );
-        h.on_probe(
-            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 50, 500_000),
-            &p,
-            t0,
-        );
+        h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 200, 500_000), &p, t0);
+        h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 50, 500_000), &p, t0);
         assert_eq!(count(&m, "nginx", "server", "ok", &RESUMED), 1);
         // the second waits for bytes that never come: counted with what is known
         h.flush(false, &p, t0 + tracker::WAIT);
         assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN_TCP), 1);
         assert_eq!(unlabelled(&m, "nginx", UNLABELLED_INCOMPLETE), 1);
         // a failed handshake that sent nothing is not kept waiting
-        h.on_probe(
-            probe(hs::hs_role::Server as u8, hs::hs_result::Failed as u8, 400, 100_000),
-            &p,
-            t0,
-        );
+        h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Failed, 400, 100_000), &p, t0);
         assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN_TCP), 1);
         let failed_cpu = m
             .failed_handshake_cpu
@@ -725,11 +677,7 @@ mod tests {
             let m = Arc::new(Metrics::new());
             let mut h = Handshakes::new(m.clone(), mode, true);
             let (p, t0) = (procs(), Instant::now());
-            h.on_probe(
-                probe(hs::hs_role::Client as u8, hs::hs_result::Ok as u8, 0, 300_000),
-                &p,
-                t0,
-            );
+            h.on_probe(probe(hs::hs_role::Client, hs::hs_result::Ok, 0, 300_000), &p, t0);
             assert_eq!(count(&m, "nginx", "client", "ok", &Negotiated::UNKNOWN), 1, "{mode:?}");
             assert_eq!(unlabelled(&m, "nginx", UNLABELLED_NO_CONNECTION), 1);
         }
@@ -748,11 +696,7 @@ mod tests {
         let (p, t0) = (procs(), Instant::now());
         // handshakes whose connections' bytes never come
         for conn in 0..MAX_PENDING as u64 + 3 {
-            h.on_probe(
-                probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 1000 + conn, 1000),
-                &p,
-                t0,
-            );
+            h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 1000 + conn, 1000), &p, t0);
             assert!(h.pending.len() <= MAX_PENDING);
         }
         // the oldest three were counted at once, with what was known
@@ -787,11 +731,7 @@ mod tests {
         let m = Arc::new(Metrics::new());
         let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture), false);
         let (p, t0) = (procs(), Instant::now());
-        h.on_probe(
-            probe(hs::hs_role::Server as u8, hs::hs_result::Ok as u8, 200, 500_000),
-            &p,
-            t0,
-        );
+        h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 200, 500_000), &p, t0);
         assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 1);
         assert_eq!(unlabelled(&m, "nginx", UNLABELLED_NO_CONNECTION), 1);
         h.failed_without_tls("nginx", 3);

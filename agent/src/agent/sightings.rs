@@ -182,9 +182,7 @@ impl Judges {
     pub fn estimates_over(&mut self, now: Instant) -> Vec<String> {
         self.names
             .iter_mut()
-            .filter(|(_, j)| {
-                j.verdict.is_none() && !j.estimate_over && now.duration_since(j.since) >= ESTIMATE_WHILE_JUDGED
-            })
+            .filter(|(_, j)| j.verdict.is_none() && !j.estimate_over && now.duration_since(j.since) >= ESTIMATE_WHILE_JUDGED)
             .map(|(name, j)| {
                 j.estimate_over = true;
                 name.clone()
@@ -238,10 +236,7 @@ mod tests {
         assert_eq!(j.sighted("nginx", true), Some(Verdict::Seen));
         assert_eq!(j.verdict("nginx"), Verdict::Seen);
         assert_eq!(j.sighted("nginx", false), None, "judged once");
-        assert!(
-            !j.traced("nginx", t0),
-            "a later process of the name starts without the estimate"
-        );
+        assert!(!j.traced("nginx", t0), "a later process of the name starts without the estimate");
     }
 
     #[test]

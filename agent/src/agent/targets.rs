@@ -204,11 +204,7 @@ impl Targets {
     /// Turns the kernel estimate of every process of `name` with probes on or off (attached
     /// or not, the budget's off part: a name's verdict is its processes').
     fn estimate_probed(&self, name: &str, on: bool, k: &mut Kernel) {
-        for (pid, _) in self
-            .traced
-            .iter()
-            .filter(|(_, t)| t.name == name && t.probing.probes().is_some())
-        {
+        for (pid, _) in self.traced.iter().filter(|(_, t)| t.name == name && t.probing.probes().is_some()) {
             k.set_estimate(*pid, on);
         }
     }
@@ -218,12 +214,8 @@ impl Targets {
     /// kernel estimate; probes that miss the handshakes leave them to it, said once.
     pub fn on_sightings(&mut self, looked: Vec<(u32, bool)>, k: &mut Kernel, m: &Metrics) {
         for (pid, seen) in looked {
-            let Some(name) = self.traced_name(pid).map(str::to_string) else {
-                continue;
-            };
-            let Some(verdict) = self.judges.sighted(&name, seen) else {
-                continue;
-            };
+            let Some(name) = self.traced_name(pid).map(str::to_string) else { continue };
+            let Some(verdict) = self.judges.sighted(&name, seen) else { continue };
             let (timed, missed) = self.judges.tally(&name);
             self.estimate_probed(&name, verdict == Verdict::Unseen, k);
             if verdict == Verdict::Unseen {
@@ -234,13 +226,10 @@ impl Targets {
                 self.said.say(pid, &name, NoProbes::UnseenByProbes, &detail);
                 self.export_gauges(m);
             } else {
-                log::debug!(
-                    "{name}: its probes reported a server handshake ({timed} looked at, {missed} missed): trusted"
-                );
+                log::debug!("{name}: its probes reported a server handshake ({timed} looked at, {missed} missed): trusted");
             }
         }
-        self.dropped
-            .add("sighting_names", std::mem::take(&mut self.judges.dropped));
+        self.dropped.add("sighting_names", std::mem::take(&mut self.judges.dropped));
     }
 
     /// Forgets the processes gone or changed, and attaches to the selected ones that carry
@@ -681,9 +670,10 @@ impl Targets {
     pub fn export_gauges(&self, m: &Metrics) {
         let traced = self.traced.values().map(|t| Attached {
             name: &t.name,
-            why_no_probes: t.probing.why_none().or((t.probing.probes().is_some()
-                && self.judges.verdict(&t.name) == Verdict::Unseen)
-                .then_some(NoProbes::UnseenByProbes)),
+            why_no_probes: t.probing.why_none().or(
+                (t.probing.probes().is_some() && self.judges.verdict(&t.name) == Verdict::Unseen)
+                    .then_some(NoProbes::UnseenByProbes),
+            ),
             probes: t.probing.probes().map_or(0, Probes::count),
         });
         gauges::export(m, traced, &self.ever_attached);

@@ -389,11 +389,7 @@ impl Kernel {
 
     /// The estimate's reads: needed while the kernel estimates the process.
     fn estimating(&mut self, pid: u32, on: bool) {
-        let changed = if on {
-            self.estimated.insert(pid)
-        } else {
-            self.estimated.remove(&pid)
-        };
+        let changed = if on { self.estimated.insert(pid) } else { self.estimated.remove(&pid) };
         if changed {
             self.sync_reads();
         }
@@ -418,9 +414,7 @@ impl Kernel {
 
     /// Switches the read side on while anything needs it, off when nothing does.
     fn sync_reads(&mut self) {
-        let reads =
-            (self.exact || self.ctl.sends_captured == 0 || !self.readers.is_empty() || !self.estimated.is_empty())
-                as u32;
+        let reads = (self.exact || self.ctl.sends_captured == 0 || !self.readers.is_empty() || !self.estimated.is_empty()) as u32;
         if reads == self.ctl.reads {
             return;
         }
@@ -542,16 +536,8 @@ impl Kernel {
 
     /// A port number's conn_port_nums value: whether it is watched for TCP, for UDP.
     fn write_port_num(&mut self, port: u16) {
-        let tcp = if self.port_nums.contains_key(&port) {
-            cn::CONN_NUM_TCP as u8
-        } else {
-            0
-        };
-        let udp = if self.quic_nums.contains(&port) {
-            cn::CONN_NUM_UDP as u8
-        } else {
-            0
-        };
+        let tcp = if self.port_nums.contains_key(&port) { cn::CONN_NUM_TCP as u8 } else { 0 };
+        let udp = if self.quic_nums.contains(&port) { cn::CONN_NUM_UDP as u8 } else { 0 };
         let _ = self.conn_port_nums.set(u32::from(port), tcp | udp, 0);
     }
 
