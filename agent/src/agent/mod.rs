@@ -353,7 +353,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     let mut agent = Agent {
         targets: Targets::new(&args, mode, files),
         ports: Ports::new(metrics.clone()),
-        handshakes: Handshakes::new(metrics.clone(), mode, kernel.served.sends_captured()),
+        handshakes: Handshakes::new(metrics.clone(), mode),
         budget: Budget::new(hit_cost),
         health: Health::default(),
         metrics,
