@@ -66,6 +66,7 @@ int main(void)
 	S(req_ctl);
 	F(req_ctl, sends_captured);
 	F(req_ctl, reads);
+	F(req_ctl, reads_link);
 	S(conn_port);
 	F(conn_port, netns);
 	F(conn_port, port);

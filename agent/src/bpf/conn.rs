@@ -18,12 +18,14 @@ pub const AF_INET: u16 = libc::AF_INET as u16;
 
 /// Value of req_ctl[0] (bpf/requests.h): the switches the agent sets after load, which
 /// cannot be read-only globals: whether the send capture attached is known once the object
-/// is loaded, and `reads` changes at run time. (--exact is the global req_read_links.)
+/// is loaded, the run's mode (`reads_link`) once that is known, and `reads` changes at run
+/// time.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct req_ctl {
     pub sends_captured: u32,
     pub reads: u32,
+    pub reads_link: u32,
 }
 
 /// conn_port_nums values (bits): a TCP port watched, a UDP port watched (QUIC).

@@ -92,7 +92,14 @@ mod layout_tests {
                 prog_ns
             }
         );
-        rust_layout!(rust, req_ctl { sends_captured, reads });
+        rust_layout!(
+            rust,
+            req_ctl {
+                sends_captured,
+                reads,
+                reads_link
+            }
+        );
         rust_layout!(rust, conn_port { netns, port });
         rust_layout!(
             rust,
