@@ -37,12 +37,8 @@ struct {
 	__type(value, struct req_ctl);
 } req_ctl SEC(".maps");
 
-/* Set by the agent at load: --exact, a handshake call's reads mark its connection as TLS and
- * link the call to it (the default mode leaves that to the sends). */
-const volatile __u32 req_read_links = 0;
-
-/* The switches now: one lookup, checked first on every read of the machine, before the
- * socket's storage (NULL: the array cannot be read, as good as everything off). */
+/* The switches now: one lookup per program run, checked first on every read of the machine,
+ * before the socket's storage (NULL: the array cannot be read, as good as everything off). */
 static __always_inline const struct req_ctl *req_switches(void)
 {
 	__u32 zero = 0;
@@ -159,7 +155,7 @@ static __always_inline int req_received(struct sock *sk, int ret, int flags)
 	go_on_read(c, ret); /* a Go handshake's goroutine parks or resumes (gotls.bpf.h) */
 	if (ctl->sends_captured) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
-		if (req_read_links && in_handshake_here(tid))
+		if (ctl->reads_link && in_handshake_here(tid))
 			conn_handshake_io(c, tid);
 		/* the capture sees the handshake end: the kernel estimate can be summed */
 		est_on_read(sk, c, ret, flags);

@@ -84,14 +84,13 @@ pub struct Handshakes {
     pub summary: BTreeMap<SummaryKey, Summary>,
     /// The probes' figures of QUIC handshakes, waiting for their connection.
     quic: QuicJoin,
-    /// Who counts a handshake.
+    /// Who counts a handshake, and whether the wire is captured (handshakes can be
+    /// labelled from it).
     mode: Mode,
-    /// The wire is captured (tcp_sendmsg_locked): handshakes can be labelled.
-    sends_captured: bool,
 }
 
 impl Handshakes {
-    pub fn new(metrics: Arc<Metrics>, mode: Mode, sends_captured: bool) -> Self {
+    pub fn new(metrics: Arc<Metrics>, mode: Mode) -> Self {
         Self {
             metrics: metrics.clone(),
             wire: Tracker::default(),
@@ -103,7 +102,6 @@ impl Handshakes {
             summary: BTreeMap::new(),
             quic: QuicJoin::default(),
             mode,
-            sends_captured,
         }
     }
 
@@ -244,14 +242,14 @@ impl Handshakes {
                 id => self.estimates.timed(id, now),
             }
         }
-        if e.conn_id == 0 && e.role != hs::hs_role::Client as u8 && self.sends_captured {
+        if e.conn_id == 0 && e.role != hs::hs_role::Client as u8 && self.mode.sends_captured() {
             let name = procs.name(e.tgid);
             if self.quic.serves(&name) {
                 self.quic.wait(e, name, now);
                 return self.join_quic(false, procs, now);
             }
         }
-        if e.conn_id == 0 || !self.sends_captured {
+        if e.conn_id == 0 || !self.mode.sends_captured() {
             return self.count(&e, &Negotiated::UNKNOWN, Some(UNLABELLED_NO_CONNECTION), procs);
         }
         let id = e.conn_id;
@@ -546,7 +544,7 @@ mod tests {
     #[test]
     fn default_mode_counts_from_the_wire_and_times_from_the_probes() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), Mode::Default, true);
+        let mut h = Handshakes::new(m.clone(), Mode::Default);
         let (p, t0) = (procs(), Instant::now());
         // the wire ends first, the probe event comes after: counted once, timed once
         h.on_wire(captured(NGINX, 200, wire_end::Finished), &p, t0);
@@ -575,7 +573,7 @@ mod tests {
     #[test]
     fn handshakes_are_looked_at_while_probes_are_judged() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), Mode::Default, true);
+        let mut h = Handshakes::new(m.clone(), Mode::Default);
         let (p, t0) = (Procs(procs().0, Some(100)), Instant::now());
         let accepted = |conn: u64, start: u64| {
             let mut end = start.to_le_bytes().to_vec();
@@ -608,7 +606,7 @@ mod tests {
     #[test]
     fn servers_without_probes_and_unknown_processes() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), Mode::Default, true);
+        let mut h = Handshakes::new(m.clone(), Mode::Default);
         let (p, t0) = (procs(), Instant::now());
         h.on_wire(captured(GNUTLS, 200, wire_end::Finished), &p, t0);
         // closed after its ServerHello: the server's part did not finish
@@ -623,7 +621,7 @@ mod tests {
     #[test]
     fn exact_mode_counts_from_the_wire_where_it_captures() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::Asked), true);
+        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::Asked));
         let (p, t0) = (procs(), Instant::now());
         h.on_wire(captured(NGINX, 200, wire_end::Finished), &p, t0);
         h.on_wire(captured(GNUTLS, 201, wire_end::Finished), &p, t0);
@@ -642,7 +640,7 @@ mod tests {
     #[test]
     fn without_a_wire_capture_the_probes_count() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture), true);
+        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture));
         let (p, t0) = (procs(), Instant::now());
         h.on_wire(captured(NGINX, 200, wire_end::Finished), &p, t0);
         assert_eq!(
@@ -650,17 +648,15 @@ mod tests {
             0,
             "the probes count nginx's"
         );
-        // every handshake is counted, even on a connection from before the window
+        // every handshake is counted, even on a connection from before the window, at once:
+        // there is no wire capture to wait for
         h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 200, 500_000), &p, t0);
         h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 50, 500_000), &p, t0);
-        assert_eq!(count(&m, "nginx", "server", "ok", &RESUMED), 1);
-        // the second waits for bytes that never come: counted with what is known
-        h.flush(false, &p, t0 + tracker::WAIT);
-        assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN_TCP), 1);
-        assert_eq!(unlabelled(&m, "nginx", UNLABELLED_INCOMPLETE), 1);
-        // a failed handshake that sent nothing is not kept waiting
+        assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 2);
+        assert_eq!(unlabelled(&m, "nginx", UNLABELLED_NO_CONNECTION), 2);
+        assert!(h.pending.is_empty());
         h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Failed, 400, 100_000), &p, t0);
-        assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN_TCP), 1);
+        assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN), 1);
         let failed_cpu = m
             .failed_handshake_cpu
             .get_or_create(&RoleLabels {
@@ -672,10 +668,39 @@ mod tests {
     }
 
     #[test]
+    fn a_probe_figure_waits_for_its_wire_capture_within_bounds() {
+        // where the wire captures, the probes' figures wait for their connection's labels
+        let m = Arc::new(Metrics::new());
+        let mut h = Handshakes::new(m.clone(), Mode::Default);
+        let (p, t0) = (procs(), Instant::now());
+        h.on_wire(captured(NGINX, 200, wire_end::Finished), &p, t0);
+        h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 200, 500_000), &p, t0);
+        assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 1, "labelled by the wire");
+        // one waits for bytes that never come: timed with what is known
+        h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 300, 500_000), &p, t0);
+        assert_eq!(h.pending.len(), 1);
+        h.flush(false, &p, t0 + tracker::WAIT);
+        assert_eq!(timed(&m, "nginx", "server", &Negotiated::UNKNOWN_TCP).0, 1);
+        assert!(h.pending.is_empty());
+        // a failed handshake that sent nothing is not kept waiting
+        h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Failed, 400, 100_000), &p, t0);
+        assert!(h.pending.is_empty());
+        let failed_cpu = m
+            .failed_handshake_cpu
+            .get_or_create(&RoleLabels {
+                comm: "nginx".into(),
+                role: "server".into(),
+            })
+            .get();
+        assert!((failed_cpu - 1e-4).abs() < 1e-12);
+        assert_eq!(count(&m, "nginx", "server", "ok", &RESUMED), 1, "counted by the wire alone");
+    }
+
+    #[test]
     fn client_handshakes_are_counted_by_the_probes_in_every_mode() {
         for mode in [Mode::Default, Mode::Exact(ExactWhy::Asked)] {
             let m = Arc::new(Metrics::new());
-            let mut h = Handshakes::new(m.clone(), mode, true);
+            let mut h = Handshakes::new(m.clone(), mode);
             let (p, t0) = (procs(), Instant::now());
             h.on_probe(probe(hs::hs_role::Client, hs::hs_result::Ok, 0, 300_000), &p, t0);
             assert_eq!(count(&m, "nginx", "client", "ok", &Negotiated::UNKNOWN), 1, "{mode:?}");
@@ -692,29 +717,29 @@ mod tests {
     #[test]
     fn waiting_handshakes_are_bounded() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture), true);
+        let mut h = Handshakes::new(m.clone(), Mode::Default);
         let (p, t0) = (procs(), Instant::now());
         // handshakes whose connections' bytes never come
         for conn in 0..MAX_PENDING as u64 + 3 {
             h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 1000 + conn, 1000), &p, t0);
             assert!(h.pending.len() <= MAX_PENDING);
         }
-        // the oldest three were counted at once, with what was known
+        // the oldest three were timed at once, with what was known
         assert_eq!(h.pending.len(), MAX_PENDING);
         assert_eq!(table_full(&m, "pending_handshakes"), 3);
-        assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN_TCP), 3);
-        assert_eq!(unlabelled(&m, "nginx", UNLABELLED_INCOMPLETE), 3);
+        assert_eq!(timed(&m, "nginx", "server", &Negotiated::UNKNOWN_TCP).0, 3);
         h.flush(true, &p, t0);
         assert_eq!(
-            count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN_TCP),
+            timed(&m, "nginx", "server", &Negotiated::UNKNOWN_TCP).0,
             MAX_PENDING as u64 + 3
         );
+        assert!(h.pending.is_empty());
     }
 
     #[test]
     fn the_summary_is_bounded() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture), false);
+        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture));
         for i in 0..MAX_SUMMARY_ROWS + 2 {
             h.failed_without_tls(&format!("p{i}"), 1);
         }
@@ -729,7 +754,7 @@ mod tests {
     #[test]
     fn without_the_wire_nothing_waits() {
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture), false);
+        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture));
         let (p, t0) = (procs(), Instant::now());
         h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 200, 500_000), &p, t0);
         assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 1);
@@ -744,7 +769,7 @@ mod tests {
     fn client_hellos_counted_by_why_they_were_not_read() {
         use crate::bpf::wire::{hello_why, HELLO_LAST};
         let m = Arc::new(Metrics::new());
-        let mut h = Handshakes::new(m.clone(), Mode::Default, true);
+        let mut h = Handshakes::new(m.clone(), Mode::Default);
         let (p, t0) = (procs(), Instant::now());
         let unread = |reason: &str| {
             m.client_hellos_unread

@@ -314,16 +314,18 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     preflight::bpf_stats();
 
     let sample_hz = args.targets.sample_hz();
+    // What the kernel offers first, then the mode made of it and the flags, then the kernel
+    // configured for that mode.
     let mut kernel = Kernel::load(
         &btf,
         sample_hz,
-        args.exact,
         !Selector::new(&args.targets).explicit(),
         &args.avoid_hooks,
         !args.no_client_hellos,
     )?;
-    kernel.select_comms(&args.targets.comms)?;
     let mode = Mode::new(args.exact, kernel.served.sends_captured());
+    kernel.configure(mode.reads_link_handshakes(), &btf)?;
+    kernel.select_comms(&args.targets.comms)?;
     if mode == Mode::Exact(mode::ExactWhy::NoWireCapture) {
         log::warn!(
             "without a hook on the server's sends (send_capture) the handshakes can only be counted by the handshake probes: they stay \
@@ -357,7 +359,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     let mut agent = Agent {
         targets: Targets::new(&args, mode, files),
         ports: Ports::new(metrics.clone()),
-        handshakes: Handshakes::new(metrics.clone(), mode, kernel.served.sends_captured()),
+        handshakes: Handshakes::new(metrics.clone(), mode),
         budget: Budget::new(hit_cost),
         health: Health::default(),
         metrics,

@@ -8,16 +8,17 @@
 //! - Exact (`--exact`): the probes stay attached and time every handshake they see; the
 //!   wire still counts every server's handshakes (a process forked or executed per
 //!   connection has its first handshakes before its probes: the kernel estimate times them).
-//! - Exact because the kernel's sends cannot be captured: the probes count what they see.
+//! - Exact because the kernel's sends cannot be captured (`--exact` or not): the probes
+//!   count what they see; there is no wire to count.
 //! - Client-role handshakes are seen by the probes only: they count them in every mode.
 //! - The kernel estimate (processes without probes) never counts: the wire does.
 
 /// Why the probes count handshakes and stay attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExactWhy {
-    /// `--exact`.
+    /// `--exact`, where the kernel captures the server's sends.
     Asked,
-    /// No hook on the server's sends: the wire cannot count.
+    /// No hook on the server's sends (`--exact` or not): the wire cannot count.
     NoWireCapture,
 }
 
@@ -28,13 +29,21 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// From `--exact` and whether the kernel captures the server's sends.
-    pub fn new(asked_exact: bool, wire_capture: bool) -> Self {
-        match (asked_exact, wire_capture) {
-            (true, _) => Mode::Exact(ExactWhy::Asked),
-            (false, false) => Mode::Exact(ExactWhy::NoWireCapture),
+    /// From `--exact` and whether the kernel captures the server's sends
+    /// (bpf::Served::sends_captured, known once the kernel side has attached). Without the
+    /// capture there is no wire to count, `--exact` or not: the probes count.
+    pub fn new(asked_exact: bool, sends_captured: bool) -> Self {
+        match (asked_exact, sends_captured) {
+            (_, false) => Mode::Exact(ExactWhy::NoWireCapture),
+            (true, true) => Mode::Exact(ExactWhy::Asked),
             (false, true) => Mode::Default,
         }
+    }
+
+    /// The kernel captures the server's sends (what Mode::new was given): a handshake the
+    /// probes timed on a connection can be joined with its wire capture, for its labels.
+    pub fn sends_captured(self) -> bool {
+        self != Mode::Exact(ExactWhy::NoWireCapture)
     }
 
     /// tlsprof_mode_info{mode}.
@@ -53,7 +62,15 @@ impl Mode {
     /// A server handshake its wire capture ended with: does the wire count it? Wherever
     /// there is a wire capture.
     pub fn wire_counts(self) -> bool {
-        self != Mode::Exact(ExactWhy::NoWireCapture)
+        self.sends_captured()
+    }
+
+    /// Do a handshake call's reads link it to its connection (and mark the connection as
+    /// TLS, so that it is not also counted as one without a handshake: bpf/requests.bpf.h)?
+    /// Where the probes stay attached and time every handshake: the read side then runs all
+    /// along. In the default mode the sends link the calls the probes see in their windows.
+    pub fn reads_link_handshakes(self) -> bool {
+        !self.budgeted()
     }
 
     /// A handshake the probes timed (`client`: the process was the client; `estimate`: the
@@ -90,7 +107,14 @@ mod tests {
         }
         assert!(Mode::new(false, true).budgeted());
         assert_eq!(Mode::new(false, false), Mode::Exact(ExactWhy::NoWireCapture));
-        assert_eq!(Mode::new(true, false), Mode::Exact(ExactWhy::Asked));
+        assert_eq!(Mode::new(true, true), Mode::Exact(ExactWhy::Asked));
+        // --exact without a wire: the probes count (else no one would count the servers)
+        assert_eq!(Mode::new(true, false), Mode::Exact(ExactWhy::NoWireCapture));
+        for (asked, sends) in [(false, false), (false, true), (true, false), (true, true)] {
+            let mode = Mode::new(asked, sends);
+            assert_eq!(mode.sends_captured(), sends, "{mode:?}");
+            assert_eq!(mode.reads_link_handshakes(), asked || !sends, "{mode:?}");
+        }
         assert!(
             Mode::Exact(ExactWhy::Asked).wire_counts(),
             "under --exact a process forked per connection has handshakes only the wire saw"

@@ -74,17 +74,15 @@ pub struct Kernel {
     conn_exchanges: PerCpuArray<MapData, u64>,
     free_slots: Vec<u32>,
     traced: BpfHashMap<MapData, u32, proc_traced>,
-    /// The switches of the connection programs (requests.bpf.h), as last written, and
-    /// --exact (a read-only global of the object's).
+    /// The switches of the connection programs (requests.bpf.h), as last written.
     req_ctl: Array<MapData, cn::req_ctl>,
     ctl: cn::req_ctl,
-    exact: bool,
     /// The read side's programs, attached while something needs them.
     read_side: ReadSide,
     /// Traced processes that need the read side for good (Go probes, a parent forking per
     /// connection), and those the kernel estimates now: while there are none (and neither
-    /// --exact nor a kernel without the send capture needs it), the read side is detached
-    /// (readside.rs).
+    /// the mode, through `ctl.reads_link`, nor a kernel without the send capture needs it),
+    /// the read side is detached (readside.rs).
     readers: std::collections::BTreeSet<u32>,
     estimated: std::collections::BTreeSet<u32>,
     pub(super) detacher: Detacher,
@@ -113,11 +111,10 @@ where
 /// programs are loaded later, one by one.
 /// `find`: no --pid or --comm: processes are also found by what their connections carry
 /// (bpf/proc.bpf.h proc_find).
-fn load_object(cpus: usize, sample_hz: u64, exact: bool, find: bool, storage: Storage) -> Result<Ebpf> {
+fn load_object(cpus: usize, sample_hz: u64, find: bool, storage: Storage) -> Result<Ebpf> {
     let cpu_accounting = u32::from(sample_hz > 0);
     let proc_find = u32::from(find);
     let conn_hash = u32::from(storage == Storage::Hash);
-    let read_links = u32::from(exact);
     let sizes = MapSizes::here(cpus);
     let mut loader = EbpfLoader::new();
     loader
@@ -135,7 +132,6 @@ fn load_object(cpus: usize, sample_hz: u64, exact: bool, find: bool, storage: St
         .map_max_entries("cpu_samples", sample_ring_bytes(cpus, sample_hz))
         .override_global("cpu_accounting", &cpu_accounting, true)
         .override_global("conn_hash", &conn_hash, true)
-        .override_global("req_read_links", &read_links, true)
         .override_global("proc_find", &proc_find, true)
         .load(super::OBJECT)
         .context("cannot load tlsprof's BPF programs into the kernel")
@@ -219,15 +215,9 @@ impl Kernel {
     /// `sample_hz` 0 leaves CPU attribution off; `avoid` names hooks not to use
     /// (--avoid-hook); `client_hellos` false leaves the ClientHello capture detached
     /// (--no-client-hellos). The uprobe programs are loaded, not attached (the agent attaches them
-    /// per process).
-    pub fn load(
-        btf: &Btf,
-        sample_hz: u64,
-        exact: bool,
-        find: bool,
-        avoid: &[String],
-        client_hellos: bool,
-    ) -> Result<Self> {
+    /// per process). What the run's mode needs of the kernel is set by `configure`, once the
+    /// mode is known from what serves here (`served`).
+    pub fn load(btf: &Btf, sample_hz: u64, find: bool, avoid: &[String], client_hellos: bool) -> Result<Self> {
         let cpus = aya::util::online_cpus()
             .map_err(|(_, e)| e)
             .context("cannot read the online CPUs")?;
@@ -236,10 +226,10 @@ impl Kernel {
         } else {
             Storage::Socket
         };
-        let mut ebpf = load_object(cpus.len(), sample_hz, exact, find, first)?;
+        let mut ebpf = load_object(cpus.len(), sample_hz, find, first)?;
         let mut served = attach_capabilities(&mut ebpf, btf, first, avoid, client_hellos)?;
         if first == Storage::Socket && served.connections_short() {
-            let mut hash = load_object(cpus.len(), sample_hz, exact, find, Storage::Hash)?;
+            let mut hash = load_object(cpus.len(), sample_hz, find, Storage::Hash)?;
             let hash_served = attach_capabilities(&mut hash, btf, Storage::Hash, avoid, client_hellos)?;
             if hash_served.connection_score() > served.connection_score() {
                 (ebpf, served) = (hash, hash_served);
@@ -262,20 +252,19 @@ impl Kernel {
         log::debug!("kernel: connection state in {}", served.storage.label());
         uprobes::load(&mut ebpf)?;
         let mut req_ctl: Array<MapData, cn::req_ctl> = take(&mut ebpf, "req_ctl")?;
-        let sends_captured = served.sends_captured();
+        // until `configure`: the read side attached, switched on only where this kernel
+        // itself needs it (no send capture)
         let ctl = cn::req_ctl {
-            sends_captured: sends_captured as u32,
-            reads: (exact || !sends_captured) as u32,
+            sends_captured: served.sends_captured().into(),
+            reads: (!served.sends_captured()).into(),
+            reads_link: 0,
         };
         req_ctl.set(0, ctl, 0).context("BPF map req_ctl")?;
         let read_hook = match served.of(READ_SIDE.name) {
             Some(hooks::Serving::By(h)) => Some(*h),
             _ => None,
         };
-        let mut read_side = ReadSide::new(read_hook, std::mem::take(&mut served.read_links));
-        if ctl.reads == 0 {
-            read_side.detach_at_start(&mut ebpf, btf);
-        }
+        let read_side = ReadSide::new(read_hook, std::mem::take(&mut served.read_side_links));
         if sample_hz > 0 {
             attach_sampler(&mut ebpf, &cpus, sample_hz)?;
         }
@@ -309,7 +298,6 @@ impl Kernel {
             traced: take(&mut ebpf, "traced")?,
             req_ctl,
             ctl,
-            exact,
             read_side,
             readers: Default::default(),
             estimated: Default::default(),
@@ -320,6 +308,25 @@ impl Kernel {
             full: Dropped::default(),
             ebpf,
         })
+    }
+
+    /// Sets what the run's mode needs of the kernel, once, before anything is traced:
+    /// `reads_link_handshakes` (agent/mode.rs Mode::reads_link_handshakes) keeps the read side
+    /// attached for the whole run, linking handshake calls to their connections; else, and
+    /// where the server's sends are captured, the read side is detached until something needs
+    /// it (readside.rs).
+    pub fn configure(&mut self, reads_link_handshakes: bool, btf: &Btf) -> Result<()> {
+        let mut ctl = cn::req_ctl {
+            reads_link: reads_link_handshakes.into(),
+            ..self.ctl
+        };
+        ctl.reads = self.reads_needed(&ctl).into();
+        self.req_ctl.set(0, ctl, 0).context("BPF map req_ctl")?;
+        self.ctl = ctl;
+        if ctl.reads == 0 {
+            self.read_side.detach_at_start(&mut self.ebpf, btf);
+        }
+        Ok(())
     }
 
     /// The ClientHello capture's packet program on the cgroups of the traced processes
@@ -412,9 +419,16 @@ impl Kernel {
         }
     }
 
+    /// Whether anything needs the read side with the switches `ctl`: the mode (linking
+    /// handshake calls), a kernel without the send capture (requests and TLS 1.3's end seen
+    /// from reads), or a traced process.
+    fn reads_needed(&self, ctl: &cn::req_ctl) -> bool {
+        ctl.reads_link != 0 || ctl.sends_captured == 0 || !self.readers.is_empty() || !self.estimated.is_empty()
+    }
+
     /// Switches the read side on while anything needs it, off when nothing does.
     fn sync_reads(&mut self) {
-        let reads = (self.exact || self.ctl.sends_captured == 0 || !self.readers.is_empty() || !self.estimated.is_empty()) as u32;
+        let reads = u32::from(self.reads_needed(&self.ctl));
         if reads == self.ctl.reads {
             return;
         }

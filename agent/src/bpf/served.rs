@@ -30,7 +30,7 @@ pub struct Served {
     pub storage: Storage,
     pub capabilities: Vec<(&'static Capability, hooks::Serving)>,
     /// The read side's links, as attached at start (the Kernel takes them: ReadSide).
-    pub(super) read_links: Vec<(&'static str, hooks::LinkRef)>,
+    pub(super) read_side_links: Vec<(&'static str, hooks::LinkRef)>,
 }
 
 impl Served {
@@ -107,7 +107,7 @@ pub(super) fn attach_capabilities(
     let conns = hooks::resolve(&CONNECTIONS, avoid, |h| hooks::attach_hook(ebpf, btf, h).map(drop));
     let have_conns = matches!(conns, hooks::Serving::By(_));
     caps.push((&CONNECTIONS, conns));
-    let mut read_links = Vec::new();
+    let mut read_side_links = Vec::new();
     let mut on_conns = |c: &'static Capability, needed: bool, ebpf: &mut Ebpf| {
         let s = if !needed {
             hooks::Serving::NotNeeded
@@ -120,7 +120,7 @@ pub(super) fn attach_capabilities(
             hooks::resolve(c, avoid, |h| {
                 let links = hooks::attach_hook(ebpf, btf, h)?;
                 if c.name == READ_SIDE.name {
-                    read_links = links;
+                    read_side_links = links;
                 }
                 Ok(())
             })
@@ -132,7 +132,8 @@ pub(super) fn attach_capabilities(
     let wire = matches!(send.1, hooks::Serving::By(_));
     caps.push(send);
     // The read side in every mode: the kernel estimate of handshake CPU opens its windows
-    // at reads (bpf/estimate.bpf.h); with --exact it links handshake calls to connections.
+    // at reads (bpf/estimate.bpf.h); with --exact it links handshake calls to connections
+    // (Kernel::configure detaches it where nothing needs it).
     caps.push(on_conns(&READ_SIDE, true, ebpf));
     // The ClientHello capture in every mode (it gates itself on the socket:
     // bpf/hello.bpf.h), unless --no-client-hellos.
@@ -141,6 +142,6 @@ pub(super) fn attach_capabilities(
     Ok(Served {
         storage,
         capabilities: caps,
-        read_links,
+        read_side_links,
     })
 }
