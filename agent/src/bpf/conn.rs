@@ -178,13 +178,36 @@ impl conn_event {
     }
 }
 
-/// The closed_by label.
-pub fn closed_by_label(by: u8) -> &'static str {
-    match by {
-        CONN_BY_SERVER => "server",
-        CONN_BY_CLIENT => "client",
-        CONN_BY_RESET => "reset",
-        _ => "unknown",
+/// Who closed a connection first (the `closed_by` label): the kernel's CONN_BY_*, `unknown`
+/// for any other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ClosedBy {
+    Server,
+    Client,
+    Reset,
+    Unknown,
+}
+
+impl ClosedBy {
+    pub fn of(by: u8) -> ClosedBy {
+        match by {
+            CONN_BY_SERVER => ClosedBy::Server,
+            CONN_BY_CLIENT => ClosedBy::Client,
+            CONN_BY_RESET => ClosedBy::Reset,
+            _ => ClosedBy::Unknown,
+        }
+    }
+}
+
+impl crate::metrics::LabelValue for ClosedBy {
+    const ALL: &'static [ClosedBy] = &[ClosedBy::Server, ClosedBy::Client, ClosedBy::Reset, ClosedBy::Unknown];
+    fn label(self) -> &'static str {
+        match self {
+            ClosedBy::Server => "server",
+            ClosedBy::Client => "client",
+            ClosedBy::Reset => "reset",
+            ClosedBy::Unknown => "unknown",
+        }
     }
 }
 
@@ -216,7 +239,11 @@ mod tests {
         assert_eq!(e.local(), IpAddr::V4(Ipv4Addr::LOCALHOST));
         assert_eq!(e.remote(), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
         assert_eq!(
-            (closed_by_label(e.closed_by), e.time_wait, e.tls),
+            (
+                crate::metrics::LabelValue::label(ClosedBy::of(e.closed_by)),
+                e.time_wait,
+                e.tls
+            ),
             ("server", CONN_TW_MAYBE, 1)
         );
         let mut v6 = e;

@@ -1,4 +1,5 @@
 //! Mirror of bpf/handshake.h and the decoding of handshake events.
+use crate::metrics::LabelValue;
 
 pub const HS_ROLE_SERVER: u8 = 1;
 pub const HS_ROLE_CLIENT: u8 = 2;
@@ -84,21 +85,69 @@ unsafe impl aya::Pod for hs_key {}
 unsafe impl aya::Pod for hs_state {}
 unsafe impl aya::Pod for hs_hits {}
 
-/// The role label of an event.
-pub fn role_label(role: u8) -> &'static str {
-    match role {
-        HS_ROLE_SERVER => "server",
-        HS_ROLE_CLIENT => "client",
-        _ => "unknown",
+/// A handshake's side (the `role` label): the kernel's HS_ROLE_*, `unknown` for any other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    Server,
+    Client,
+    Unknown,
+}
+
+impl Role {
+    pub fn of(role: u8) -> Role {
+        match role {
+            HS_ROLE_SERVER => Role::Server,
+            HS_ROLE_CLIENT => Role::Client,
+            _ => Role::Unknown,
+        }
     }
 }
 
-pub fn result_label(result: u8) -> &'static str {
-    if result == HS_RESULT_OK {
-        "ok"
-    } else {
-        "failed"
+impl LabelValue for Role {
+    const ALL: &'static [Role] = &[Role::Server, Role::Client, Role::Unknown];
+    fn label(self) -> &'static str {
+        match self {
+            Role::Server => "server",
+            Role::Client => "client",
+            Role::Unknown => "unknown",
+        }
     }
+}
+
+/// How a handshake ended (the `result` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HandshakeResult {
+    Ok,
+    Failed,
+}
+
+impl HandshakeResult {
+    pub fn of(result: u8) -> HandshakeResult {
+        if result == HS_RESULT_OK {
+            HandshakeResult::Ok
+        } else {
+            HandshakeResult::Failed
+        }
+    }
+}
+
+impl LabelValue for HandshakeResult {
+    const ALL: &'static [HandshakeResult] = &[HandshakeResult::Ok, HandshakeResult::Failed];
+    fn label(self) -> &'static str {
+        match self {
+            HandshakeResult::Ok => "ok",
+            HandshakeResult::Failed => "failed",
+        }
+    }
+}
+
+/// The role label of an event.
+pub fn role_label(role: u8) -> &'static str {
+    Role::of(role).label()
+}
+
+pub fn result_label(result: u8) -> &'static str {
+    HandshakeResult::of(result).label()
 }
 
 #[cfg(test)]
