@@ -22,7 +22,6 @@ pub const TABLES: &[&str] = &[
     "hello_cgroups",
     // the handshake join (agent/handshakes.rs, wire/tracker.rs, clients/join.rs)
     "pending_handshakes",
-    "handshake_summary",
     "wire_captures",
     "wire_ended",
     "client_hellos",

@@ -4,11 +4,7 @@
 //! wire).
 //!
 //! Plain code over decoded events: the kernel is not needed to test it.
-use std::{
-    collections::{BTreeMap, VecDeque},
-    sync::Arc,
-    time::Instant,
-};
+use std::{collections::VecDeque, sync::Arc, time::Instant};
 
 use super::{
     estimate::Estimates,
@@ -21,7 +17,7 @@ use crate::{
     bounds,
     bpf::{abi::decode, handshake as hs, wire::WireEvent},
     clients::join::Clients,
-    metrics::{Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels},
+    metrics::{LabelValue, Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels},
     wire::{
         tracker::{self, ClientHello, Seen},
         Lookup, Negotiated, Tracker, WireHandshake, TRANSPORT_QUIC,
@@ -44,29 +40,11 @@ pub trait ProcInfo {
     fn judged_window(&self, tgid: u32) -> Option<u64>;
 }
 
-/// Handshakes per process, role and result, for the summary at exit.
-#[derive(Default, Debug, Clone, PartialEq)]
-pub struct Summary {
-    pub count: u64,
-    /// Handshakes the probes timed (all of them with --exact; those in the probes' windows
-    /// otherwise), and their sums.
-    pub measured: u64,
-    pub cpu_ns: u64,
-    pub duration_ns: u64,
-}
-
 /// Successful handshakes the probes saw waiting for their connection's parameters, at
 /// most: tracker::WAIT (2 s) of them at 30,000 handshakes a second. At the bound the oldest
 /// is counted at once with what is known (`incomplete`), and so is the bound:
 /// tlsprof_table_full_total{table="pending_handshakes"}.
 pub const MAX_PENDING: usize = 65_536;
-/// Rows of the summary printed at exit (process name x role x result), at most: beyond,
-/// a new name's handshakes are summed under `other`, counted:
-/// tlsprof_table_full_total{table="handshake_summary"}.
-pub const MAX_SUMMARY_ROWS: usize = 4096;
-
-type SummaryKey = (String, &'static str, &'static str);
-
 pub struct Handshakes {
     metrics: Arc<Metrics>,
     /// What servers sent during their handshakes, per connection.
@@ -81,7 +59,6 @@ pub struct Handshakes {
     pub sightings: Vec<(u32, bool)>,
     /// What each connection's client offered, joined with what its server did.
     clients: Clients,
-    pub summary: BTreeMap<SummaryKey, Summary>,
     /// The probes' figures of QUIC handshakes, waiting for their connection.
     quic: QuicJoin,
     /// Who counts a handshake, and whether the wire is captured (handshakes can be
@@ -99,7 +76,6 @@ impl Handshakes {
             checks: Checks::default(),
             sightings: Vec::new(),
             clients: Clients::new(metrics.clone()),
-            summary: BTreeMap::new(),
             quic: QuicJoin::default(),
             mode,
         }
@@ -160,7 +136,6 @@ impl Handshakes {
         if h.hello && !h.complete {
             self.count_unlabelled(&comm, UNLABELLED_INCOMPLETE);
         }
-        self.row(comm, "server", result).count += 1;
     }
 
     /// A connection's ClientHello, as the server read it: what it offered (clients/join.rs),
@@ -177,16 +152,6 @@ impl Handshakes {
                 self.clients.on_unread(&comm, why.reason());
             }
         }
-    }
-
-    /// A row of the summary; past its bound, a new name's go to `other`.
-    fn row(&mut self, comm: String, role: &'static str, result: &'static str) -> &mut Summary {
-        let mut key = (comm, role, result);
-        if self.summary.len() >= MAX_SUMMARY_ROWS && !self.summary.contains_key(&key) {
-            bounds::count(&self.metrics, "handshake_summary", 1);
-            key.0 = "other".into();
-        }
-        self.summary.entry(key).or_default()
     }
 
     /// A handshake waits for its connection's parameters; at the bound the oldest waiting is
@@ -359,11 +324,6 @@ impl Handshakes {
             };
             self.metrics.failed_handshake_cpu.get_or_create(&rl).inc_by(cpu);
         }
-        let s = self.row(comm, role, result);
-        s.count += counts as u64;
-        s.measured += 1;
-        s.cpu_ns += e.cpu_ns;
-        s.duration_ns += e.duration_ns;
     }
 
     /// Connections accepted on a TLS port that closed before any TLS was seen on them: the
@@ -376,7 +336,6 @@ impl Handshakes {
             .handshakes
             .get_or_create(&ParamLabels::new(comm, "server", &Negotiated::UNKNOWN_TCP).with_result("failed"))
             .inc_by(n);
-        self.row(comm.to_string(), "server", "failed").count += n;
     }
 
     fn count_unlabelled(&self, comm: &str, reason: &str) {
@@ -387,27 +346,6 @@ impl Handshakes {
                 reason: reason.into(),
             })
             .inc();
-    }
-
-    /// The table `tlsprof run` prints at exit.
-    pub fn summary_table(&self) -> String {
-        let mut out = format!(
-            "tlsprof: handshakes seen\n{:<16} {:<7} {:<7} {:>10} {:>14} {:>14}\n",
-            "COMM", "ROLE", "RESULT", "COUNT", "CPU/HS (us)", "WALL/HS (us)"
-        );
-        for ((comm, role, result), s) in &self.summary {
-            let n = s.measured.max(1) as f64;
-            out.push_str(&format!(
-                "{:<16} {:<7} {:<7} {:>10} {:>14.1} {:>14.1}\n",
-                comm,
-                role,
-                result,
-                s.count,
-                s.cpu_ns as f64 / n / 1e3,
-                s.duration_ns as f64 / n / 1e3
-            ));
-        }
-        out
     }
 }
 
@@ -432,7 +370,10 @@ mod tests {
     struct Procs(HashMap<u32, (&'static str, bool)>, Option<u64>);
 
     fn procs() -> Procs {
-        Procs(HashMap::from([(NGINX, ("nginx", true)), (GNUTLS, ("lighttpd", false))]), None)
+        Procs(
+            HashMap::from([(NGINX, ("nginx", true)), (GNUTLS, ("lighttpd", false))]),
+            None,
+        )
     }
 
     impl ProcInfo for Procs {
@@ -562,8 +503,8 @@ mod tests {
         // a connection accepted before the probes' window opened is not timed
         h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 50, 900_000), &p, t0);
         assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 2);
-        assert_eq!(h.summary[&("nginx".into(), "server", "ok")].count, 2);
-        assert_eq!(h.summary[&("nginx".into(), "server", "ok")].measured, 2);
+        let table = summary(&m);
+        assert!(table.contains("nginx            server  ok               2"), "{table}");
     }
 
     /// While a name's probes are judged, a server handshake a probe reports tells at once,
@@ -592,14 +533,25 @@ mod tests {
         part.estimate = 1;
         h.on_probe(part, &p, t0);
         h.on_probe(hs::hs_event { conn_id: 200, ..part }, &p, t0);
-        assert_eq!(std::mem::take(&mut h.sightings), vec![(NGINX, true)], "a probe's report, at once");
+        assert_eq!(
+            std::mem::take(&mut h.sightings),
+            vec![(NGINX, true)],
+            "a probe's report, at once"
+        );
         h.flush(false, &p, t0 + tracker::WAIT / 2);
         assert!(h.sightings.is_empty());
-        assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 1, "the estimate waits for a late probe");
+        assert_eq!(
+            timed(&m, "nginx", "server", &RESUMED).0,
+            1,
+            "the estimate waits for a late probe"
+        );
         h.flush(false, &p, t0 + tracker::WAIT);
         assert_eq!(h.sightings, vec![(NGINX, true), (NGINX, false)]);
         let (n, sum) = timed(&m, "nginx", "server", &RESUMED);
-        assert_eq!(n, 2, "one figure each: the probe's, and the estimate's where no probe timed it");
+        assert_eq!(
+            n, 2,
+            "one figure each: the probe's, and the estimate's where no probe timed it"
+        );
         assert!((sum - 0.0008).abs() < 1e-12, "{sum}");
     }
 
@@ -634,7 +586,7 @@ mod tests {
         // the probes time nginx's: measured, not counted again
         h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 200, 500_000), &p, t0);
         assert_eq!(count(&m, "nginx", "server", "ok", &RESUMED), 1);
-        assert_eq!(h.summary[&("nginx".to_string(), "server", "ok")].measured, 1);
+        assert_eq!(timed(&m, "nginx", "server", &RESUMED).0, 1);
     }
 
     #[test]
@@ -736,19 +688,34 @@ mod tests {
         assert!(h.pending.is_empty());
     }
 
+    /// The exit summary, drawn from the metrics (views/summary.rs).
+    fn summary(m: &Metrics) -> String {
+        crate::views::summary::table(&crate::views::model::Figures::of(m))
+    }
+
+    /// The exit summary reads the metrics, whose series are capped: past the cap, a new
+    /// name's handshakes are summed under `other`.
     #[test]
     fn the_summary_is_bounded() {
-        let m = Arc::new(Metrics::new());
+        const CAP: usize = 8;
+        let m = Arc::new(Metrics::with_max_series(CAP));
         let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture));
-        for i in 0..MAX_SUMMARY_ROWS + 2 {
+        for i in 0..CAP + 2 {
             h.failed_without_tls(&format!("p{i}"), 1);
         }
-        assert_eq!(h.summary.len(), MAX_SUMMARY_ROWS + 1, "the cap, and `other`");
-        assert_eq!(h.summary[&("other".into(), "server", "failed")].count, 2);
-        assert_eq!(table_full(&m, "handshake_summary"), 2);
         // a row that exists still counts
         h.failed_without_tls("p0", 1);
-        assert_eq!(h.summary[&("p0".into(), "server", "failed")].count, 2);
+        let table = summary(&m);
+        let rows: Vec<Vec<&str>> = table.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows.len(), CAP + 1, "the cap, and `other`: {table}");
+        assert!(
+            rows.contains(&vec!["other", "server", "failed", "2", "0.0", "-"]),
+            "{table}"
+        );
+        assert!(
+            rows.contains(&vec!["p0", "server", "failed", "2", "0.0", "-"]),
+            "{table}"
+        );
     }
 
     #[test]
@@ -761,7 +728,7 @@ mod tests {
         assert_eq!(unlabelled(&m, "nginx", UNLABELLED_NO_CONNECTION), 1);
         h.failed_without_tls("nginx", 3);
         assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN_TCP), 3);
-        let table = h.summary_table();
+        let table = summary(&m);
         assert!(table.contains("nginx            server  failed           3"), "{table}");
     }
 

@@ -389,7 +389,10 @@ pub fn run(mut args: RunArgs) -> Result<()> {
         return agent.write_flamegraph(&out);
     }
     if !agent.args.quiet {
-        print!("{}", agent.handshakes.summary_table());
+        print!(
+            "{}",
+            crate::views::summary::table(&crate::views::model::Figures::of(&agent.metrics))
+        );
     }
     Ok(())
 }

@@ -33,13 +33,16 @@ impl conn_event {
     }
 }
 
-impl conn_by {
-    /// The closed_by label.
-    pub fn label(self) -> &'static str {
+/// Who ended a connection (the `closed_by` label).
+pub use super::abi::conn_by as ClosedBy;
+
+impl crate::metrics::LabelValue for ClosedBy {
+    const ALL: &'static [ClosedBy] = &[ClosedBy::Server, ClosedBy::Client, ClosedBy::Reset];
+    fn label(self) -> &'static str {
         match self {
-            conn_by::Server => "server",
-            conn_by::Client => "client",
-            conn_by::Reset => "reset",
+            ClosedBy::Server => "server",
+            ClosedBy::Client => "client",
+            ClosedBy::Reset => "reset",
         }
     }
 }
@@ -47,7 +50,7 @@ impl conn_by {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf::read_record;
+    use crate::{bpf::read_record, metrics::LabelValue};
 
     #[test]
     fn decode_event() {
@@ -73,7 +76,7 @@ mod tests {
         assert_eq!(e.remote(), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
         assert_eq!(
             (
-                conn_by::try_from(e.closed_by).map(conn_by::label),
+                ClosedBy::try_from(e.closed_by).map(ClosedBy::label),
                 conn_tw::try_from(e.time_wait),
                 e.tls
             ),

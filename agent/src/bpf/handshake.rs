@@ -1,25 +1,31 @@
 //! The handshake probes' events (bpf/handshake.h): its types (generated: abi.rs) and
-//! their labels.
+//! their labels (the enums the `role` and `result` labels are written from and read into).
 
 pub use super::abi::{hs_event, hs_hits, hs_key, hs_result, hs_role, hs_state};
+use crate::metrics::LabelValue;
 
-impl hs_role {
-    /// The role label.
-    pub fn label(self) -> &'static str {
+/// A handshake's side (the `role` label).
+pub use super::abi::hs_role as Role;
+/// How a handshake ended (the `result` label).
+pub use super::abi::hs_result as HandshakeResult;
+
+impl LabelValue for Role {
+    const ALL: &'static [Role] = &[Role::Server, Role::Client, Role::Unknown];
+    fn label(self) -> &'static str {
         match self {
-            hs_role::Unknown => "unknown",
-            hs_role::Server => "server",
-            hs_role::Client => "client",
+            Role::Server => "server",
+            Role::Client => "client",
+            Role::Unknown => "unknown",
         }
     }
 }
 
-impl hs_result {
-    /// The result label.
-    pub fn label(self) -> &'static str {
+impl LabelValue for HandshakeResult {
+    const ALL: &'static [HandshakeResult] = &[HandshakeResult::Ok, HandshakeResult::Failed];
+    fn label(self) -> &'static str {
         match self {
-            hs_result::Ok => "ok",
-            hs_result::Failed => "failed",
+            HandshakeResult::Ok => "ok",
+            HandshakeResult::Failed => "failed",
         }
     }
 }

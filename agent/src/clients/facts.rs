@@ -7,7 +7,7 @@
 //! type and record protection of every suite a common client offers.
 use crate::wire::tls::{
     group_name,
-    hello::{Offer, Resumption, ALPN_H2, ALPN_HTTP1, ALPN_OTHER},
+    hello::{Offer, ALPN_H2, ALPN_HTTP1, ALPN_OTHER},
     version_name, NONE, OTHER,
 };
 
@@ -154,11 +154,7 @@ pub fn alpn(o: &Offer) -> Vec<&'static str> {
 }
 
 pub fn resumption(o: &Offer) -> &'static str {
-    match o.resumption {
-        Resumption::Psk => "psk",
-        Resumption::Ticket => "ticket",
-        Resumption::None => NONE,
-    }
+    crate::metrics::LabelValue::label(o.resumption)
 }
 
 /// The host name the client asked for, or `none` (the metrics fold rare names, as comm

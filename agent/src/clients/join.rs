@@ -11,12 +11,29 @@ use std::{
 
 use super::{facts, policy};
 use crate::{
-    metrics::{Metrics, OfferLabels, PolicyLabels, ReasonLabels, ResumptionLabels, SniLabels},
+    metrics::{LabelValue, Metrics, OfferLabels, PolicyLabels, ReasonLabels, ResumptionLabels, SniLabels},
     wire::{
         tls::hello::{Offer, Resumption},
         tracker::ConnId,
     },
 };
+
+/// What a client that offered to resume got (tlsprof_client_resumptions_total's `result`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Answer {
+    Full,
+    Resumed,
+}
+
+impl LabelValue for Answer {
+    const ALL: &'static [Answer] = &[Answer::Full, Answer::Resumed];
+    fn label(self) -> &'static str {
+        match self {
+            Answer::Full => "full",
+            Answer::Resumed => "resumed",
+        }
+    }
+}
 
 /// How long a connection's offer is kept for what the server did: its capture ends within
 /// a handshake of the ClientHello, a probe's event within tracker::WAIT of that.
@@ -121,18 +138,17 @@ impl Clients {
             return;
         }
         k.answered = true;
-        let offered = match k.resumption {
-            Resumption::None => return,
-            Resumption::Ticket => "ticket",
-            Resumption::Psk => "psk",
-        };
+        if k.resumption == Resumption::None {
+            return;
+        }
+        let answer = if resumed { Answer::Resumed } else { Answer::Full };
         self.metrics
             .client_resumptions
             .get_or_create(&ResumptionLabels {
                 comm: k.comm.clone(),
                 port: k.port.clone(),
-                offered: offered.into(),
-                result: if resumed { "resumed" } else { "full" }.into(),
+                offered: k.resumption.label().into(),
+                result: answer.label().into(),
             })
             .inc();
     }

@@ -13,16 +13,17 @@ use super::facts::{sigalg_family, suite_info, Auth, Kx};
 use crate::wire::tls::hello::Offer;
 
 /// What a policy would do with one ClientHello.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Outcome {
     Negotiate,
     HelloRetry,
     Fail,
 }
 
-impl Outcome {
+impl crate::metrics::LabelValue for Outcome {
+    const ALL: &'static [Outcome] = &[Outcome::Negotiate, Outcome::HelloRetry, Outcome::Fail];
     /// The label value.
-    pub fn label(self) -> &'static str {
+    fn label(self) -> &'static str {
         match self {
             Outcome::Negotiate => "negotiate",
             Outcome::HelloRetry => "hello_retry",

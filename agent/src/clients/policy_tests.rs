@@ -215,7 +215,7 @@ fn tls13_model() {
 #[test]
 fn outcome_labels() {
     assert_eq!(
-        [Negotiate.label(), HelloRetry.label(), Fail.label()],
+        [Negotiate, HelloRetry, Fail].map(crate::metrics::LabelValue::label),
         ["negotiate", "hello_retry", "fail"]
     );
 }

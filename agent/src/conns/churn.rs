@@ -13,8 +13,11 @@ use std::{
 use super::sockdiag::{self, SockDiag};
 use crate::{
     bounds,
-    bpf::{abi::decode, conn as cn},
-    metrics::{ClosedByLabels, Metrics, OnlyPortLabels, PortLabels},
+    bpf::{
+        abi::decode,
+        conn::{self as cn, ClosedBy},
+    },
+    metrics::{ClosedByLabels, LabelValue, Metrics, OnlyPortLabels, PortLabels},
 };
 
 /// A connection whose end is settled once its FIN_WAIT2 timewait socket is seen again.
@@ -98,14 +101,14 @@ impl Churn {
         self.next_dump = Instant::now();
     }
 
-    fn ended(&self, comm: &str, port: u16, closed_by: &str, time_wait: bool) {
+    fn ended(&self, comm: &str, port: u16, closed_by: ClosedBy, time_wait: bool) {
         let port = port.to_string();
         self.metrics
             .connections
             .get_or_create(&ClosedByLabels {
                 comm: comm.into(),
                 port: port.clone(),
-                closed_by: closed_by.into(),
+                closed_by: closed_by.label().into(),
             })
             .inc();
         if time_wait {
@@ -160,7 +163,7 @@ impl Churn {
             cn::conn_tw::Yes | cn::conn_tw::Maybe => true,
             cn::conn_tw::No => false,
         };
-        self.ended(comm, e.port, by.label(), tw);
+        self.ended(comm, e.port, by, tw);
     }
 
     /// At the bound: the oldest unsettled connections are settled as the kernel said at
@@ -169,7 +172,7 @@ impl Churn {
         let out = bounds::evict_oldest(&mut self.pending, MAX_PENDING, |p| p.closed);
         bounds::count(&self.metrics, "unsettled_connections", out.len() as u64);
         for (_, p) in out {
-            self.ended(&p.comm, p.port, "server", false);
+            self.ended(&p.comm, p.port, ClosedBy::Server, false);
         }
     }
 
@@ -333,14 +336,14 @@ impl Churn {
                 continue; // namespace not read this time
             };
             if tw.contains(key) {
-                done.push((*key, "server", true));
+                done.push((*key, ClosedBy::Server, true));
             } else if !fw2.contains(key) {
                 // Gone without TIME_WAIT: killed by the client's reset, unless it lived out
                 // tcp_fin_timeout waiting for a FIN that never came.
                 // (within the time between two readings)
                 let slack = self.gap.max(Duration::from_secs(2));
                 let timed_out = p.closed.elapsed() + slack >= self.fin_timeout;
-                done.push((*key, if timed_out { "server" } else { "reset" }, false));
+                done.push((*key, if timed_out { ClosedBy::Server } else { ClosedBy::Reset }, false));
             }
         }
         if !done.is_empty() {
@@ -366,7 +369,7 @@ impl Churn {
         let orphaned: Vec<Tuple> = self.pending.keys().filter(|k| !live.contains(&k.0)).copied().collect();
         for key in orphaned {
             if let Some(p) = self.pending.remove(&key) {
-                self.ended(&p.comm, p.port, "server", false);
+                self.ended(&p.comm, p.port, ClosedBy::Server, false);
             }
         }
     }
@@ -374,7 +377,7 @@ impl Churn {
     /// Settles what is left at exit as the kernel said at close time.
     pub fn finish(&mut self) {
         for (_, p) in std::mem::take(&mut self.pending) {
-            self.ended(&p.comm, p.port, "server", false);
+            self.ended(&p.comm, p.port, ClosedBy::Server, false);
         }
     }
 }

@@ -14,6 +14,19 @@ pub trait FromLabels {
     fn from_labels(label: impl Fn(&str) -> String) -> Self;
 }
 
+/// A label whose values are a closed set, each a variant of an enum owned where the agent
+/// writes it: the agent takes the label value from `label`, and the views decode it with
+/// `parse` (views/model.rs), so the two cannot drift apart.
+pub trait LabelValue: Sized + Copy + 'static {
+    /// Every value, in the order the views show them.
+    const ALL: &'static [Self];
+    fn label(self) -> &'static str;
+    /// The variant a label value names; None for a value this build does not write.
+    fn parse(value: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|v| v.label() == value)
+    }
+}
+
 macro_rules! label_set {
     ($(#[$m:meta])* $name:ident { $($field:ident),* $(,)? }) => {
         $(#[$m])*

@@ -1,10 +1,15 @@
 //! What an operator reads besides /metrics: `tlsprof top` (top.rs) and `tlsprof report`
 //! (report/), both over windows (snapshot.rs) of the agent's figures (model.rs), from an
-//! agent started in this process or a running one's endpoint (live.rs, remote.rs).
+//! agent started in this process or a running one's endpoint (live.rs, remote.rs); a window
+//! is what moved between two readings (reading.rs); the exit summary of `tlsprof run`
+//! (summary.rs) reads the same figures.
+pub mod clients;
 pub mod compare;
 pub mod live;
 pub mod model;
+pub mod reading;
 pub mod remote;
 pub mod report;
 pub mod snapshot;
+pub mod summary;
 pub mod top;

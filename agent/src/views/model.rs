@@ -4,22 +4,45 @@
 //! structures in process (`Figures::of`: the families and histograms the exporter renders,
 //! not their text), or from a running agent's exposition, decoded once (`Figures::decode`).
 //! Both go through `read!` below, the one table of which metric feeds which figure.
+//!
+//! Labels whose values are a closed set (role, result, who closed, a policy's outcome, what
+//! a client offered to resume with and what it got) are decoded here, once, into the enums
+//! the agent writes them from (`LabelValue`); the rest of the views match on those. A series
+//! whose value this build does not know (an agent of another version) is skipped and counted
+//! in `Figures::skipped`, never taken for a value it is not. Free-form labels (process name,
+//! port, version, cipher, group, certificate, SNI, offers) stay strings.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use anyhow::{bail, Result};
 use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
 
-use crate::metrics::{
-    defs::{self, Kind},
-    histogram::{Histogram, HistogramValue},
-    labels::*,
-    text, FGauge, Metrics,
+use super::clients::Clients;
+use crate::{
+    bpf::{
+        conn::ClosedBy,
+        handshake::{HandshakeResult, Role},
+    },
+    clients::{join::Answer, policy::Outcome},
+    metrics::{
+        defs::{self, Kind},
+        histogram::{Histogram, HistogramValue},
+        labels::*,
+        text, FGauge, Metrics,
+    },
+    wire::{quic::flows::PROTOCOL_QUIC, tls::hello::Resumption},
 };
-use crate::wire::quic::flows::PROTOCOL_QUIC;
 
-/// A negotiated configuration: version, cipher, group, cert, resumed, and the transport that
-/// carried it (`tcp`, `quic`, `other`: no connection seen).
-pub type ConfigKey = (String, String, String, String, bool, String);
+/// A negotiated configuration, as a handshake series' labels name it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ConfigKey {
+    pub version: String,
+    pub cipher: String,
+    pub group: String,
+    pub cert: String,
+    pub resumed: bool,
+    /// What carried it: `tcp`, `quic`, `other` (no connection seen).
+    pub transport: String,
+}
 
 /// The agent's figures at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -33,6 +56,9 @@ pub struct Figures {
     /// either role, connections accepted and ended, exchanges): the same at two moments
     /// when nothing happened between them.
     pub activity: f64,
+    /// Labels of a closed set whose value this build does not know (an agent of another
+    /// version): their series are skipped, not read as some other value.
+    pub skipped: f64,
 }
 
 /// One process name's figures (its series of every metric the views read).
@@ -42,9 +68,8 @@ pub struct ProcFigures {
     pub cpu_methods: BTreeSet<String>,
     /// TLS libraries it maps: (library, symbols).
     pub libraries: BTreeSet<(String, String)>,
-    /// Server handshakes by result (`ok`, `failed`) and negotiated configuration (with its
-    /// transport).
-    pub handshakes: BTreeMap<(String, ConfigKey), f64>,
+    /// Server handshakes by result and negotiated configuration (with its transport).
+    pub handshakes: BTreeMap<(HandshakeResult, ConfigKey), f64>,
     /// Server handshakes timed (count), their summed CPU seconds (sum) and how they spread
     /// (buckets), by configuration.
     pub handshake_cpu: BTreeMap<ConfigKey, HistogramValue>,
@@ -55,13 +80,28 @@ pub struct ProcFigures {
     /// Connections whose ClientHello could not be read, by reason (unreadable, cut,
     /// malformed, lost).
     pub hellos_unread: BTreeMap<String, f64>,
+    /// Handshakes of each role, every configuration summed: what the exit summary shows.
+    pub roles: BTreeMap<Role, RoleFigures>,
+}
+
+/// One role's handshakes of a process, every configuration summed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoleFigures {
+    /// Handshakes counted, by result.
+    pub handshakes: BTreeMap<HandshakeResult, f64>,
+    /// Successful handshakes the probes timed: their CPU seconds, and their wall-clock
+    /// seconds from first call to last (count and sum of each).
+    pub cpu: HistogramValue,
+    pub wall: HistogramValue,
+    /// CPU seconds of the failed handshakes the probes timed.
+    pub failed_cpu: f64,
 }
 
 /// One listening port's figures.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PortFigures {
-    /// Ended connections by who closed first (server, client, reset).
-    pub closed_by: BTreeMap<String, f64>,
+    /// Ended connections by who closed first.
+    pub closed_by: BTreeMap<ClosedBy, f64>,
     /// TLS handshakes on its TCP connections by the application protocol they carry.
     pub protocols: BTreeMap<String, f64>,
     /// QUIC connections whose handshake ended well on the UDP port of the same number
@@ -74,23 +114,7 @@ pub struct PortFigures {
     /// Exchanges carried by the connections that ended.
     pub requests: HistogramValue,
     /// What its clients' ClientHellos said.
-    pub clients: ClientFigures,
-}
-
-/// A port's ClientHellos: how many were read, what they offered, what each candidate
-/// policy would do with them, how returning clients fared, and the handshake CPU per site.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ClientFigures {
-    /// ClientHellos read, by the host name asked for (SNI; `none`).
-    pub hellos: BTreeMap<String, f64>,
-    /// ClientHellos by (offer, value) offered.
-    pub offers: BTreeMap<(String, String), f64>,
-    /// ClientHellos by (policy, outcome).
-    pub policy: BTreeMap<(String, String), f64>,
-    /// Handshakes whose client offered to resume, by (offered, result).
-    pub resumptions: BTreeMap<(String, String), f64>,
-    /// Handshake CPU seconds by host name.
-    pub site_cpu: BTreeMap<String, f64>,
+    pub clients: Clients,
 }
 
 /// A metric's value as the model takes it: a counter's or gauge's as f64, a histogram's
@@ -201,6 +225,8 @@ macro_rules! read {
 read! {
     HANDSHAKES: handshakes => handshakes,
     HANDSHAKE_CPU: handshake_cpu => handshake_cpu,
+    HANDSHAKE_DURATION: handshake_duration => handshake_wall,
+    FAILED_HANDSHAKE_CPU: failed_handshake_cpu => failed_cpu,
     ATTACHED_PROCESSES: attached_processes => attached,
     HANDSHAKE_CPU_METHOD: handshake_cpu_method => cpu_method,
     TLS_LIBRARY_INFO: tls_library => library,
@@ -223,26 +249,32 @@ read! {
     CLIENT_HELLOS_UNREAD: client_hellos_unread => hellos_unread,
 }
 
-/// The configuration a handshake series names: its labels but comm, role and result.
-macro_rules! config_key {
-    ($l:expr) => {
-        (
-            $l.version.clone(),
-            $l.cipher.clone(),
-            $l.group.clone(),
-            $l.cert.clone(),
-            $l.resumed == "true",
-            $l.transport.clone(),
-        )
-    };
+/// The configuration a handshake series names: its labels but comm, role and result; None
+/// when `resumed` is neither `true` nor `false`.
+fn config_key(
+    version: &str,
+    cipher: &str,
+    group: &str,
+    cert: &str,
+    resumed: &str,
+    transport: &str,
+) -> Option<ConfigKey> {
+    Some(ConfigKey {
+        version: version.into(),
+        cipher: cipher.into(),
+        group: group.into(),
+        cert: cert.into(),
+        resumed: resumed.parse().ok()?,
+        transport: transport.into(),
+    })
 }
 
 fn add(by: &mut BTreeMap<String, f64>, key: &str, v: f64) {
     *by.entry(key.into()).or_default() += v;
 }
 
-fn add2(by: &mut BTreeMap<(String, String), f64>, a: &str, b: &str, v: f64) {
-    *by.entry((a.into(), b.into())).or_default() += v;
+fn add2<K: Ord>(by: &mut BTreeMap<K, f64>, key: K, v: f64) {
+    *by.entry(key).or_default() += v;
 }
 
 /// The methods `read!` names: each takes one series of its metric.
@@ -255,26 +287,59 @@ impl Figures {
         self.proc(&l.comm).ports.entry(l.port.clone()).or_default()
     }
 
-    fn clients(&mut self, comm: &str, port: &str) -> &mut ClientFigures {
+    fn clients(&mut self, comm: &str, port: &str) -> &mut Clients {
         &mut self.proc(comm).ports.entry(port.into()).or_default().clients
+    }
+
+    /// A closed-set label's value decoded; None, counted in `skipped`, for one this build
+    /// does not know.
+    fn known<T>(&mut self, decoded: Option<T>) -> Option<T> {
+        if decoded.is_none() {
+            self.skipped += 1.0;
+        }
+        decoded
     }
 
     fn handshakes(&mut self, l: &HandshakeLabels, v: f64) {
         self.activity += v;
-        let key = config_key!(l);
+        let role = Role::parse(&l.role);
+        let result = HandshakeResult::parse(&l.result);
+        let key = config_key(&l.version, &l.cipher, &l.group, &l.cert, &l.resumed, &l.transport);
+        let (Some(role), Some(result), Some(key)) = (self.known(role), self.known(result), self.known(key)) else {
+            return;
+        };
         let p = self.proc(&l.comm);
-        if l.role == "server" {
-            *p.handshakes.entry((l.result.clone(), key)).or_default() += v;
+        add2(&mut p.roles.entry(role).or_default().handshakes, result, v);
+        if role == Role::Server {
+            add2(&mut p.handshakes, (result, key), v);
         }
     }
 
     fn handshake_cpu(&mut self, l: &ParamLabels, h: HistogramValue) {
-        let key = config_key!(l);
+        let role = Role::parse(&l.role);
+        let key = config_key(&l.version, &l.cipher, &l.group, &l.cert, &l.resumed, &l.transport);
+        let (Some(role), Some(key)) = (self.known(role), self.known(key)) else {
+            return;
+        };
         let p = self.proc(&l.comm);
-        if l.role == "server" {
-            let c = p.handshake_cpu.entry(key).or_default();
-            c.add(&h);
+        p.roles.entry(role).or_default().cpu.add(&h);
+        if role == Role::Server {
+            p.handshake_cpu.entry(key).or_default().add(&h);
         }
+    }
+
+    fn handshake_wall(&mut self, l: &ParamLabels, h: HistogramValue) {
+        let Some(role) = self.known(Role::parse(&l.role)) else {
+            return;
+        };
+        self.proc(&l.comm).roles.entry(role).or_default().wall.add(&h);
+    }
+
+    fn failed_cpu(&mut self, l: &RoleLabels, v: f64) {
+        let Some(role) = self.known(Role::parse(&l.role)) else {
+            return;
+        };
+        self.proc(&l.comm).roles.entry(role).or_default().failed_cpu += v;
     }
 
     /// A process name attached shows before it does anything.
@@ -311,11 +376,14 @@ impl Figures {
 
     fn closed(&mut self, l: &ClosedByLabels, v: f64) {
         self.activity += v;
+        let Some(by) = self.known(ClosedBy::parse(&l.closed_by)) else {
+            return;
+        };
         let port = PortLabels {
             comm: l.comm.clone(),
             port: l.port.clone(),
         };
-        add(&mut self.port(&port).closed_by, &l.closed_by, v);
+        add2(&mut self.port(&port).closed_by, by, v);
     }
 
     fn protocol(&mut self, l: &ProtocolLabels, v: f64) {
@@ -357,20 +425,27 @@ impl Figures {
     }
 
     fn client_offers(&mut self, l: &OfferLabels, v: f64) {
-        add2(&mut self.clients(&l.comm, &l.port).offers, &l.offer, &l.value, v);
+        let key = (l.offer.clone(), l.value.clone());
+        add2(&mut self.clients(&l.comm, &l.port).offers, key, v);
     }
 
     fn client_policy(&mut self, l: &PolicyLabels, v: f64) {
-        add2(&mut self.clients(&l.comm, &l.port).policy, &l.policy, &l.outcome, v);
+        let Some(outcome) = self.known(Outcome::parse(&l.outcome)) else {
+            return;
+        };
+        add2(
+            &mut self.clients(&l.comm, &l.port).policy,
+            (l.policy.clone(), outcome),
+            v,
+        );
     }
 
     fn client_resumptions(&mut self, l: &ResumptionLabels, v: f64) {
-        add2(
-            &mut self.clients(&l.comm, &l.port).resumptions,
-            &l.offered,
-            &l.result,
-            v,
-        );
+        let (offered, answer) = (Resumption::parse(&l.offered), Answer::parse(&l.result));
+        let (Some(offered), Some(answer)) = (self.known(offered), self.known(answer)) else {
+            return;
+        };
+        add2(&mut self.clients(&l.comm, &l.port).resumptions, (offered, answer), v);
     }
 
     fn site_cpu(&mut self, l: &SniLabels, v: f64) {
@@ -591,12 +666,30 @@ mod tests {
         let c = &port.clients;
         assert_eq!(c.hellos.values().sum::<f64>(), 10.0);
         assert_eq!(c.offers[&("alpn".into(), "h2".into())], 9.0);
-        assert_eq!(c.policy[&("tls13_only".into(), "fail".into())], 2.0);
-        assert_eq!(c.resumptions[&("psk".into(), "full".into())], 3.0);
+        assert_eq!(c.policy[&("tls13_only".into(), Outcome::Fail)], 2.0);
+        assert_eq!(c.resumptions[&(Resumption::Psk, Answer::Full)], 3.0);
         assert_eq!(c.site_cpu["www.example.com"], 0.125);
         assert_eq!(p.hellos_unread["cut"], 1.0);
         let w = &f.procs["we ird, x"].ports["443"].clients;
-        assert_eq!(w.resumptions[&("ticket".into(), "full".into())], 3.0);
+        assert_eq!(w.resumptions[&(Resumption::Ticket, Answer::Full)], 3.0);
+    }
+
+    /// A closed-set label's value this build does not write is skipped and counted, not
+    /// read as another: a handshake of an unknown result counts neither as ok nor failed.
+    #[test]
+    fn unknown_label_values_are_skipped_and_counted() {
+        let f = Figures::decode(concat!(
+            "tlsprof_tcp_connections_total{comm=\"nginx\",port=\"443\",closed_by=\"sideways\"} 3\n",
+            "tlsprof_tcp_connections_total{comm=\"nginx\",port=\"443\",closed_by=\"reset\"} 2\n",
+            "tlsprof_handshakes_total{comm=\"nginx\",role=\"server\",result=\"maybe\",version=\"other\",",
+            "cipher=\"other\",group=\"other\",cert=\"other\",resumed=\"false\",transport=\"tcp\"} 4\n",
+        ))
+        .unwrap();
+        assert_eq!(f.skipped, 2.0);
+        let p = &f.procs["nginx"];
+        assert_eq!(p.ports["443"].closed_by, BTreeMap::from([(ClosedBy::Reset, 2.0)]));
+        assert!(p.handshakes.is_empty() && p.roles.is_empty(), "{p:?}");
+        assert_eq!(f.activity, 9.0, "activity counts whatever the labels");
     }
 
     #[test]

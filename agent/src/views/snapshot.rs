@@ -7,12 +7,14 @@ use std::{
 
 use anyhow::Result;
 
+pub use super::clients::{Clients, PolicyCount};
 use super::{
-    model::{ConfigKey, Figures, ProcFigures},
+    model::{ConfigKey, Figures, PortFigures, ProcFigures},
+    reading::Reading,
     remote::Source,
 };
 use crate::{
-    metrics::histogram::HistogramValue,
+    bpf::{conn::ClosedBy, handshake::HandshakeResult},
     wire::{quic::flows::PROTOCOL_QUIC, tls::TRANSPORT_TCP, TRANSPORT_QUIC},
 };
 
@@ -109,8 +111,8 @@ impl Transport {
 /// Connections of one listening port in a window.
 #[derive(Debug, Clone, Default)]
 pub struct Port {
-    /// Ended connections by who closed first (server, client, reset).
-    pub closed_by: BTreeMap<String, f64>,
+    /// Ended connections by who closed first.
+    pub closed_by: BTreeMap<ClosedBy, f64>,
     pub time_wait: f64,
     /// Sockets in TIME_WAIT at the end of the window (a gauge).
     pub time_wait_sockets: f64,
@@ -134,126 +136,6 @@ pub struct Port {
     pub lifetime_count: f64,
     /// What the port's ClientHellos said in the window.
     pub clients: Clients,
-}
-
-/// The ClientHellos of a port (or, summed, of a process) in a window.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Clients {
-    /// ClientHellos read, by host name asked for (SNI; `none`).
-    pub hellos: BTreeMap<String, f64>,
-    /// ClientHellos by (offer, value) offered.
-    pub offers: BTreeMap<(String, String), f64>,
-    /// ClientHellos by (policy, outcome).
-    pub policy: BTreeMap<(String, String), f64>,
-    /// Handshakes whose client offered to resume, by (offered, result).
-    pub resumptions: BTreeMap<(String, String), f64>,
-    /// Handshake CPU seconds by host name.
-    pub site_cpu: BTreeMap<String, f64>,
-}
-
-/// What a candidate policy would do with the clients seen in a window.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PolicyCount {
-    /// ClientHellos it was evaluated on.
-    pub evaluated: f64,
-    pub fail: f64,
-    pub hello_retry: f64,
-}
-
-impl PolicyCount {
-    pub fn fail_share(&self) -> f64 {
-        self.fail / self.evaluated.max(1e-9)
-    }
-    pub fn hello_retry_share(&self) -> f64 {
-        self.hello_retry / self.evaluated.max(1e-9)
-    }
-}
-
-impl Clients {
-    /// ClientHellos read in the window.
-    pub fn seen(&self) -> f64 {
-        self.hellos.values().sum::<f64>() + 0.0 // an empty sum is -0.0
-    }
-    /// ClientHellos that offered `value` for `offer`.
-    pub fn offered(&self, offer: &str, value: &str) -> f64 {
-        self.offers
-            .get(&(offer.to_string(), value.to_string()))
-            .copied()
-            .unwrap_or(0.0)
-    }
-    /// The share of the ClientHellos that offered it (0 when none was read).
-    pub fn offered_share(&self, offer: &str, value: &str) -> f64 {
-        let n = self.seen();
-        if n > 0.0 {
-            self.offered(offer, value) / n
-        } else {
-            0.0
-        }
-    }
-    /// The values offered for `offer`, most offered first, with their ClientHellos.
-    pub fn values(&self, offer: &str) -> Vec<(&str, f64)> {
-        let mut v: Vec<(&str, f64)> = self
-            .offers
-            .iter()
-            .filter(|((o, _), n)| o == offer && **n > 0.0)
-            .map(|((_, value), n)| (value.as_str(), *n))
-            .collect();
-        // most offered first; among equals (every client offers ten groups), the groups a
-        // server picks first, not the alphabet's (ffdhe2048 before x25519)
-        let rank = crate::wire::tls::group_rank;
-        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(rank(a.0).cmp(&rank(b.0))).then(a.0.cmp(b.0)));
-        v
-    }
-    /// What `policy` would do with the ClientHellos of the window: None when none was
-    /// evaluated (no ClientHello read: an older agent, or the capture unavailable).
-    pub fn policy(&self, policy: &str) -> Option<PolicyCount> {
-        let get = |o: &str| {
-            self.policy
-                .get(&(policy.to_string(), o.to_string()))
-                .copied()
-                .unwrap_or(0.0)
-        };
-        let (n, h, f) = (get("negotiate"), get("hello_retry"), get("fail"));
-        (n + h + f > 0.0).then_some(PolicyCount {
-            evaluated: n + h + f,
-            fail: f,
-            hello_retry: h,
-        })
-    }
-    /// The policies evaluated, in name order.
-    pub fn policies(&self) -> Vec<&str> {
-        let mut v: Vec<&str> = self.policy.keys().map(|(p, _)| p.as_str()).collect();
-        v.dedup();
-        v
-    }
-    /// Handshakes whose client offered to resume (psk or ticket), and of them those that
-    /// got a full handshake.
-    pub fn returning(&self) -> (f64, f64) {
-        let mut offered = 0.0;
-        let mut full = 0.0;
-        for ((o, r), n) in &self.resumptions {
-            if o == "psk" || o == "ticket" {
-                offered += n;
-                if r == "full" {
-                    full += n;
-                }
-            }
-        }
-        (offered, full)
-    }
-    /// Adds another port's.
-    pub fn add(&mut self, o: &Clients) {
-        fn add<K: Ord + Clone>(to: &mut BTreeMap<K, f64>, from: &BTreeMap<K, f64>) {
-            for (k, v) in from {
-                *to.entry(k.clone()).or_default() += v;
-            }
-        }
-        add(&mut self.hellos, &o.hellos);
-        add(&mut self.offers, &o.offers);
-        add(&mut self.policy, &o.policy);
-        add(&mut self.resumptions, &o.resumptions);
-        add(&mut self.site_cpu, &o.site_cpu);
-    }
 }
 
 /// Values of tlsprof_tls_connections_by_protocol_total's `protocol` that name no protocol:
@@ -333,10 +215,10 @@ impl Port {
     pub fn closed(&self) -> f64 {
         self.closed_by.values().sum::<f64>() + 0.0 // an empty sum is -0.0
     }
-    pub fn closed_share(&self, by: &str) -> f64 {
+    pub fn closed_share(&self, by: ClosedBy) -> f64 {
         let all = self.closed();
         if all > 0.0 {
-            self.closed_by.get(by).copied().unwrap_or(0.0) / all
+            self.closed_by.get(&by).copied().unwrap_or(0.0) / all
         } else {
             0.0
         }
@@ -500,51 +382,15 @@ pub fn wanted(comms: &[String], comm: &str) -> bool {
     comms.is_empty() || comms.iter().any(|c| c == comm)
 }
 
-/// A counter's increase: a series new since the window began counts from zero, and a
-/// reset (the agent restarted) counts from zero again.
-fn inc(now: f64, before: f64) -> f64 {
-    if now >= before {
-        now - before
-    } else {
-        now
-    }
-}
-
-/// The increases of the counters kept by a label's value (or values).
-fn incs<K: Ord + Clone>(now: &BTreeMap<K, f64>, before: Option<&BTreeMap<K, f64>>) -> BTreeMap<K, f64> {
-    now.iter()
-        .map(|(k, v)| {
-            (
-                k.clone(),
-                inc(*v, before.and_then(|b| b.get(k)).copied().unwrap_or(0.0)),
-            )
-        })
-        .collect()
-}
-
-/// A histogram's increase: (sum, count, buckets by upper bound).
-fn hist_inc(now: &HistogramValue, before: Option<&HistogramValue>) -> (f64, f64, Vec<(f64, f64)>) {
-    let b = before.cloned().unwrap_or_default();
-    let buckets = now
-        .buckets
-        .iter()
-        .map(|&(le, n)| {
-            let old = b.buckets.iter().find(|(l, _)| *l == le).map_or(0.0, |(_, o)| *o);
-            (le, inc(n, old))
-        })
-        .collect();
-    (inc(now.sum, b.sum), inc(now.count, b.count), buckets)
-}
-
 /// The configuration a handshake series names, in a process's table.
 fn config<'a>(configs: &'a mut BTreeMap<ConfigKey, Config>, key: &ConfigKey) -> &'a mut Config {
     configs.entry(key.clone()).or_insert_with(|| Config {
-        version: key.0.clone(),
-        cipher: key.1.clone(),
-        group: key.2.clone(),
-        cert: key.3.clone(),
-        resumed: key.4,
-        transport: key.5.clone(),
+        version: key.version.clone(),
+        cipher: key.cipher.clone(),
+        group: key.group.clone(),
+        cert: key.cert.clone(),
+        resumed: key.resumed,
+        transport: key.transport.clone(),
         ..Default::default()
     })
 }
@@ -556,30 +402,27 @@ impl Proc {
             comm: comm.to_string(),
             cpu_methods: b.cpu_methods.clone(),
             libraries: b.libraries.clone(),
-            process_cpu: inc(b.process_cpu, a.map_or(0.0, |a| a.process_cpu)),
-            cpu: incs(&b.cpu, a.map(|a| &a.cpu)),
-            hellos_unread: incs(&b.hellos_unread, a.map(|a| &a.hellos_unread)),
+            process_cpu: b.process_cpu.since_opt(a.map(|a| &a.process_cpu)),
+            cpu: b.cpu.since_opt(a.map(|a| &a.cpu)),
+            hellos_unread: b.hellos_unread.since_opt(a.map(|a| &a.hellos_unread)),
             ..Default::default()
         };
         let mut configs = BTreeMap::new();
-        for (key, &n) in &b.handshakes {
-            let d = inc(n, a.and_then(|a| a.handshakes.get(key)).copied().unwrap_or(0.0));
-            let (result, cfg) = key;
-            match (result.as_str(), cfg.4) {
-                ("ok", true) => p.resumed += d,
-                ("ok", false) => p.full += d,
-                _ => p.failed += d,
+        for ((result, cfg), d) in b.handshakes.since_opt(a.map(|a| &a.handshakes)) {
+            match (result, cfg.resumed) {
+                (HandshakeResult::Ok, true) => p.resumed += d,
+                (HandshakeResult::Ok, false) => p.full += d,
+                (HandshakeResult::Failed, _) => p.failed += d,
             }
-            if result == "ok" {
-                config(&mut configs, cfg).handshakes += d;
+            if result == HandshakeResult::Ok {
+                config(&mut configs, &cfg).handshakes += d;
             }
         }
-        for (key, h) in &b.handshake_cpu {
-            let (cpu, timed, buckets) = hist_inc(h, a.and_then(|a| a.handshake_cpu.get(key)));
-            let c = config(&mut configs, key);
-            c.timed += timed;
-            c.cpu += cpu;
-            c.cpu_buckets = buckets;
+        for (key, h) in b.handshake_cpu.since_opt(a.map(|a| &a.handshake_cpu)) {
+            let c = config(&mut configs, &key);
+            c.timed += h.count;
+            c.cpu += h.sum;
+            c.cpu_buckets = h.buckets;
         }
         p.configs = configs
             .into_values()
@@ -587,37 +430,34 @@ impl Proc {
             .collect();
         for (port, now) in &b.ports {
             let before = a.and_then(|a| a.ports.get(port));
-            let old = |f: fn(&super::model::PortFigures) -> f64| before.map_or(0.0, f);
-            let (lifetime_sum, lifetime_count, _) = hist_inc(&now.lifetime, before.map(|b| &b.lifetime));
-            let (requests, ended, request_buckets) = hist_inc(&now.requests, before.map(|b| &b.requests));
-            p.ports.insert(
-                port.clone(),
-                Port {
-                    closed_by: incs(&now.closed_by, before.map(|b| &b.closed_by)),
-                    time_wait: inc(now.time_wait, old(|b| b.time_wait)),
-                    time_wait_sockets: tw_sockets.get(port).copied().unwrap_or(0.0),
-                    requests,
-                    ended,
-                    exchanges: inc(now.exchanges, old(|b| b.exchanges)),
-                    request_buckets,
-                    protocols: incs(&now.protocols, before.map(|b| &b.protocols)),
-                    quic: inc(now.quic, old(|b| b.quic)),
-                    lifetime_sum,
-                    lifetime_count,
-                    clients: {
-                        let (c, b) = (&now.clients, before.map(|b| &b.clients));
-                        Clients {
-                            hellos: incs(&c.hellos, b.map(|b| &b.hellos)),
-                            offers: incs(&c.offers, b.map(|b| &b.offers)),
-                            policy: incs(&c.policy, b.map(|b| &b.policy)),
-                            resumptions: incs(&c.resumptions, b.map(|b| &b.resumptions)),
-                            site_cpu: incs(&c.site_cpu, b.map(|b| &b.site_cpu)),
-                        }
-                    },
-                },
-            );
+            let time_wait_sockets = tw_sockets.get(port).copied().unwrap_or(0.0);
+            p.ports
+                .insert(port.clone(), Port::between(before, now, time_wait_sockets));
         }
         p
+    }
+}
+
+impl Port {
+    /// What one port's connections did between two readings of its figures; the TIME_WAIT
+    /// sockets at the end (a gauge) as they are.
+    fn between(a: Option<&PortFigures>, b: &PortFigures, time_wait_sockets: f64) -> Port {
+        let lifetime = b.lifetime.since_opt(a.map(|a| &a.lifetime));
+        let requests = b.requests.since_opt(a.map(|a| &a.requests));
+        Port {
+            closed_by: b.closed_by.since_opt(a.map(|a| &a.closed_by)),
+            time_wait: b.time_wait.since_opt(a.map(|a| &a.time_wait)),
+            time_wait_sockets,
+            requests: requests.sum,
+            ended: requests.count,
+            exchanges: b.exchanges.since_opt(a.map(|a| &a.exchanges)),
+            request_buckets: requests.buckets,
+            protocols: b.protocols.since_opt(a.map(|a| &a.protocols)),
+            quic: b.quic.since_opt(a.map(|a| &a.quic)),
+            lifetime_sum: lifetime.sum,
+            lifetime_count: lifetime.count,
+            clients: b.clients.since_opt(a.map(|a| &a.clients)),
+        }
     }
 }
 
@@ -695,7 +535,7 @@ mod tests {
         assert_eq!((port.requests, port.ended, port.time_wait), (17.0, 4.0, 3.0));
         assert_eq!(port.common_request_count(0.7), Some((5, 0.75)));
         assert_eq!(port.common_request_count(0.8), None);
-        assert_eq!(port.closed_share("server"), 1.0);
+        assert_eq!(port.closed_share(ClosedBy::Server), 1.0);
         assert!(Window::between(&a, &b, &["apache2".into()]).procs.is_empty());
         assert_eq!(p.clients().seen(), 0.0, "no ClientHello read");
         assert!(p.clients().policy("tls13_only").is_none());
@@ -761,37 +601,6 @@ mod tests {
         let port = &p.ports["443"];
         assert_eq!((port.quic, port.protocols.get("quic")), (10.0, None));
         assert_eq!((port.protocol_name(), port.hidden_protocol_share()), ("tls", 1.0));
-    }
-
-    /// ab offers ten groups, each in every ClientHello: the ones servers pick come first,
-    /// not the alphabet's ffdhe groups (a view shows the first few).
-    #[test]
-    fn equally_offered_groups_come_in_the_order_servers_prefer() {
-        let mut c = Clients::default();
-        for g in [
-            "ffdhe2048",
-            "ffdhe3072",
-            "secp256r1",
-            "x25519",
-            "secp384r1",
-            "brainpoolP256r1",
-        ] {
-            c.offers.insert(("group".into(), g.into()), 10.0);
-        }
-        c.offers.insert(("group".into(), "x448".into()), 4.0);
-        let order: Vec<&str> = c.values("group").into_iter().map(|(v, _)| v).collect();
-        assert_eq!(
-            order,
-            [
-                "x25519",
-                "secp256r1",
-                "secp384r1",
-                "ffdhe2048",
-                "ffdhe3072",
-                "brainpoolP256r1",
-                "x448"
-            ]
-        );
     }
 
     #[test]

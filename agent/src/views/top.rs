@@ -16,6 +16,7 @@ use super::{
     live::{Live, ViewArgs},
     snapshot::{Proc, Window},
 };
+use crate::bpf::conn::ClosedBy;
 use crate::logger;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -346,12 +347,12 @@ fn port_rows(p: &Proc, secs: f64) -> Vec<[String; 8]> {
                         .unwrap_or_else(|| "-".into())
                 },
                 if v.closed() > 0.0 {
-                    format!("{}%", pct(v.closed_share("server")))
+                    format!("{}%", pct(v.closed_share(ClosedBy::Server)))
                 } else {
                     "-".into()
                 },
                 if v.closed() > 0.0 {
-                    format!("{}%", pct(v.closed_share("client")))
+                    format!("{}%", pct(v.closed_share(ClosedBy::Client)))
                 } else {
                     "-".into()
                 },
@@ -748,7 +749,11 @@ mod tests {
 
     #[test]
     fn shows_the_client_mix_and_the_policies() {
-        use crate::views::snapshot::Port;
+        use crate::{
+            clients::{join::Answer, policy::Outcome},
+            views::snapshot::Port,
+            wire::tls::hello::Resumption,
+        };
         let mut port = Port::default();
         let c = &mut port.clients;
         c.hellos.insert("www.example.com".into(), 200.0);
@@ -774,13 +779,13 @@ mod tests {
             "pq_hybrid_first",
             "tls13_only",
         ] {
-            c.policy.insert(pair(policy, "fail"), 10.0);
-            c.policy.insert(pair(policy, "negotiate"), 190.0);
+            c.policy.insert((policy.into(), Outcome::Fail), 10.0);
+            c.policy.insert((policy.into(), Outcome::Negotiate), 190.0);
         }
-        c.policy.insert(pair("x25519_p256_only", "hello_retry"), 20.0);
-        c.policy.insert(pair("x25519_p256_only", "negotiate"), 180.0);
-        c.resumptions.insert(pair("psk", "full"), 15.0);
-        c.resumptions.insert(pair("psk", "resumed"), 45.0);
+        c.policy.insert(("x25519_p256_only".into(), Outcome::HelloRetry), 20.0);
+        c.policy.insert(("x25519_p256_only".into(), Outcome::Negotiate), 180.0);
+        c.resumptions.insert((Resumption::Psk, Answer::Full), 15.0);
+        c.resumptions.insert((Resumption::Psk, Answer::Resumed), 45.0);
         let mut p = Proc {
             comm: "nginx".into(),
             ..Default::default()

@@ -12,7 +12,7 @@ mod render;
 #[cfg(test)]
 mod tests;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -273,19 +273,33 @@ pub fn check_min_change(m: &MinChange) -> Result<()> {
 }
 
 /// Writes a comparison where `out` says; the Markdown to standard output without -o.
-fn write(c: &Comparison, out: &CompareOut, before: &str, after: &str) -> Result<()> {
+/// Where a comparison is written: Markdown, HTML and JSON, each where named.
+pub struct Outputs<'a> {
+    pub markdown: Option<&'a Path>,
+    pub html: Option<&'a Path>,
+    pub json: Option<&'a Path>,
+}
+
+/// Writes a comparison of `before` and `after` (as the reader is to name them) to its
+/// outputs, the one writer of both `tlsprof compare` and `report --baseline`; gives the
+/// Markdown back when no file is named for it (compare prints it, report ends its own
+/// with it).
+pub fn write(c: &Comparison, to: &Outputs, before: &str, after: &str) -> Result<Option<String>> {
     let md = markdown(c, before, after);
-    match &out.output {
-        Some(p) => write_file(p, md)?,
-        None => print!("{md}"),
-    }
-    if let Some(p) = &out.html {
+    let unwritten = match to.markdown {
+        Some(p) => {
+            write_file(p, md)?;
+            None
+        }
+        None => Some(md),
+    };
+    if let Some(p) = to.html {
         write_file(p, html(c, before, after))?;
     }
-    if let Some(p) = &out.json {
+    if let Some(p) = to.json {
         write_file(p, to_json(c))?;
     }
-    Ok(())
+    Ok(unwritten)
 }
 
 pub fn run(args: CompareArgs) -> Result<()> {
@@ -297,7 +311,14 @@ pub fn run(args: CompareArgs) -> Result<()> {
     let after = read(&args.after, &args.also_after)?;
     check_writable([&args.out.output, &args.out.html, &args.out.json])?;
     let c = compare_runs(&before, &after, args.out.min.min_change);
-    write(&c, &args.out, &args.before.display().to_string(), &args.after.display().to_string())?;
+    let to = Outputs {
+        markdown: args.out.output.as_deref(),
+        html: args.out.html.as_deref(),
+        json: args.out.json.as_deref(),
+    };
+    if let Some(md) = write(&c, &to, &args.before.display().to_string(), &args.after.display().to_string())? {
+        print!("{md}");
+    }
     let called = c
         .processes
         .iter()

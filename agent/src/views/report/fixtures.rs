@@ -1,7 +1,11 @@
 //! Windows and host costs the report's unit tests share.
 use crate::{
+    bpf::conn::ClosedBy,
+    clients::{join::Answer, policy::Outcome},
     hostcost::HostCosts,
+    metrics::LabelValue,
     views::snapshot::{Clients, Config, Port, Proc},
+    wire::tls::hello::Resumption,
 };
 
 pub fn cfg(group: &str, cert: &str, cipher: &str, resumed: bool, count: f64, ms_each: f64) -> Config {
@@ -71,10 +75,11 @@ pub fn clients(
         c.offers.insert(pair(o, v), *n);
     }
     for (p, o, n) in policy {
-        c.policy.insert(pair(p, o), *n);
+        c.policy.insert((p.to_string(), Outcome::parse(o).unwrap()), *n);
     }
     for (o, r, n) in resumptions {
-        c.resumptions.insert(pair(o, r), *n);
+        c.resumptions
+            .insert((Resumption::parse(o).unwrap(), Answer::parse(r).unwrap()), *n);
     }
     c
 }
@@ -107,7 +112,7 @@ pub fn tcp_and_quic() -> Proc {
         quic: 800.0,
         ..Default::default()
     };
-    port.closed_by.insert("server".into(), 200.0);
+    port.closed_by.insert(ClosedBy::Server, 200.0);
     port.protocols.insert("http/1.1".into(), 200.0);
     port.request_buckets = (0..=10).map(|k| (k as f64, if k >= 5 { 200.0 } else { 0.0 })).collect();
     p.ports.insert("443".into(), port);

@@ -7,6 +7,7 @@ use super::{
     observe::{Series, CATEGORIES},
     rules::{ms, Finding},
 };
+use crate::bpf::conn::ClosedBy;
 use crate::hostcost::HostCosts;
 use crate::views::snapshot::{Proc, Window};
 
@@ -185,7 +186,7 @@ fn measured_tables(p: &Proc, s: f64) -> String {
                 v.requests_per_connection()
                     .map(|r| format!("{r:.1}"))
                     .unwrap_or("-".into()),
-                v.closed_share("server") * 100.0,
+                v.closed_share(ClosedBy::Server) * 100.0,
                 v.time_wait / s,
                 v.time_wait_sockets
             );

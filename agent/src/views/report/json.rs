@@ -7,7 +7,7 @@ use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
 use super::rules::Finding;
-use crate::{hostcost::HostCosts, views::snapshot::Window};
+use crate::{bpf::conn::ClosedBy, hostcost::HostCosts, views::snapshot::Window};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
 #[serde(default)]
@@ -237,7 +237,7 @@ impl ReportDoc {
                                 exchanges: v.exchanges,
                                 time_wait: v.time_wait,
                                 time_wait_sockets: v.time_wait_sockets,
-                                server_close_share: v.closed_share("server"),
+                                server_close_share: v.closed_share(ClosedBy::Server),
                                 request_buckets: own_buckets(&v.request_buckets),
                             };
                             (k.clone(), port)

@@ -2,6 +2,7 @@
 use std::fmt::Write as _;
 
 use super::rules::{capitalized, ms, Finding, MIN_EVENTS};
+use crate::bpf::conn::ClosedBy;
 use crate::{
     hostcost::HostCosts,
     views::{
@@ -205,7 +206,7 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
                         .unwrap_or("-".into()),
                     v.h2_share() * 100.0,
                     v.mean_lifetime().map(ms).unwrap_or("-".into()),
-                    v.closed_share("server") * 100.0,
+                    v.closed_share(ClosedBy::Server) * 100.0,
                     v.time_wait / s,
                     v.time_wait_sockets
                 );

@@ -103,18 +103,15 @@ pub fn run(args: ReportArgs) -> Result<()> {
         let c = compare::compare_runs(&[before_doc], std::slice::from_ref(&doc), args.min.min_change);
         let before = path.display().to_string();
         let after = args.json.as_ref().map_or("this window".into(), |j| j.display().to_string());
-        match &args.compare_md {
-            Some(p) => write_file(p, compare::markdown(&c, &before, &after))?,
-            None => {
-                md += "\n";
-                md += &compare::markdown(&c, &before, &after).replacen("# ", "## ", 1).replace("\n## ", "\n### ");
-            }
-        }
-        if let Some(p) = &args.compare_html {
-            write_file(p, compare::html(&c, &before, &after))?;
-        }
-        if let Some(p) = &args.compare_json {
-            write_file(p, to_json(&c))?;
+        let to = compare::Outputs {
+            markdown: args.compare_md.as_deref(),
+            html: args.compare_html.as_deref(),
+            json: args.compare_json.as_deref(),
+        };
+        if let Some(c) = compare::write(&c, &to, &before, &after)? {
+            // the comparison ends the report, a section of it
+            md += "\n";
+            md += &c.replacen("# ", "## ", 1).replace("\n## ", "\n### ");
         }
     }
     match &args.output {

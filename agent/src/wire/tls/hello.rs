@@ -18,7 +18,7 @@ pub const ALPN_HTTP1: u8 = 2;
 pub const ALPN_OTHER: u8 = 4;
 
 /// What the client offered to resume with.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Resumption {
     /// Nothing (a TLS 1.2 session id alone is not counted: TLS 1.3 clients send a random one).
     #[default]
@@ -27,6 +27,18 @@ pub enum Resumption {
     Ticket,
     /// A TLS 1.3 pre_shared_key extension.
     Psk,
+}
+
+impl crate::metrics::LabelValue for Resumption {
+    const ALL: &'static [Resumption] = &[Resumption::None, Resumption::Ticket, Resumption::Psk];
+    /// The `resumption` offer's value and tlsprof_client_resumptions_total's `offered`.
+    fn label(self) -> &'static str {
+        match self {
+            Resumption::None => super::NONE,
+            Resumption::Ticket => "ticket",
+            Resumption::Psk => "psk",
+        }
+    }
 }
 
 /// A ClientHello's offers, GREASE removed, in the client's order.

@@ -6,6 +6,7 @@ use super::{
     finish, ms, protocol::Protocol, Finding, FEW_REQUESTS, MIN_EVENTS, REUSED_LIFETIME, TARGET_REQUESTS,
     TIME_WAIT_SECONDS,
 };
+use crate::bpf::conn::ClosedBy;
 use crate::views::snapshot::{Config, Proc};
 
 /// Connections that carry few requests: each new one costs a handshake, a TCP set-up and
@@ -83,7 +84,7 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
         } else {
             String::new()
         };
-        let server_closes = v.closed_share("server");
+        let server_closes = v.closed_share(ClosedBy::Server);
         let proto = Protocol::of_port(v);
         let unit = proto.unit();
         let one = proto.one();
@@ -127,7 +128,7 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
                     "clients ended {:.0}% of connections after about one {one} ({:.0}% with a reset): they do not \
                      reuse connections",
                     (1.0 - server_closes) * 100.0,
-                    v.closed_share("reset") * 100.0
+                    v.closed_share(ClosedBy::Reset) * 100.0
                 ),
             ),
             None => (
@@ -204,7 +205,7 @@ pub fn time_wait(p: &Proc, secs: f64) -> Vec<Finding> {
                     "The server closed first on {:.0}% of connections: {rate:.1} TIME_WAIT entries/s ({per_request:.2} per \
                      request), {:.0} sockets in TIME_WAIT at the end of the window; at this rate about {:.0} are held \
                      at any time (each for {TIME_WAIT_SECONDS:.0} s), each a kernel socket and a port pair a client cannot reuse.",
-                    v.closed_share("server") * 100.0,
+                    v.closed_share(ClosedBy::Server) * 100.0,
                     v.time_wait_sockets,
                     rate * TIME_WAIT_SECONDS
                 ),

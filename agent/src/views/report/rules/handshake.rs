@@ -3,7 +3,7 @@ use super::{
     cert_seen, dominant, finish, is_full, ms, protocol::Protocol, with_clients, would_fail, Finding, MIN_EVENTS,
     MIN_GAIN,
 };
-use crate::{hostcost::HostCosts, views::snapshot::Proc};
+use crate::{clients::join::Answer, hostcost::HostCosts, views::snapshot::Proc, wire::tls::hello::Resumption};
 
 /// What a resumed handshake costs this process, and how that was found: resumed
 /// handshakes measured in the window (at least 5 timed), else a full one less what a
@@ -58,21 +58,9 @@ pub fn resumption_refused(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Opti
     if offered < MIN_EVENTS || share < REFUSED_SHARE {
         return None;
     }
-    let by = |o: &str| {
-        c.resumptions
-            .iter()
-            .filter(|((k, _), _)| k == o)
-            .map(|(_, n)| *n)
-            .sum::<f64>()
-            + 0.0
-    };
-    let refused_by = |o: &str| {
-        c.resumptions
-            .get(&(o.to_string(), "full".to_string()))
-            .copied()
-            .unwrap_or(0.0)
-    };
-    let (psk, ticket) = (by("psk"), by("ticket"));
+    let by = |o: Resumption| c.resumptions_offered(o);
+    let refused_by = |o: Resumption| c.resumptions_answered(o, Answer::Full);
+    let (psk, ticket) = (by(Resumption::Psk), by(Resumption::Ticket));
     let c_full = p.mean_cpu(is_full);
     let (c_res, how) = match c_full {
         Some(f) => resumed_cost(p, f, host),
@@ -87,9 +75,9 @@ pub fn resumption_refused(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Opti
         ("refused_share", share),
         ("refused_per_second", rate),
         ("psk_offered", psk),
-        ("psk_refused", refused_by("psk")),
+        ("psk_refused", refused_by(Resumption::Psk)),
         ("ticket_offered", ticket),
-        ("ticket_refused", refused_by("ticket")),
+        ("ticket_refused", refused_by(Resumption::Ticket)),
     ];
     if let Some(f) = c_full {
         numbers.push(("cpu_per_full_seconds", f));
@@ -98,12 +86,12 @@ pub fn resumption_refused(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Opti
         numbers.push(("cpu_per_resumed_seconds", r));
     }
     let offers = [
-        ("psk", "a TLS 1.3 PSK", psk),
-        ("ticket", "a TLS 1.2 session ticket", ticket),
+        (Resumption::Psk, "a TLS 1.3 PSK", psk),
+        (Resumption::Ticket, "a TLS 1.2 session ticket", ticket),
     ]
     .iter()
     .filter(|(_, _, n)| *n > 0.0)
-    .map(|(o, what, n)| format!("{n:.0} offered {what} ({:.0} refused)", refused_by(o)))
+    .map(|(o, what, n)| format!("{n:.0} offered {what} ({:.0} refused)", refused_by(*o)))
     .collect::<Vec<_>>()
     .join(", ");
     Some(finish(

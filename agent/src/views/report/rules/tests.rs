@@ -73,7 +73,7 @@ fn keepalive_names_a_request_limit() {
         time_wait: 200.0,
         ..Default::default()
     };
-    port.closed_by.insert("server".into(), 200.0);
+    port.closed_by.insert(crate::bpf::conn::ClosedBy::Server, 200.0);
     port.request_buckets = (0..=10).map(|k| (k as f64, if k >= 5 { 200.0 } else { 0.0 })).collect();
     p.ports.insert("443".into(), port);
     let k = keepalive(&p, 10.0);
@@ -371,7 +371,7 @@ fn keepalive_spares_clients_that_offered_h2_behind_tls13() {
             lifetime_count: 100.0,
             ..Default::default()
         };
-        port.closed_by.insert("client".into(), 100.0);
+        port.closed_by.insert(crate::bpf::conn::ClosedBy::Client, 100.0);
         port.protocols.insert("encrypted".into(), 100.0);
         p.ports.insert("443".into(), port);
         if alpn.is_empty() {
@@ -515,7 +515,7 @@ fn keepalive_judges_http2_by_the_tcp_clients_alone() {
         quic: 300.0,
         ..Default::default()
     };
-    port.closed_by.insert("client".into(), 100.0);
+    port.closed_by.insert(crate::bpf::conn::ClosedBy::Client, 100.0);
     port.protocols.insert("encrypted".into(), 100.0);
     p.ports.insert("443".into(), port);
     // 400 ClientHellos: the TCP connections' 100 offered h2, the QUIC ones' 300 h3 (other)
