@@ -1,13 +1,13 @@
 //! The overhead budget in the default mode: when each probed process's handshake probes
-//! are attached and detached (which probes.rs does), as its duty cycle says (the
-//! arithmetic: duty.rs), from the hits
+//! are attached and detached (which probes/ does, and where each one's cycle and charges
+//! are kept), as its duty cycle says (the arithmetic: duty.rs), from the hits
 //! the kernel counts, the cost of one trap measured at start (bpf/calib.rs) and the probe
 //! programs' own run time, which they time themselves (hs_hits.prog_ns); what they
 //! cost is exported (tlsprof_probe_hits_total, tlsprof_probe_cpu_seconds_total,
 //! tlsprof_probe_duty_cycle).
 use std::{collections::BTreeMap, time::Instant};
 
-use super::{duty::Action, targets::Targets};
+use super::targets::Targets;
 use crate::{
     bpf::{calib::HitCost, loader::Kernel},
     cpu::Profiler,
@@ -38,46 +38,21 @@ impl Budget {
         let mut next: Option<Instant> = None;
         let mut changed = false;
         for (pid, name, comm, p) in t.probed_mut() {
-            let hits = k.hits(pid);
-            let seen = &mut p.hits_seen;
-            let (de, dr, dns) = (
-                hits.entries.saturating_sub(seen.entries),
-                hits.returns.saturating_sub(seen.returns),
-                hits.prog_ns.saturating_sub(seen.prog_ns),
-            );
-            seen.entries = seen.entries.max(hits.entries);
-            seen.returns = seen.returns.max(hits.returns);
-            seen.prog_ns = seen.prog_ns.max(hits.prog_ns);
-            let ce = if p.stepped { c.stepped } else { c.emulated };
+            let new = p.new_hits(k.hits(pid));
+            let ce = if p.stepped() { c.stepped } else { c.emulated };
             // The traps, as calibrated (with a no-op program), and the programs' own time.
-            let programs = dns as f64 * 1e-9;
-            let cpu = de as f64 * ce + dr as f64 * c.ret + programs;
-            p.probe_cpu += cpu;
-            if de + dr > 0 {
+            let programs = new.prog_ns as f64 * 1e-9;
+            let cpu = new.entries as f64 * ce + new.returns as f64 * c.ret + programs;
+            p.charge(cpu);
+            if new.entries + new.returns > 0 {
                 let c = CommLabels { comm: name.to_string() };
-                m.probe_hits.get_or_create(&c).inc_by(de + dr);
+                m.probe_hits.get_or_create(&c).inc_by(new.entries + new.returns);
                 m.probe_cpu.get_or_create(&c).inc_by(cpu);
                 m.probe_program.get_or_create(&c).inc_by(programs);
             }
-            let total = p.probe_cpu;
-            let Some(d) = p.duty.as_mut() else { continue };
-            let action = d.step(now, total);
-            let due = d.next_step(total);
+            let Some((due, moved)) = p.step_duty(now, pid, comm, k, prof) else { continue };
             next = Some(next.map_or(due, |n: Instant| n.min(due)));
-            match action {
-                Action::Detach => {
-                    p.detach(pid, k, prof);
-                    changed = true;
-                }
-                Action::Attach => {
-                    if p.reattach(pid, comm, k, prof) {
-                        changed = true;
-                    } else if let Some(d) = p.duty.as_mut() {
-                        d.attach_failed();
-                    }
-                }
-                Action::Keep => {}
-            }
+            changed |= moved;
         }
         if changed {
             t.export_gauges(m);
@@ -94,10 +69,7 @@ fn export_duty(t: &Targets, m: &Metrics) {
     let now = Instant::now();
     let mut per: BTreeMap<&str, (f64, f64, f64, u32)> = BTreeMap::new();
     for (name, p) in t.probed() {
-        let (d, w) = p
-            .duty
-            .as_ref()
-            .map_or((1.0, 0.0), |d| (d.duty(now), d.rate().unwrap_or(0.0)));
+        let (d, w) = p.duty_now(now);
         let e = per.entry(name).or_default();
         e.0 += d * w;
         e.1 += w;

@@ -6,13 +6,7 @@
 //! Plain code over decoded events: the kernel is not needed to test it.
 use std::{collections::VecDeque, sync::Arc, time::Instant};
 
-use super::{
-    estimate::Estimates,
-    mode::Mode,
-    quic_join::QuicJoin,
-    sightings::Checks,
-    targets::{UNLABELLED_INCOMPLETE, UNLABELLED_NO_CONNECTION},
-};
+use super::{estimate::Estimates, mode::Mode, quic_join::QuicJoin, sightings::Checks};
 use crate::{
     bounds,
     bpf::{abi::decode, handshake as hs, wire::WireEvent},
@@ -23,6 +17,22 @@ use crate::{
         Lookup, Negotiated, Tracker, WireHandshake, TRANSPORT_QUIC,
     },
 };
+
+/// Why a handshake's negotiated labels are `other` (tlsprof_handshakes_unlabelled_total):
+/// the join found no connection for it, or the wire had not seen all of it.
+pub const UNLABELLED_NO_CONNECTION: &str = "no_connection";
+pub const UNLABELLED_INCOMPLETE: &str = "incomplete";
+
+/// A process name traced for the first time: its unlabelled handshakes are exported at zero
+/// from the start, so that rate() sees the first increment.
+pub fn export_unlabelled(m: &Metrics, comm: &str) {
+    for reason in [UNLABELLED_NO_CONNECTION, UNLABELLED_INCOMPLETE] {
+        let _ = m.handshakes_unlabelled.get_or_create(&ReasonLabels {
+            comm: comm.into(),
+            reason: reason.into(),
+        });
+    }
+}
 
 /// What the join needs to know of a process.
 pub trait ProcInfo {

@@ -1,7 +1,8 @@
 //! `tlsprof run`: sets up, then an event loop that only dispatches: kernel events to the
 //! handshake join (handshakes.rs), connection churn (ports.rs) and process tracking
-//! (targets.rs); the overhead budget (budget.rs, duty.rs) and the CPU split (cpu/) on
-//! their clocks; a /proc scan every --scan-interval.
+//! (targets.rs, which asks probes/ for each process's handshake probes); the overhead budget
+//! (budget.rs, duty.rs) and the CPU split (cpu/) on their clocks; a /proc scan every
+//! --scan-interval.
 mod budget;
 pub mod duty;
 mod estimate;
@@ -410,7 +411,7 @@ fn event_loop(agent: &mut Agent) -> Result<()> {
     let mut exits_cleared = Instant::now();
     let mut next_duty: Option<Instant> = None;
     while !stopping() {
-        if let Some(msg) = agent.targets.fatal.take() {
+        if let Some(msg) = agent.targets.take_fatal() {
             bail!("a probe failed to attach (--strict): {msg}");
         }
         let now = Instant::now();

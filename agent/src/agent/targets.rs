@@ -1,20 +1,20 @@
-//! Target selection: which processes are traced, what is attached to each (handshake
-//! probes where a TLS library's entry points are found: inspect.rs finds them, probes.rs
-//! attaches them; else CPU and connections only), and forgetting them when they exit or
-//! exec. Readiness (ready.rs) once a process's listening ports are watched too.
+//! Target selection: which processes are traced (the selector, or what their connections
+//! carry), following them as they fork, exec and exit, and forgetting them. What is
+//! attached to each is probes/'s to decide (handshake probes where a TLS library's entry
+//! points are found; else CPU and connections only); this asks it and reports the outcome:
+//! the "attached to" lines, readiness (ready.rs) once a process's listening ports are
+//! watched too, and the gauges of what is attached (gauges.rs).
 use std::{
     collections::{BTreeSet, HashMap},
     time::Instant,
 };
 
 use super::{
-    duty::Duty,
     gauges::{self, Attached},
-    handshakes::ProcInfo,
-    inspect::{tls_files, TlsFiles},
+    handshakes::{self, ProcInfo},
     mode::Mode,
-    no_probes::{NoProbes, Said},
-    probes::{Plan, Probes, Probing},
+    no_probes::NoProbes,
+    probes::{Prober, Probes, Probing},
     ready::Ready,
     sightings::{Judges, Verdict},
 };
@@ -25,18 +25,12 @@ use crate::{
     cpu::Profiler,
     discovery::{
         files::ElfFiles,
-        handshake::HookMode,
         maps,
         procfs::{self, ProcStat},
         select::Selector,
-        stacks,
     },
-    metrics::{Metrics, ProbeLabels, ReasonLabels},
+    metrics::Metrics,
 };
-
-/// Why a handshake's negotiated labels are `other` (tlsprof_handshakes_unlabelled_total).
-pub const UNLABELLED_NO_CONNECTION: &str = "no_connection";
-pub const UNLABELLED_INCOMPLETE: &str = "incomplete";
 
 /// A traced process.
 pub struct Traced {
@@ -87,11 +81,6 @@ pub const MAX_NAMES: usize = 4096;
 /// most: beyond, they are swept at once (nothing is lost).
 pub const MAX_UNSWEPT: usize = 1024;
 
-/// Whether the process that started at `start_time` is gone (its pid free or reused).
-fn exited(pid: u32, start_time: u64) -> bool {
-    procfs::stat(pid).map_or(true, |s| s.start_time != start_time)
-}
-
 /// The "attached to" line of a process traced without probes (`what`: its stack, if said).
 fn estimated(pid: u32, comm: &str, what: &str, why: NoProbes) -> String {
     format!(
@@ -101,18 +90,18 @@ fn estimated(pid: u32, comm: &str, what: &str, why: NoProbes) -> String {
 }
 
 pub struct Targets {
+    /// Which processes are traced: --pid, --comm and their descendants (none: every process
+    /// found by what its connections carry).
     selector: Selector,
-    hooks: HookMode,
-    /// --no-handshake-probes: the kernel estimates every process's handshake CPU.
-    no_probes: bool,
-    mode: Mode,
-    overhead_budget: f64,
-    strict: bool,
+    /// The agent's own pid: never traced.
     self_pid: u32,
+    /// The processes traced now.
     traced: HashMap<u32, Traced>,
+    /// Selected processes without a TLS stack (yet), looked at again when their memory map
+    /// grows.
     watched: HashMap<u32, Watched>,
-    /// What is known of the files processes map (shared with the CPU split).
-    files: ElfFiles,
+    /// Their handshake probes: what to attach, from what their files offer, and why none.
+    prober: Prober,
     /// Names of processes that exited lately, for events that arrive after the exit.
     recent_exits: HashMap<u32, String>,
     /// Every process name attached so far: its gauges go to 0, not away, when the last goes.
@@ -121,10 +110,6 @@ pub struct Targets {
     exited: Vec<u32>,
     /// Readiness: the "attached to" lines and the ready file.
     ready: Ready,
-    /// --strict: the first attach failure, which ends the run.
-    pub fatal: Option<String>,
-    /// Why processes have no probes, said once per name and reason.
-    said: Said,
     /// Entries dropped at the bounds, exported at each scan.
     dropped: Dropped,
     /// Processes found by what their connections carry (no selector: PROC_EV_FOUND), with
@@ -170,21 +155,14 @@ impl Targets {
     pub fn new(args: &RunArgs, mode: Mode, files: ElfFiles) -> Self {
         Self {
             selector: Selector::new(&args.targets),
-            hooks: args.hooks,
-            no_probes: args.no_handshake_probes,
-            mode,
-            overhead_budget: args.overhead_budget,
-            strict: args.strict,
             self_pid: std::process::id(),
             traced: HashMap::new(),
             watched: HashMap::new(),
-            files,
+            prober: Prober::new(args, mode, files),
             recent_exits: HashMap::new(),
             ever_attached: BTreeSet::new(),
             exited: Vec::new(),
             ready: Ready::new(args.ready_file.clone()),
-            fatal: None,
-            said: Said::default(),
             dropped: Dropped::default(),
             early_exits: EarlyExits::default(),
             found: HashMap::new(),
@@ -223,7 +201,7 @@ impl Targets {
                     "its probes reported none of the {missed} server handshakes its connections carried while they \
                      were attached: another TLS stack terminates its clients' TLS (its TLS library serves other calls)"
                 );
-                self.said.say(pid, &name, NoProbes::UnseenByProbes, &detail);
+                self.prober.say_why_none(pid, &name, NoProbes::UnseenByProbes, &detail);
                 self.export_gauges(m);
             } else {
                 log::debug!("{name}: its probes reported a server handshake ({timed} looked at, {missed} missed): trusted");
@@ -291,8 +269,7 @@ impl Targets {
         }
         t.regrow = Some(st.vsize);
         let Ok(maps) = maps::read(&pid.to_string()) else { return };
-        let found = !self.no_probes && !tls_files(pid, &maps, &self.files, self.hooks).hooks.is_empty()
-            || stacks::process_tls_stack(pid, &maps, &self.files).is_some();
+        let found = self.prober.plan(pid, &st.comm, &maps).0.is_some() || self.prober.stack(pid, &maps).is_some();
         if found {
             log::debug!("{pid} ({}) maps a TLS library now: attaching again", st.comm);
             self.forget(pid, k, prof);
@@ -303,7 +280,7 @@ impl Targets {
 
     /// What the bounds dropped since the last export: tlsprof_table_full_total.
     fn export_dropped(&mut self, m: &Metrics) {
-        self.files.take_dropped(&mut self.dropped);
+        self.prober.take_dropped(&mut self.dropped);
         self.dropped.export(m);
     }
 
@@ -414,31 +391,24 @@ impl Targets {
             log::debug!("cannot read the memory map of {pid} ({}): {e}", st.comm);
             String::new()
         });
-        let files = if self.no_probes {
-            TlsFiles {
-                why_none: Some((NoProbes::Disabled, "--no-handshake-probes".into())),
-                ..TlsFiles::default()
-            }
-        } else {
-            tls_files(pid, &maps, &self.files, self.hooks)
-        };
-        if matches!(files.why_none, Some((NoProbes::FileUnreadable, _))) && exited(pid, st.start_time) {
+        let (planned, why_none) = self.prober.plan(pid, &st.comm, &maps);
+        if matches!(why_none, Some((NoProbes::FileUnreadable, _))) && procfs::exited(pid, st.start_time) {
             // a process per connection, gone while its files were read: not a failure
             self.exited_early(pid, name);
             return;
         }
-        if files.hooks.is_empty() {
+        let Some(mut planned) = planned else {
             // A TLS stack without an entry point to probe (NSS, Go, a server's own), a TLS
             // library that cannot be read or has lost its symbols, or --no-handshake-probes:
             // CPU and connections, handshake CPU from the kernel.
-            if let Some(stack) = stacks::process_tls_stack(pid, &maps, &self.files) {
+            if let Some(stack) = self.prober.stack(pid, &maps) {
                 self.watched.remove(&pid);
-                let (why, detail) = files.why_none.unwrap_or_else(|| {
+                let (why, detail) = why_none.unwrap_or_else(|| {
                     let detail = format!("its TLS stack ({stack}) has no entry point tlsprof probes");
                     (NoProbes::NoEntryPoint, detail)
                 });
                 let msg = estimated(pid, &st.comm, &format!("TLS stack {stack}, "), why);
-                self.said.say(pid, &name, why, &detail);
+                self.prober.say_why_none(pid, &name, why, &detail);
                 if self.track(Examined { pid, st, name, maps }, Probing::Without(why), k, prof, m) {
                     self.ready.add(msg);
                 }
@@ -459,7 +429,7 @@ impl Targets {
                 let msg = estimated(pid, &st.comm, &how, why);
                 let detail = "no TLS library or TLS code found in its files: its handshakes are counted from what its \
                               connections carry";
-                self.said.say(pid, &name, why, detail);
+                self.prober.say_why_none(pid, &name, why, detail);
                 if self.track(Examined { pid, st, name, maps }, Probing::Without(why), k, prof, m) {
                     self.ready.add(msg);
                 }
@@ -471,73 +441,19 @@ impl Targets {
             };
             self.watch(pid, watched);
             return;
-        }
+        };
         self.watched.remove(&pid);
-        let mut plan: Plan = Vec::new();
-        let mut attached = Vec::new();
-        for (file, h) in &files.hooks {
-            plan.extend(
-                h.plan()
-                    .into_iter()
-                    .map(|(prog, off)| (prog, off, file.host_path.clone())),
-            );
-            attached.push(format!(
-                "attached to {pid} ({}): {} via {} ({})",
-                st.comm, file.path, h.source, h.library
-            ));
-        }
-        let stepped = files.hooks.iter().any(|(_, h)| h.stepped);
-        let duty = self
-            .mode
-            .budgeted()
-            .then(|| Duty::new(self.overhead_budget, Instant::now(), 0.0));
-        // Each failure is counted, the first said once (re-attaching in a later cycle may
-        // race the process's exit: that is only logged).
-        let mut refused = None;
-        let mut exited_first = false;
-        let (strict, fatal, start_time) = (self.strict, &mut self.fatal, st.start_time);
-        let probes = Probes::attach(k, pid, plan, stepped, duty, |prog, e| {
-            // a process started per connection may be gone already: not a failure
-            if exited(pid, start_time) {
-                exited_first = true;
-                return;
-            }
-            m.attach_failures
-                .get_or_create(&ProbeLabels { probe: prog.into() })
-                .inc();
-            if strict {
-                fatal.get_or_insert(format!("{pid} ({}): {e:#}", st.comm));
-            }
-            refused.get_or_insert(format!("{e:#}"));
-        });
-        if exited_first {
-            if let Some(p) = probes {
-                Probing::Probes(Box::new(p)).release(pid, k);
-            }
+        let mut lines = std::mem::take(&mut planned.lines);
+        let Some(probing) = self.prober.attach(k, pid, &name, &st, planned, m) else {
             self.exited_early(pid, name);
             return;
-        }
-        let probing = match (probes, refused) {
-            (Some(p), refused) => {
-                if let Some(e) = refused {
-                    log::warn!("{pid} ({}): some handshake probes refused: {e}", st.comm);
-                }
-                Probing::Probes(Box::new(p))
-            }
-            (None, refused) => {
-                let e = refused.unwrap_or_default();
-                self.said.say(pid, &name, NoProbes::AttachRefused, &e);
-                attached = vec![estimated(pid, &st.comm, "", NoProbes::AttachRefused)];
-                Probing::Without(NoProbes::AttachRefused)
-            }
         };
-        let go = probing.probes().is_some_and(Probes::go);
+        if let Some(why) = probing.why_none() {
+            lines = vec![estimated(pid, &st.comm, "", why)];
+        }
         if self.track(Examined { pid, st, name, maps }, probing, k, prof, m) {
             // logged once everything is in place: operators read it as "ready"
-            self.ready.extend(attached);
-            if go {
-                k.needs_reads(pid); // a goroutine's stretches open and close at its reads
-            }
+            self.ready.extend(lines);
         }
     }
 
@@ -563,16 +479,10 @@ impl Targets {
             return false;
         }
         if self.first_attach(&name) {
-            // Exported at zero from the start, so that rate() sees the first increment.
-            for reason in [UNLABELLED_NO_CONNECTION, UNLABELLED_INCOMPLETE] {
-                let _ = m.handshakes_unlabelled.get_or_create(&ReasonLabels {
-                    comm: name.clone(),
-                    reason: reason.into(),
-                });
-            }
+            handshakes::export_unlabelled(m, &name);
         }
         prof.add(pid, &name, probed, &maps);
-        prof.set_probes(pid, probed);
+        probing.traced(pid, k, prof);
         self.traced.insert(
             pid,
             Traced {
@@ -587,15 +497,14 @@ impl Targets {
         true
     }
 
-    /// Shutting down: every process's probes detached at once (Kernel::detach_now).
+    /// Shutting down: every process's probes detached at once (probes/).
     pub fn detach_everything(&mut self, k: &mut Kernel) {
-        let links = self
-            .traced
-            .values_mut()
-            .filter_map(|t| Some(t.probing.probes_mut()?.take_links()))
-            .flatten()
-            .collect();
-        k.detach_now(links);
+        Probing::release_all(self.traced.values_mut().map(|t| &mut t.probing), k);
+    }
+
+    /// --strict: the first attach failure, which ends the run.
+    pub fn take_fatal(&mut self) -> Option<String> {
+        self.prober.take_fatal()
     }
 
     fn forget(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {

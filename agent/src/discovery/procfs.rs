@@ -30,6 +30,11 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
     })
 }
 
+/// Whether the process that started at `start_time` is gone (its pid free or reused).
+pub fn exited(pid: u32, start_time: u64) -> bool {
+    stat(pid).map_or(true, |s| s.start_time != start_time)
+}
+
 /// A live process's stat; a zombie (exited, not yet reaped by its parent: no memory, no
 /// files) is gone.
 pub fn stat(pid: u32) -> io::Result<ProcStat> {

@@ -1,11 +1,19 @@
-//! A traced process's handshake probes, and the one owner of whether they are attached:
-//! only this module attaches and detaches them (at first, as the overhead budget says, when
-//! the process goes, at exit), and only it tells the kernel (hs_detached) and the CPU split
-//! (Profiler::set_probes) that they came or went. The rest ask: `Probing::attached`,
-//! `Probing::why_none`, `Probes::window_start_ns`.
+//! Handshake probes, and the one owner of whether they are attached: only this module plans
+//! them (prober.rs: from a process's files, as the options say), attaches and detaches them
+//! (at first, as the overhead budget says, when the process goes, at shutdown), and only it
+//! tells the kernel (hs_detached, needs_reads) and the CPU split (Profiler::set_probes) that
+//! they came or went. It keeps the overhead budget's state of each process (its duty cycle,
+//! the hits and CPU charged so far); budget.rs asks for it. The rest ask:
+//! `Probing::attached`, `Probing::why_none`, `Probes::window_start_ns`.
+mod prober;
+
 use std::{path::PathBuf, time::Instant};
 
-use super::{duty::Duty, no_probes::NoProbes};
+pub use self::prober::Prober;
+use super::{
+    duty::{Action, Duty},
+    no_probes::NoProbes,
+};
 use crate::{
     bpf::{
         handshake::hs_hits,
@@ -60,6 +68,24 @@ impl Probing {
             k.detach_later(pid, p.links);
         }
     }
+
+    /// The process is traced now: the CPU split hears whether its probes are attached, and
+    /// the kernel that a Go program's goroutines' stretches open and close at its reads.
+    pub fn traced(&self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {
+        prof.set_probes(pid, self.attached());
+        if self.probes().is_some_and(Probes::go) {
+            k.needs_reads(pid);
+        }
+    }
+
+    /// Shutting down: every process's probes detached at once (Kernel::detach_now).
+    pub fn release_all<'a>(all: impl Iterator<Item = &'a mut Probing>, k: &mut Kernel) {
+        let links = all
+            .filter_map(|p| Some(std::mem::take(&mut p.probes_mut()?.links)))
+            .flatten()
+            .collect();
+        k.detach_now(links);
+    }
 }
 
 /// A process's handshake probes: what to attach, what is attached, and its budget.
@@ -67,28 +93,29 @@ pub struct Probes {
     plan: Plan,
     links: Vec<Link>,
     /// The overhead budget's duty cycle (default mode).
-    pub duty: Option<Duty>,
+    duty: Option<Duty>,
     /// When the probes were last attached (bpf_ktime_get_ns clock): a handshake on a
     /// connection accepted before that may have had calls they missed.
     window_start_ns: u64,
     /// When they were first attached (bpf_ktime_get_ns clock).
     first_ns: u64,
     /// Hit counters (hs_hits) already exported: the highest read of each (budget.rs).
-    pub hits_seen: hs_hits,
+    hits_seen: hs_hits,
     /// The probes' CPU cost so far (hits x the cost of one trap, plus their programs' run
     /// time; budget.rs).
-    pub probe_cpu: f64,
+    probe_cpu: f64,
     /// When they were handed to the detacher thread.
     detach_sent: Option<Instant>,
     /// Some entry probe is single-stepped by the kernel: an entry hit costs the stepped
     /// calibration, else the emulated one.
-    pub stepped: bool,
+    stepped: bool,
 }
 
 impl Probes {
-    /// Attaches a process's probes for the first time; `failed` hears of each that did
-    /// not attach. None: none did. `duty`: the budget's cycle, in the default mode.
-    pub fn attach(
+    /// Attaches a process's probes for the first time (Prober::attach); `failed` hears of
+    /// each that did not attach. None: none did. `duty`: the budget's cycle, in the default
+    /// mode.
+    fn attach(
         k: &mut Kernel,
         pid: u32,
         plan: Plan,
@@ -126,12 +153,79 @@ impl Probes {
     }
 
     /// Whether a Go program's (its goroutines' stretches open and close at its reads).
-    pub fn go(&self) -> bool {
+    fn go(&self) -> bool {
         self.plan.iter().any(|(prog, _, _)| prog.starts_with("hs_go_"))
     }
 
+    /// Some entry probe is single-stepped by the kernel (the cost of its hits: budget.rs).
+    pub fn stepped(&self) -> bool {
+        self.stepped
+    }
+
+    /// The hits counted since the last call (`hits`: the kernel's counters now); the
+    /// highest read of each is remembered.
+    pub fn new_hits(&mut self, hits: hs_hits) -> hs_hits {
+        let seen = &mut self.hits_seen;
+        let new = hs_hits {
+            entries: hits.entries.saturating_sub(seen.entries),
+            returns: hits.returns.saturating_sub(seen.returns),
+            prog_ns: hits.prog_ns.saturating_sub(seen.prog_ns),
+        };
+        seen.entries = seen.entries.max(hits.entries);
+        seen.returns = seen.returns.max(hits.returns);
+        seen.prog_ns = seen.prog_ns.max(hits.prog_ns);
+        new
+    }
+
+    /// The probes cost `cpu` seconds more (budget.rs).
+    pub fn charge(&mut self, cpu: f64) {
+        self.probe_cpu += cpu;
+    }
+
+    /// One step of the budget's duty cycle (default mode): detached or attached again as it
+    /// says. None without a cycle; else when it should step next at the latest, and whether
+    /// the probes came or went.
+    pub fn step_duty(
+        &mut self,
+        now: Instant,
+        pid: u32,
+        comm: &str,
+        k: &mut Kernel,
+        prof: &mut Profiler,
+    ) -> Option<(Instant, bool)> {
+        let total = self.probe_cpu;
+        let d = self.duty.as_mut()?;
+        let action = d.step(now, total);
+        let due = d.next_step(total);
+        let changed = match action {
+            Action::Detach => {
+                self.detach(pid, k, prof);
+                true
+            }
+            Action::Attach => {
+                let attached = self.reattach(pid, comm, k, prof);
+                if !attached {
+                    if let Some(d) = self.duty.as_mut() {
+                        d.attach_failed();
+                    }
+                }
+                attached
+            }
+            Action::Keep => false,
+        };
+        Some((due, changed))
+    }
+
+    /// The duty cycle now and the rate the probes are hit at while attached (0 before it
+    /// is measured); (1, 0) without a cycle (tlsprof_probe_duty_cycle).
+    pub fn duty_now(&self, now: Instant) -> (f64, f64) {
+        self.duty
+            .as_ref()
+            .map_or((1.0, 0.0), |d| (d.duty(now), d.rate().unwrap_or(0.0)))
+    }
+
     /// The budget's off part begins: handed to the detacher thread.
-    pub fn detach(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {
+    fn detach(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {
         let links = std::mem::take(&mut self.links);
         log::debug!("budget: detaching {} probes from {pid}", links.len());
         self.detach_sent = Some(Instant::now());
@@ -154,7 +248,7 @@ impl Probes {
 
     /// The budget's on part begins: attached again. False when none would attach (the
     /// next cycle tries again).
-    pub fn reattach(&mut self, pid: u32, comm: &str, k: &mut Kernel, prof: &mut Profiler) -> bool {
+    fn reattach(&mut self, pid: u32, comm: &str, k: &mut Kernel, prof: &mut Profiler) -> bool {
         let t0 = Instant::now();
         self.links = attach_plan(k, pid, &self.plan, |_, e| {
             log::debug!("re-attaching to {pid} ({comm}): {e:#}")
@@ -171,11 +265,6 @@ impl Probes {
         self.window_start_ns = ktime_ns();
         prof.set_probes(pid, true);
         true
-    }
-
-    /// Shutting down: the links, for Kernel::detach_now to remove with every other's.
-    pub fn take_links(&mut self) -> Vec<Link> {
-        std::mem::take(&mut self.links)
     }
 }
 
