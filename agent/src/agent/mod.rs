@@ -330,7 +330,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     if mode == Mode::Exact(mode::ExactWhy::NoWireCapture) {
         log::warn!(
             "without a hook on the server's sends (send_capture) the handshakes can only be counted by the handshake probes: they stay \
-             attached (as with --exact) and --overhead-budget is not applied"
+             attached all the time and --overhead-budget is not applied"
         );
     }
     let hit_cost = kernel
