@@ -37,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import CLIENT_PIN, PIN, WORKLOADS, Attached  # noqa: E402
+from harness.procs import cpu_ns  # noqa: E402
 from harness.servers import Nginx  # noqa: E402
 
 MODES = {"default": "--comm nginx", "no-hellos": "--comm nginx --no-client-hellos", "exact": "--comm nginx --exact",
@@ -44,10 +45,13 @@ MODES = {"default": "--comm nginx", "no-hellos": "--comm nginx --no-client-hello
 WINDOWS = (2, 4, 10, 30)
 PROBE = re.compile(r"asm_exc_int3|uprobe|uretprobe")
 TRACEPOINT = re.compile(r"bpf_prog_|bpf_trace_run")
+PROGRAM = re.compile(r"bpf_prog_[0-9a-f]+_(\w+)")
 
 
-def samples(data: Path, worker: int) -> list[tuple[float, str]]:
-    """(CLOCK_MONOTONIC time, class) of every sample of the worker."""
+def samples(data: Path, worker: int) -> list[tuple[float, str, str]]:
+    """(CLOCK_MONOTONIC time, class, program) of every sample of the worker: the program is
+    the tlsprof program on its stack (the innermost), `trap` for a probe hit's trap outside
+    its program, `-` for the server's own work."""
     out = subprocess.run(["perf", "script", "-i", str(data), "--tid", str(worker), "-F", "tid,time,ip,sym"],
                          capture_output=True, text=True, check=True).stdout
     got = []
@@ -59,13 +63,15 @@ def samples(data: Path, worker: int) -> list[tuple[float, str]]:
         t = float(head[1].rstrip(":"))
         stack = " ".join(lines[1:])
         kind = "probes" if PROBE.search(stack) else "tracepoints" if TRACEPOINT.search(stack) else "rest"
-        got.append((t, kind))
+        prog = PROGRAM.search(stack)
+        name = prog.group(1) if prog else "trap" if kind == "probes" else "(dispatch)" if kind == "tracepoints" else "-"
+        got.append((t, kind, name))
     return got
 
 
 def shares(got, t0: float, start: float, length: float) -> tuple[float, float, float]:
     """(probes, tracepoints, samples) in [t0 + start, t0 + start + length)."""
-    part = [k for t, k in got if t0 + start <= t < t0 + start + length]
+    part = [k for t, k, _ in got if t0 + start <= t < t0 + start + length]
     n = max(1, len(part))
     return part.count("probes") / n, part.count("tracepoints") / n, len(part)
 
@@ -82,9 +88,13 @@ def one_run(nginx, worker, mode, args, work: Path):
                                  "-o", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(args.lead)
         t0 = time.monotonic()
-        with Attached(MODES[mode], worker):
+        with Attached(MODES[mode], worker) as att:
             ready = time.monotonic() - t0
+            cpu0 = cpu_ns(worker)
             time.sleep(max(0.0, t0 + args.seconds - time.monotonic()))
+            # what the overhead budget charged for the worker's probes, against its CPU
+            charged = att.agent.value("tlsprof_probe_cpu_seconds_total", comm="nginx")
+            worker_cpu = (cpu_ns(worker) - cpu0) / 1e9
         perf.send_signal(2)
         perf.wait(timeout=60)
     finally:
@@ -92,7 +102,18 @@ def one_run(nginx, worker, mode, args, work: Path):
         ab.wait(timeout=30)
     got = samples(data, worker)
     data.unlink()
-    return got, t0, ready
+    return got, t0, ready, charged / max(worker_cpu, 1e-9)
+
+
+def print_timeline(got, t0, args):
+    """Each second from --lead s before start: tlsprof's share of the worker's samples and
+    the programs that made it."""
+    for sec in range(-int(args.lead), int(args.seconds)):
+        part = [(k, n) for t, k, n in got if t0 + sec <= t < t0 + sec + 1]
+        ours = [n for k, n in part if k != "rest"]
+        top = sorted({n: ours.count(n) for n in ours}.items(), key=lambda x: -x[1])[:4]
+        print(f"    {sec:>3} s {100 * len(ours) / max(1, len(part)):5.2f}% of {len(part):5} "
+              + " ".join(f"{n}:{c}" for n, c in top))
 
 
 def fmt(values):
@@ -121,6 +142,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--lead", type=float, default=2, help="seconds of load before perf, and of perf before attach")
     ap.add_argument("--hz", type=int, default=2999)
+    ap.add_argument("--timeline", action="store_true",
+                    help="also print, per run, each second's share and its programs")
     ap.add_argument("--modes", default="default,exact,min-budget")
     ap.add_argument("--workload", default="handshake", choices=["handshake", "keepalive", "keepalive-4k"])
     ap.add_argument("--cgroup", default="own", choices=["own", "shared"],
@@ -144,10 +167,15 @@ def main():
     try:
         for r in range(args.runs):
             for mode in modes:
-                got, t0, ready = one_run(nginx, worker, mode, args, work)
+                got, t0, ready, charged = one_run(nginx, worker, mode, args, work)
                 rows[mode].append((got, t0))
                 p, tp, n = shares(got, t0, 0, args.seconds)
                 pre = shares(got, t0, -args.lead, args.lead)
+                if args.timeline:
+                    print_timeline(got, t0, args)
+                after = shares(got, t0, ready, args.seconds - ready)
+                print(f"  run {r + 1} {mode:<11} probes since attached {100 * after[0]:.2f}% of the worker's samples, "
+                      f"the budget charged {100 * charged:.2f}% of its CPU")
                 print(f"  run {r + 1} {mode:<11} whole: probes {100 * p:.2f}% tracepoints {100 * tp:.2f}% "
                       f"of {n} samples; before start {100 * (pre[0] + pre[1]):.2f}% of {pre[2]}; attached after {ready:.2f} s",
                       flush=True)
@@ -180,6 +208,20 @@ def main():
                         best = (start, vals)
                 worst.append(f"{fmt(best[1])} at {best[0]} s")
             print(f"| tlsprof-{mode} | {part} | {fmt(before)} | {fmt(first)} | {' | '.join(worst)} | {fmt(whole)} |")
+    print("\nper program (the innermost tlsprof program on the sample's stack; 'trap': a probe's trap outside its "
+          "program, '(dispatch)': the kernel's code that runs the programs): share of the worker's samples over the "
+          "whole run, median of the runs")
+    for mode in modes:
+        runs = rows[mode]
+        names = sorted({n for g, t0 in runs for t, k, n in g if k != "rest"})
+        per = []
+        for name in names:
+            vals = []
+            for g, t0 in runs:
+                part = [n for t, k, n in g if t0 <= t < t0 + args.seconds]
+                vals.append(part.count(name) / max(1, len(part)))
+            per.append((statistics.median(vals), name))
+        print(f"  tlsprof-{mode}: " + ", ".join(f"{n} {100 * v:.2f}%" for v, n in sorted(per, reverse=True)))
 
 
 if __name__ == "__main__":

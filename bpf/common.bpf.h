@@ -122,6 +122,34 @@ static __always_inline __u32 data_read(const struct sock *sk)
 	return copied;
 }
 
+/*
+ * The same where the program's socket argument is typed (tp_btf, fentry): plain loads
+ * instead of a bpf_probe_read_kernel call per field, on paths that run for every send of
+ * the machine. kprobe programs (an untyped pointer) use data_read.
+ */
+static __always_inline __u32 data_read_typed(const struct sock *sk)
+{
+	const struct tcp_sock *tp = bpf_skc_to_tcp_sock((struct sock *)sk);
+	if (!tp)
+		return data_read(sk);
+	__u32 copied = tp->copied_seq;
+	unsigned long done = 1UL << bpf_core_enum_value(enum sock_flags, SOCK_DONE);
+	if ((sk->__sk_common.skc_flags & done) && copied == tp->rcv_nxt)
+		copied--;
+	return copied;
+}
+
+/* tcp bytes_sent of `sk`; `typed` as data_read_typed. */
+static __always_inline __u64 bytes_sent_of(const struct sock *sk, const bool typed)
+{
+	if (typed) {
+		const struct tcp_sock *tp = bpf_skc_to_tcp_sock((struct sock *)sk);
+		if (tp)
+			return tp->bytes_sent;
+	}
+	return BPF_CORE_READ((const struct tcp_sock *)sk, bytes_sent);
+}
+
 /* recvmsg's flags: a read that leaves the bytes in the socket */
 #ifndef MSG_PEEK
 #define MSG_PEEK 2

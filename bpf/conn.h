@@ -85,9 +85,11 @@ struct conn_life {
  * one feature asks of another's).
  */
 struct conn_state {
-	struct conn_life life; /* conn.bpf.h: identity, lifecycle, who closed */
+	/* req and wire first: a keep-alive request's send reads and writes only them, which
+	 * then share the cache line of the storage's own header (the kernel aligns it) */
 	struct req_conn req;   /* requests.bpf.h: requests counted (requests.h) */
 	struct wire_conn wire; /* wire.bpf.h: the server's handshake output (wire.h) */
+	struct conn_life life; /* conn.bpf.h: identity, lifecycle, who closed */
 	struct hello_conn hello; /* hello.bpf.h: the client's ClientHello (hello.h) */
 };
 

@@ -75,6 +75,8 @@ static __always_inline void est_on_read(struct sock *sk, struct conn_state *c, i
 {
 	if (ret <= 0 || (flags & MSG_PEEK))
 		return;
+	if (c->wire.state == WIRE_DONE && !hs_any_active())
+		return; /* past its handshake, no window open anywhere: nothing to open or close */
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id, tgid = id >> 32;
 	/* the process is estimated, or its probes came after the connection, or (no selector)

@@ -622,14 +622,22 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
  * A server send (tcp_sendmsg_locked): the capture of its handshake output, the request
  * count (requests.bpf.h), and the kernel estimate's windows around it (estimate.bpf.h).
  */
-static __always_inline int wire_on_send(const struct sock *sk, const struct msghdr *msg, const bool bounded)
+static __always_inline int wire_on_send(const struct sock *sk, const struct msghdr *msg, const bool bounded,
+					const bool typed)
 {
 	struct conn_state *c = conn_of(sk);
+	if (c && c->wire.state == WIRE_DONE && !hs_any_active() && !go_open) {
+		/* The answer to a request after the handshake (every keep-alive request): counted,
+		 * and nothing else to do, first. No estimate window is open (est_before_send) and
+		 * no Go handshake under way (go_before_send); the capture is over. */
+		req_sent(c, typed ? data_read_typed(sk) : data_read(sk));
+		return 0;
+	}
 	if (!c) {
 		/* a traced process's first send on a connection accepted where no one watched; or
 		 * without a selector, any process's that looks like TLS or a STARTTLS greeting */
 		const struct tcp_sock *tp = (const struct tcp_sock *)sk;
-		if (BPF_CORE_READ(tp, bytes_sent))
+		if (bytes_sent_of(sk, typed))
 			return 0;
 		__u32 read = data_read(sk) - BPF_CORE_READ(tp, rcv_nxt) + (__u32)BPF_CORE_READ(tp, bytes_received);
 		c = conn_adopt(sk, read, 0, proc_finding() && wire_looks_tls(msg));
@@ -658,17 +666,17 @@ static __always_inline int wire_on_send(const struct sock *sk, const struct msgh
 	int BPF_PROG(wire_send##suffix, const struct sock *sk, const struct msghdr *msg,                  \
 		     const struct sk_buff *skb, int size_goal)                                            \
 	{                                                                                                 \
-		return wire_on_send(sk, msg, bounded);                                                    \
+		return wire_on_send(sk, msg, bounded, true);                                              \
 	}                                                                                                 \
 	SEC("fentry/tcp_sendmsg_locked")                                                                  \
 	int BPF_PROG(wire_send_fentry##suffix, struct sock *sk, struct msghdr *msg, size_t size)          \
 	{                                                                                                 \
-		return wire_on_send(sk, msg, bounded);                                                    \
+		return wire_on_send(sk, msg, bounded, true);                                              \
 	}                                                                                                 \
 	SEC("kprobe/tcp_sendmsg_locked")                                                                  \
 	int BPF_KPROBE(wire_send_kprobe##suffix, struct sock *sk, struct msghdr *msg)                     \
 	{                                                                                                 \
-		return wire_on_send(sk, msg, bounded);                                                    \
+		return wire_on_send(sk, msg, bounded, false);                                             \
 	}
 
 WIRE_SEND_PROGRAMS(, false)         /* wire_send, wire_send_fentry, wire_send_kprobe */

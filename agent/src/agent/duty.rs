@@ -27,12 +27,16 @@ const MIN_SPAN: Duration = Duration::from_millis(50);
 /// time, ~0.1 s each, and the remaining ones are hit meanwhile). Beyond (probes costing
 /// about half a CPU while attached, at the default budget), none opens.
 const SAVE_CYCLES: f64 = 30.0;
+/// A server that uses less than this share of one CPU is budgeted as if it used this much:
+/// a nearly idle server's handshakes are all timed, at a cost no host notices (at the
+/// default budget, at most 0.125% of one CPU).
+pub const LIGHT_SERVER: f64 = 0.25;
 /// Before a removal has been measured: what the probes still cost after the decision to
 /// detach them, in time at their rate. The kernel removes a process's breakpoints first and
 /// then waits for grace periods (hundreds of ms on a VM), during which nothing is hit.
 const TAIL0: Duration = Duration::from_millis(100);
 
-/// Parses `--overhead-budget`: a share of one CPU, as "1%", "0.5 %" or "1" (percent).
+/// Parses `--overhead-budget`: a share of the server's CPU, as "1%", "0.5 %" or "1" (percent).
 pub fn parse_budget(s: &str) -> Result<f64, String> {
     let t = s.trim();
     let num = t.strip_suffix('%').unwrap_or(t).trim();
@@ -41,7 +45,7 @@ pub fn parse_budget(s: &str) -> Result<f64, String> {
         .map_err(|_| format!("{s:?} is not a percentage (e.g. 1%)"))?;
     if !(pct > 0.0 && pct <= 100.0) {
         return Err(format!(
-            "{s:?}: the budget must be above 0% and at most 100% of one CPU"
+            "{s:?}: the budget must be above 0% and at most 100% of the server's CPU"
         ));
     }
     Ok(pct / 100.0)
@@ -57,12 +61,21 @@ pub enum Action {
 
 /// The duty cycle of one process's probes. The budget is kept in CPU time: what the probes
 /// cost (hits x cost, counted by the kernel, also while they are being detached) may reach
-/// budget x CYCLE per cycle; a cycle that spent more leaves the difference as a debt to
-/// the next.
+/// budget x the server's own CPU time per cycle (`server_cpu`; the last cycle's, at least
+/// LIGHT_SERVER x CYCLE; budget x CYCLE, a share of one CPU, where it is not known); a cycle
+/// that spent more leaves the difference as a debt to the next.
 #[derive(Debug, Clone)]
 pub struct Duty {
-    /// CPU seconds per second the probes may cost (a share of one CPU).
+    /// The probes' CPU time per second of the server's own CPU time.
     budget: f64,
+    /// The server's CPU total (seconds) at the start of this cycle, and when that was (None
+    /// until `server_cpu` is first told).
+    server0: Option<(Instant, f64)>,
+    /// The server's CPU total as last told.
+    server_now: Option<f64>,
+    /// The server's CPU seconds per second over the last complete cycle (in the first, over
+    /// its first MIN_SPAN or more); None until measured.
+    server_rate: Option<f64>,
     cycle_start: Instant,
     /// Probe CPU total at the start of this cycle.
     cycle_cpu0: f64,
@@ -93,6 +106,9 @@ impl Duty {
     pub fn new(budget: f64, now: Instant, cpu_total: f64) -> Self {
         Self {
             budget,
+            server0: None,
+            server_now: None,
+            server_rate: None,
             cycle_start: now,
             cycle_cpu0: cpu_total,
             allowance: budget * CYCLE.as_secs_f64(),
@@ -110,6 +126,29 @@ impl Duty {
 
     pub fn attached(&self) -> bool {
         self.on_since.is_some()
+    }
+
+    /// The server's own CPU total (seconds, all its threads) at `now`, told before each
+    /// step: the budget is a share of it. In the first cycle, the allowance is set again
+    /// from the server's rate once it can be measured (MIN_SPAN after the first call).
+    pub fn server_cpu(&mut self, now: Instant, total: f64) {
+        self.server_now = Some(total);
+        let Some((t0, c0)) = self.server0 else {
+            self.server0 = Some((now, total));
+            return;
+        };
+        let span = now.saturating_duration_since(t0);
+        if self.server_rate.is_none() && span >= MIN_SPAN {
+            self.server_rate = Some(((total - c0) / span.as_secs_f64()).max(0.0));
+            self.allowance = self.allowance.min(self.per_cycle());
+        }
+    }
+
+    /// The probe CPU a cycle may spend: budget x the server's CPU time in a cycle at its last
+    /// measured rate (at least LIGHT_SERVER of one CPU), or budget x CYCLE before any.
+    fn per_cycle(&self) -> f64 {
+        let cpus = self.server_rate.map_or(1.0, |r| r.max(LIGHT_SERVER));
+        self.budget * cpus * CYCLE.as_secs_f64()
     }
 
     /// Probe CPU per second while attached, as last measured (None before).
@@ -167,7 +206,14 @@ impl Duty {
         if now.saturating_duration_since(self.cycle_start) >= CYCLE {
             let span = now.saturating_duration_since(self.cycle_start);
             self.last_duty = Some(self.on_so_far(now).min(span).as_secs_f64() / span.as_secs_f64());
-            let per_cycle = self.budget * CYCLE.as_secs_f64();
+            if let (Some((t0, c0)), Some(total)) = (self.server0, self.server_now) {
+                let span = now.saturating_duration_since(t0).as_secs_f64();
+                if span > 0.0 {
+                    self.server_rate = Some(((total - c0) / span).max(0.0));
+                }
+                self.server0 = Some((now, total));
+            }
+            let per_cycle = self.per_cycle();
             let spent = cpu_total - self.cycle_cpu0;
             self.allowance = if self.opened {
                 // a debt is paid over the next cycles, never more than one cycle's worth at once
@@ -496,5 +542,59 @@ mod tests {
             share < 0.2,
             "attached {share}: the removal's cost taken off the windows"
         );
+    }
+
+    /// Drives a Duty whose server uses `server` CPUs and whose probes cost `rate` CPU
+    /// seconds per second while attached (detached at once), stepping every 10 ms; returns
+    /// the probe CPU spent in all.
+    fn drive_server(d: &mut Duty, t0: Instant, rate: f64, server: f64, secs: f64) -> f64 {
+        let (mut cpu, mut attached) = (0.0, true);
+        for i in 1..=(secs * 100.0) as u32 {
+            let now = t0 + ms(10) * i;
+            if attached {
+                cpu += rate * 0.01;
+            }
+            d.server_cpu(now, server * 0.01 * f64::from(i));
+            match d.step(now, cpu) {
+                Action::Attach => attached = true,
+                Action::Detach => {
+                    attached = false;
+                    d.detached();
+                }
+                Action::Keep => {}
+            }
+        }
+        cpu
+    }
+
+    #[test]
+    fn the_budget_is_a_share_of_the_servers_cpu() {
+        // a server on half a CPU, probes at 5% of a CPU while attached, budget 1%: they may
+        // cost 1% of half a CPU (0.01 s a cycle), attached about a tenth of the time
+        let t0 = Instant::now();
+        let mut d = Duty::new(0.01, t0, 0.0);
+        let cost = drive_server(&mut d, t0, 0.05, 0.5, 60.0) / 60.0;
+        assert!(cost <= 0.01 * 0.5 * 1.1, "cost {cost} of a CPU, budget 1% of 0.5");
+        assert!(cost >= 0.01 * 0.5 * 0.7, "cost only {cost}");
+        let duty = d.last_duty.unwrap();
+        assert!((duty - 0.1).abs() < 0.03, "{duty}");
+        // on four CPUs, four times as much
+        let mut d = Duty::new(0.01, t0, 0.0);
+        let cost = drive_server(&mut d, t0, 0.5, 4.0, 60.0) / 60.0;
+        assert!((cost / 0.04 - 1.0).abs() < 0.15, "cost {cost} of a CPU, budget 1% of 4");
+    }
+
+    #[test]
+    fn a_light_server_is_budgeted_as_a_quarter_of_a_cpu() {
+        // a server on 2% of a CPU whose probes cost 0.2% while attached: under 1% of a
+        // quarter of a CPU, so attached all along (every handshake timed)
+        let t0 = Instant::now();
+        let mut d = Duty::new(0.01, t0, 0.0);
+        drive_server(&mut d, t0, 0.002, 0.02, 20.0);
+        assert_eq!(d.last_duty, Some(1.0));
+        // and at 5% while attached, held to 1% of that quarter
+        let mut d = Duty::new(0.01, t0, 0.0);
+        let cost = drive_server(&mut d, t0, 0.05, 0.02, 60.0) / 60.0;
+        assert!(cost <= 0.01 * LIGHT_SERVER * 1.1, "cost {cost}");
     }
 }

@@ -5,11 +5,10 @@
 //! the kernel single-steps (a second exception), and on a branch it emulates (where the
 //! handshake probes are placed when they can be: discovery/handshake/entry.rs).
 //!
-//! Each timed call comes after the agent has read through a buffer larger than a core's
-//! caches (`EVICT_BYTES`), as a server's handshake call comes after its own work: a trap
-//! timed in a hot loop costs a third of what it costs in a busy server. Measured on nginx
-//! (perf, `--exact`, 2026-11-24): an emulated entry trap 2.74 µs and a return 0.98 µs in the
-//! worker; 0.75 and 0.83 µs in a hot loop; 2.1-3.0 and 1.1-1.3 µs after an 8 MiB read-through.
+//! The calls are timed warm (`time_warm_calls`), in blocks, each block against one of the
+//! function without a probe in the same round: how a server that hits its probes thousands
+//! of times a second pays them. bench/attributed.py prints, per run, what the budget charged
+//! beside what perf found in the worker's own stacks (bench/README.md gives the relation).
 use std::{
     path::PathBuf,
     time::{Duration, Instant},
@@ -20,7 +19,7 @@ use anyhow::{Context as _, Result};
 use super::loader::Kernel;
 use crate::discovery::maps;
 
-/// Calibration targets: never inlined, so that every call from `time_cold_calls` runs their
+/// Calibration targets: never inlined, so that every call from `time_warm_calls` runs their
 /// first instruction and returns through its return address. `calib_entry` gets an entry
 /// probe, `calib_both` an entry and a return probe, `calib_plain` none.
 macro_rules! calibration_target {
@@ -59,41 +58,47 @@ pub struct HitCost {
 
 pub type Target = extern "C" fn(u64) -> u64;
 
-/// What is read through before each timed call: more than a core's own caches (L1, L2) and
-/// a good part of a shared L3, so that the trap's code and data come from where a busy
-/// server's would.
-pub const EVICT_BYTES: usize = 8 << 20;
+/// Calls of each target per timed block: enough that the clock's own cost and resolution
+/// vanish in the mean, few enough that a round takes well under a millisecond.
+pub const BLOCK: usize = 32;
 
-/// The time of one call of each calibration target: the median of `n` calls of each on
-/// this thread, made in turns (one of each per round, so that all see the same moments of
-/// the host), each timed alone after `evict` was read through (one word per cache line).
-/// Wall time, but the median of short calls leaves out the few that an interrupt or a
-/// preemption lengthened. Rounds stop early, after `MIN_ROUNDS`, once `limit` has passed
-/// (a slow or emulated host: tlsprof's start is not held up).
-pub fn time_cold_calls<const K: usize>(fs: [Target; K], n: usize, evict: &[u64], limit: Duration) -> [Duration; K] {
+/// The time of one call of each calibration target, warm: per round, `BLOCK` calls of each
+/// target in turn (so that all see the same moments of the host), each block's mean; the
+/// result is the median over rounds, per target, of each block's mean less the first
+/// target's in the same round (the first, the target without a probe, reads 0). Rounds
+/// stop early, after `MIN_ROUNDS`, once `limit` has passed (a slow or emulated host).
+///
+/// Warm, because that is how a server pays its traps when their cost matters: the budget
+/// only binds on a process hitting its probes thousands of times a second, whose trap path
+/// stays in the caches. Measured against the server's own call stacks (bench/attributed.py,
+/// nginx, 2026-11-27): calls timed after reading 8 MiB through, as this did before, charged
+/// 2.7-3.8 times what the worker's traps took.
+pub fn time_warm_calls<const K: usize>(fs: [Target; K], rounds: usize, limit: Duration) -> [Duration; K] {
     const MIN_ROUNDS: usize = 21;
     let fs = std::hint::black_box(fs);
-    let mut times: [Vec<Duration>; K] = std::array::from_fn(|_| Vec::with_capacity(n));
+    let mut diffs: [Vec<f64>; K] = std::array::from_fn(|_| Vec::with_capacity(rounds));
     let mut acc = 0u64;
     let started = Instant::now();
-    for i in 0..n.max(1) {
+    for i in 0..rounds.max(1) {
         if i >= MIN_ROUNDS && started.elapsed() > limit {
             break;
         }
-        for (f, t) in fs.iter().zip(times.iter_mut()) {
-            for w in evict.iter().step_by(64 / std::mem::size_of::<u64>()) {
-                // SAFETY: `w` is a reference into `evict`; a volatile read keeps the loop
-                acc = acc.wrapping_add(unsafe { std::ptr::read_volatile(w) });
-            }
+        let mut means = [0f64; K];
+        for (f, m) in fs.iter().zip(means.iter_mut()) {
             let t0 = Instant::now();
-            acc = acc.wrapping_add(f(i as u64));
-            t.push(t0.elapsed());
+            for j in 0..BLOCK {
+                acc = acc.wrapping_add(f((i * BLOCK + j) as u64));
+            }
+            *m = t0.elapsed().as_secs_f64() / BLOCK as f64;
+        }
+        for (d, m) in diffs.iter_mut().zip(means) {
+            d.push(m - means[0]);
         }
     }
     std::hint::black_box(acc);
-    times.map(|mut t| {
-        t.sort_unstable();
-        t[t.len() / 2]
+    diffs.map(|mut d| {
+        d.sort_unstable_by(f64::total_cmp);
+        Duration::from_secs_f64(d[d.len() / 2].max(0.0))
     })
 }
 
@@ -121,8 +126,8 @@ impl Kernel {
     /// What a uprobe hit (of each kind) and a uretprobe hit cost on this host, in CPU
     /// seconds: the agent calls four functions of its own, one without a probe, one with an
     /// entry probe, one with an entry and a return probe, one with an entry probe on a jump,
-    /// each call after a read-through of `EVICT_BYTES` (the median call of each counts; ~0.1 s
-    /// in all here, at most ~0.4 s on a slow host), then detaches them on the detacher thread.
+    /// in warm blocks (`time_warm_calls`: ~20 ms in all here, at most ~0.2 s on a slow
+    /// host), then detaches them on the detacher thread.
     pub fn calibrate(&mut self) -> Result<HitCost> {
         const N: usize = 201;
         let pid = std::process::id();
@@ -140,9 +145,8 @@ impl Kernel {
         })();
         let mut t = [Duration::ZERO; 4];
         if attached.is_ok() {
-            let evict = vec![1u64; EVICT_BYTES / std::mem::size_of::<u64>()];
             let started = Instant::now();
-            t = time_cold_calls(
+            t = time_warm_calls(
                 [
                     tlsprof_calib_plain,
                     tlsprof_calib_entry,
@@ -150,17 +154,18 @@ impl Kernel {
                     tlsprof_calib_branch,
                 ],
                 N,
-                &evict,
-                Duration::from_millis(400),
+                Duration::from_millis(200),
             );
             log::debug!(
-                "calibration calls (none, entry, entry and return, emulated entry): {t:?} in {:?}",
+                "calibration calls over one without a probe (entry, entry and return, emulated entry): \
+                 {:?} in {:?}",
+                &t[1..],
                 started.elapsed()
             );
         }
         self.detach_later(0, links);
         attached?;
-        Ok(hit_costs(1, t[0], t[1], t[2], t[3]))
+        Ok(hit_costs(1, Duration::ZERO, t[1], t[2], t[3]))
     }
 }
 
@@ -188,10 +193,13 @@ mod tests {
         let (path, a) = target_location(tlsprof_calib_entry).expect("the agent's own code is mapped");
         let (_, b) = target_location(tlsprof_calib_both).unwrap();
         assert!(path.exists() && a > 0 && a != b, "{path:?} {a:#x} {b:#x}");
-        assert!(
-            time_cold_calls([tlsprof_calib_plain], 11, &[0u64; 4096], Duration::from_secs(1))[0]
-                < Duration::from_secs(1)
+        // against itself: 0
+        assert_eq!(
+            time_warm_calls([tlsprof_calib_plain, tlsprof_calib_plain], 11, Duration::from_secs(1))[0],
+            Duration::ZERO
         );
+        let [_, entry] = time_warm_calls([tlsprof_calib_plain, tlsprof_calib_entry], 21, Duration::from_secs(1));
+        assert!(entry < Duration::from_millis(1), "{entry:?}");
         // the jump target computes what its kind does
         assert_eq!(tlsprof_calib_branch(2), 19);
         #[cfg(target_arch = "x86_64")]

@@ -251,6 +251,11 @@ impl Profiler {
     }
 
     /// Splits every process's new on-CPU time by its samples since the last split;
+    /// Whether CPU attribution is on (the kernel then sums each traced process's on-CPU time).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     /// `oncpu_ns` gives a process's on-CPU time so far, as the kernel summed it.
     pub fn tick(&mut self, oncpu_ns: impl Fn(u32) -> Option<u64>) {
         self.drain();

@@ -195,6 +195,11 @@ impl Probes {
     ) -> Option<(Instant, bool)> {
         let total = self.probe_cpu;
         let d = self.duty.as_mut()?;
+        // the budget is a share of the server's own CPU, which the kernel sums where CPU
+        // attribution is on (else a share of one CPU)
+        if let Some(ns) = k.oncpu_ns(pid).filter(|_| prof.enabled()) {
+            d.server_cpu(now, ns as f64 * 1e-9);
+        }
         let action = d.step(now, total);
         let due = d.next_step(total);
         let changed = match action {
