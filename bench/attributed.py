@@ -95,6 +95,9 @@ def one_run(nginx, worker, mode, args, work: Path):
             # what the overhead budget charged for the worker's probes, against its CPU
             charged = att.agent.value("tlsprof_probe_cpu_seconds_total", comm="nginx")
             worker_cpu = (cpu_ns(worker) - cpu0) / 1e9
+            cal = {k: att.agent.value("tlsprof_probe_hit_cost_seconds", probe=k) for k in ("uprobe_emulated", "uretprobe")}
+            hits = att.agent.value("tlsprof_probe_hits_total", comm="nginx")
+            programs = att.agent.value("tlsprof_probe_program_seconds_total", comm="nginx")
         perf.send_signal(2)
         perf.wait(timeout=60)
     finally:
@@ -102,7 +105,15 @@ def one_run(nginx, worker, mode, args, work: Path):
         ab.wait(timeout=30)
     got = samples(data, worker)
     data.unlink()
-    return got, t0, ready, charged / max(worker_cpu, 1e-9)
+    # what a hit cost the worker (perf: the probes' share of its samples since attached,
+    # of its CPU), against what the calibration said (entry, return) and the programs
+    paid = shares(got, t0, ready, args.seconds - ready)[0] * worker_cpu
+    traps = (paid - programs) / max(charged - programs, 1e-9)
+    note = (f"a hit cost the worker {paid / max(hits, 1) * 1e6:.2f} us (perf), its program "
+            f"{programs / max(hits, 1) * 1e6:.2f} us; calibrated {cal['uprobe_emulated'] * 1e6:.2f} us an entry and "
+            f"{cal['uretprobe'] * 1e6:.2f} us a return; the traps took {traps:.2f} x what was charged for them; "
+            f"{hits:.0f} hits")
+    return got, t0, ready, charged / max(worker_cpu, 1e-9), note
 
 
 def print_timeline(got, t0, args):
@@ -167,7 +178,7 @@ def main():
     try:
         for r in range(args.runs):
             for mode in modes:
-                got, t0, ready, charged = one_run(nginx, worker, mode, args, work)
+                got, t0, ready, charged, note = one_run(nginx, worker, mode, args, work)
                 rows[mode].append((got, t0))
                 p, tp, n = shares(got, t0, 0, args.seconds)
                 pre = shares(got, t0, -args.lead, args.lead)
@@ -175,7 +186,7 @@ def main():
                     print_timeline(got, t0, args)
                 after = shares(got, t0, ready, args.seconds - ready)
                 print(f"  run {r + 1} {mode:<11} probes since attached {100 * after[0]:.2f}% of the worker's samples, "
-                      f"the budget charged {100 * charged:.2f}% of its CPU")
+                      f"the budget charged {100 * charged:.2f}% of its CPU; {note}")
                 print(f"  run {r + 1} {mode:<11} whole: probes {100 * p:.2f}% tracepoints {100 * tp:.2f}% "
                       f"of {n} samples; before start {100 * (pre[0] + pre[1]):.2f}% of {pre[2]}; attached after {ready:.2f} s",
                       flush=True)
