@@ -139,6 +139,20 @@ static __always_inline __u32 data_read_typed(const struct sock *sk)
 	return copied;
 }
 
+/* The bytes of sk's stream received before the `ret` just read (0 at its first read);
+ * `typed` as data_read_typed. */
+static __always_inline __u64 received_before(const struct sock *sk, int ret, const bool typed)
+{
+	if (typed) {
+		const struct tcp_sock *tp = bpf_skc_to_tcp_sock((struct sock *)sk);
+		if (tp)
+			return tp->bytes_received - (__u64)(__u32)(tp->rcv_nxt - tp->copied_seq) - (__u64)ret;
+	}
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	return BPF_CORE_READ(tp, bytes_received) - (__u64)(__u32)(BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq)) -
+	       (__u64)ret;
+}
+
 /* tcp bytes_sent of `sk`; `typed` as data_read_typed. */
 static __always_inline __u64 bytes_sent_of(const struct sock *sk, const bool typed)
 {

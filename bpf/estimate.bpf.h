@@ -53,6 +53,9 @@ static __always_inline struct hs_thread *est_window(__u32 tid)
 {
 	if (!hs_any_active())
 		return NULL;
+	/* inside a probed handshake call: the thread's entry is the call's (no hash lookup) */
+	if (in_handshake_here(tid))
+		return NULL;
 	struct hs_thread *t = hs_thread_of(tid);
 	return t && t->est ? t : NULL;
 }

@@ -95,6 +95,10 @@ struct {
  */
 __u32 hs_active = 0;
 
+/* Set once a memory-BIO server's handshake call has ended (hs_last has had an entry): until
+ * then a server's first send looks up no hs_last entry. */
+__u32 hs_membio_seen = 0;
+
 static __always_inline bool hs_before_detach(__u32 tgid, __u64 ns)
 {
 	__u64 *d = bpf_map_lookup_elem(&hs_detached, &tgid);
@@ -286,6 +290,8 @@ static __always_inline bool hs_link_io(__u32 tid, __u64 conn_id, __u64 conn_star
  * flight, and is linked to the connection. */
 static __always_inline void hs_link_membio(__u32 tid, __u32 tgid, __u64 conn_id, __u64 conn_start)
 {
+	if (!hs_membio_seen)
+		return; /* no memory-BIO call has ended yet: hs_last is empty (no lookup per send) */
 	struct hs_key *k = bpf_map_lookup_elem(&hs_last, &tid);
 	if (!k)
 		return;
@@ -321,6 +327,8 @@ static __always_inline void hs_call_end(__u32 tid, struct hs_thread *t, __u8 out
 		struct cpu_now *c = this_cpu();
 		if (c)
 			c->after_hs = tid;
+		if (!hs_membio_seen)
+			hs_membio_seen = 1;
 		map_insert(&hs_last, &tid, &key, BPF_ANY, STAT_HS_LAST_FULL);
 	}
 

@@ -130,8 +130,9 @@ static __always_inline struct conn_state *app_io(struct conn_state *c, struct so
 	return c;
 }
 
-/* A read of a watched connection returned: `ret` bytes, with recvmsg's `flags`. */
-static __always_inline int req_received(struct sock *sk, int ret, int flags)
+/* A read of a watched connection returned: `ret` bytes, with recvmsg's `flags`; `typed`:
+ * the program's socket is typed (tp_btf, fexit: plain loads, common.bpf.h). */
+static __always_inline int req_received(struct sock *sk, int ret, int flags, const bool typed)
 {
 	const struct req_ctl *ctl = req_switches();
 	if (!ctl || !ctl->reads)
@@ -142,13 +143,9 @@ static __always_inline int req_received(struct sock *sk, int ret, int flags)
 		 * nothing read before this read's bytes, nothing sent */
 		if (ret <= 0 || (flags & MSG_PEEK))
 			return 0;
-		const struct tcp_sock *tp = (const struct tcp_sock *)sk;
-		__u64 before = BPF_CORE_READ(tp, bytes_received) - (__u64)(__u32)(BPF_CORE_READ(tp, rcv_nxt) -
-										     BPF_CORE_READ(tp, copied_seq)) -
-			       (__u64)ret;
-		if (before)
+		if (received_before(sk, ret, typed))
 			return 0; /* under way: not its start */
-		c = conn_adopt(sk, 0, BPF_CORE_READ(tp, bytes_sent), false);
+		c = conn_adopt(sk, 0, bytes_sent_of(sk, typed), false);
 		if (!c)
 			return 0;
 	}
@@ -179,14 +176,14 @@ static __always_inline int req_received(struct sock *sk, int ret, int flags)
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(req_recv, struct sock *sk, int ret, int flags)
 {
-	return req_received(sk, ret, flags);
+	return req_received(sk, ret, flags, true);
 }
 
 SEC("fexit/sock_recvmsg")
 int BPF_PROG(req_recv_fexit, struct socket *sock, struct msghdr *msg, int flags, int ret)
 {
 	struct sock *sk = sock->sk; /* typed: socket storage can take it */
-	return sk ? req_received(sk, ret, flags) : 0;
+	return sk ? req_received(sk, ret, flags, true) : 0;
 }
 
 /* sock_recvmsg's arguments, per thread, from its entry to its return (kretprobe). LRU: an
@@ -230,7 +227,7 @@ int BPF_KRETPROBE(req_recv_return, int ret)
 	int flags = call->flags;
 	struct sock *sk = BPF_CORE_READ(sock, sk);
 	bpf_map_delete_elem(&req_recv_calls, &tid);
-	return sk ? req_received(sk, ret, flags) : 0;
+	return sk ? req_received(sk, ret, flags, false) : 0;
 }
 
 /* Attached only where the kernel lacks tcp_sendmsg_locked (wire_send counts requests). */

@@ -69,6 +69,16 @@ struct {
 	__type(value, struct wire_event);
 } wire_scratch SEC(".maps");
 
+/* The encrypted record headers of one send, gathered in one WIRE_EV_RECORD (a TLS 1.3
+ * flight's four or five records: one ring-buffer event instead of one each). Per CPU, as
+ * wire_scratch: filled and sent within one program run. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wire_event);
+} wire_records SEC(".maps");
+
 #define WIRE_STEPS 24 /* record headers and bodies walked per chunk of output */
 #define WIRE_SEGS 8   /* iovec segments looked at per send (GnuTLS: one per record of its flight; after a HelloRetryRequest the ServerHello too) */
 #define WIRE_MAX_RECORD (16384 + 2048)
@@ -273,11 +283,12 @@ static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state
 		 * flight shares one record: then the longest a Finished can be (a request is longer
 		 * than the difference, so it is still counted) */
 		c->wire.fin_len = len < TLS13_MAX_FINISHED_BODY ? len : TLS13_MAX_FINISHED_BODY;
-		struct wire_event *e = wire_ev(sk, c, WIRE_EV_RECORD);
-		if (e) {
-			__builtin_memcpy(e->data, h, 5);
-			e->len = 5;
-			wire_out(e, 5);
+		__u32 zero = 0;
+		struct wire_event *e = bpf_map_lookup_elem(&wire_records, &zero);
+		if (e && e->len < WIRE_MAX_SEALED * 5) {
+			__u32 at = e->len & 63; /* < WIRE_MAX_SEALED * 5: the mask tells the verifier */
+			__builtin_memcpy(e->data + at, h, 5);
+			e->len = at + 5;
 		}
 		if (++c->wire.sealed >= WIRE_MAX_SEALED)
 			c->wire.end = WIRE_END_CAP;
@@ -378,7 +389,36 @@ static long wire_step(__u32 i, void *ctx)
 	return w->why ? 1 : 0;
 }
 
-/* After a walk: copy the plaintext-phase bytes walked, end the capture if the walk did. */
+/* Before a walk: no encrypted record header gathered yet (wire_records). */
+static __always_inline void wire_records_start(void)
+{
+	__u32 zero = 0;
+	struct wire_event *e = bpf_map_lookup_elem(&wire_records, &zero);
+	if (e)
+		e->len = 0;
+}
+
+/* After a walk: the encrypted record headers it gathered, in one event. */
+static __always_inline void wire_records_send(const struct sock *sk, const struct conn_state *c)
+{
+	__u32 zero = 0;
+	struct wire_event *e = bpf_map_lookup_elem(&wire_records, &zero);
+	if (!e || !e->len)
+		return;
+	__u32 len = e->len & 63;
+	e->conn_id = c->life.id;
+	e->tgid = c->wire.tgid;
+	e->netns = c->life.netns;
+	e->port = c->life.port;
+	e->kind = WIRE_EV_RECORD;
+	e->flags = 0;
+	e->offset = 0;
+	e->len = len;
+	wire_out(e, len);
+}
+
+/* After a walk: copy the plaintext-phase bytes walked, send the encrypted record headers
+ * it saw, end the capture if the walk did. */
 static __always_inline void wire_walked(struct wire_walk_ctx *w, bool plain_start)
 {
 	struct conn_state *c = w->c;
@@ -386,6 +426,7 @@ static __always_inline void wire_walked(struct wire_walk_ctx *w, bool plain_star
 		w->why = WIRE_END_CAP; /* more records in one write than walked */
 	if (plain_start && w->plain_end && (c->wire.flags & WIRE_F_TLS))
 		wire_copy(w->sk, c, w->ptr, w->plain_end);
+	wire_records_send(w->sk, c);
 	if (w->why)
 		wire_finish(w->sk, c, w->why == WIRE_NOT_TLS ? 0 : w->why);
 }
@@ -401,6 +442,7 @@ static __noinline int wire_walk_loop(const struct sock *sk, struct conn_state *c
 	struct wire_walk_ctx w = { .sk = sk, .c = c, .ptr = ptr, .n = n };
 	bool plain_start = c->wire.state == WIRE_PLAIN;
 
+	wire_records_start();
 	bpf_loop(WIRE_STEPS, wire_step, &w, 0);
 	wire_walked(&w, plain_start);
 	return 0;
@@ -411,6 +453,7 @@ static __noinline int wire_walk_bounded(const struct sock *sk, struct conn_state
 	struct wire_walk_ctx w = { .sk = sk, .c = c, .ptr = ptr, .n = n };
 	bool plain_start = c->wire.state == WIRE_PLAIN;
 
+	wire_records_start();
 	for (__u32 i = 0; i < WIRE_STEPS; i++) {
 		if (wire_step(i, &w))
 			break;
@@ -570,7 +613,10 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	c->wire.seq = seq + (__u32)left;
 	/* (not where the walk is a bounded loop, before 5.17: with this branch that program
 	 * passes the verifier's million instructions; there TLS after a preamble is not seen) */
-	if (!bounded && preamble && !c->wire.hdr_have && wire_preamble_send(sk, c, msg, left, copied))
+	/* (nor once the client's ClientHello has begun: the server answers it in TLS, and its
+	 * first bytes are not read twice) */
+	if (!bounded && preamble && !c->wire.hdr_have && !hello_begun(c) &&
+	    wire_preamble_send(sk, c, msg, left, copied))
 		return 0; /* one more plaintext send before TLS */
 
 	__u32 type = iter_type_of(msg);

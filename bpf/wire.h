@@ -32,7 +32,8 @@
 /* wire_event.kind */
 enum wire_ev {
 	WIRE_EV_DATA = 1,           /* data[0..len]: plaintext handshake-phase bytes of the output stream */
-	WIRE_EV_RECORD = 2,         /* data[0..5]: header of an encrypted handshake record */
+	WIRE_EV_RECORD = 2,         /* data[0..len]: headers of encrypted handshake records, 5 bytes
+				 * each: those one send held (at most WIRE_MAX_SEALED) */
 	WIRE_EV_END = 3,            /* the capture is over; flags: WIRE_END_* */
 	WIRE_EV_HELLO = 4,          /* data[0..len]: the client's stream at `offset`, its ClientHello's
 				 * records (hello.h, hello.bpf.h); flags: HELLO_LAST, HELLO_WHY_MASK */

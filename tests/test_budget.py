@@ -22,7 +22,7 @@ from harness.servers import Nginx
 # CPU figures: after the kernel matrix's guests, on an otherwise idle machine
 pytestmark = pytest.mark.quiet
 
-# 0.1% of one CPU: a fifth of the default, so that ab's load is well over it here (the
+# 0.1% of the server's CPU: a fifth of the default, so that ab's load is well over it here (the
 # probes sit on instructions the kernel emulates: ~1 us a hit with its program, ~6 us of
 # probes per new connection, ~6 ms/s at 1,000 connections/s)
 BUDGET = 0.001
@@ -242,7 +242,7 @@ def test_exact_times_every_handshake(workdir):
 
 
 def test_bad_budget(workdir):
-    """A budget that is not a share of one CPU gets one line and a non-zero exit."""
+    """A budget that is not a percentage gets one line and a non-zero exit."""
     from harness.agent import run_tlsprof
     for bad in ("0%", "250%", "fast"):
         r = run_tlsprof("run", "--overhead-budget", bad)

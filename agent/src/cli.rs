@@ -86,9 +86,10 @@ pub struct RunArgs {
     /// --overhead-budget.
     #[arg(long)]
     pub exact: bool,
-    /// Share of one CPU that the handshake probes may cost each traced process, in every
-    /// 2 s cycle (e.g. 0.5%, 2%): they stay attached while under it and are detached for the
-    /// rest of the cycle when not. Ignored with --exact.
+    /// Share of each traced process's own CPU time that its handshake probes may cost, in
+    /// every 2 s cycle (e.g. 0.5%, 2%; a process on less than a quarter of a CPU counts as a
+    /// quarter): they stay attached while under it and are detached for the rest of the
+    /// cycle when not. Ignored with --exact.
     #[arg(long, default_value = "0.5%", value_name = "PERCENT", value_parser = duty::parse_budget)]
     pub overhead_budget: f64,
     /// Which OpenSSL functions to hook: the handshake state machine (auto) or only the

@@ -298,8 +298,8 @@ pub const MODE_INFO: Def<ModeLabels> = Def::new(
     Gauge,
     None,
     "How tlsprof runs: mode (default: handshake probes duty-cycled under the overhead budget, handshakes \
-     counted from the wire; exact: handshake probes always attached) and the budget (share of one CPU per \
-     process)",
+     counted from the wire; exact: handshake probes always attached) and the budget (share of each \
+     process's own CPU)",
 );
 pub const SAMPLED_FIGURE_INFO: Def<FigureLabels> = Def::new(
     "sampled_figure_info",

@@ -276,8 +276,10 @@ impl Tracker {
                     let n = e.data.len().min(room);
                     c.plain.extend_from_slice(&e.data[..n]);
                     self.plain_bytes += n;
-                } else if e.data.len() >= 5 {
-                    c.sealed.push(u16::from(e.data[3]) << 8 | u16::from(e.data[4]));
+                } else {
+                    // the encrypted record headers one send held, 5 bytes each
+                    let heads = e.data.chunks_exact(5);
+                    c.sealed.extend(heads.map(|h| u16::from(h[3]) << 8 | u16::from(h[4])));
                 }
                 None
             }
