@@ -4,7 +4,7 @@
 //! tlsprof_table_full_total{table} (docs/metrics.md, "Bounds", lists them all). Code that
 //! has no metrics keeps a `Dropped` tally that its owner exports.
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, VecDeque},
     hash::Hash,
 };
 
@@ -104,6 +104,38 @@ where
     by_age.select_nth_unstable_by(n - 1, |a, b| a.0.cmp(&b.0));
     by_age.truncate(n);
     by_age.into_iter().filter_map(|(_, k)| map.remove_entry(&k)).collect()
+}
+
+/// A table keeps the room of its peak: one that holds under a quarter of it (and more than
+/// SHRINK_FROM entries' room) is shrunk to twice what it holds, so that the memory a burst
+/// took goes back (alloc.rs returns it to the kernel).
+const SHRINK_FROM: usize = 1024;
+
+pub fn shrink<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > SHRINK_FROM && map.len() < map.capacity() / 4 {
+        map.shrink_to(map.len() * 2);
+    }
+}
+
+pub fn shrink_deque<T>(q: &mut VecDeque<T>) {
+    if q.capacity() > SHRINK_FROM && q.len() < q.capacity() / 4 {
+        q.shrink_to(q.len() * 2);
+    }
+}
+
+/// The bytes a hash map's room takes (its buckets and their control bytes), as hashbrown
+/// sizes it: for the -v log of the agent's memory.
+pub fn map_bytes<K, V>(map: &HashMap<K, V>) -> usize {
+    let buckets = if map.capacity() == 0 {
+        0
+    } else {
+        (map.capacity() * 8 / 7 + 1).next_power_of_two()
+    };
+    buckets * (std::mem::size_of::<(K, V)>() + 1)
+}
+
+pub fn deque_bytes<T>(q: &VecDeque<T>) -> usize {
+    q.capacity() * std::mem::size_of::<T>()
 }
 
 #[cfg(test)]

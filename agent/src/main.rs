@@ -1,6 +1,7 @@
 //! tlsprof: an eBPF-based, server-side TLS performance profiler. docs/architecture.md
 //! maps each step to its folder.
 mod agent;
+mod alloc;
 mod bounds;
 mod bpf;
 mod cli;
@@ -68,6 +69,7 @@ enum Command {
 const FLAME_SAMPLE_HZ: u64 = 99;
 
 fn main() -> ExitCode {
+    alloc::configure();
     let cli = Cli::parse();
     logger::init(match &cli.command {
         Command::Run(a) => a.verbose,

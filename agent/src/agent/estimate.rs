@@ -183,6 +183,21 @@ impl Estimates {
         self.open
             .retain(|_, s| now.duration_since(s.since).as_secs() < STALE_SECS);
         self.timed.retain(|_, t| now.duration_since(*t).as_secs() < STALE_SECS);
+        bounds::shrink(&mut self.open);
+        bounds::shrink(&mut self.timed);
+        bounds::shrink_deque(&mut self.ended);
+        bounds::shrink_deque(&mut self.ended_probed);
+    }
+
+    /// (table, entries, bytes of its room) for the -v log of the agent's memory.
+    pub fn footprint(&self) -> [(&'static str, usize, usize); 3] {
+        let ended = self.ended.len() + self.ended_probed.len();
+        let ended_bytes = bounds::deque_bytes(&self.ended) + bounds::deque_bytes(&self.ended_probed);
+        [
+            ("estimate_parts", self.open.len(), bounds::map_bytes(&self.open)),
+            ("estimate_timed", self.timed.len(), bounds::map_bytes(&self.timed)),
+            ("estimate_ended", ended, ended_bytes),
+        ]
     }
 }
 

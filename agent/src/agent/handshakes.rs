@@ -299,6 +299,19 @@ impl Handshakes {
             .dropped
             .add("sighting_checks", std::mem::take(&mut self.checks.dropped));
         self.wire.dropped.export(&self.metrics);
+        bounds::shrink_deque(&mut self.pending);
+        self.checks.shrink();
+    }
+
+    /// (table, entries, bytes of its room) of the join's tables, for the -v log of the
+    /// agent's memory.
+    pub fn footprint(&self) -> Vec<(&'static str, usize, usize)> {
+        let mut out = vec![("pending_handshakes", self.pending.len(), bounds::deque_bytes(&self.pending))];
+        out.extend(self.wire.footprint());
+        out.extend(self.clients.footprint());
+        out.extend(self.estimates.footprint());
+        out.push(self.checks.footprint());
+        out
     }
 
     /// A handshake the probes timed, counted too where the mode says the probes count.

@@ -10,6 +10,7 @@ mod gauges;
 mod handshakes;
 mod health;
 mod inspect;
+mod memory;
 mod mode;
 mod no_probes;
 mod ports;
@@ -326,6 +327,9 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     )?;
     let mode = Mode::new(args.exact, kernel.served.sends_captured());
     kernel.configure(mode.reads_link_handshakes(), &btf)?;
+    // The kernel's types are needed no further (every program is loaded and relocated):
+    // their parse (~9 MiB) would stay resident.
+    drop(btf);
     kernel.select_comms(&args.targets.comms)?;
     if mode == Mode::Exact(mode::ExactWhy::NoWireCapture) {
         log::warn!(
@@ -410,6 +414,7 @@ fn event_loop(agent: &mut Agent) -> Result<()> {
     let mut next_split = Instant::now() + Duration::from_secs(1);
     let mut exits_cleared = Instant::now();
     let mut next_duty: Option<Instant> = None;
+    let mut memory = memory::Memory::new(Instant::now());
     while !stopping() {
         if let Some(msg) = agent.targets.take_fatal() {
             bail!("a probe failed to attach (--strict): {msg}");
@@ -439,6 +444,11 @@ fn event_loop(agent: &mut Agent) -> Result<()> {
             agent.health.sync_kernel(&mut agent.kernel, &agent.metrics);
             agent.health.sync_self(&agent.metrics);
             agent.handshakes.expire(&agent.targets, Instant::now());
+            memory.tick(Instant::now(), || {
+                let mut t = agent.handshakes.footprint();
+                t.push(agent.ports.churn.footprint());
+                t
+            });
             next_scan = Instant::now() + every;
             if exits_cleared.elapsed() > Duration::from_secs(60) {
                 agent.targets.clear_recent_exits();

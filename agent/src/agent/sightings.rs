@@ -20,7 +20,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::wire::tracker::{ConnId, WAIT};
+use crate::{
+    bounds,
+    wire::tracker::{ConnId, WAIT},
+};
 
 /// Handshakes a name's probes must miss, none reported, for its handshakes to be the kernel
 /// estimate's for good. Two, not one: a client slower to answer the server's flight than
@@ -110,6 +113,14 @@ impl Checks {
             }
         }
         out
+    }
+
+    pub fn shrink(&mut self) {
+        bounds::shrink_deque(&mut self.waiting);
+    }
+
+    pub fn footprint(&self) -> (&'static str, usize, usize) {
+        ("sighting_checks", self.waiting.len(), bounds::deque_bytes(&self.waiting))
     }
 }
 

@@ -128,13 +128,16 @@ fn load_object(cpus: usize, sample_hz: u64, find: bool, storage: Storage) -> Res
         sizes.connections,
         sizes.ring_scale
     );
-    loader
+    let object: &'static [u8] = super::OBJECT;
+    let ebpf = loader
         .map_max_entries("cpu_samples", sample_ring_bytes(cpus, sample_hz))
         .override_global("cpu_accounting", &cpu_accounting, true)
         .override_global("conn_hash", &conn_hash, true)
         .override_global("proc_find", &proc_find, true)
-        .load(super::OBJECT)
-        .context("cannot load tlsprof's BPF programs into the kernel")
+        .load(object)
+        .context("cannot load tlsprof's BPF programs into the kernel")?;
+    super::release_object(object);
+    Ok(ebpf)
 }
 
 /// Bytes of the sample ring buffer: a second of samples from every CPU (the agent reads it

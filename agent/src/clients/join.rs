@@ -4,13 +4,14 @@
 //!
 //! Plain code over parsed offers: the kernel is not needed to test it.
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     sync::Arc,
     time::{Duration, Instant},
 };
 
 use super::{facts, policy};
 use crate::{
+    bounds,
     metrics::{LabelValue, Metrics, OfferLabels, PolicyLabels, ReasonLabels, ResumptionLabels, SniLabels},
     wire::{
         tls::hello::{Offer, Resumption},
@@ -42,11 +43,10 @@ const KEEP: Duration = Duration::from_secs(30);
 /// bound the oldest go, counted: tlsprof_table_full_total{table="client_offers"}.
 pub const MAX_KEPT: usize = 1 << 18;
 
-/// What the join keeps of a connection's ClientHello.
+/// What the join keeps of a connection's ClientHello (24 bytes an entry).
 struct Kept {
-    comm: String,
-    port: String,
-    sni: String,
+    /// Its site (comm, port, sni), shared by every offer kept for it.
+    site: Arc<SniLabels>,
     resumption: Resumption,
     /// The server's answer was joined already (a capture ends once).
     answered: bool,
@@ -56,6 +56,8 @@ pub struct Clients {
     metrics: Arc<Metrics>,
     kept: HashMap<ConnId, Kept>,
     order: VecDeque<(ConnId, Instant)>,
+    /// The sites of the offers kept, each once (those no offer holds go at `expire`).
+    sites: HashSet<Arc<SniLabels>>,
     /// Offers dropped at the bound, for the owner to export.
     pub evicted: u64,
 }
@@ -66,6 +68,7 @@ impl Clients {
             metrics,
             kept: HashMap::new(),
             order: VecDeque::new(),
+            sites: HashSet::new(),
             evicted: 0,
         }
     }
@@ -75,14 +78,13 @@ impl Clients {
     pub fn on_hello(&mut self, conn: ConnId, comm: &str, port: u16, offer: &Offer, now: Instant) {
         let port = port.to_string();
         let sni = facts::sni(offer).to_string();
+        let site = SniLabels {
+            comm: comm.into(),
+            port: port.clone(),
+            sni,
+        };
         let m = &self.metrics;
-        m.client_hellos
-            .get_or_create(&SniLabels {
-                comm: comm.into(),
-                port: port.clone(),
-                sni: sni.clone(),
-            })
-            .inc();
+        m.client_hellos.get_or_create(&site).inc();
         for (offer_kind, value) in facts::offers(offer) {
             m.client_offers
                 .get_or_create(&OfferLabels {
@@ -106,12 +108,18 @@ impl Clients {
         if self.kept.len() >= MAX_KEPT {
             self.evict_oldest();
         }
+        let site = match self.sites.get(&site) {
+            Some(s) => Arc::clone(s),
+            None => {
+                let s = Arc::new(site);
+                self.sites.insert(Arc::clone(&s));
+                s
+            }
+        };
         self.kept.insert(
             conn,
             Kept {
-                comm: comm.into(),
-                port,
-                sni,
+                site,
                 resumption: offer.resumption,
                 answered: false,
             },
@@ -145,8 +153,8 @@ impl Clients {
         self.metrics
             .client_resumptions
             .get_or_create(&ResumptionLabels {
-                comm: k.comm.clone(),
-                port: k.port.clone(),
+                comm: k.site.comm.clone(),
+                port: k.site.port.clone(),
                 offered: k.resumption.label().into(),
                 result: answer.label().into(),
             })
@@ -158,11 +166,7 @@ impl Clients {
         let Some(k) = self.kept.get(&conn) else { return };
         self.metrics
             .site_handshake_cpu
-            .get_or_create(&SniLabels {
-                comm: k.comm.clone(),
-                port: k.port.clone(),
-                sni: k.sni.clone(),
-            })
+            .get_or_create(&k.site)
             .inc_by(cpu_seconds);
     }
 
@@ -175,6 +179,17 @@ impl Clients {
             self.order.pop_front();
             self.kept.remove(&conn);
         }
+        self.sites.retain(|s| Arc::strong_count(s) > 1);
+        bounds::shrink(&mut self.kept);
+        bounds::shrink_deque(&mut self.order);
+    }
+
+    /// (table, entries, bytes of its room) for the -v log of the agent's memory.
+    pub fn footprint(&self) -> [(&'static str, usize, usize); 2] {
+        [
+            ("client_offers", self.kept.len(), bounds::map_bytes(&self.kept)),
+            ("client_offers_order", self.order.len(), bounds::deque_bytes(&self.order)),
+        ]
     }
 
     fn evict_oldest(&mut self) {
@@ -184,5 +199,35 @@ impl Clients {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kept offer is an id and a shared site (docs/metrics.md gives the table's memory from
+    /// it); the sites and the table's room go with the offers.
+    #[test]
+    fn kept_offers_are_small_and_shrink() {
+        assert_eq!(std::mem::size_of::<(ConnId, Kept)>(), 24);
+        let mut c = Clients::new(Arc::new(Metrics::new()));
+        let t0 = Instant::now();
+        let offer = Offer::default();
+        for conn in 0..10_000 {
+            c.on_hello(conn, "nginx", 443 + (conn % 2) as u16, &offer, t0);
+        }
+        assert_eq!((c.kept.len(), c.sites.len()), (10_000, 2));
+        c.on_timed(1, 0.001);
+        c.on_hello(u64::MAX, "nginx", 8443, &offer, t0 + KEEP);
+        c.expire(t0 + KEEP);
+        assert_eq!((c.kept.len(), c.sites.len()), (1, 1));
+        assert!(c.kept.capacity() < 100 && c.order.capacity() < 100);
+        let cpu = c.metrics.site_handshake_cpu.get_or_create(&SniLabels {
+            comm: "nginx".into(),
+            port: "444".into(),
+            sni: facts::sni(&offer).into(),
+        });
+        assert_eq!(cpu.get(), 0.001);
     }
 }

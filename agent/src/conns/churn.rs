@@ -358,6 +358,12 @@ impl Churn {
                 self.ended(&p.comm, p.port, by, tw);
             }
         }
+        bounds::shrink(&mut self.pending);
+    }
+
+    /// (table, entries, bytes of its room) for the -v log of the agent's memory.
+    pub fn footprint(&self) -> (&'static str, usize, usize) {
+        ("unsettled_connections", self.pending.len(), bounds::map_bytes(&self.pending))
     }
 
     /// Namespaces no traced process lives in any more: close their sock_diag sockets, and

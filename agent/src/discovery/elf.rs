@@ -297,6 +297,10 @@ impl FileSyms {
                 name: idx,
             });
         }
+        // The symbols are read: the pages that took are given back (the file stays mapped for
+        // the return addresses, a page read again where one is checked).
+        // SAFETY: a shared read-only mapping of a file: a page dropped is read again from it.
+        let _ = unsafe { data.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
         Some(FileSyms {
             base: basename(path).to_string(),
             stack,

@@ -16,6 +16,7 @@ use std::{
 };
 
 use super::{
+    packed::{Labels, Packed},
     quic::flows::Flows,
     tls::{self, hello::Offer, Negotiated},
 };
@@ -171,7 +172,9 @@ pub enum Lookup {
 #[derive(Default)]
 pub struct Tracker {
     caps: HashMap<ConnId, Capture>,
-    ended: HashMap<ConnId, (Negotiated, bool, Instant)>,
+    /// Ended captures: their labels (packed: 40 bytes an entry), settled, when.
+    ended: HashMap<ConnId, (Packed, bool, Instant)>,
+    labels: Labels,
     /// QUIC connections' handshakes under way.
     quic: Flows,
     ended_order: VecDeque<(ConnId, Instant)>,
@@ -328,7 +331,8 @@ impl Tracker {
     /// A capture ended: its labels kept KEEP for the handshake events that ask for them.
     fn end(&mut self, id: ConnId, labels: Negotiated, settled: bool, now: Instant) {
         self.make_room_ended(now);
-        self.ended.insert(id, (labels, settled, now));
+        let packed = self.labels.pack(&labels);
+        self.ended.insert(id, (packed, settled, now));
         self.ended_order.push_back((id, now));
     }
 
@@ -352,7 +356,7 @@ impl Tracker {
     /// The parameters of a connection's handshake, as far as known.
     pub fn lookup(&self, id: ConnId) -> Lookup {
         if let Some((labels, settled, _)) = self.ended.get(&id) {
-            return Lookup::Ready(*labels, *settled);
+            return Lookup::Ready(self.labels.unpack(*labels), *settled);
         }
         if let Some(c) = self.caps.get(&id) {
             let p = tls::parse(&c.plain, &c.sealed, false);
@@ -406,7 +410,21 @@ impl Tracker {
             keep
         });
         self.hello_bytes -= freed;
+        bounds::shrink(&mut self.caps);
+        bounds::shrink(&mut self.ended);
+        bounds::shrink_deque(&mut self.ended_order);
+        bounds::shrink(&mut self.hellos);
         stale
+    }
+
+    /// (table, entries, bytes of its room) for the -v log of the agent's memory.
+    pub fn footprint(&self) -> [(&'static str, usize, usize); 4] {
+        [
+            ("wire_captures", self.caps.len(), bounds::map_bytes(&self.caps) + self.plain_bytes),
+            ("client_hellos", self.hellos.len(), bounds::map_bytes(&self.hellos) + self.hello_bytes),
+            ("wire_ended", self.ended.len(), bounds::map_bytes(&self.ended)),
+            ("wire_ended_order", self.ended_order.len(), bounds::deque_bytes(&self.ended_order)),
+        ]
     }
 
     /// Room for a `new` capture and `more` plaintext bytes: at either bound the oldest
@@ -603,6 +621,25 @@ mod tests {
         // full of ends older than KEEP_WHEN_FULL: they go first, uncounted
         end(&mut t, u64::MAX, t0 + KEEP_WHEN_FULL);
         assert_eq!((t.ended.len(), t.dropped.get("wire_ended")), (1, 10));
+    }
+
+    /// An ended capture's entry stays small (docs/metrics.md gives the table's memory from
+    /// it), and a table emptied by expiry gives its room back.
+    #[test]
+    fn ended_captures_are_small_and_shrink() {
+        assert_eq!(std::mem::size_of::<(ConnId, (Packed, bool, Instant))>(), 40);
+        let t0 = Instant::now();
+        let mut t = Tracker::default();
+        for sk in 0..20_000 {
+            t.end(sk, Negotiated::UNKNOWN_TCP, true, t0);
+        }
+        let peak = bounds::map_bytes(&t.ended) + bounds::deque_bytes(&t.ended_order);
+        t.end(u64::MAX, Negotiated::UNKNOWN_TCP, true, t0 + KEEP);
+        t.expire(t0 + KEEP);
+        assert_eq!(t.ended.len(), 1);
+        let after = bounds::map_bytes(&t.ended) + bounds::deque_bytes(&t.ended_order);
+        assert!(after * 100 < peak, "{after} of {peak} bytes kept");
+        assert!(matches!(t.lookup(u64::MAX), Lookup::Ready(l, true) if l == Negotiated::UNKNOWN_TCP));
     }
 
     #[test]
