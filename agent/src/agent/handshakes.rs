@@ -11,7 +11,7 @@ use crate::{
     bounds,
     bpf::{abi::decode, handshake as hs, wire::WireEvent},
     clients::join::Clients,
-    metrics::{LabelValue, Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels},
+    metrics::{found::Found, LabelValue, Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels},
     wire::{
         tracker::{self, ClientHello, Seen},
         Lookup, Negotiated, Tracker, WireHandshake, TRANSPORT_QUIC,
@@ -74,6 +74,11 @@ pub struct Handshakes {
     /// Who counts a handshake, and whether the wire is captured (handshakes can be
     /// labelled from it).
     mode: Mode,
+    /// The series a wire-counted handshake increments, found once per label set:
+    /// tlsprof_protocol_handshakes_total's (comm, port, protocol) and tlsprof_handshakes_total's
+    /// (comm, parameters, ok).
+    protocol_series: Found<(String, u16, &'static str)>,
+    wire_series: Found<(String, Negotiated, bool)>,
 }
 
 impl Handshakes {
@@ -86,6 +91,8 @@ impl Handshakes {
             checks: Checks::default(),
             sightings: Vec::new(),
             clients: Clients::new(metrics.clone()),
+            protocol_series: Found::default(),
+            wire_series: Found::default(),
             quic: QuicJoin::default(),
             mode,
         }
@@ -126,12 +133,15 @@ impl Handshakes {
             self.clients.on_server_hello(h.conn, h.labels.resumed);
         }
         if h.ok && procs.known(h.tgid) {
-            let labels = ProtocolLabels {
-                comm: procs.name(h.tgid),
-                port: h.port.to_string(),
-                protocol: h.protocol.into(),
+            let m = &self.metrics;
+            let key = (procs.name(h.tgid), h.port, h.protocol);
+            let labels = || ProtocolLabels {
+                comm: key.0.clone(),
+                port: key.1.to_string(),
+                protocol: key.2.into(),
             };
-            self.metrics.protocols.get_or_create(&labels).inc();
+            let find = || m.protocols.get_or_create(&labels()).clone();
+            self.protocol_series.inc(key.clone(), find);
         }
         if !self.mode.wire_counts() {
             return; // the probes count the handshakes
@@ -141,8 +151,12 @@ impl Handshakes {
         }
         let comm = procs.name(h.tgid);
         let result = if h.ok { "ok" } else { "failed" };
-        let p = ParamLabels::new(&comm, "server", &h.labels);
-        self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
+        let m = &self.metrics;
+        let find = || {
+            let p = ParamLabels::new(&comm, "server", &h.labels);
+            m.handshakes.get_or_create(&p.with_result(result)).clone()
+        };
+        self.wire_series.inc((comm.clone(), h.labels, h.ok), find);
         if h.hello && !h.complete {
             self.count_unlabelled(&comm, UNLABELLED_INCOMPLETE);
         }

@@ -5,9 +5,12 @@
 //! Plain code over parsed offers: the kernel is not needed to test it.
 use std::{
     collections::{HashMap, HashSet, VecDeque},
+    hash::{Hash, Hasher},
     sync::Arc,
     time::{Duration, Instant},
 };
+
+use prometheus_client::metrics::counter::Counter;
 
 use super::{facts, policy};
 use crate::{
@@ -43,6 +46,22 @@ const KEEP: Duration = Duration::from_secs(30);
 /// bound the oldest go, counted: tlsprof_table_full_total{table="client_offers"}.
 pub const MAX_KEPT: usize = 1 << 18;
 
+/// Kinds of ClientHello (per process name and port) whose counters are kept found
+/// (`HelloCounters`); past it they are all forgotten and found again.
+const MAX_HELLO_KINDS: usize = 4096;
+
+/// The counters one kind of ClientHello increments (its site's, its offers', its
+/// policies'), found once: a busy server's clients send the same few ClientHellos, and
+/// finding ~20 labelled series (their labels built and hashed) per connection was a third of
+/// the agent's CPU at 2,000 connections a second. Keyed by a hash of (comm, port, offer),
+/// the key kept beside to tell a collision.
+struct HelloCounters {
+    comm: Box<str>,
+    port: u16,
+    offer: Offer,
+    counters: Vec<Counter>,
+}
+
 /// What the join keeps of a connection's ClientHello (24 bytes an entry).
 struct Kept {
     /// Its site (comm, port, sni), shared by every offer kept for it.
@@ -52,12 +71,45 @@ struct Kept {
     answered: bool,
 }
 
+/// The counters a ClientHello of `comm` on `port` offering `offer` increments: its site's,
+/// one per offer (facts::offers) and one per policy's outcome.
+fn hello_counters(m: &Metrics, comm: &str, port: u16, offer: &Offer) -> Vec<Counter> {
+    let port = port.to_string();
+    let site = SniLabels {
+        comm: comm.into(),
+        port: port.clone(),
+        sni: facts::sni(offer).to_string(),
+    };
+    let mut out = vec![m.client_hellos.get_or_create(&site).clone()];
+    for (offer_kind, value) in facts::offers(offer) {
+        let labels = OfferLabels {
+            comm: comm.into(),
+            port: port.clone(),
+            offer: offer_kind.into(),
+            value: value.into(),
+        };
+        out.push(m.client_offers.get_or_create(&labels).clone());
+    }
+    for p in &policy::POLICIES {
+        let labels = PolicyLabels {
+            comm: comm.into(),
+            port: port.clone(),
+            policy: p.name.into(),
+            outcome: policy::evaluate(offer, p).label().into(),
+        };
+        out.push(m.client_policy.get_or_create(&labels).clone());
+    }
+    out
+}
+
 pub struct Clients {
     metrics: Arc<Metrics>,
     kept: HashMap<ConnId, Kept>,
     order: VecDeque<(ConnId, Instant)>,
     /// The sites of the offers kept, each once (those no offer holds go at `expire`).
     sites: HashSet<Arc<SniLabels>>,
+    /// The counters of each kind of ClientHello seen, by hash (at most MAX_HELLO_KINDS).
+    hello_kinds: HashMap<u64, HelloCounters>,
     /// Offers dropped at the bound, for the owner to export.
     pub evicted: u64,
 }
@@ -69,6 +121,7 @@ impl Clients {
             kept: HashMap::new(),
             order: VecDeque::new(),
             sites: HashSet::new(),
+            hello_kinds: HashMap::new(),
             evicted: 0,
         }
     }
@@ -76,35 +129,34 @@ impl Clients {
     /// A ClientHello read on a connection of `comm` accepted on `port`: its offers and the
     /// policies' outcomes counted now, the rest kept for what the server does.
     pub fn on_hello(&mut self, conn: ConnId, comm: &str, port: u16, offer: &Offer, now: Instant) {
-        let port = port.to_string();
-        let sni = facts::sni(offer).to_string();
+        let mut h = rustc_hash::FxHasher::default();
+        (comm, port, offer).hash(&mut h);
+        let kind = h.finish();
+        let known = self
+            .hello_kinds
+            .get(&kind)
+            .is_some_and(|k| &*k.comm == comm && k.port == port && &k.offer == offer);
+        if !known {
+            if self.hello_kinds.len() >= MAX_HELLO_KINDS {
+                self.hello_kinds.clear();
+            }
+            let counters = hello_counters(&self.metrics, comm, port, offer);
+            let k = HelloCounters {
+                comm: comm.into(),
+                port,
+                offer: offer.clone(),
+                counters,
+            };
+            self.hello_kinds.insert(kind, k);
+        }
+        for c in &self.hello_kinds[&kind].counters {
+            c.inc();
+        }
         let site = SniLabels {
             comm: comm.into(),
-            port: port.clone(),
-            sni,
+            port: port.to_string(),
+            sni: facts::sni(offer).to_string(),
         };
-        let m = &self.metrics;
-        m.client_hellos.get_or_create(&site).inc();
-        for (offer_kind, value) in facts::offers(offer) {
-            m.client_offers
-                .get_or_create(&OfferLabels {
-                    comm: comm.into(),
-                    port: port.clone(),
-                    offer: offer_kind.into(),
-                    value: value.into(),
-                })
-                .inc();
-        }
-        for p in &policy::POLICIES {
-            m.client_policy
-                .get_or_create(&PolicyLabels {
-                    comm: comm.into(),
-                    port: port.clone(),
-                    policy: p.name.into(),
-                    outcome: policy::evaluate(offer, p).label().into(),
-                })
-                .inc();
-        }
         if self.kept.len() >= MAX_KEPT {
             self.evict_oldest();
         }

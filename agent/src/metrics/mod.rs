@@ -4,6 +4,7 @@
 //! their series, and histogram.rs's histograms give their counts.
 pub mod capped;
 pub mod defs;
+pub mod found;
 pub mod histogram;
 pub mod labels;
 pub mod text;

@@ -42,7 +42,7 @@ impl crate::metrics::LabelValue for Resumption {
 }
 
 /// A ClientHello's offers, GREASE removed, in the client's order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Offer {
     /// The highest version offered: supported_versions if present (the highest of SSL 3.0
     /// to TLS 1.3 in it; drafts and GREASE only when nothing else), else legacy_version.
