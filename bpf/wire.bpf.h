@@ -672,7 +672,7 @@ static __always_inline int wire_on_send(const struct sock *sk, const struct msgh
 					const bool typed)
 {
 	struct conn_state *c = conn_of(sk);
-	if (c && c->wire.state == WIRE_DONE && !hs_any_active() && !go_open) {
+	if (c && c->wire.state == WIRE_DONE && !hs_any_active() && !go_any_open()) {
 		/* The answer to a request after the handshake (every keep-alive request): counted,
 		 * and nothing else to do, first. No estimate window is open (est_before_send) and
 		 * no Go handshake under way (go_before_send); the capture is over. */

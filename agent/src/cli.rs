@@ -87,8 +87,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub exact: bool,
     /// Share of each traced process's own CPU time that its handshake probes may cost, in
-    /// every 2 s cycle (e.g. 0.5%, 2%; a process on less than a quarter of a CPU counts as a
-    /// quarter): they stay attached while under it and are detached for the rest of the
+    /// every 2 s cycle (e.g. 0.5%, 2%; a process on less than half a CPU counts as half a
+    /// CPU): they stay attached while under it and are detached for the rest of the
     /// cycle when not. Ignored with --exact.
     #[arg(long, default_value = "0.5%", value_name = "PERCENT", value_parser = duty::parse_budget)]
     pub overhead_budget: f64,

@@ -28,9 +28,11 @@ const MIN_SPAN: Duration = Duration::from_millis(50);
 /// about half a CPU while attached, at the default budget), none opens.
 const SAVE_CYCLES: f64 = 30.0;
 /// A server that uses less than this share of one CPU is budgeted as if it used this much:
-/// a nearly idle server's handshakes are all timed, at a cost no host notices (at the
-/// default budget, at most 0.125% of one CPU).
-pub const LIGHT_SERVER: f64 = 0.25;
+/// a lightly loaded server's handshakes are all timed, at a cost no host notices (at the
+/// default budget, at most 0.25% of one CPU). Half: at a quarter, a server on 15 handshakes
+/// a second under CPU contention (traps and programs three times dearer) lost some of its
+/// windows at a fifth of the default budget (tests/test_budget.py, a CI run).
+pub const LIGHT_SERVER: f64 = 0.5;
 /// Before a removal has been measured: what the probes still cost after the decision to
 /// detach them, in time at their rate. The kernel removes a process's breakpoints first and
 /// then waits for grace periods (hundreds of ms on a VM), during which nothing is hit.
@@ -585,14 +587,14 @@ mod tests {
     }
 
     #[test]
-    fn a_light_server_is_budgeted_as_a_quarter_of_a_cpu() {
-        // a server on 2% of a CPU whose probes cost 0.2% while attached: under 1% of a
-        // quarter of a CPU, so attached all along (every handshake timed)
+    fn a_light_server_is_budgeted_as_half_a_cpu() {
+        // a server on 2% of a CPU whose probes cost 0.2% while attached: under 1% of half a
+        // CPU, so attached all along (every handshake timed)
         let t0 = Instant::now();
         let mut d = Duty::new(0.01, t0, 0.0);
         drive_server(&mut d, t0, 0.002, 0.02, 20.0);
         assert_eq!(d.last_duty, Some(1.0));
-        // and at 5% while attached, held to 1% of that quarter
+        // and at 5% while attached, held to 1% of that half
         let mut d = Duty::new(0.01, t0, 0.0);
         let cost = drive_server(&mut d, t0, 0.05, 0.02, 60.0) / 60.0;
         assert!(cost <= 0.01 * LIGHT_SERVER * 1.1, "cost {cost}");
