@@ -83,20 +83,26 @@ struct {
 #define WIRE_SEGS 8   /* iovec segments looked at per send (GnuTLS: one per record of its flight; after a HelloRetryRequest the ServerHello too) */
 #define WIRE_MAX_RECORD (16384 + 2048)
 
-static __always_inline struct wire_event *wire_ev(const struct sock *sk, const struct conn_state *c, __u8 kind)
+/* An event's header: connection `c`'s, of `kind`, `len` bytes of data. */
+static __always_inline void wire_ev_head(struct wire_event *e, const struct conn_state *c, __u8 kind, __u16 len)
 {
-	__u32 zero = 0;
-	struct wire_event *e = bpf_map_lookup_elem(&wire_scratch, &zero);
-	if (!e)
-		return NULL;
 	e->conn_id = c->life.id;
 	e->tgid = c->wire.tgid;
 	e->netns = c->life.netns;
 	e->port = c->life.port;
 	e->kind = kind;
 	e->flags = 0;
-	e->len = 0;
+	e->len = len;
 	e->offset = 0;
+}
+
+static __always_inline struct wire_event *wire_ev(const struct sock *sk, const struct conn_state *c, __u8 kind)
+{
+	__u32 zero = 0;
+	struct wire_event *e = bpf_map_lookup_elem(&wire_scratch, &zero);
+	if (!e)
+		return NULL;
+	wire_ev_head(e, c, kind, 0);
 	return e;
 }
 
@@ -399,21 +405,14 @@ static __always_inline void wire_records_start(void)
 }
 
 /* After a walk: the encrypted record headers it gathered, in one event. */
-static __always_inline void wire_records_send(const struct sock *sk, const struct conn_state *c)
+static __always_inline void wire_records_send(const struct conn_state *c)
 {
 	__u32 zero = 0;
 	struct wire_event *e = bpf_map_lookup_elem(&wire_records, &zero);
 	if (!e || !e->len)
 		return;
 	__u32 len = e->len & 63;
-	e->conn_id = c->life.id;
-	e->tgid = c->wire.tgid;
-	e->netns = c->life.netns;
-	e->port = c->life.port;
-	e->kind = WIRE_EV_RECORD;
-	e->flags = 0;
-	e->offset = 0;
-	e->len = len;
+	wire_ev_head(e, c, WIRE_EV_RECORD, len);
 	wire_out(e, len);
 }
 
@@ -426,7 +425,7 @@ static __always_inline void wire_walked(struct wire_walk_ctx *w, bool plain_star
 		w->why = WIRE_END_CAP; /* more records in one write than walked */
 	if (plain_start && w->plain_end && (c->wire.flags & WIRE_F_TLS))
 		wire_copy(w->sk, c, w->ptr, w->plain_end);
-	wire_records_send(w->sk, c);
+	wire_records_send(c);
 	if (w->why)
 		wire_finish(w->sk, c, w->why == WIRE_NOT_TLS ? 0 : w->why);
 }
