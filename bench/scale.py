@@ -44,7 +44,7 @@ from harness.agent import Agent  # noqa: E402
 from harness.certs import make_cert  # noqa: E402
 from harness.clients import ab_count  # noqa: E402
 from harness.metrics import parse_metrics  # noqa: E402
-from harness.procs import cpu_ns, free_port, stop_pid, wait_for, wait_port  # noqa: E402
+from harness.procs import cpu_ns, free_port, stop_all, stop_pid, wait_for, wait_port  # noqa: E402
 from harness.servers import Nginx  # noqa: E402
 
 HOLD_SOURCE = "127.0.0.2"  # the idle connections' own source address: their own ephemeral ports
@@ -346,12 +346,8 @@ def main():
         say("result: " + ("exact, nothing lost" if not bad else "; ".join(bad)))
     finally:
         # every process this run started is stopped, whatever failed before
-        for stop in [*(lambda h=h: (h.stdin.close(), h.wait(timeout=120)) for h in holders),
-                     lambda: stop_agent(agent, say), *(s.stop for s in smalls), nginx.stop]:
-            try:
-                stop()
-            except Exception as e:  # noqa: BLE001 - report and go on stopping the rest
-                print(f"stopping: {e!r}", file=sys.stderr)
+        stop_all([*(lambda h=h: (h.stdin.close(), h.wait(timeout=120)) for h in holders),
+                  lambda: stop_agent(agent, say), *(s.stop for s in smalls), nginx.stop])
     if args.out:
         args.out.write_text("\n".join(report) + "\n")
     return 1 if bad else 0

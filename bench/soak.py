@@ -44,7 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from harness.agent import TLSPROF, Agent  # noqa: E402
 from harness.certs import make_cert  # noqa: E402
-from harness.procs import cpu_ns, free_port, stop_pid, wait_port  # noqa: E402
+from harness.procs import cpu_ns, free_port, stop_all, stop_pid, wait_port  # noqa: E402
 from harness.servers import Nginx  # noqa: E402
 
 TARGET_MIB = 64
@@ -357,13 +357,9 @@ def main():
             say("agent's tables at the end (its -v log): " + sizes[0].split("tables:", 1)[1].strip())
     finally:
         # every process this run started is stopped, by its pid, whatever failed before
-        for stop in [*(t.stop for t in loops), lambda: resets and resets.poll() is None and stop_pid(resets.pid),
-                     lambda: servers and servers.proc and servers.proc.poll() is None and stop_pid(servers.proc.pid),
-                     lambda: agent and agent.stop(), nginx.stop]:
-            try:
-                stop()
-            except Exception as e:  # noqa: BLE001 - report and go on stopping the rest
-                print(f"stopping: {e!r}", file=sys.stderr)
+        stop_all([*(t.stop for t in loops), lambda: resets and resets.poll() is None and stop_pid(resets.pid),
+                  lambda: servers and servers.proc and servers.proc.poll() is None and stop_pid(servers.proc.pid),
+                  lambda: agent and agent.stop(), nginx.stop])
     if args.out:
         args.out.write_text("\n".join(report) + "\n")
     return 1 if bad else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import socket
 import time
 from pathlib import Path
@@ -73,6 +74,16 @@ def stop_pid(pid: int, sig=signal.SIGTERM, timeout: float = 10.0):
             return
         time.sleep(0.02)
     os.kill(pid, signal.SIGKILL)
+
+
+def stop_all(stops):
+    """Calls each of `stops` (the ways to stop what a run started), whatever failed before:
+    a failure is printed and the rest are still stopped."""
+    for stop in stops:
+        try:
+            stop()
+        except Exception as e:  # noqa: BLE001 - report and go on stopping the rest
+            print(f"stopping: {e!r}", file=sys.stderr)
 
 
 def proc_children(pid: int) -> list[int]:
