@@ -134,14 +134,15 @@ impl Handshakes {
         }
         if h.ok && procs.known(h.tgid) {
             let m = &self.metrics;
-            let key = (procs.name(h.tgid), h.port, h.protocol);
-            let labels = || ProtocolLabels {
-                comm: key.0.clone(),
-                port: key.1.to_string(),
-                protocol: key.2.into(),
+            let find = |(comm, port, protocol): &(String, u16, &str)| {
+                let labels = ProtocolLabels {
+                    comm: comm.clone(),
+                    port: port.to_string(),
+                    protocol: (*protocol).into(),
+                };
+                m.protocols.get_or_create(&labels).clone()
             };
-            let find = || m.protocols.get_or_create(&labels()).clone();
-            self.protocol_series.inc(key.clone(), find);
+            self.protocol_series.inc((procs.name(h.tgid), h.port, h.protocol), find);
         }
         if !self.mode.wire_counts() {
             return; // the probes count the handshakes
@@ -152,14 +153,14 @@ impl Handshakes {
         let comm = procs.name(h.tgid);
         let result = if h.ok { "ok" } else { "failed" };
         let m = &self.metrics;
-        let find = || {
-            let p = ParamLabels::new(&comm, "server", &h.labels);
+        let find = |(comm, labels, _): &(String, Negotiated, bool)| {
+            let p = ParamLabels::new(comm, "server", labels);
             m.handshakes.get_or_create(&p.with_result(result)).clone()
         };
-        self.wire_series.inc((comm.clone(), h.labels, h.ok), find);
         if h.hello && !h.complete {
             self.count_unlabelled(&comm, UNLABELLED_INCOMPLETE);
         }
+        self.wire_series.inc((comm, h.labels, h.ok), find);
     }
 
     /// A connection's ClientHello, as the server read it: what it offered (clients/join.rs),

@@ -2,7 +2,7 @@
 //! its labels (Strings) at every increment, which per handshake was a good part of the
 //! agent's CPU at 2,000 handshakes a second. The family stays the owner of the series: a
 //! Counter here is the family's own (prometheus-client's Counter is shared).
-use std::hash::Hash;
+use std::{collections::hash_map::Entry, hash::Hash};
 
 use prometheus_client::metrics::counter::Counter;
 use rustc_hash::FxHashMap;
@@ -21,12 +21,19 @@ impl<K> Default for Found<K> {
 }
 
 impl<K: Hash + Eq> Found<K> {
-    /// Increments the counter of `key`, found with `find` the first time.
-    pub fn inc(&mut self, key: K, find: impl FnOnce() -> Counter) {
+    /// Increments the counter of `key`, found with `find(&key)` the first time.
+    pub fn inc(&mut self, key: K, find: impl FnOnce(&K) -> Counter) {
         if self.map.len() >= MAX_FOUND && !self.map.contains_key(&key) {
             self.map.clear();
         }
-        self.map.entry(key).or_insert_with(find).inc();
+        let counter = match self.map.entry(key) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(v) => {
+                let c = find(v.key());
+                v.insert(c)
+            }
+        };
+        counter.inc();
     }
 }
 
@@ -42,16 +49,16 @@ mod tests {
         let mut found = Found::default();
         let labels = |v: &str| vec![("k".to_string(), v.to_string())];
         for _ in 0..3 {
-            found.inc("a", || f.get_or_create(&labels("a")).clone());
+            found.inc("a", |k| f.get_or_create(&labels(k)).clone());
         }
-        found.inc("b", || f.get_or_create(&labels("b")).clone());
+        found.inc("b", |k| f.get_or_create(&labels(k)).clone());
         assert_eq!(f.get_or_create(&labels("a")).get(), 3);
         assert_eq!(f.get_or_create(&labels("b")).get(), 1);
         // past the bound, forgotten and found again: the counts go on
         for i in 0..MAX_FOUND {
-            found.inc(Box::leak(i.to_string().into_boxed_str()), Counter::default);
+            found.inc(Box::leak(i.to_string().into_boxed_str()), |_| Counter::default());
         }
-        found.inc("a", || f.get_or_create(&labels("a")).clone());
+        found.inc("a", |k| f.get_or_create(&labels(k)).clone());
         assert_eq!(f.get_or_create(&labels("a")).get(), 4);
     }
 }
