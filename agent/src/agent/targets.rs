@@ -271,10 +271,20 @@ impl Targets {
         let Ok(maps) = maps::read(&pid.to_string()) else { return };
         let found = self.prober.plan(pid, &st.comm, &maps).0.is_some() || self.prober.stack(pid, &maps).is_some();
         if found {
+            // Examined again in place: the kernel goes on tracing it meanwhile (its state is
+            // not swept), so that the connection it may be serving now (a process started for
+            // one, whose TLS library came with that first handshake) keeps its estimate, even
+            // where the process is gone before its probes are attached.
             log::debug!("{pid} ({}) maps a TLS library now: attaching again", st.comm);
-            self.forget(pid, k, prof);
-            k.sweep(&std::mem::take(&mut self.exited));
+            let Some(t) = self.traced.remove(&pid) else { return };
+            t.probing.release(pid, k);
+            prof.remove(pid, k.oncpu_ns(pid));
             self.examine(pid, st.clone(), k, prof, m);
+            if !self.traced.contains_key(&pid) {
+                // gone meanwhile: named for its last events; the kernel's entry goes at the next sweep
+                self.remember_exit(pid, t.name);
+                self.exited.push(pid);
+            }
         }
     }
 
