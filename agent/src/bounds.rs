@@ -5,7 +5,7 @@
 //! has no metrics keeps a `Dropped` tally that its owner exports.
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
-    hash::Hash,
+    hash::{BuildHasher, Hash},
 };
 
 use crate::metrics::{Metrics, TableLabels};
@@ -91,10 +91,11 @@ impl Dropped {
 /// oldest entries by `age` (smallest first): a sixteenth of the table at once, so that a
 /// table kept at its bound is sorted once per `cap / 16` inserts, not at each. Returns what
 /// was taken out, for the caller to settle and count.
-pub fn evict_oldest<K, V, A>(map: &mut HashMap<K, V>, cap: usize, age: impl Fn(&V) -> A) -> Vec<(K, V)>
+pub fn evict_oldest<K, V, A, S>(map: &mut HashMap<K, V, S>, cap: usize, age: impl Fn(&V) -> A) -> Vec<(K, V)>
 where
     K: Eq + Hash + Copy,
     A: Ord,
+    S: BuildHasher,
 {
     if map.len() < cap {
         return Vec::new();
@@ -111,7 +112,7 @@ where
 /// took goes back (alloc.rs returns it to the kernel).
 const SHRINK_FROM: usize = 1024;
 
-pub fn shrink<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
+pub fn shrink<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, S>) {
     if map.capacity() > SHRINK_FROM && map.len() < map.capacity() / 4 {
         map.shrink_to(map.len() * 2);
     }
@@ -125,7 +126,7 @@ pub fn shrink_deque<T>(q: &mut VecDeque<T>) {
 
 /// The bytes a hash map's room takes (its buckets and their control bytes), as hashbrown
 /// sizes it: for the -v log of the agent's memory.
-pub fn map_bytes<K, V>(map: &HashMap<K, V>) -> usize {
+pub fn map_bytes<K, V, S>(map: &HashMap<K, V, S>) -> usize {
     let buckets = if map.capacity() == 0 {
         0
     } else {

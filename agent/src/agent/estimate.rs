@@ -3,6 +3,7 @@
 //! handshake messages to sending its answer); the parts of a connection are summed until its
 //! handshake capture ends, then measured as one handshake, labelled from the wire like a
 //! probed one (handshakes.rs).
+use rustc_hash::FxHashMap;
 use std::{
     collections::{HashMap, VecDeque},
     time::{Duration, Instant},
@@ -36,7 +37,7 @@ struct Sum {
 
 #[derive(Default)]
 pub struct Estimates {
-    open: HashMap<ConnId, Sum>,
+    open: FxHashMap<ConnId, Sum>,
     /// Captures that ended: (connection, the handshake succeeded, when), oldest first. The
     /// last window of a handshake closes when the server reads the first request (or turns
     /// to another connection), just after the capture's end (TLS 1.3 session tickets come
@@ -49,7 +50,7 @@ pub struct Estimates {
     /// Connections whose handshake a probe timed (a process whose probes were attached while
     /// the kernel estimated it, as a process forked per connection is): their parts are not
     /// a second figure. Bounded by MAX_OPEN, the oldest going first.
-    timed: HashMap<ConnId, Instant>,
+    timed: FxHashMap<ConnId, Instant>,
     /// Per process, the time a probe last timed one of its handshakes it could not tie to a
     /// connection (timed_during): parts within it that come later are that handshake's too.
     timed_unlinked: HashMap<u32, (u64, u64)>,

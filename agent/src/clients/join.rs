@@ -3,6 +3,7 @@
 //! session the client offered, and what the handshake cost, per site (SNI).
 //!
 //! Plain code over parsed offers: the kernel is not needed to test it.
+use rustc_hash::FxHashMap;
 use std::{
     collections::{HashMap, HashSet, VecDeque},
     hash::{Hash, Hasher},
@@ -104,7 +105,7 @@ fn hello_counters(m: &Metrics, comm: &str, port: u16, offer: &Offer) -> Vec<Coun
 
 pub struct Clients {
     metrics: Arc<Metrics>,
-    kept: HashMap<ConnId, Kept>,
+    kept: FxHashMap<ConnId, Kept>,
     order: VecDeque<(ConnId, Instant)>,
     /// The sites of the offers kept, each once (those no offer holds go at `expire`).
     sites: HashSet<Arc<SniLabels>>,
@@ -118,7 +119,7 @@ impl Clients {
     pub fn new(metrics: Arc<Metrics>) -> Self {
         Self {
             metrics,
-            kept: HashMap::new(),
+            kept: FxHashMap::default(),
             order: VecDeque::new(),
             sites: HashSet::new(),
             hello_kinds: HashMap::new(),

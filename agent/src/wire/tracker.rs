@@ -10,8 +10,9 @@
 //! The same ring buffer carries each connection's ClientHello as the server read it
 //! (bpf/hello.h, wire_ev::Hello): gathered here per connection, bounded, and parsed once
 //! complete (tls::hello): a `Seen::Hello`.
+use rustc_hash::FxHashMap;
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::VecDeque,
     time::{Duration, Instant},
 };
 
@@ -171,16 +172,16 @@ pub enum Lookup {
 
 #[derive(Default)]
 pub struct Tracker {
-    caps: HashMap<ConnId, Capture>,
+    caps: FxHashMap<ConnId, Capture>,
     /// Ended captures: their labels (packed: 40 bytes an entry), settled, when.
-    ended: HashMap<ConnId, (Packed, bool, Instant)>,
+    ended: FxHashMap<ConnId, (Packed, bool, Instant)>,
     labels: Labels,
     /// QUIC connections' handshakes under way.
     quic: Flows,
     ended_order: VecDeque<(ConnId, Instant)>,
     /// Plaintext bytes the captures in flight hold.
     plain_bytes: usize,
-    hellos: HashMap<ConnId, HelloCapture>,
+    hellos: FxHashMap<ConnId, HelloCapture>,
     /// Bytes the ClientHellos in flight hold.
     hello_bytes: usize,
     /// Entries dropped at the bounds, for the owner to export.
