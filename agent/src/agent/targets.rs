@@ -276,14 +276,10 @@ impl Targets {
             // one, whose TLS library came with that first handshake) keeps its estimate, even
             // where the process is gone before its probes are attached.
             log::debug!("{pid} ({}) maps a TLS library now: attaching again", st.comm);
-            let Some(t) = self.traced.remove(&pid) else { return };
-            t.probing.release(pid, k);
-            prof.remove(pid, k.oncpu_ns(pid));
+            let Some(name) = self.untrack(pid, k, prof) else { return };
             self.examine(pid, st.clone(), k, prof, m);
             if !self.traced.contains_key(&pid) {
-                // gone meanwhile: named for its last events; the kernel's entry goes at the next sweep
-                self.remember_exit(pid, t.name);
-                self.exited.push(pid);
+                self.gone(pid, name, k); // gone meanwhile
             }
         }
     }
@@ -312,10 +308,8 @@ impl Targets {
     /// memory), or one whose name `--comm` selects, which the kernel traces from its exec.
     /// Examined afresh at once; the kernel forgets it if it is not traced after all.
     pub fn on_exec(&mut self, pid: u32, name: &str, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
-        if let Some(t) = self.traced.remove(&pid) {
-            log::debug!("{pid} ({}) executed a new program: examined again", t.name);
-            t.probing.release(pid, k);
-            prof.remove(pid, k.oncpu_ns(pid));
+        if let Some(old) = self.untrack(pid, k, prof) {
+            log::debug!("{pid} ({old}) executed a new program: examined again");
         }
         self.watched.remove(&pid);
         let attached = self.examine_new(pid, name, k, prof, m);
@@ -519,15 +513,28 @@ impl Targets {
 
     fn forget(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {
         self.found.remove(&pid);
-        if let Some(t) = self.traced.remove(&pid) {
-            log::debug!("forgetting {pid} ({})", t.name);
-            t.probing.release(pid, k);
-            prof.remove(pid, k.oncpu_ns(pid));
-            self.remember_exit(pid, t.name);
-            self.exited.push(pid);
-            if self.exited.len() >= MAX_UNSWEPT {
-                k.sweep(&std::mem::take(&mut self.exited));
-            }
+        if let Some(name) = self.untrack(pid, k, prof) {
+            log::debug!("forgetting {pid} ({name})");
+            self.gone(pid, name, k);
+        }
+    }
+
+    /// Stops following a traced process here (its probes released, its CPU split ended)
+    /// and returns its name; the kernel goes on tracing it until it is swept.
+    fn untrack(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) -> Option<String> {
+        let t = self.traced.remove(&pid)?;
+        t.probing.release(pid, k);
+        prof.remove(pid, k.oncpu_ns(pid));
+        Some(t.name)
+    }
+
+    /// A process no longer traced: named for its last events, and swept from the kernel's
+    /// maps with the next exits (at once past MAX_UNSWEPT).
+    fn gone(&mut self, pid: u32, name: String, k: &mut Kernel) {
+        self.remember_exit(pid, name);
+        self.exited.push(pid);
+        if self.exited.len() >= MAX_UNSWEPT {
+            k.sweep(&std::mem::take(&mut self.exited));
         }
     }
 
