@@ -4,14 +4,14 @@
 //! wire).
 //!
 //! Plain code over decoded events: the kernel is not needed to test it.
-use std::{collections::VecDeque, sync::Arc, time::Instant};
+use std::{borrow::Cow, collections::VecDeque, sync::Arc, time::Instant};
 
 use super::{estimate::Estimates, mode::Mode, quic_join::QuicJoin, sightings::Checks};
 use crate::{
     bounds,
     bpf::{abi::decode, handshake as hs, wire::WireEvent},
     clients::join::Clients,
-    metrics::{found::Found, LabelValue, Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels},
+    metrics::{found::Found, histogram::Histogram, LabelValue, Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels},
     wire::{
         tracker::{self, ClientHello, Seen},
         Lookup, Negotiated, Tracker, WireHandshake, TRANSPORT_QUIC,
@@ -36,8 +36,8 @@ pub fn export_unlabelled(m: &Metrics, comm: &str) {
 
 /// What the join needs to know of a process.
 pub trait ProcInfo {
-    /// Its `comm` label.
-    fn name(&self, tgid: u32) -> String;
+    /// Its `comm` label (borrowed where it is known: asked per handshake).
+    fn name(&self, tgid: u32) -> Cow<'_, str>;
     /// Traced now, or exited lately.
     fn known(&self, tgid: u32) -> bool;
     /// When its probes were last attached (bpf_ktime_get_ns clock), 0 if never.
@@ -77,8 +77,14 @@ pub struct Handshakes {
     /// The series a wire-counted handshake increments, found once per label set:
     /// tlsprof_protocol_handshakes_total's (comm, port, protocol) and tlsprof_handshakes_total's
     /// (comm, parameters, ok).
-    protocol_series: Found<(String, u16, &'static str)>,
-    wire_series: Found<(String, Negotiated, bool)>,
+    protocol_series: Found<(u16, &'static str)>,
+    wire_series: Found<(Negotiated, bool)>,
+    /// A probe-timed handshake's series: tlsprof_handshakes_total's (comm, role, result,
+    /// parameters), tlsprof_handshake_cpu_seconds' and _duration_seconds' (comm, role,
+    /// parameters).
+    probe_series: Found<(&'static str, &'static str, Negotiated)>,
+    cpu_series: Found<(&'static str, Negotiated), Histogram>,
+    duration_series: Found<(&'static str, Negotiated), Histogram>,
 }
 
 impl Handshakes {
@@ -93,6 +99,9 @@ impl Handshakes {
             clients: Clients::new(metrics.clone()),
             protocol_series: Found::default(),
             wire_series: Found::default(),
+            probe_series: Found::default(),
+            cpu_series: Found::default(),
+            duration_series: Found::default(),
             quic: QuicJoin::default(),
             mode,
         }
@@ -134,15 +143,15 @@ impl Handshakes {
         }
         if h.ok && procs.known(h.tgid) {
             let m = &self.metrics;
-            let find = |(comm, port, protocol): &(String, u16, &str)| {
+            let find = |comm: &str, (port, protocol): (u16, &str)| {
                 let labels = ProtocolLabels {
-                    comm: comm.clone(),
+                    comm: comm.into(),
                     port: port.to_string(),
-                    protocol: (*protocol).into(),
+                    protocol: protocol.into(),
                 };
                 m.protocols.get_or_create(&labels).clone()
             };
-            self.protocol_series.inc((procs.name(h.tgid), h.port, h.protocol), find);
+            self.protocol_series.inc(&procs.name(h.tgid), (h.port, h.protocol), find);
         }
         if !self.mode.wire_counts() {
             return; // the probes count the handshakes
@@ -153,14 +162,14 @@ impl Handshakes {
         let comm = procs.name(h.tgid);
         let result = if h.ok { "ok" } else { "failed" };
         let m = &self.metrics;
-        let find = |(comm, labels, _): &(String, Negotiated, bool)| {
-            let p = ParamLabels::new(comm, "server", labels);
+        let find = |comm: &str, (labels, _): (Negotiated, bool)| {
+            let p = ParamLabels::new(comm, "server", &labels);
             m.handshakes.get_or_create(&p.with_result(result)).clone()
         };
         if h.hello && !h.complete {
             self.count_unlabelled(&comm, UNLABELLED_INCOMPLETE);
         }
-        self.wire_series.inc((comm, h.labels, h.ok), find);
+        self.wire_series.inc(&comm, (h.labels, h.ok), find);
     }
 
     /// A connection's ClientHello, as the server read it: what it offered (clients/join.rs),
@@ -235,7 +244,7 @@ impl Handshakes {
         if e.conn_id == 0 && e.role != hs::hs_role::Client as u8 && self.mode.sends_captured() {
             let name = procs.name(e.tgid);
             if self.quic.serves(&name) {
-                self.quic.wait(e, name, now);
+                self.quic.wait(e, name.into_owned(), now);
                 return self.join_quic(false, procs, now);
             }
         }
@@ -266,8 +275,10 @@ impl Handshakes {
     }
 
     /// Counts the waiting handshakes whose parameters arrived, and those that waited too
-    /// long (or all, at exit) with what is known.
+    /// long (or all, at exit) with what is known; and the ClientHellos seen since the last
+    /// flush in their offers' counters.
     pub fn flush(&mut self, all: bool, procs: &impl ProcInfo, now: Instant) {
+        self.clients.flush();
         self.join_quic(all, procs, now);
         let estimates = &self.estimates;
         let looked = self.checks.due(
@@ -338,10 +349,15 @@ impl Handshakes {
         let (role, result) = (role.label(), result.label());
         let comm = procs.name(e.tgid);
         let cpu = e.cpu_ns as f64 / 1e9;
-        let p = ParamLabels::new(&comm, role, n);
+        let m = &self.metrics;
         let counts = self.mode.probes_count(e.role == hs::hs_role::Client as u8, e.estimate != 0);
         if counts {
-            self.metrics.handshakes.get_or_create(&p.with_result(result)).inc();
+            let find = |comm: &str, (role, result, n): (&str, &str, Negotiated)| {
+                m.handshakes
+                    .get_or_create(&ParamLabels::new(comm, role, &n).with_result(result))
+                    .clone()
+            };
+            self.probe_series.inc(&comm, (role, result, *n), find);
             if let Some(reason) = unlabelled {
                 self.count_unlabelled(&comm, reason);
             }
@@ -350,14 +366,19 @@ impl Handshakes {
             if e.conn_id != 0 && e.role != hs::hs_role::Client as u8 {
                 self.clients.on_timed(e.conn_id, cpu);
             }
-            self.metrics.handshake_cpu.get_or_create(&p).observe(cpu);
-            self.metrics
-                .handshake_duration
-                .get_or_create(&p)
+            self.cpu_series
+                .get(&comm, (role, *n), |comm, (role, n)| {
+                    m.handshake_cpu.get_or_create(&ParamLabels::new(comm, role, &n)).clone()
+                })
+                .observe(cpu);
+            self.duration_series
+                .get(&comm, (role, *n), |comm, (role, n)| {
+                    m.handshake_duration.get_or_create(&ParamLabels::new(comm, role, &n)).clone()
+                })
                 .observe(e.duration_ns as f64 / 1e9);
         } else {
             let rl = RoleLabels {
-                comm: comm.clone(),
+                comm: comm.into_owned(),
                 role: role.into(),
             };
             self.metrics.failed_handshake_cpu.get_or_create(&rl).inc_by(cpu);
@@ -415,8 +436,8 @@ mod tests {
     }
 
     impl ProcInfo for Procs {
-        fn name(&self, tgid: u32) -> String {
-            self.0.get(&tgid).map_or("unknown", |p| p.0).to_string()
+        fn name(&self, tgid: u32) -> Cow<'_, str> {
+            self.0.get(&tgid).map_or("unknown", |p| p.0).into()
         }
         fn known(&self, tgid: u32) -> bool {
             self.0.contains_key(&tgid)

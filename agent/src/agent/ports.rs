@@ -10,6 +10,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use rustc_hash::FxHashMap;
+
 use crate::{
     bounds,
     bpf::{
@@ -40,13 +42,13 @@ pub struct Ports {
     /// port carries TLS (bounded by the watched ports).
     plain_seen: HashMap<conn_port, u64>,
     /// A traced process listening on each watched port (the first found).
-    owners: HashMap<conn_port, u32>,
+    owners: FxHashMap<conn_port, u32>,
     /// Ports no traced process listens on whose connections traced processes serve (a
     /// program executed per connection by a parent that is not traced, handed the accepted
     /// socket; the kernel took its connection on: bpf/conn.bpf.h conn_adopt), by the name of
     /// the last to serve one: watched while something listens there, so that the next
     /// connections are followed from their accept. Bounded by MAX_WATCHED_PORTS.
-    learned: HashMap<conn_port, (String, u32)>,
+    learned: FxHashMap<conn_port, (String, u32)>,
     /// Names of ports no longer listened on, for connections that close afterwards.
     port_names: HashMap<conn_port, String>,
     /// Each traced process's listening sockets (listening_of); bounded by the traced set.
@@ -98,8 +100,8 @@ impl Ports {
             ports: BTreeMap::new(),
             plain_seen: HashMap::new(),
             port_names: HashMap::new(),
-            owners: HashMap::new(),
-            learned: HashMap::new(),
+            owners: FxHashMap::default(),
+            learned: FxHashMap::default(),
             owned: HashMap::new(),
             listening: HashMap::new(),
             listen_seen: None,
@@ -116,7 +118,7 @@ impl Ports {
     /// seen carrying TLS).
     pub fn refresh<'a>(&mut self, traced: impl Iterator<Item = (u32, &'a str)>, k: &mut Kernel) -> Failed {
         let mut now: BTreeMap<conn_port, String> = BTreeMap::new();
-        let mut owners: HashMap<conn_port, u32> = HashMap::new();
+        let mut owners: FxHashMap<conn_port, u32> = FxHashMap::default();
         // Read before the listening sockets: a socket that starts listening meanwhile moves
         // it past what the next scan compares.
         let changes = k.listen_changes();
@@ -404,9 +406,8 @@ impl Ports {
             .ports
             .get(&key)
             .or_else(|| self.port_names.get(&key))
-            .map_or("unknown", String::as_str)
-            .to_string();
-        self.churn.on_event(e, &comm);
+            .map_or("unknown", String::as_str);
+        self.churn.on_event(e, comm);
     }
 
     /// Names of ports gone are kept a while, for the connections that close after.

@@ -5,9 +5,12 @@
 //! the "attached to" lines, readiness (ready.rs) once a process's listening ports are
 //! watched too, and the gauges of what is attached (gauges.rs).
 use std::{
+    borrow::Cow,
     collections::{BTreeSet, HashMap},
     time::Instant,
 };
+
+use rustc_hash::FxHashMap;
 
 use super::{
     gauges::{self, Attached},
@@ -96,14 +99,14 @@ pub struct Targets {
     /// The agent's own pid: never traced.
     self_pid: u32,
     /// The processes traced now.
-    traced: HashMap<u32, Traced>,
+    traced: FxHashMap<u32, Traced>,
     /// Selected processes without a TLS stack (yet), looked at again when their memory map
     /// grows.
     watched: HashMap<u32, Watched>,
     /// Their handshake probes: what to attach, from what their files offer, and why none.
     prober: Prober,
     /// Names of processes that exited lately, for events that arrive after the exit.
-    recent_exits: HashMap<u32, String>,
+    recent_exits: FxHashMap<u32, String>,
     /// Every process name attached so far: its gauges go to 0, not away, when the last goes.
     ever_attached: BTreeSet<String>,
     /// Processes forgotten since the kernel maps were last swept.
@@ -156,10 +159,10 @@ impl Targets {
         Self {
             selector: Selector::new(&args.targets),
             self_pid: std::process::id(),
-            traced: HashMap::new(),
+            traced: FxHashMap::default(),
             watched: HashMap::new(),
             prober: Prober::new(args, mode, files),
-            recent_exits: HashMap::new(),
+            recent_exits: FxHashMap::default(),
             ever_attached: BTreeSet::new(),
             exited: Vec::new(),
             ready: Ready::new(args.ready_file.clone()),
@@ -656,16 +659,15 @@ impl Targets {
 }
 
 impl ProcInfo for Targets {
-    fn name(&self, tgid: u32) -> String {
+    fn name(&self, tgid: u32) -> Cow<'_, str> {
         if let Some(t) = self.traced.get(&tgid) {
-            return t.name.clone();
+            return Cow::Borrowed(&t.name);
         }
         if let Some(c) = self.recent_exits.get(&tgid) {
-            return c.clone();
+            return Cow::Borrowed(c);
         }
         procfs::stat(tgid)
-            .map(|s| procfs::process_name(tgid, &s.comm))
-            .unwrap_or_else(|_| "unknown".into())
+            .map_or_else(|_| "unknown".into(), |s| procfs::process_name(tgid, &s.comm).into())
     }
 
     fn known(&self, tgid: u32) -> bool {

@@ -5,7 +5,7 @@
 //! Plain code over parsed offers: the kernel is not needed to test it.
 use rustc_hash::FxHashMap;
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::{HashSet, VecDeque},
     hash::{Hash, Hasher},
     sync::Arc,
     time::{Duration, Instant},
@@ -61,6 +61,11 @@ struct HelloCounters {
     port: u16,
     offer: Offer,
     counters: Vec<Counter>,
+    /// Its site (the offer's SNI): found once, not per ClientHello.
+    site: Arc<SniLabels>,
+    /// ClientHellos of this kind not yet added to its counters (`flush`): one addition per
+    /// counter and event loop turn, not per ClientHello (a kind has dozens of counters).
+    unflushed: u64,
 }
 
 /// What the join keeps of a connection's ClientHello (24 bytes an entry).
@@ -107,10 +112,13 @@ pub struct Clients {
     metrics: Arc<Metrics>,
     kept: FxHashMap<ConnId, Kept>,
     order: VecDeque<(ConnId, Instant)>,
-    /// The sites of the offers kept, each once (those no offer holds go at `expire`).
+    /// The sites of the offers kept and of the kinds of ClientHello, each once (those
+    /// neither holds go at `expire`).
     sites: HashSet<Arc<SniLabels>>,
     /// The counters of each kind of ClientHello seen, by hash (at most MAX_HELLO_KINDS).
-    hello_kinds: HashMap<u64, HelloCounters>,
+    hello_kinds: FxHashMap<u64, HelloCounters>,
+    /// The kinds with ClientHellos not yet flushed.
+    unflushed: Vec<u64>,
     /// Offers dropped at the bound, for the owner to export.
     pub evicted: u64,
 }
@@ -122,7 +130,8 @@ impl Clients {
             kept: FxHashMap::default(),
             order: VecDeque::new(),
             sites: HashSet::new(),
-            hello_kinds: HashMap::new(),
+            hello_kinds: FxHashMap::default(),
+            unflushed: Vec::new(),
             evicted: 0,
         }
     }
@@ -139,36 +148,42 @@ impl Clients {
             .is_some_and(|k| &*k.comm == comm && k.port == port && &k.offer == offer);
         if !known {
             if self.hello_kinds.len() >= MAX_HELLO_KINDS {
+                self.flush();
                 self.hello_kinds.clear();
             }
             let counters = hello_counters(&self.metrics, comm, port, offer);
+            let site = SniLabels {
+                comm: comm.into(),
+                port: port.to_string(),
+                sni: facts::sni(offer).to_string(),
+            };
+            let site = match self.sites.get(&site) {
+                Some(s) => Arc::clone(s),
+                None => {
+                    let s = Arc::new(site);
+                    self.sites.insert(Arc::clone(&s));
+                    s
+                }
+            };
             let k = HelloCounters {
                 comm: comm.into(),
                 port,
                 offer: offer.clone(),
                 counters,
+                site,
+                unflushed: 0,
             };
             self.hello_kinds.insert(kind, k);
         }
-        for c in &self.hello_kinds[&kind].counters {
-            c.inc();
+        let k = self.hello_kinds.get_mut(&kind).expect("inserted above");
+        if k.unflushed == 0 {
+            self.unflushed.push(kind);
         }
-        let site = SniLabels {
-            comm: comm.into(),
-            port: port.to_string(),
-            sni: facts::sni(offer).to_string(),
-        };
+        k.unflushed += 1;
+        let site = Arc::clone(&k.site);
         if self.kept.len() >= MAX_KEPT {
             self.evict_oldest();
         }
-        let site = match self.sites.get(&site) {
-            Some(s) => Arc::clone(s),
-            None => {
-                let s = Arc::new(site);
-                self.sites.insert(Arc::clone(&s));
-                s
-            }
-        };
         self.kept.insert(
             conn,
             Kept {
@@ -178,6 +193,18 @@ impl Clients {
             },
         );
         self.order.push_back((conn, now));
+    }
+
+    /// Adds the ClientHellos seen since the last flush to their kinds' counters (the event
+    /// loop flushes at every turn: the counters are at most one turn behind).
+    pub fn flush(&mut self) {
+        for kind in self.unflushed.drain(..) {
+            let Some(k) = self.hello_kinds.get_mut(&kind) else { continue };
+            for c in &k.counters {
+                c.inc_by(k.unflushed);
+            }
+            k.unflushed = 0;
+        }
     }
 
     /// A connection whose ClientHello could not be read.
@@ -273,6 +300,11 @@ mod tests {
         assert_eq!((c.kept.len(), c.sites.len()), (10_000, 2));
         c.on_timed(1, 0.001);
         c.on_hello(u64::MAX, "nginx", 8443, &offer, t0 + KEEP);
+        c.expire(t0 + KEEP);
+        // the sites of the offers still kept, and of the kinds of ClientHello seen (443,
+        // 444, 8443: each kind finds its site once)
+        assert_eq!((c.kept.len(), c.sites.len()), (1, 3));
+        c.hello_kinds.clear();
         c.expire(t0 + KEEP);
         assert_eq!((c.kept.len(), c.sites.len()), (1, 1));
         assert!(c.kept.capacity() < 100 && c.order.capacity() < 100);

@@ -10,6 +10,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use rustc_hash::FxHashMap;
+
 use super::sockdiag::{self, SockDiag};
 use crate::{
     bounds,
@@ -17,7 +19,7 @@ use crate::{
         abi::decode,
         conn::{self as cn, ClosedBy},
     },
-    metrics::{ClosedByLabels, LabelValue, Metrics, OnlyPortLabels, PortLabels},
+    metrics::{found::Found, histogram::Histogram, ClosedByLabels, LabelValue, Metrics, OnlyPortLabels, PortLabels},
 };
 
 /// A connection whose end is settled once its FIN_WAIT2 timewait socket is seen again.
@@ -49,6 +51,25 @@ pub struct Churn {
     /// When the TIME_WAIT sockets may be read again (DUMP_SHARE), and the gap until then.
     next_dump: Instant,
     gap: Duration,
+    /// The series a closed connection counts in, found once per label set.
+    series: Series,
+}
+
+/// tlsprof_connections_total's (comm, port, closed_by), tlsprof_time_wait_total's,
+/// tlsprof_tcp_connection_duration_seconds' and tlsprof_requests_per_connection's (comm, port).
+#[derive(Default)]
+struct Series {
+    closed: Found<(u16, &'static str)>,
+    time_wait: Found<u16>,
+    duration: Found<u16, Histogram>,
+    requests: Found<u16, Histogram>,
+}
+
+fn port_labels(comm: &str, port: u16) -> PortLabels {
+    PortLabels {
+        comm: comm.into(),
+        port: port.to_string(),
+    }
 }
 
 /// The TIME_WAIT reading's share of one CPU at most: the kernel walks its TCP hash table
@@ -58,6 +79,25 @@ pub struct Churn {
 /// socket lives 60 s: each is still seen).
 const DUMP_SHARE: f64 = 0.005;
 const MAX_DUMP_GAP: Duration = Duration::from_secs(20);
+
+/// A set of port numbers, one bit each (8 KiB).
+struct PortSet(Box<[u64; 1024]>);
+
+impl Default for PortSet {
+    fn default() -> Self {
+        Self(Box::new([0; 1024]))
+    }
+}
+
+impl PortSet {
+    fn insert(&mut self, port: u16) {
+        self.0[usize::from(port >> 6)] |= 1 << (port & 63);
+    }
+
+    fn contains(&self, port: u16) -> bool {
+        self.0[usize::from(port >> 6)] & 1 << (port & 63) != 0
+    }
+}
 
 /// Address families, as bits.
 const V4: u8 = 1;
@@ -93,6 +133,7 @@ impl Churn {
             families: HashMap::new(),
             next_dump: Instant::now(),
             gap: Duration::ZERO,
+            series: Series::default(),
         }
     }
 
@@ -101,24 +142,19 @@ impl Churn {
         self.next_dump = Instant::now();
     }
 
-    fn ended(&self, comm: &str, port: u16, closed_by: ClosedBy, time_wait: bool) {
-        let port = port.to_string();
-        self.metrics
-            .connections
-            .get_or_create(&ClosedByLabels {
+    fn ended(&mut self, comm: &str, port: u16, closed_by: ClosedBy, time_wait: bool) {
+        let m = &self.metrics;
+        self.series.closed.inc(comm, (port, closed_by.label()), |comm, (port, by)| {
+            let labels = ClosedByLabels {
                 comm: comm.into(),
-                port: port.clone(),
-                closed_by: closed_by.label().into(),
-            })
-            .inc();
+                port: port.to_string(),
+                closed_by: by.into(),
+            };
+            m.connections.get_or_create(&labels).clone()
+        });
         if time_wait {
-            self.metrics
-                .time_wait
-                .get_or_create(&PortLabels {
-                    comm: comm.into(),
-                    port,
-                })
-                .inc();
+            let find = |comm: &str, port| m.time_wait.get_or_create(&port_labels(comm, port)).clone();
+            self.series.time_wait.inc(comm, port, find);
         }
     }
 
@@ -130,17 +166,18 @@ impl Churn {
         ) else {
             return;
         };
-        let labels = PortLabels {
-            comm: comm.into(),
-            port: e.port.to_string(),
-        };
-        self.metrics
-            .connection_duration
-            .get_or_create(&labels)
+        let m = &self.metrics;
+        self.series
+            .duration
+            .get(comm, e.port, |comm, port| {
+                m.connection_duration.get_or_create(&port_labels(comm, port)).clone()
+            })
             .observe(e.duration_ns as f64 / 1e9);
-        self.metrics
-            .requests_per_connection
-            .get_or_create(&labels)
+        self.series
+            .requests
+            .get(comm, e.port, |comm, port| {
+                m.requests_per_connection.get_or_create(&port_labels(comm, port)).clone()
+            })
             .observe(f64::from(e.requests));
         if tw == cn::conn_tw::Maybe && self.diag.get(&e.netns).is_some_and(Option::is_some) {
             let key = (e.netns, e.local(), e.port, e.remote(), e.dport);
@@ -267,37 +304,47 @@ impl Churn {
             if want_fw2 {
                 states |= 1 << sockdiag::TCP_FIN_WAIT2;
             }
-            // Counted as they come; only the unsettled connections' sockets are kept.
+            // Counted as they come; only the unsettled connections' sockets are kept. Every
+            // TIME_WAIT socket of the watched ports passes here (60 s of closes: 120,000 at
+            // 2,000 a second), so each costs one lookup of its port, and one of its
+            // connection only where an unsettled connection has its client's port.
             let (mut tw, mut fw2) = (HashSet::new(), HashSet::new());
-            let mut counts: HashMap<u16, i64> = HashMap::new();
-            let watched: HashSet<u16> = ports.iter().copied().collect();
-            let pending = &self.pending;
+            let fams = self.families.get(&netns);
+            // each watched port: the address families it listens in, and its TIME_WAIT count
+            let mut watched: FxHashMap<u16, (u8, i64)> = ports
+                .iter()
+                .map(|p| (*p, (fams.and_then(|f| f.get(p)).copied().unwrap_or(V4 | V6), 0)))
+                .collect();
             // only the address families the watched ports listen in: each dump walks every
             // TCP socket of the namespace, its open connections included
-            let fams = self.families.get(&netns);
-            let mask = ports
-                .iter()
-                .map(|p| fams.and_then(|f| f.get(p)).copied().unwrap_or(V4 | V6))
-                .fold(0, |a, b| a | b);
+            let mask = watched.values().fold(0, |a, (m, _)| a | m);
+            let pending = &self.pending;
+            let mut clients = PortSet::default();
+            for k in pending.keys().filter(|k| k.0 == netns) {
+                clients.insert(k.4);
+            }
             let mut each = |s: sockdiag::DiagSocket| {
-                if !watched.contains(&s.sport) {
+                let Some((fam, count)) = watched.get_mut(&s.sport) else {
                     return;
-                }
+                };
                 // a socket of the other family on the same port number (a client's ephemeral
                 // port, say, where only an IPv6 listener has it) is none of the port's
-                if fams
-                    .and_then(|f| f.get(&s.sport))
-                    .is_some_and(|m| m & family_bit(&s.local) == 0)
-                {
+                if *fam & family_bit(&s.local) == 0 {
+                    return;
+                }
+                if s.state == sockdiag::TCP_TIME_WAIT {
+                    *count += 1;
+                }
+                if !clients.contains(s.dport) {
                     return;
                 }
                 let t = (netns, s.local, s.sport, s.remote, s.dport);
+                if !pending.contains_key(&t) {
+                    return;
+                }
                 if s.state == sockdiag::TCP_TIME_WAIT {
-                    *counts.entry(s.sport).or_default() += 1;
-                    if pending.contains_key(&t) {
-                        tw.insert(t);
-                    }
-                } else if s.state == sockdiag::TCP_FIN_WAIT2 && pending.contains_key(&t) {
+                    tw.insert(t);
+                } else if s.state == sockdiag::TCP_FIN_WAIT2 {
                     fw2.insert(t);
                 }
             };
@@ -310,8 +357,8 @@ impl Churn {
                 continue;
             }
             found.insert(netns, (tw, fw2));
-            for p in ports {
-                *per_port.entry(*p).or_default() += counts.get(p).copied().unwrap_or(0);
+            for (p, (_, n)) in watched {
+                *per_port.entry(p).or_default() += n;
             }
         }
         for (port, n) in &per_port {

@@ -204,6 +204,19 @@ impl Tracker {
     fn on_hello(&mut self, e: WireEvent, now: Instant) -> Option<ClientHello> {
         let id = e.conn_id;
         let new = !self.hellos.contains_key(&id);
+        let why = u32::from(e.flags) & HELLO_WHY_MASK;
+        let last = u32::from(e.flags) & HELLO_LAST != 0 || why != 0;
+        if new && last {
+            // the whole ClientHello in one event (nearly every one): read where it lies
+            let whole = e.offset == 0 && e.data.len() <= HELLO_MAX as usize;
+            return Some(ClientHello {
+                conn: id,
+                tgid: e.tgid,
+                netns: e.netns,
+                port: e.port,
+                offer: Self::offer(whole, why, &e.data),
+            });
+        }
         self.make_room_hellos(new, e.data.len());
         let c = self.hellos.entry(id).or_insert_with(|| HelloCapture {
             netns: e.netns,
@@ -222,30 +235,33 @@ impl Tracker {
             c.bytes.extend_from_slice(&e.data);
             self.hello_bytes += e.data.len();
         }
-        let why = u32::from(e.flags) & HELLO_WHY_MASK;
-        if u32::from(e.flags) & HELLO_LAST == 0 && why == 0 {
+        if !last {
             return None;
         }
         let c = self.hellos.remove(&id)?;
         self.hello_bytes -= c.bytes.len();
-        let offer = if c.lost {
-            Err(Unread::Lost)
-        } else {
-            match decode(why) {
-                Some(hello_why::None) => tls::hello::parse_client_hello(&c.bytes).map_err(|_| Unread::Malformed),
-                Some(hello_why::Cut) => Err(Unread::Cut),
-                Some(hello_why::Unreadable | hello_why::Gap) => Err(Unread::Unreadable),
-                // a reason bpf/hello.h does not name is counted by `decode`
-                Some(hello_why::Bad) | None => Err(Unread::Malformed),
-            }
-        };
         Some(ClientHello {
             conn: id,
             tgid: e.tgid,
             netns: c.netns,
             port: c.port,
-            offer,
+            offer: Self::offer(!c.lost, why, &c.bytes),
         })
+    }
+
+    /// What a ClientHello offered, from its `bytes` (`whole`: none of them lost) and why
+    /// the kernel stopped reading it (`why`, HELLO_WHY_*).
+    fn offer(whole: bool, why: u32, bytes: &[u8]) -> Result<Offer, Unread> {
+        if !whole {
+            return Err(Unread::Lost);
+        }
+        match decode(why) {
+            Some(hello_why::None) => tls::hello::parse_client_hello(bytes).map_err(|_| Unread::Malformed),
+            Some(hello_why::Cut) => Err(Unread::Cut),
+            Some(hello_why::Unreadable | hello_why::Gap) => Err(Unread::Unreadable),
+            // a reason bpf/hello.h does not name is counted by `decode`
+            Some(hello_why::Bad) | None => Err(Unread::Malformed),
+        }
     }
 
     /// Room for a `new` ClientHello and `more` bytes: at either bound the oldest sixteenth go,

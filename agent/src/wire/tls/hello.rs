@@ -234,7 +234,9 @@ impl<'a> Reader<'a> {
         if !self.0.len().is_multiple_of(2) {
             return Err(HelloError::Malformed);
         }
-        let mut out = Vec::new();
+        // sized once (the client's list, at most MAX_LIST): grown one push at a time it was
+        // most of the agent's allocations per handshake
+        let mut out = Vec::with_capacity((self.0.len() / 2).min(MAX_LIST));
         while !self.is_empty() {
             let v = self.u16()?;
             if !is_grease(v) && !drop.contains(&v) && out.len() < MAX_LIST {

@@ -19,6 +19,8 @@ mod hello_fuzz;
 pub(crate) mod hello_tests;
 mod names;
 
+use std::borrow::Cow;
+
 use cert::cert_from_chain;
 pub use cert::cert_from_signature;
 pub use names::{group_name, group_rank, suite, version_name, Kx, Suite};
@@ -170,14 +172,21 @@ impl<'a> Rd<'a> {
     }
 }
 
-/// The handshake messages in the plaintext records of the output, and what else those
-/// records say: (messages (type, body — possibly cut short at the end), change_cipher_spec
-/// seen, fatal alert seen).
-fn messages(plain: &[u8]) -> (Vec<(u8, Vec<u8>)>, bool, bool) {
-    // The handshake byte stream: bodies of the handshake records before change_cipher_spec,
-    // and after it only a record holding exactly one ServerHello (TLS 1.3 after a
-    // HelloRetryRequest); TLS 1.2's Finished after it is encrypted.
-    let mut stream = Vec::new();
+/// The handshake byte stream of the plaintext records of the output, and what else those
+/// records say: (the stream, change_cipher_spec seen, fatal alert seen).
+fn handshake_stream<'a>(plain: &'a [u8]) -> (Cow<'a, [u8]>, bool, bool) {
+    // The bodies of the handshake records before change_cipher_spec, and after it only a
+    // record holding exactly one ServerHello (TLS 1.3 after a HelloRetryRequest); TLS 1.2's
+    // Finished after it is encrypted. Borrowed while they are one record's (a TLS 1.3
+    // ServerHello).
+    let mut stream: Cow<'a, [u8]> = Cow::Borrowed(&[]);
+    let append = |stream: &mut Cow<'a, [u8]>, body: &'a [u8]| {
+        if stream.is_empty() {
+            *stream = Cow::Borrowed(body);
+        } else {
+            stream.to_mut().extend_from_slice(body);
+        }
+    };
     let (mut ccs, mut alert) = (false, false);
     let mut r = Rd(plain);
     while let (Some(t), Some(_), Some(len)) = (r.u8(), r.u16(), r.u16()) {
@@ -188,32 +197,37 @@ fn messages(plain: &[u8]) -> (Vec<(u8, Vec<u8>)>, bool, bool) {
         match t {
             20 => ccs = true,
             21 => alert |= body.first() == Some(&2),
-            22 if !ccs => stream.extend_from_slice(body),
+            22 if !ccs => append(&mut stream, body),
             22 => {
                 let one_hello = body.len() >= 4
                     && body[0] == HS_SERVER_HELLO
                     && (body[1] as usize) << 16 | (body[2] as usize) << 8 | body[3] as usize == body.len() - 4;
                 if one_hello {
-                    stream.extend_from_slice(body);
+                    append(&mut stream, body);
                 }
             }
             _ => {}
         }
     }
+    (stream, ccs, alert)
+}
+
+/// The handshake messages of a handshake stream: (type, body — the last possibly cut short).
+fn messages(stream: &[u8]) -> Vec<(u8, &[u8])> {
     let mut out = Vec::new();
-    let mut m = Rd(&stream);
+    let mut m = Rd(stream);
     while let (Some(t), Some(len)) = (m.u8(), m.u24()) {
         let body = m.take(len).unwrap_or(m.0);
         let whole = body.len() == len;
         if !whole && t == HS_SERVER_HELLO {
             break; // cut short, its extensions (the version among them) are not known yet
         }
-        out.push((t, body.to_vec())); // the last one may be cut short
+        out.push((t, body));
         if !whole {
             break;
         }
     }
-    (out, ccs, alert)
+    out
 }
 
 struct Hello {
@@ -269,7 +283,8 @@ fn server_hello(b: &[u8]) -> Option<Hello> {
 /// Parses the server's output: `plain` the plaintext-phase bytes, `sealed` the lengths of
 /// the encrypted records after them, `ended` whether the capture is over.
 pub fn parse(plain: &[u8], sealed: &[u16], ended: bool) -> Parsed {
-    let (msgs, ccs, alert) = messages(plain);
+    let (stream, ccs, alert) = handshake_stream(plain);
+    let msgs = messages(&stream);
     let mut p = Parsed {
         alert,
         ..Parsed::default()
@@ -288,7 +303,7 @@ pub fn parse(plain: &[u8], sealed: &[u16], ended: bool) -> Parsed {
             }
         }
         if hello.is_some() {
-            after.push((*t, body.as_slice()));
+            after.push((*t, *body));
         }
     }
     let Some(h) = hello else {
