@@ -58,6 +58,11 @@ pub struct Ports {
     /// (Kernel::listen_changes, as last seen), or after REREAD_FILES.
     listening: HashMap<u32, (Vec<(u16, u64)>, Instant)>,
     listen_seen: Option<u64>,
+    /// Each traced namespace's bound UDP sockets (port, inode), the traced processes there
+    /// when they were read, and when: read again when those processes change, or after
+    /// REREAD_UDP (binding a socket moves nothing the kernel counts, and the table's
+    /// reading locks each of the kernel's UDP hash buckets in turn).
+    udp_read: HashMap<u32, UdpRead>,
     /// Each UDP port a traced process has bound (a QUIC server's): the first such process,
     /// its namespace and name. The kernel's QUIC events carry the port alone.
     quic: HashMap<u16, (u32, u32, String)>,
@@ -70,6 +75,15 @@ pub struct Ports {
 /// namespace's listening sockets stay the same (a socket handed over between processes
 /// without a change there, e.g. by SCM_RIGHTS, shows within this).
 const REREAD_FILES: Duration = Duration::from_secs(60);
+
+/// A namespace's bound UDP sockets (port, inode), the traced processes there when they
+/// were read (sorted), and when.
+type UdpRead = (Vec<(u16, u64)>, Vec<u32>, Instant);
+
+/// How long a namespace's bound UDP sockets are taken from their last reading while the
+/// traced processes there stay the same: a UDP port a traced process binds (a QUIC
+/// listener added without a new process) is found within this; a new process's at once.
+const REREAD_UDP: Duration = Duration::from_secs(10);
 
 /// A traced process's listening sockets, as its open files showed them.
 struct Owned {
@@ -105,6 +119,7 @@ impl Ports {
             owned: HashMap::new(),
             listening: HashMap::new(),
             listen_seen: None,
+            udp_read: HashMap::new(),
             quic: HashMap::new(),
             quic_shared: HashSet::new(),
             churn: Churn::new(metrics),
@@ -130,12 +145,11 @@ impl Ports {
         let mut procs = Vec::new();
         let mut ns_paths: HashMap<u32, PathBuf> = HashMap::new();
         let mut listeners: HashMap<u32, Vec<(u16, u64)>> = HashMap::new();
-        // each namespace's bound UDP sockets, read at every scan (binding one moves nothing
-        // the kernel counts)
-        let mut udp: HashMap<u32, Vec<(u16, u64)>> = HashMap::new();
+        // each namespace's traced processes, for its bound UDP sockets (udp_read)
+        let mut ns_pids: HashMap<u32, Vec<u32>> = HashMap::new();
         for (pid, name) in traced {
             let Ok(netns) = procfs::netns(pid) else { continue };
-            udp.entry(netns).or_insert_with(|| procfs::proc_udp_bound(pid));
+            ns_pids.entry(netns).or_default().push(pid);
             if let std::collections::hash_map::Entry::Vacant(e) = listeners.entry(netns) {
                 let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
                 let table = match self.listening.get(&netns) {
@@ -173,6 +187,7 @@ impl Ports {
                 e.insert(table);
             }
         }
+        let udp = self.bound_udp(ns_pids, t);
         k.set_listening(listeners.values().flatten().map(|(port, _)| *port).collect());
         self.listen_seen = changes;
         self.listening.retain(|ns, _| listeners.contains_key(ns));
@@ -369,6 +384,26 @@ impl Ports {
             }
         }
         failed
+    }
+
+    /// Each namespace's bound UDP sockets, read through one of its traced processes (`pids`)
+    /// when they changed since the last reading or REREAD_UDP passed, else as last read.
+    fn bound_udp(&mut self, pids: HashMap<u32, Vec<u32>>, now: Instant) -> HashMap<u32, Vec<(u16, u64)>> {
+        self.udp_read.retain(|ns, _| pids.contains_key(ns));
+        let mut out = HashMap::new();
+        for (netns, mut pids) in pids {
+            pids.sort_unstable();
+            let fresh = self
+                .udp_read
+                .get(&netns)
+                .is_some_and(|(_, seen, read)| *seen == pids && now.duration_since(*read) < REREAD_UDP);
+            if !fresh {
+                let table = procfs::proc_udp_bound(pids[0]);
+                self.udp_read.insert(netns, (table, pids, now));
+            }
+            out.insert(netns, self.udp_read[&netns].0.clone());
+        }
+        out
     }
 
     /// The listening sockets (inodes) among a process's open files. Read from /proc/PID/fd
