@@ -24,7 +24,7 @@ use super::{
 use crate::{
     bounds::{self, Dropped},
     bpf::{
-        abi::decode,
+        abi::{decode, WIRE_MAX_SEALED},
         wire::{hello_why, wire_end, wire_ev, WireEvent, HELLO_LAST, HELLO_MAX, HELLO_WHY_MASK},
     },
 };
@@ -129,8 +129,30 @@ struct Capture {
     netns: u32,
     port: u16,
     plain: Vec<u8>,
-    sealed: Vec<u16>,
+    sealed: Sealed,
     since: Instant,
+}
+
+/// The lengths of a capture's encrypted records, kept in place: the kernel sends at most
+/// WIRE_MAX_SEALED a connection.
+#[derive(Default)]
+struct Sealed {
+    lens: [u16; WIRE_MAX_SEALED as usize],
+    n: u8,
+}
+
+impl Sealed {
+    fn extend(&mut self, lens: impl Iterator<Item = u16>) {
+        for len in lens {
+            let Some(slot) = self.lens.get_mut(usize::from(self.n)) else { return };
+            *slot = len;
+            self.n += 1;
+        }
+    }
+
+    fn as_slice(&self) -> &[u16] {
+        &self.lens[..usize::from(self.n)]
+    }
 }
 
 /// A handshake seen on the wire only (the capture ended).
@@ -288,7 +310,7 @@ impl Tracker {
                     netns: e.netns,
                     port: e.port,
                     plain: Vec::new(),
-                    sealed: Vec::new(),
+                    sealed: Sealed::default(),
                     since: now,
                 });
                 if e.kind == wire_ev::Data {
@@ -306,7 +328,7 @@ impl Tracker {
             wire_ev::End => {
                 let c = self.caps.remove(&id)?;
                 self.plain_bytes -= c.plain.len();
-                let p = tls::parse(&c.plain, &c.sealed, true);
+                let p = tls::parse(&c.plain, c.sealed.as_slice(), true);
                 let why = decode(e.flags);
                 // the server's alert, the client's (TLS 1.3: its answer to the server's flight
                 // too short for a Finished), or a close before the end; an end bpf/wire.h does
@@ -376,7 +398,7 @@ impl Tracker {
             return Lookup::Ready(self.labels.unpack(*labels), *settled);
         }
         if let Some(c) = self.caps.get(&id) {
-            let p = tls::parse(&c.plain, &c.sealed, false);
+            let p = tls::parse(&c.plain, c.sealed.as_slice(), false);
             if p.complete {
                 return Lookup::Ready(p.labels(), true);
             }
@@ -389,7 +411,7 @@ impl Tracker {
         match self.lookup(id) {
             Lookup::Ready(l, complete) => (l, complete),
             Lookup::Wait => match self.caps.get(&id) {
-                Some(c) => (tls::parse(&c.plain, &c.sealed, true).labels(), false),
+                Some(c) => (tls::parse(&c.plain, c.sealed.as_slice(), true).labels(), false),
                 None => (Negotiated::UNKNOWN_TCP, false),
             },
         }
