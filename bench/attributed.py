@@ -5,7 +5,8 @@ cannot resolve on a shared VM, where runs without tlsprof differ by ±20% from o
 to the next.
 
 One nginx worker (ECDSA P-256, TLS 1.3) pinned to CPU 0, ab on CPU 1 with a new TLS
-connection per request (`--workload keepalive`: ab -k). perf samples every CPU at --hz with
+connection per request (`--workload keepalive`: ab -k; its connections are opened again once
+tlsprof is attached: tlsprof follows the connections accepted after it starts). perf samples every CPU at --hz with
 kernel call stacks (`perf record -a -g -k CLOCK_MONOTONIC`) from --lead s before tlsprof
 attaches until --seconds after. Each sample of the worker is classed by its kernel stack:
   probes      - a uprobe or uretprobe hit: the trap (asm_exc_int3, the uretprobe trampoline)
@@ -78,9 +79,12 @@ def shares(got, t0: float, start: float, length: float) -> tuple[float, float, f
 
 def one_run(nginx, worker, mode, args, work: Path):
     flags, path = WORKLOADS[args.workload]
-    ab = subprocess.Popen([*CLIENT_PIN, "ab", "-q", "-t", str(2 * args.lead + args.seconds + 30), "-n", "10000000",
-                           "-s", "30", *flags, f"https://127.0.0.1:{nginx.port}{path}"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def load():
+        return subprocess.Popen([*CLIENT_PIN, "ab", "-q", "-t", str(2 * args.lead + args.seconds + 30), "-n",
+                                 "10000000", "-s", "30", *flags, f"https://127.0.0.1:{nginx.port}{path}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ab = load()
     data = work / "perf.data"
     try:
         time.sleep(args.lead)
@@ -90,6 +94,13 @@ def one_run(nginx, worker, mode, args, work: Path):
         t0 = time.monotonic()
         with Attached(MODES[mode], worker) as att:
             ready = time.monotonic() - t0
+            if "-k" in flags:
+                # keep-alive: the connections opened again now that tlsprof is attached, as a
+                # server's are after tlsprof starts; those opened before are not followed
+                # (their requests not counted), which would read as no cost at all
+                ab.terminate()
+                ab.wait(timeout=30)
+                ab = load()
             cpu0 = cpu_ns(worker)
             time.sleep(max(0.0, t0 + args.seconds - time.monotonic()))
             # what the overhead budget charged for the worker's probes, against its CPU
