@@ -77,16 +77,11 @@ struct Kept {
     answered: bool,
 }
 
-/// The counters a ClientHello of `comm` on `port` offering `offer` increments: its site's,
-/// one per offer (facts::offers) and one per policy's outcome.
-fn hello_counters(m: &Metrics, comm: &str, port: u16, offer: &Offer) -> Vec<Counter> {
+/// The counters a ClientHello of `comm` on `port` offering `offer` increments: its site's
+/// (`site`), one per offer (facts::offers) and one per policy's outcome.
+fn hello_counters(m: &Metrics, comm: &str, port: u16, offer: &Offer, site: &SniLabels) -> Vec<Counter> {
     let port = port.to_string();
-    let site = SniLabels {
-        comm: comm.into(),
-        port: port.clone(),
-        sni: facts::sni(offer).to_string(),
-    };
-    let mut out = vec![m.client_hellos.get_or_create(&site).clone()];
+    let mut out = vec![m.client_hellos.get_or_create(site).clone()];
     for (offer_kind, value) in facts::offers(offer) {
         let labels = OfferLabels {
             comm: comm.into(),
@@ -151,7 +146,6 @@ impl Clients {
                 self.flush();
                 self.hello_kinds.clear();
             }
-            let counters = hello_counters(&self.metrics, comm, port, offer);
             let site = SniLabels {
                 comm: comm.into(),
                 port: port.to_string(),
@@ -165,6 +159,7 @@ impl Clients {
                     s
                 }
             };
+            let counters = hello_counters(&self.metrics, comm, port, offer, &site);
             let k = HelloCounters {
                 comm: comm.into(),
                 port,

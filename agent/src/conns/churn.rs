@@ -226,10 +226,7 @@ impl Churn {
             let seen = self.counts_seen.entry(*key).or_default();
             // a port removed and added again starts from zero in the kernel
             let delta = |now: u64, seen: u64| if now >= seen { now - seen } else { now };
-            let labels = PortLabels {
-                comm: comm.clone(),
-                port: key.port.to_string(),
-            };
+            let labels = port_labels(comm, key.port);
             (self.metrics.connections_accepted.get_or_create(&labels)).inc_by(delta(accepted, seen.0));
             (self.metrics.exchanges.get_or_create(&labels)).inc_by(delta(exchanges, seen.1));
             *seen = (accepted, exchanges);
