@@ -23,10 +23,12 @@ unit: build-deps
 	$(CARGO) test --release --locked
 
 # The host matrix's packages: the static x86-64 and arm64 builds in .debs (scripts/dist.sh),
-# which each Debian guest installs (tests/test_kernels.py); the packaging tools kept with
-# the test dependencies, so that a fresh clone does not build them again.
+# which each Debian guest installs (tests/test_kernels.py); the packaging tools and the two
+# targets' compiled dependencies kept with the test dependencies, so that a fresh clone
+# does not build them again (cargo rebuilds tlsprof itself, and whatever changed).
 host-package: test-deps
-	@TLSPROF_DIST_FORMATS=deb TLSPROF_TOOLS=$${TLSPROF_TESTDEPS:-/var/cache/tlsprof-testdeps}/tools \
+	@TESTDEPS=$${TLSPROF_TESTDEPS:-/var/cache/tlsprof-testdeps}; \
+	  TLSPROF_DIST_FORMATS=deb TLSPROF_TOOLS=$$TESTDEPS/tools CARGO_TARGET_DIR=$$TESTDEPS/dist-target \
 	  bash scripts/dist.sh
 
 # Ends with the 25 slowest tests and the total: every log shows the budget (docs/testing.md).

@@ -343,6 +343,9 @@ def main():
         say(f"counts: nginx handshakes {hs_nginx:.0f} / truth {tls_conns} (stub_status accepts; clients "
             f"{want_nginx}); accepted connections {accepted:.0f}; s_server handshakes {hs_small:.0f} / {ok_small}")
         say(f"losses: {lost or 'none (every kernel error, lost event and full table 0)'}")
+        for line in agent.output().splitlines():
+            if "skipped" in line:  # which program the kernel skipped, as the agent says it
+                say(f"        {line}")
         say("result: " + ("exact, nothing lost" if not bad else "; ".join(bad)))
     finally:
         # every process this run started is stopped, whatever failed before

@@ -5,7 +5,8 @@
 # copies. Prerequisites: scripts/deps.sh build, musl-tools, gcc-aarch64-linux-gnu, and the
 # two rustup targets; cargo-deb and cargo-generate-rpm are installed into target/tools
 # (or TLSPROF_TOOLS) on first use. TLSPROF_DIST_TARGETS picks the targets (default: both),
-# TLSPROF_DIST_FORMATS the artefacts (default: "tar deb rpm"; make test builds the deb alone).
+# TLSPROF_DIST_FORMATS the artefacts (default: "tar deb rpm"; make test builds the deb alone);
+# CARGO_TARGET_DIR, where cargo builds (make test keeps it with the test dependencies).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -82,7 +83,7 @@ for target in $TARGETS; do
   start=$(date +%s)
   cargo build --release --locked -j "$JOBS" --target "$target"
   echo "dist: $target built in $(( $(date +%s) - start )) s"
-  bin=target/$target/release/tlsprof
+  bin=${CARGO_TARGET_DIR:-target}/$target/release/tlsprof
 
   # The tarball: the binary and what deploys and reads it.
   name=tlsprof-$VERSION-$target

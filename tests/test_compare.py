@@ -247,6 +247,11 @@ def test_cbc_against_gcm(tmp_path):
     check_resolved(c, "record_cipher", "process_cpu_per_exchange_seconds", rate)
 
 
+# The least fall of the servers' schedstat per handshake that shows resumption at work: it
+# fell by 43-53% in the runs of 2026-11-26; under a fifth, the host moved more than it did.
+RESUMPTION_SAVES = 0.2
+
+
 @pytest.mark.quiet
 def test_session_cache(tmp_path):
     """Returning TLS 1.3 clients against a server with its session cache and tickets off,
@@ -256,8 +261,17 @@ def test_session_cache(tmp_path):
     43-53% in schedstat (0.67-0.81 ms before, 0.38 after; tlsprof's change within 0.015)."""
     port = free_port()
     load = lambda s: resuming_connections(s.port, 80, version="1.3")  # noqa: E731
-    before = side(tmp_path / "off", lambda d: Nginx(d, cert="rsa2048", resumption=False, port=port), load)
-    after = side(tmp_path / "on", lambda d: Nginx(d, cert="rsa2048", resumption=True, port=port), load)
+    for attempt in range(NOISE_PAIRS):
+        before = side(tmp_path / f"off-{attempt}", lambda d: Nginx(d, cert="rsa2048", resumption=False, port=port), load)
+        after = side(tmp_path / f"on-{attempt}", lambda d: Nginx(d, cert="rsa2048", resumption=True, port=port), load)
+        truth = after.truth_cpu / before.truth_cpu - 1
+        figure("compare_session_cache_truth_change", truth, attempt=attempt)
+        if truth <= -RESUMPTION_SAVES:
+            break
+    # A pair where schedstat did not fall is one the host moved more than resumption did
+    # (a CI run on a busy host: +0.26 ms per handshake after, tlsprof agreeing): the
+    # comparison below is checked against a pair that shows the change it is about.
+    assert truth <= -RESUMPTION_SAVES, f"the servers' schedstat did not fall in {NOISE_PAIRS} pairs: {truth:.3f}"
     assert before.client == {"full": 80, "resumed": 0, "failed": 0, "versions": {"TLSv1.3"}}
     assert after.client["failed"] == 0 and after.client["resumed"] >= 75, after.client
     c = Compared(before, after, tmp_path / "compare")

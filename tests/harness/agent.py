@@ -156,6 +156,8 @@ class Agent:
         self.log.close()
         self.log_path.unlink(missing_ok=True)
         shutil.rmtree(self.dir, ignore_errors=True)
+        # pytest shows a test's captured output only when it fails: the agent's log with it
+        print(f"tlsprof's log, its end:\n{out[-6000:]}")
         return out
 
     def __enter__(self):

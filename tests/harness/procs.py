@@ -16,10 +16,29 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 SLOW = float(os.environ.get("TLSPROF_SLOW", "1"))
 
 
+# Servers' ports: under the kernel's ephemeral range (32768 on), where clients' own ports
+# come from, and under the 20000 on that clients given ports of their own use. A port the
+# kernel picked (bind to port 0) could be one a client used a moment ago: its TIME_WAIT
+# socket, on that local port, would then count as the server's (ss by local port; a CI run
+# saw one).
+SERVER_PORTS = range(12000, 20000)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port no socket of any address or state holds (a bind of the wildcard address,
+    without SO_REUSEADDR, fails against any of them, TIME_WAIT ones too)."""
+    import random
+    for _ in range(200):
+        port = random.choice(SERVER_PORTS)
+        try:
+            with socket.socket(socket.AF_INET6) as s6, socket.socket() as s4:
+                s6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                s4.bind(("0.0.0.0", port))
+                s6.bind(("::", port))
+        except OSError:
+            continue
+        return port
+    raise AssertionError(f"no free port in {SERVER_PORTS}")
 
 
 def wait_for(pred, timeout: float, what: str, interval: float = 0.1):

@@ -2,7 +2,8 @@
 //! are attached and detached (which probes/ does, and where each one's cycle and charges
 //! are kept), as its duty cycle says (the arithmetic: duty.rs), from the hits
 //! the kernel counts, the cost of one trap measured at start (bpf/calib.rs) and the probe
-//! programs' own run time, which they time themselves (hs_hits.prog_ns); what they
+//! programs' own run time, which they time themselves (hs_hits.prog_ns), scaled to what
+//! the process's own samples show its traps cost it (trap_cost.rs); what they
 //! cost is exported (tlsprof_probe_hits_total, tlsprof_probe_cpu_seconds_total,
 //! tlsprof_probe_duty_cycle).
 use std::{collections::BTreeMap, time::Instant};
@@ -40,10 +41,12 @@ impl Budget {
         for (pid, name, comm, p) in t.probed_mut() {
             let new = p.new_hits(k.hits(pid));
             let ce = if p.stepped() { c.stepped } else { c.emulated };
-            // The traps, as calibrated (with a no-op program), and the programs' own time.
+            // The traps, as calibrated (with a no-op program) and scaled to what the
+            // process's own samples show they cost it, and the programs' own time.
             let programs = new.prog_ns as f64 * 1e-9;
-            let cpu = new.entries as f64 * ce + new.returns as f64 * c.ret + programs;
-            p.charge(cpu);
+            let traps = new.entries as f64 * ce + new.returns as f64 * c.ret;
+            let cpu = p.charge(traps, prof.trap_time(pid)) + programs;
+            p.charge_programs(programs);
             if new.entries + new.returns > 0 {
                 let c = CommLabels { comm: name.to_string() };
                 m.probe_hits.get_or_create(&c).inc_by(new.entries + new.returns);

@@ -19,6 +19,7 @@ mod quic_join;
 mod ready;
 mod sightings;
 mod targets;
+mod trap_cost;
 
 use std::{
     path::Path,

@@ -7,7 +7,8 @@
 //!
 //! The calls are timed warm (`time_warm_calls`), in blocks, each block against one of the
 //! function without a probe in the same round, and charged at `SERVER_TRAPS` times that: what
-//! a server that hits its probes thousands of times a second was measured to pay.
+//! a server that hits its probes thousands of times a second was measured to pay, until that
+//! process's own samples say what it pays (agent/trap_cost.rs).
 //! bench/attributed.py prints, per run, what the budget charged beside what perf found in
 //! the worker's own stacks (bench/README.md gives the relation).
 use std::{

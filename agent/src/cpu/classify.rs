@@ -41,6 +41,12 @@ pub fn user_frames<'m>(s: &pc::cpu_sample, maps: &'m [Mapping]) -> (Vec<(u64, Op
     (out, false)
 }
 
+/// Whether the sample was taken in a uprobe trap: what a handshake probe costs the
+/// process it traps, as the process pays it (agent/trap_cost.rs).
+pub fn in_trap(s: &pc::cpu_sample, ks: Option<&Kallsyms>) -> bool {
+    ks.is_some_and(|k| s.kernel_frames().iter().any(|a| k.class(*a) == KClass::Trap))
+}
+
 /// The category and primitive of one sample.
 pub fn classify(s: &pc::cpu_sample, probed: bool, maps: &[Mapping], ks: Option<&Kallsyms>) -> Verdict {
     let kframes = s.kernel_frames();
@@ -52,7 +58,7 @@ pub fn classify(s: &pc::cpu_sample, probed: bool, maps: &[Mapping], ks: Option<&
     let user = s.flags & pc::CPU_SAMPLE_USER != 0;
     let tls_cat = if probed { Category::Crypto } else { Category::TlsLibrary };
 
-    if kclasses.contains(&KClass::Probe) {
+    if kclasses.iter().any(|c| matches!(c, KClass::Probe | KClass::Trap)) {
         return Verdict {
             category: Category::Probes,
             prim: Prim::None,

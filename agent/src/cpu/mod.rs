@@ -21,7 +21,7 @@ pub mod flame;
 mod profiler;
 pub mod symbols;
 
-pub use profiler::Profiler;
+pub use profiler::{Profiler, TrapTime};
 use symbols::Prim;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -9,7 +9,7 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 
 use super::{
-    classify::classify,
+    classify::{classify, in_trap},
     flame::{fold, Folded},
     symbols::{self, Kallsyms, Mapping, Prim},
     Category,
@@ -47,6 +47,18 @@ struct ProcState {
     /// are handshake work while the probes are attached, for the samples taken without.
     learned_all: HashMap<Category, f64>,
     learned_hs: HashMap<Category, f64>,
+    /// This second's samples taken in a uprobe trap.
+    trap_samples: u64,
+    /// The time in uprobe traps so far, as the samples split it.
+    traps: TrapTime,
+}
+
+/// A process's time in uprobe traps, by its samples (agent/trap_cost.rs): how many, and
+/// the on-CPU time they stand for.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TrapTime {
+    pub samples: u64,
+    pub seconds: f64,
 }
 
 /// Categories whose samples may hide handshake work while the probes are away.
@@ -155,6 +167,8 @@ impl Profiler {
                 off: HashMap::new(),
                 learned_all: HashMap::new(),
                 learned_hs: HashMap::new(),
+                trap_samples: 0,
+                traps: TrapTime::default(),
             },
         );
         self.export_dropped();
@@ -247,15 +261,24 @@ impl Profiler {
         if v.prim != Prim::None {
             *st.by_prim.entry(v.prim).or_default() += 1;
         }
+        if v.category == Category::Probes && in_trap(s, self.kallsyms.as_ref()) {
+            st.trap_samples += 1;
+        }
         st.samples += 1;
     }
 
-    /// Splits every process's new on-CPU time by its samples since the last split;
+    /// A process's time in uprobe traps so far, by its samples (None: not accounted, or CPU
+    /// attribution is off).
+    pub fn trap_time(&self, pid: u32) -> Option<TrapTime> {
+        self.procs.get(&pid).filter(|_| self.enabled).map(|st| st.traps)
+    }
+
     /// Whether CPU attribution is on (the kernel then sums each traced process's on-CPU time).
     pub fn enabled(&self) -> bool {
         self.enabled
     }
 
+    /// Splits every process's new on-CPU time by its samples since the last split;
     /// `oncpu_ns` gives a process's on-CPU time so far, as the kernel summed it.
     pub fn tick(&mut self, oncpu_ns: impl Fn(u32) -> Option<u64>) {
         self.drain();
@@ -281,6 +304,8 @@ impl Profiler {
         }
         let weights = hidden_handshake(st);
         let per_sample = st.unsplit_ns as f64 / 1e9 / st.samples as f64;
+        st.traps.samples += st.trap_samples;
+        st.traps.seconds += std::mem::take(&mut st.trap_samples) as f64 * per_sample;
         st.by_category.clear();
         for (cat, n) in weights {
             self.metrics

@@ -13,6 +13,7 @@ pub use self::prober::Prober;
 use super::{
     duty::{Action, Duty},
     no_probes::NoProbes,
+    trap_cost::TrapCost,
 };
 use crate::{
     bpf::{
@@ -21,7 +22,7 @@ use crate::{
         uprobes::{is_return_probe, Link},
     },
     clock::ktime_ns,
-    cpu::Profiler,
+    cpu::{Profiler, TrapTime},
 };
 
 /// The probes to attach: program, file offset, file.
@@ -104,6 +105,8 @@ pub struct Probes {
     /// The probes' CPU cost so far (hits x the cost of one trap, plus their programs' run
     /// time; budget.rs).
     probe_cpu: f64,
+    /// What their traps cost this process by its own samples (trap_cost.rs).
+    trap_cost: TrapCost,
     /// When they were handed to the detacher thread.
     detach_sent: Option<Instant>,
     /// Some entry probe is single-stepped by the kernel: an entry hit costs the stepped
@@ -132,6 +135,7 @@ impl Probes {
             first_ns: ktime_ns(),
             hits_seen: hs_hits::default(),
             probe_cpu: 0.0,
+            trap_cost: TrapCost::default(),
             detach_sent: None,
             stepped,
         })
@@ -177,9 +181,17 @@ impl Probes {
         new
     }
 
-    /// The probes cost `cpu` seconds more (budget.rs).
-    pub fn charge(&mut self, cpu: f64) {
+    /// Their traps cost `calibrated` seconds more by the calibration (budget.rs): charged
+    /// as this process's trap samples so far (`sampled`) scale it; returns the charge.
+    pub fn charge(&mut self, calibrated: f64, sampled: Option<TrapTime>) -> f64 {
+        let cpu = self.trap_cost.charge(calibrated, sampled);
         self.probe_cpu += cpu;
+        cpu
+    }
+
+    /// Their programs ran `seconds` more, as they time themselves (budget.rs).
+    pub fn charge_programs(&mut self, seconds: f64) {
+        self.probe_cpu += seconds;
     }
 
     /// One step of the budget's duty cycle (default mode): detached or attached again as it

@@ -1,5 +1,5 @@
 //! Kernel addresses: /proc/kallsyms, each function classed once (networking, kernel TLS,
-//! tlsprof's own probes, other).
+//! tlsprof's own probes and their traps, other).
 use crate::discovery::prim::{classify_name, Prim};
 
 /// Kernel function classes.
@@ -9,8 +9,11 @@ pub enum KClass {
     Net,
     /// Kernel TLS (the tls module).
     Ktls,
-    /// uprobe traps and BPF programs: what tlsprof itself costs.
+    /// BPF programs: what tlsprof's kernel side costs.
     Probe,
+    /// uprobe and uretprobe traps (their BPF programs run inside): what the handshake
+    /// probes cost the process they trap.
+    Trap,
 }
 
 const NET_PREFIXES: &[&str] = &[
@@ -95,9 +98,10 @@ pub fn kernel_class(name: &str, module: Option<&str>) -> KClass {
     if module == Some("tls") {
         return KClass::Ktls;
     }
+    if name.contains("uprobe") || name.contains("uretprobe") || name.starts_with("handle_swbp") {
+        return KClass::Trap;
+    }
     if module == Some("bpf")
-        || name.contains("uprobe")
-        || name.starts_with("handle_swbp")
         || name.starts_with("bpf_prog_")
         || name.starts_with("bpf_trace_run")
         || name.starts_with("__bpf_trace_run")
@@ -197,12 +201,16 @@ mod tests {
                     ffffffff81200000 T uprobe_notify_resume\n\
                     ffffffff81300000 T aesni_gcm_enc_update\n\
                     ffffffff81400000 T filemap_read\n\
+                    ffffffff81500000 T __x64_sys_uretprobe\n\
+                    ffffffff81600000 T bpf_trace_run2\n\
                     ffffffffc0000000 t tls_sw_sendmsg\t[tls]\n\
                     0000000000000000 A fixed_percpu_data\n";
         let k = Kallsyms::parse(text, true).unwrap();
         assert_eq!(k.class(0xffffffff81100010), KClass::Net);
         assert_eq!(k.class(0xffffffff81100410), KClass::Net);
-        assert_eq!(k.class(0xffffffff81200010), KClass::Probe);
+        assert_eq!(k.class(0xffffffff81200010), KClass::Trap);
+        assert_eq!(k.class(0xffffffff81500010), KClass::Trap);
+        assert_eq!(k.class(0xffffffff81600010), KClass::Probe);
         assert_eq!(k.class(0xffffffff81400010), KClass::Other);
         assert_eq!(k.class(0xffffffffc0000010), KClass::Ktls);
         assert_eq!(k.prim(0xffffffff81300010), Prim::AesGcm);

@@ -1,7 +1,7 @@
 //! Handshake rules: session resumption, the key-exchange group, the certificate.
 use super::{
     cert_seen, dominant, finish, is_full, ms, protocol::Protocol, with_clients, would_fail, Finding, MIN_EVENTS,
-    MIN_GAIN,
+    MIN_GAIN, MIN_GAIN_HOST,
 };
 use crate::{clients::join::Answer, hostcost::HostCosts, views::snapshot::Proc, wire::tls::hello::Resumption};
 
@@ -308,22 +308,24 @@ pub fn groups(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Finding> {
                 Some((
                     with - x,
                     "X25519 handshakes of this process with the same certificate".to_string(),
+                    MIN_GAIN,
                 ))
             })
             .flatten();
-        let on_host = || -> Option<(f64, String)> {
+        let on_host = || -> Option<(f64, String, f64)> {
             let h = host?;
             Some((
                 h.group.get(g)? - h.group.get("x25519")?,
                 format!("{g} and X25519 key exchanges measured on this host with {}", h.library),
+                MIN_GAIN_HOST,
             ))
         };
-        let Some((diff, basis)) = in_process.or_else(on_host) else {
+        let Some((diff, basis, gate)) = in_process.or_else(on_host) else {
             continue;
         };
         // A host measurement cannot save more than the handshake costs.
         let diff = diff.min(mean_g);
-        if diff < MIN_GAIN * mean_g {
+        if diff < gate * mean_g {
             continue;
         }
         // Resumed TLS 1.3 handshakes with a key share pay for the group too.
@@ -401,10 +403,11 @@ pub fn certificates(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Findin
                 Some((
                     with - e,
                     "ECDSA P-256 handshakes of this process with the same group".to_string(),
+                    MIN_GAIN,
                 ))
             })
             .flatten();
-        let on_host = || -> Option<(f64, String)> {
+        let on_host = || -> Option<(f64, String, f64)> {
             let h = host?;
             Some((
                 h.sign.get(cert)? - h.sign.get("ecdsa_p256")?,
@@ -412,14 +415,15 @@ pub fn certificates(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Findin
                     "{cert} and ECDSA P-256 signatures measured on this host with {}",
                     h.library
                 ),
+                MIN_GAIN_HOST,
             ))
         };
-        let Some((diff, basis)) = in_process.or_else(on_host) else {
+        let Some((diff, basis, gate)) = in_process.or_else(on_host) else {
             continue;
         };
         // A host measurement cannot save more than the handshake costs.
         let diff = diff.min(mean_c);
-        if diff < MIN_GAIN * mean_c {
+        if diff < gate * mean_c {
             continue;
         }
         let rate = n / secs;
