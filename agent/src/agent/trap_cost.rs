@@ -4,9 +4,8 @@
 //! figure in nginx's worker on this VM, over one day). The process's own samples say what
 //! it paid: those taken in uprobe trap frames, split into time like all its samples
 //! (cpu/profiler.rs). Once they are enough to say it, each window of them scales what the
-//! calibration charges. The trap's program is not in them: the kernel does not sample a
-//! CPU while a uprobe's BPF program runs there (perf's BPF handler skips a sample while
-//! `bpf_prog_active` is held), and the programs time themselves, exactly, besides.
+//! calibration charges. The trap's program is not in them (cpu/classify.rs `in_trap`):
+//! the programs time themselves, exactly, besides.
 use crate::cpu::TrapTime;
 
 /// Trap samples a window needs before it scales the charge: ±1/√10, about a third, for one

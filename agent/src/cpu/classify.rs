@@ -41,10 +41,15 @@ pub fn user_frames<'m>(s: &pc::cpu_sample, maps: &'m [Mapping]) -> (Vec<(u64, Op
     (out, false)
 }
 
-/// Whether the sample was taken in a uprobe trap: what a handshake probe costs the
-/// process it traps, as the process pays it (agent/trap_cost.rs).
+/// Whether the sample was taken in a uprobe trap, outside the probe's program: what a
+/// handshake probe's trap costs the process it traps, as the process pays it
+/// (agent/trap_cost.rs). The programs time themselves; a sample inside one (a BPF program
+/// frame under the trap's) is theirs. From 6.0 on the kernel samples inside a uprobe's
+/// program (it runs them without `bpf_prog_active`), before it skips those samples.
 pub fn in_trap(s: &pc::cpu_sample, ks: Option<&Kallsyms>) -> bool {
-    ks.is_some_and(|k| s.kernel_frames().iter().any(|a| k.class(*a) == KClass::Trap))
+    let Some(k) = ks else { return false };
+    let classes = || s.kernel_frames().iter().map(|a| k.class(*a));
+    classes().any(|c| c == KClass::Trap) && !classes().any(|c| c == KClass::Probe)
 }
 
 /// The category and primitive of one sample.
