@@ -3,6 +3,7 @@ the kernel's own accounting of a process."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import sys
@@ -27,7 +28,6 @@ SERVER_PORTS = range(12000, 20000)
 def free_port() -> int:
     """A port no socket of any address or state holds (a bind of the wildcard address,
     without SO_REUSEADDR, fails against any of them, TIME_WAIT ones too)."""
-    import random
     for _ in range(200):
         port = random.choice(SERVER_PORTS)
         try:

@@ -45,8 +45,7 @@ impl Budget {
             // process's own samples show they cost it, and the programs' own time.
             let programs = new.prog_ns as f64 * 1e-9;
             let traps = new.entries as f64 * ce + new.returns as f64 * c.ret;
-            let cpu = p.charge(traps, prof.trap_time(pid)) + programs;
-            p.charge_programs(programs);
+            let cpu = p.charge(traps, programs, prof.trap_time(pid));
             if new.entries + new.returns > 0 {
                 let c = CommLabels { comm: name.to_string() };
                 m.probe_hits.get_or_create(&c).inc_by(new.entries + new.returns);

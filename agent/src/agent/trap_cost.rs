@@ -16,26 +16,14 @@ pub const MIN_SAMPLES: u64 = 10;
 pub const SCALE_RANGE: (f64, f64) = (0.5, 4.0);
 
 /// One process's scale of the calibrated charge by its samples.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct TrapCost {
     /// The samples when the window being measured began.
     base: Option<TrapTime>,
     /// What the calibration charged since then.
     charged: f64,
-    /// Charged per calibrated second: 1 until a window is measured.
-    scale: f64,
-    measured: bool,
-}
-
-impl Default for TrapCost {
-    fn default() -> Self {
-        Self {
-            base: None,
-            charged: 0.0,
-            scale: 1.0,
-            measured: false,
-        }
-    }
+    /// Charged per calibrated second, once a window is measured (1 until then).
+    scale: Option<f64>,
 }
 
 impl TrapCost {
@@ -48,21 +36,20 @@ impl TrapCost {
             let n = now.samples.saturating_sub(base.samples);
             if n >= MIN_SAMPLES && self.charged > 0.0 {
                 let window = (now.seconds - base.seconds) / self.charged;
-                let s = if self.measured { (self.scale + window) / 2.0 } else { window };
-                self.scale = s.clamp(SCALE_RANGE.0, SCALE_RANGE.1);
-                log::debug!("budget: traps took {window:.2} x the calibration in {n} samples: charged at {:.2} x", self.scale);
-                self.measured = true;
+                let s = self.scale.map_or(window, |last| (last + window) / 2.0);
+                let s = s.clamp(SCALE_RANGE.0, SCALE_RANGE.1);
+                log::debug!("budget: traps took {window:.2} x the calibration in {n} samples: charged at {s:.2} x");
+                self.scale = Some(s);
                 self.base = Some(now);
                 self.charged = 0.0;
             }
         }
-        calibrated * self.scale
+        calibrated * self.scale()
     }
 
     /// The scale now (1 until the samples said otherwise).
-    #[cfg(test)]
     pub fn scale(&self) -> f64 {
-        self.scale
+        self.scale.unwrap_or(1.0)
     }
 }
 

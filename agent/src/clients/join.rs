@@ -77,14 +77,15 @@ struct Kept {
     answered: bool,
 }
 
-/// The counters a ClientHello of `comm` on `port` offering `offer` increments: its site's
-/// (`site`), one per offer (facts::offers) and one per policy's outcome.
-fn hello_counters(m: &Metrics, comm: &str, port: u16, offer: &Offer, site: &SniLabels) -> Vec<Counter> {
-    let port = port.to_string();
+/// The counters a ClientHello offering `offer` at `site` (its process name, port and
+/// name asked for) increments: its site's, one per offer (facts::offers) and one per
+/// policy's outcome.
+fn hello_counters(m: &Metrics, offer: &Offer, site: &SniLabels) -> Vec<Counter> {
+    let (comm, port) = (&site.comm, &site.port);
     let mut out = vec![m.client_hellos.get_or_create(site).clone()];
     for (offer_kind, value) in facts::offers(offer) {
         let labels = OfferLabels {
-            comm: comm.into(),
+            comm: comm.clone(),
             port: port.clone(),
             offer: offer_kind.into(),
             value: value.into(),
@@ -93,7 +94,7 @@ fn hello_counters(m: &Metrics, comm: &str, port: u16, offer: &Offer, site: &SniL
     }
     for p in &policy::POLICIES {
         let labels = PolicyLabels {
-            comm: comm.into(),
+            comm: comm.clone(),
             port: port.clone(),
             policy: p.name.into(),
             outcome: policy::evaluate(offer, p).label().into(),
@@ -159,7 +160,7 @@ impl Clients {
                     s
                 }
             };
-            let counters = hello_counters(&self.metrics, comm, port, offer, &site);
+            let counters = hello_counters(&self.metrics, offer, &site);
             let k = HelloCounters {
                 comm: comm.into(),
                 port,

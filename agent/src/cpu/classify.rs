@@ -48,8 +48,15 @@ pub fn user_frames<'m>(s: &pc::cpu_sample, maps: &'m [Mapping]) -> (Vec<(u64, Op
 /// program (it runs them without `bpf_prog_active`), before it skips those samples.
 pub fn in_trap(s: &pc::cpu_sample, ks: Option<&Kallsyms>) -> bool {
     let Some(k) = ks else { return false };
-    let classes = || s.kernel_frames().iter().map(|a| k.class(*a));
-    classes().any(|c| c == KClass::Trap) && !classes().any(|c| c == KClass::Probe)
+    let (mut trap, mut program) = (false, false);
+    for a in s.kernel_frames() {
+        match k.class(*a) {
+            KClass::Trap => trap = true,
+            KClass::Probe => program = true,
+            _ => {}
+        }
+    }
+    trap && !program
 }
 
 /// The category and primitive of one sample.

@@ -181,17 +181,13 @@ impl Probes {
         new
     }
 
-    /// Their traps cost `calibrated` seconds more by the calibration (budget.rs): charged
-    /// as this process's trap samples so far (`sampled`) scale it; returns the charge.
-    pub fn charge(&mut self, calibrated: f64, sampled: Option<TrapTime>) -> f64 {
-        let cpu = self.trap_cost.charge(calibrated, sampled);
+    /// The probes cost more (budget.rs): their traps `traps` seconds by the calibration,
+    /// charged as this process's trap samples so far (`sampled`) scale it, and their
+    /// programs `programs` seconds, as they time themselves. Returns the charge.
+    pub fn charge(&mut self, traps: f64, programs: f64, sampled: Option<TrapTime>) -> f64 {
+        let cpu = self.trap_cost.charge(traps, sampled) + programs;
         self.probe_cpu += cpu;
         cpu
-    }
-
-    /// Their programs ran `seconds` more, as they time themselves (budget.rs).
-    pub fn charge_programs(&mut self, seconds: f64) {
-        self.probe_cpu += seconds;
     }
 
     /// One step of the budget's duty cycle (default mode): detached or attached again as it
