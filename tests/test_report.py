@@ -27,14 +27,38 @@ def test_resumption(tmp_path):
     """Cache and tickets off: every handshake full although the client offers its session
     each time; on: the finding is gone. Quiet: it compares what resumed and full handshakes
     cost (a resumed one is cheaper, the estimate no lower than half the measured), which
-    the guests' load can upset."""
+    the guests' load can upset. The two servers run side by side under one report (the one
+    that resumes a copy of nginx named nginx-resume), their connections in alternating
+    batches: this VM's speed drifts from one minute to the next (a CI run measured one
+    server's resumed handshakes at twice the other's full ones a minute earlier), and a
+    comparison between servers holds only over the same seconds."""
+    on_bin = tmp_path / "nginx-resume"
+    shutil.copy(shutil.which("nginx"), on_bin)
     off = Nginx(tmp_path / "off", resumption=False)
     try:
-        r = Report(off.pid, lambda: resuming_connections(off.port, 60, version="1.3"))
+        on = Nginx(tmp_path / "on", resumption=True, binary=str(on_bin))
+    except BaseException:
+        off.stop()
+        raise
+
+    def load():
+        counts = {name: {"full": 0, "resumed": 0, "failed": 0, "versions": set()} for name in ("off", "on")}
+        for _ in range(6):
+            for name, srv in (("off", off), ("on", on)):
+                c = resuming_connections(srv.port, 10, version="1.3")
+                for k in ("full", "resumed", "failed"):
+                    counts[name][k] += c[k]
+                counts[name]["versions"] |= c["versions"]
+        return counts
+
+    try:
+        r = Report([off.pid, on.pid], load)
     finally:
         off.stop()
-    assert r.client == {"full": 60, "resumed": 0, "failed": 0, "versions": {"TLSv1.3"}}
+        on.stop()
+    assert r.client["off"] == {"full": 60, "resumed": 0, "failed": 0, "versions": {"TLSv1.3"}}
     f = r.one("resumption")
+    assert f["comm"] == "nginx", r.text
     n = f["numbers"]
     assert round(per_window(f, "full_per_second", r.seconds)) == 60
     assert n["resumed_share"] == 0
@@ -46,18 +70,14 @@ def test_resumption(tmp_path):
     assert 0 < f["saving_cpu_cores"] <= n["full_per_second"] * n["cpu_per_full_seconds"]
     assert "none at all" in r.text
 
-    on = Nginx(tmp_path / "on", resumption=True)
-    try:
-        r2 = Report(on.pid, lambda: resuming_connections(on.port, 60, version="1.3"))
-    finally:
-        on.stop()
-    assert r2.client["resumed"] >= 50, r2.client
-    assert r2.findings("resumption") == [], r2.text
-    assert r2.count(lambda c: c["resumed"]) == r2.client["resumed"]
+    # Each batch's first connection has no session to offer: 6 full, 54 resumed.
+    assert r.client["on"]["resumed"] >= 50 and r.client["on"]["failed"] == 0, r.client
+    assert r.count(lambda c: c["resumed"], comm="nginx-resume") == r.client["on"]["resumed"]
     # What the off server's finding estimated for a resumed handshake is no lower than
     # what one costs where resumption is on: the estimate is conservative.
-    measured = r2.mean_cpu(lambda c: c["resumed"])
-    assert measured < r2.mean_cpu(lambda c: not c["resumed"])
+    measured = r.mean_cpu(lambda c: c["resumed"], comm="nginx-resume")
+    assert measured < r.mean_cpu(lambda c: not c["resumed"], comm="nginx-resume")
+    figure("resumed_estimate_over_measured", n["cpu_per_resumed_seconds"] / measured)
     assert n["cpu_per_resumed_seconds"] >= 0.5 * measured
 
 
@@ -154,9 +174,13 @@ def test_group_and_certificate(tmp_path):
     assert r.proc("nginx-fast")["full"] == 150, r.proc("nginx-fast")
     host = r.data["host"]
     assert abs(g["numbers"]["extra_cpu_per_handshake_seconds"]
-               - (host["group_seconds"]["secp384r1"] - host["group_seconds"]["x25519"])) < 1e-9
+               - min(host["group_seconds"]["secp384r1"] - host["group_seconds"]["x25519"],
+                     g["numbers"]["cpu_per_full_seconds"])) < 1e-9
+    # A host measurement is capped at what a handshake costs (a CI run's calibration, timed
+    # while the VM ran slow, put an RSA-3072 signature above a whole handshake)
     assert abs(c["numbers"]["extra_cpu_per_handshake_seconds"]
-               - (host["sign_seconds"]["rsa3072"] - host["sign_seconds"]["ecdsa_p256"])) < 1e-9
+               - min(host["sign_seconds"]["rsa3072"] - host["sign_seconds"]["ecdsa_p256"],
+                     c["numbers"]["cpu_per_full_seconds"])) < 1e-9
     # The fast server: nothing to say.
     assert [f for f in r.data["findings"] if f["comm"] == "nginx-fast" and f["rule"] in ("group", "certificate")] == [], r.text
     # The two estimates against the real difference between the two servers' handshakes,
@@ -166,7 +190,8 @@ def test_group_and_certificate(tmp_path):
     estimated = g["numbers"]["extra_cpu_per_handshake_seconds"] + c["numbers"]["extra_cpu_per_handshake_seconds"]
     # The estimate comes from the host's calibration (primitives timed at the start), the
     # reference from handshakes timed a minute later on a VM whose speed drifts by ±20%:
-    # runs gave 0.8-1.35 here, 0.86-0.99 in four on 2026-11-25 (bench/accuracy.py reports
+    # runs gave 0.8-1.35 here, 0.86-0.99 in four on 2026-11-25, 0.54-1.54 in
+    # four on 2026-11-27 (the primitives then a median of batches) (bench/accuracy.py reports
     # the spread). A gross error fails.
     figure("group_and_certificate_estimate_over_real", estimated / real)
     assert 0.3 * real <= estimated <= 2.0 * real, (estimated, real)

@@ -214,20 +214,30 @@ fn cert_kind(cert: &str) -> Option<Kind> {
     })
 }
 
-/// Mean thread CPU seconds of `op`, run until it has used `budget` (at least 3 times).
+/// Thread CPU seconds of one `op`: the median of BATCHES batches' means, each batch run
+/// until it has used its share of `budget` (at least once). A mean over the whole budget
+/// took a slow stretch of the host with it (a CI run timed an RSA-3072 signature at 3x its
+/// usual cost, above a whole handshake's); the median keeps the typical batch.
 fn time_op(budget: Duration, mut op: impl FnMut() -> bool) -> Option<f64> {
+    const BATCHES: usize = 5;
     if !op() {
         return None; // warm-up, and a check that it works at all
     }
-    let start = thread_cpu();
-    let mut n = 0u32;
-    while n < 3 || (thread_cpu() - start < budget && n < 100_000) {
-        if !op() {
-            return None;
+    let share = budget / BATCHES as u32;
+    let mut means = [0f64; BATCHES];
+    for mean in &mut means {
+        let start = thread_cpu();
+        let mut n = 0u32;
+        while n == 0 || (thread_cpu() - start < share && n < 20_000) {
+            if !op() {
+                return None;
+            }
+            n += 1;
         }
-        n += 1;
+        *mean = (thread_cpu() - start).as_secs_f64() / n as f64;
     }
-    Some((thread_cpu() - start).as_secs_f64() / n as f64)
+    means.sort_by(f64::total_cmp);
+    Some(means[BATCHES / 2])
 }
 
 const BUDGET: Duration = Duration::from_millis(25);

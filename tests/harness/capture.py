@@ -98,7 +98,8 @@ class Closes(Loopback):
         else:
             return
         if from_client and flags & SYN and not flags & ACK:
-            self._by_peer[peer] = {"client_fin": None, "server_fin_ack": None, "reset": False}
+            self._by_peer[peer] = {"client_fin": None, "server_fin": False, "server_close_ack": None,
+                                 "reset": False}
             self.conns.append(self._by_peer[peer])
         c = self._by_peer.get(peer)
         if c is None:
@@ -113,8 +114,14 @@ class Closes(Loopback):
             else:
                 end = 54 + struct.unpack_from("!H", frame, 18)[0]
             c["client_fin"] = (seq + end - (tcp + (frame[tcp + 12] >> 4) * 4)) & 0xFFFFFFFF
-        if flags & FIN and not from_client and c["server_fin_ack"] is None:
-            c["server_fin_ack"] = ack  # set when the server sent it: what it had taken in
+        # the server's first FIN or reset acknowledges what it had taken in when it sent it: a
+        # client FIN still in the server socket's backlog when nginx closed with the client's
+        # close_notify unread (the FIN on the wire first, the server's reset after it, not
+        # acknowledging it) was never taken in
+        if (flags & FIN or flags & RST and flags & ACK) and not from_client and c["server_close_ack"] is None:
+            c["server_close_ack"] = ack
+        if flags & FIN and not from_client:
+            c["server_fin"] = True
         if flags & RST:
             c["reset"] = True
 
@@ -135,11 +142,13 @@ class Closes(Loopback):
 
 def _first_fin(c: dict) -> str | None:
     """Which side closed first in the server's view: the client's FIN counts first when the
-    server sent none, or sent one acknowledging it (serial arithmetic on 32-bit numbers)."""
+    server sent no FIN or reset, or its first acknowledges that FIN (serial arithmetic on
+    32-bit numbers). A server reset that does not is no FIN of the server's: None."""
     if c["client_fin"] is not None:
-        if c["server_fin_ack"] is None:
+        if c["server_close_ack"] is None:
             return "client"
-        if 0 < (c["server_fin_ack"] - c["client_fin"]) & 0xFFFFFFFF < 1 << 31:
+        if 0 < (c["server_close_ack"] - c["client_fin"]) & 0xFFFFFFFF < 1 << 31:
             return "client"
+    if c["server_fin"]:
         return "server"
-    return "server" if c["server_fin_ack"] is not None else None
+    return None

@@ -68,8 +68,8 @@ class Report:
     def proc(self, comm: str = "nginx") -> dict:
         return next(p for p in self.data["processes"] if p["comm"] == comm)
 
-    def count(self, keep) -> float:
-        return sum(c["handshakes"] for c in self.proc()["configs"] if keep(c))
+    def count(self, keep, comm: str = "nginx") -> float:
+        return sum(c["handshakes"] for c in self.proc(comm)["configs"] if keep(c))
 
     def mean_cpu(self, keep, comm: str = "nginx") -> float:
         cs = [c for c in self.proc(comm)["configs"] if keep(c)]
