@@ -9,7 +9,9 @@ use crate::{bpf::handshake::HandshakeResult, metrics::LabelValue};
 /// a successful one's from tlsprof_handshake_cpu_seconds and
 /// tlsprof_handshake_duration_seconds; a failed one's CPU from
 /// tlsprof_failed_handshake_cpu_seconds_total over the failed handshakes counted, its wall
-/// clock not kept (`-`).
+/// clock not kept (`-`). A mean over none is `-` too: CPU of failed handshakes whose count
+/// had not come yet when the agent stopped (a port's connections closed without TLS are
+/// counted at its next refresh) has no per-handshake figure.
 pub fn table(f: &Figures) -> String {
     let mut rows = Vec::new();
     for (comm, p) in &f.procs {
@@ -19,11 +21,11 @@ pub fn table(f: &Figures) -> String {
                 let count = counted.copied().unwrap_or(0.0);
                 let (cpu, wall) = match result {
                     HandshakeResult::Ok if counted.is_some() || r.cpu.count > 0.0 => (
-                        r.cpu.sum / r.cpu.count.max(1.0),
-                        Some(r.wall.sum / r.wall.count.max(1.0)),
+                        (r.cpu.count > 0.0).then(|| r.cpu.sum / r.cpu.count),
+                        (r.wall.count > 0.0).then(|| r.wall.sum / r.wall.count),
                     ),
                     HandshakeResult::Failed if counted.is_some() || r.failed_cpu > 0.0 => {
-                        (r.failed_cpu / count.max(1.0), None)
+                        ((count > 0.0).then(|| r.failed_cpu / count), None)
                     }
                     _ => continue,
                 };
@@ -36,16 +38,16 @@ pub fn table(f: &Figures) -> String {
         "tlsprof: handshakes seen\n{:<16} {:<7} {:<7} {:>10} {:>14} {:>14}\n",
         "COMM", "ROLE", "RESULT", "COUNT", "CPU/HS (us)", "WALL/HS (us)"
     );
+    let us = |t: Option<f64>| t.map_or("-".to_string(), |t| format!("{:.1}", t * 1e6));
     for (comm, role, result, count, cpu, wall) in rows {
-        let wall = wall.map_or("-".to_string(), |w| format!("{:.1}", w * 1e6));
         out.push_str(&format!(
-            "{:<16} {:<7} {:<7} {:>10} {:>14.1} {:>14}\n",
+            "{:<16} {:<7} {:<7} {:>10} {:>14} {:>14}\n",
             comm,
             role,
             result,
             count.round() as u64,
-            cpu * 1e6,
-            wall
+            us(cpu),
+            us(wall)
         ));
     }
     out
@@ -77,12 +79,20 @@ mod tests {
                 role: "server".into(),
             })
             .inc_by(0.0001);
+        // failed handshakes' CPU before their count came: no mean over none
+        m.failed_handshake_cpu
+            .get_or_create(&RoleLabels {
+                comm: "haproxy".into(),
+                role: "server".into(),
+            })
+            .inc_by(0.02);
         let t = table(&Figures::of(&m));
         let rows: Vec<Vec<&str>> = t.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
         assert_eq!(
             rows,
             [
-                vec!["curl", "client", "ok", "1", "0.0", "0.0"],
+                vec!["curl", "client", "ok", "1", "-", "-"],
+                vec!["haproxy", "server", "failed", "0", "-", "-"],
                 vec!["nginx", "server", "failed", "2", "50.0", "-"],
                 vec!["nginx", "server", "ok", "3", "200.0", "2000.0"],
             ],
