@@ -153,17 +153,6 @@ static __always_inline __u64 received_before(const struct sock *sk, int ret, con
 	       (__u64)ret;
 }
 
-/* tcp write_seq of `sk` (the end of what the server has sent); `typed` as data_read_typed. */
-static __always_inline __u32 write_seq_of(const struct sock *sk, const bool typed)
-{
-	if (typed) {
-		const struct tcp_sock *tp = bpf_skc_to_tcp_sock((struct sock *)sk);
-		if (tp)
-			return tp->write_seq;
-	}
-	return BPF_CORE_READ((const struct tcp_sock *)sk, write_seq);
-}
-
 /* tcp bytes_sent of `sk`; `typed` as data_read_typed. */
 static __always_inline __u64 bytes_sent_of(const struct sock *sk, const bool typed)
 {

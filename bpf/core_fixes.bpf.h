@@ -46,35 +46,3 @@ static __always_inline bool iter_is_iovec(__u32 type)
 {
 	return type == bpf_core_enum_value(enum iter_type, ITER_IOVEC);
 }
-
-/*
- * The same reads of a send's message, as plain loads where the program's arguments are
- * typed (tp_btf, fentry: `typed`) instead of a bpf_probe_read_kernel call each (kprobe).
- * A server's send path reads them on every send of its handshake's capture.
- */
-static __always_inline __u32 iter_type_in(const struct msghdr *msg, const bool typed)
-{
-	if (!typed)
-		return iter_type_of(msg);
-	if (bpf_core_field_exists(msg->msg_iter.iter_type))
-		return msg->msg_iter.iter_type;
-	return ((const struct iov_iter___old *)&msg->msg_iter)->type & ~1u;
-}
-
-/* The bytes the message has left to copy (msg_iter.count). */
-static __always_inline __u64 iter_count_in(const struct msghdr *msg, const bool typed)
-{
-	return typed ? msg->msg_iter.count : BPF_CORE_READ(msg, msg_iter.count);
-}
-
-/* How far into its first buffer the message starts (msg_iter.iov_offset). */
-static __always_inline __u64 iter_offset_in(const struct msghdr *msg, const bool typed)
-{
-	return typed ? msg->msg_iter.iov_offset : BPF_CORE_READ(msg, msg_iter.iov_offset);
-}
-
-/* An ITER_UBUF message's user buffer. */
-static __always_inline __u64 iter_ubuf_in(const struct msghdr *msg, const bool typed)
-{
-	return typed ? (__u64)msg->msg_iter.ubuf : (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
-}

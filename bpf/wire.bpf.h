@@ -561,12 +561,11 @@ static __noinline int wire_preamble_send(const struct sock *sk, struct conn_stat
 }
 
 /* The capture of a server send's handshake output, and the request count
- * (requests.bpf.h). `bounded`: walk without bpf_loop; `typed`: the socket and message are
- * read with plain loads (tp_btf, fentry). */
+ * (requests.bpf.h). `bounded`: walk without bpf_loop. */
 static __always_inline int wire_capture_send(const struct sock *sk, struct conn_state *c, const struct msghdr *msg,
-					     const bool bounded, const bool typed)
+					     const bool bounded)
 {
-	__u32 copied = typed ? data_read_typed(sk) : data_read(sk);
+	__u32 copied = data_read(sk);
 	if (c->wire.state == WIRE_DONE) {
 		req_sent(c, copied);
 		return 0;
@@ -577,7 +576,7 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	bool in_hs = in_handshake_here(tid);
 	if (in_hs)
 		conn_handshake_io(c, tid); /* links the handshake call to its connection */
-	__u32 seq = write_seq_of(sk, typed);
+	__u32 seq = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
 	if (c->wire.state == WIRE_IDLE) {
 		c->wire.state = WIRE_PLAIN;
 		c->wire.seq = seq;
@@ -602,7 +601,7 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	}
 	c->wire.rx_flight = copied;
 
-	__u64 left = iter_count_in(msg, typed);
+	__u64 left = BPF_CORE_READ(msg, msg_iter.count);
 	__s32 skip = (__s32)(c->wire.seq - seq);
 	if (skip < 0) {
 		wire_unsupported(sk, c, copied); /* output sent by a path not seen here */
@@ -619,11 +618,11 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	    wire_preamble_send(sk, c, msg, left, copied))
 		return 0; /* one more plaintext send before TLS */
 
-	__u32 type = iter_type_in(msg, typed);
-	__u64 offset = iter_offset_in(msg, typed);
+	__u32 type = iter_type_of(msg);
+	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
 	/* a single user buffer (6.0+) */
 	if (iter_is_ubuf(type)) {
-		__u64 base = iter_ubuf_in(msg, typed);
+		__u64 base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
 		wire_walk(sk, c, base + offset + skip, left - skip, bounded);
 		wire_after_send(c, copied);
 		return 0;
@@ -692,7 +691,7 @@ static __always_inline int wire_on_send(const struct sock *sk, const struct msgh
 	}
 	est_before_send(sk);
 	go_before_send(c);
-	return wire_capture_send(sk, c, msg, bounded, typed);
+	return wire_capture_send(sk, c, msg, bounded);
 }
 
 /*
