@@ -93,16 +93,18 @@ def session(workdir, servers: dict, *flags: str):
 @pytest.fixture(scope="class")
 def default_mode(workdir):
     """One agent in the default mode, attached to nginx (twice: one closing after each
-    response), lighttpd on GnuTLS and HAProxy. Its overhead budget is 5%: in an emulated
-    guest a hit's trap and program run 10-50 times slower than on hardware, and at the
-    default 0.5% eight handshakes in a row could detach the probes there."""
+    response), lighttpd on GnuTLS and HAProxy. Its overhead budget is 20%: in an emulated
+    guest a hit's trap and program run 10-50 times slower than on hardware, and the budget
+    charges the traps what the sampler sees them cost (up to 4 times the calibration,
+    agent/trap_cost.rs); at 5% the trixie guest's probes missed one of eight handshakes in a
+    row in one CI run, at the default 0.5% they could detach at once."""
     servers = {"nginx": lambda d: Nginx(d, workers=1, resumption=True),
                "nginx_close": lambda d: Nginx(d, workers=1, extra_server="keepalive_timeout 0;")}
     if have("lighttpd") and "gnutls" in LIGHTTPD_MODULES:
         servers["lighttpd"] = lambda d: Lighttpd(d, keepalive=2)
     if have("haproxy"):
         servers["haproxy"] = lambda d: HAProxy(d)
-    yield from session(workdir, servers, "--overhead-budget", "5%")
+    yield from session(workdir, servers, "--overhead-budget", "20%")
 
 
 @pytest.fixture(scope="class")
@@ -172,7 +174,7 @@ class TestDefaultMode:
         default_mode.agent.wait_value("tlsprof_handshake_cpu_seconds_count", 8, base=base, comm="nginx")
         now = default_mode.agent.scrape()
         m = since(now, base)
-        assert value(now, "tlsprof_mode_info", mode="default", overhead_budget="0.05") == 1
+        assert value(now, "tlsprof_mode_info", mode="default", overhead_budget="0.2") == 1
         assert handshakes(m, "nginx", result="ok", **OPENSSL_TLS13) == 8
         assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="nginx", **OPENSSL_TLS13) == 8
         assert value(now, "tlsprof_probe_duty_cycle", comm="nginx") == 1
