@@ -9,9 +9,8 @@ use crate::{bpf::handshake::HandshakeResult, metrics::LabelValue};
 /// a successful one's from tlsprof_handshake_cpu_seconds and
 /// tlsprof_handshake_duration_seconds; a failed one's CPU from
 /// tlsprof_failed_handshake_cpu_seconds_total over the failed handshakes counted, its wall
-/// clock not kept (`-`). A mean over none is `-` too: CPU of failed handshakes whose count
-/// had not come yet when the agent stopped (a port's connections closed without TLS are
-/// counted at its next refresh) has no per-handshake figure.
+/// clock not kept (`-`). A mean over none is `-` too, not the sum: a run stopped under load
+/// has shown failed handshakes' CPU with none counted as failed (not explained yet).
 pub fn table(f: &Figures) -> String {
     let mut rows = Vec::new();
     for (comm, p) in &f.procs {
@@ -79,7 +78,7 @@ mod tests {
                 role: "server".into(),
             })
             .inc_by(0.0001);
-        // failed handshakes' CPU before their count came: no mean over none
+        // failed handshakes' CPU with none counted: no mean over none
         m.failed_handshake_cpu
             .get_or_create(&RoleLabels {
                 comm: "haproxy".into(),
