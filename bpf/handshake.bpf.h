@@ -99,10 +99,20 @@ __u32 hs_active = 0;
  * then a server's first send looks up no hs_last entry. */
 __u32 hs_membio_seen = 0;
 
+/* The process's probes were all gone at some point after `ns`: a call open then never
+ * returns through them. */
 static __always_inline bool hs_before_detach(__u32 tgid, __u64 ns)
 {
 	__u64 *d = bpf_map_lookup_elem(&hs_detached, &tgid);
-	return d && ns <= *d;
+	return d && ns <= (*d & ~HS_DETACHING);
+}
+
+/* A handshake whose last call seen ended at `ns` may have ended since without its return
+ * seen: the probes were all gone after `ns`, or are being removed now. */
+static __always_inline bool hs_end_unseen(__u32 tgid, __u64 ns)
+{
+	__u64 *d = bpf_map_lookup_elem(&hs_detached, &tgid);
+	return d && ((*d & HS_DETACHING) || ns <= *d);
 }
 
 /* A probe program's hit, timed from here to the program's end (the cleanup runs on every

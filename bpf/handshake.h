@@ -19,6 +19,12 @@ enum hs_result {
 	HS_RESULT_FAILED = 1,
 };
 
+/* Value of hs_detached (key: tgid), written by the agent: when the process's handshake
+ * probes were last all gone (bpf_ktime_get_ns), with this bit set while their removal is
+ * under way (the return probes go first: a handshake may end unseen, and its object then be
+ * freed under a probe still attached). */
+#define HS_DETACHING 0x8000000000000000ULL
+
 /* Value of hs_hits (key: tgid): uprobe hits of a traced process, for the overhead budget. */
 struct hs_hits {
 	__u64 entries; /* entry probes (uprobe) */

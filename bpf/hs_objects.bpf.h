@@ -28,7 +28,9 @@ int BPF_KPROBE(ssl_reset, void *ssl)
 }
 
 /* The connection object is freed (SSL_free, gnutls_deinit, mbedtls_ssl_free, wolfSSL_free):
- * a handshake still unfinished there has failed. */
+ * a handshake still unfinished there has failed, unless the probes were away since its
+ * last call, or are being removed (the overhead budget's off part): its end, ok or failed,
+ * may have gone unseen. */
 SEC("uprobe")
 int BPF_KPROBE(ssl_free, void *ssl)
 {
@@ -38,7 +40,7 @@ int BPF_KPROBE(ssl_free, void *ssl)
 
 	if (!st)
 		return 0;
-	if (!st->done && st->calls > 0)
+	if (!st->done && st->calls > 0 && !hs_end_unseen(key.tgid, st->last_ns))
 		hs_emit(key.tgid, st, HS_RESULT_FAILED, 0);
 	bpf_map_delete_elem(&hs_conns, &key);
 	return 0;

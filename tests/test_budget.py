@@ -59,6 +59,7 @@ def figures(agent, port: int) -> dict:
         "ok": v("tlsprof_handshakes_total", comm="nginx", role="server", result="ok"),
         "failed": v("tlsprof_handshakes_total", comm="nginx", role="server", result="failed"),
         "measured": v("tlsprof_handshake_cpu_seconds_count", comm="nginx"),
+        "failed_cpu": v("tlsprof_failed_handshake_cpu_seconds_total", comm="nginx"),
         "duty": v("tlsprof_probe_duty_cycle", comm="nginx"),
         "probe_cpu": v("tlsprof_probe_cpu_seconds_total", comm="nginx"),
         "probe_program": v("tlsprof_probe_program_seconds_total", comm="nginx"),
@@ -142,6 +143,7 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
             f1 = settle(agent, nginx.port, light)
             d1 = delta(f0, f1)
             assert (d1["ok"], d1["failed"], d1["accepted"], d1["requests"]) == (light, 0, light, light), d1
+            assert d1["failed_cpu"] == 0, f"no handshake failed, yet failed handshakes' CPU: {d1}"
             assert f1["duty"] == 1.0, f"light load, duty {f1['duty']}: {f1}"
             assert d1["measured"] == light, f"every handshake timed under light load: {d1}"
 
@@ -199,6 +201,10 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
             d3 = delta(f2, f3)
             assert (got["ok"], got["failed"]) == (n, 0), got
             assert (d3["ok"], d3["failed"], d3["accepted"], d3["ended"] + d3["open"], d3["requests"]) == (n, 0, n, n, n), d3
+            # None failed: a handshake the probes saw begin, and whose end came while they
+            # were away, is not one that failed when its connection object is freed later
+            # (bpf/hs_objects.bpf.h, ssl_free).
+            assert d3["failed_cpu"] == 0, f"no handshake failed, yet failed handshakes' CPU: {d3}"
 
             # Light again: two full cycles under light load bring the duty back to 1 (the
             # heavy load may have left a debt of one cycle's allowance).

@@ -1,7 +1,7 @@
 //! The handshake probes' events (bpf/handshake.h): its types (generated: abi.rs) and
 //! their labels (the enums the `role` and `result` labels are written from and read into).
 
-pub use super::abi::{hs_event, hs_hits, hs_key, hs_result, hs_role, hs_state};
+pub use super::abi::{hs_event, hs_hits, hs_key, hs_result, hs_role, hs_state, HS_DETACHING};
 use crate::metrics::LabelValue;
 
 /// A handshake's side (the `role` label).

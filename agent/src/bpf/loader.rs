@@ -478,6 +478,16 @@ impl Kernel {
         self.hs_hits.get(&pid, 0).unwrap_or_default()
     }
 
+    /// A process's handshake probes are about to be removed, the return probes first: until
+    /// `mark_detached`, an object freed with its handshake unfinished is not a failed
+    /// handshake (its end may have gone unseen). The time of the last removal is kept.
+    pub fn mark_detaching(&mut self, pid: u32) {
+        let last = self.hs_detached.get(&pid, 0).unwrap_or(0);
+        if self.hs_detached.insert(pid, last | hs::HS_DETACHING as u64, 0).is_err() {
+            self.full.add("hs_detached", 1);
+        }
+    }
+
     /// A process's handshake probes are gone: calls entered before now never return
     /// through them (bpf/handshake.bpf.h, hs_detached).
     pub fn mark_detached(&mut self, pid: u32) {

@@ -9,8 +9,7 @@ use crate::{bpf::handshake::HandshakeResult, metrics::LabelValue};
 /// a successful one's from tlsprof_handshake_cpu_seconds and
 /// tlsprof_handshake_duration_seconds; a failed one's CPU from
 /// tlsprof_failed_handshake_cpu_seconds_total over the failed handshakes counted, its wall
-/// clock not kept (`-`). A mean over none is `-` too, not the sum: a run stopped under load
-/// has shown failed handshakes' CPU with none counted as failed (not explained yet).
+/// clock not kept (`-`). A mean over none is `-` too, not the sum.
 pub fn table(f: &Figures) -> String {
     let mut rows = Vec::new();
     for (comm, p) in &f.procs {

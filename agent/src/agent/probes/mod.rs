@@ -242,6 +242,7 @@ impl Probes {
         let links = std::mem::take(&mut self.links);
         log::debug!("budget: detaching {} probes from {pid}", links.len());
         self.detach_sent = Some(Instant::now());
+        k.mark_detaching(pid);
         k.detach_later(pid, links);
         prof.set_probes(pid, false);
     }
