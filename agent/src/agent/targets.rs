@@ -506,7 +506,7 @@ impl Targets {
 
     /// Shutting down: every process's probes detached at once (probes/).
     pub fn detach_everything(&mut self, k: &mut Kernel) {
-        Probing::release_all(self.traced.values_mut().map(|t| &mut t.probing), k);
+        Probing::release_all(self.traced.iter_mut().map(|(pid, t)| (*pid, &mut t.probing)), k);
     }
 
     /// --strict: the first attach failure, which ends the run.

@@ -79,12 +79,18 @@ impl Probing {
         }
     }
 
-    /// Shutting down: every process's probes detached at once (Kernel::detach_now).
-    pub fn release_all<'a>(all: impl Iterator<Item = &'a mut Probing>, k: &mut Kernel) {
-        let links = all
-            .filter_map(|p| Some(std::mem::take(&mut p.probes_mut()?.links)))
-            .flatten()
-            .collect();
+    /// Shutting down: every process's probes detached at once (Kernel::detach_now), each
+    /// process marked as being detached first (`Probes::detach`: the events drained after
+    /// the removal take no free for a failed handshake).
+    pub fn release_all<'a>(all: impl Iterator<Item = (u32, &'a mut Probing)>, k: &mut Kernel) {
+        let mut links = Vec::new();
+        for (pid, p) in all {
+            let Some(probes) = p.probes_mut() else { continue };
+            if !probes.links.is_empty() {
+                k.mark_detaching(pid);
+                links.append(&mut probes.links);
+            }
+        }
         k.detach_now(links);
     }
 }
