@@ -151,10 +151,10 @@ static __always_inline int req_received(struct sock *sk, int ret, int flags, con
 	}
 	go_on_read(c, ret); /* a Go handshake's goroutine parks or resumes (gotls.bpf.h) */
 	if (ctl->sends_captured) {
-		__u32 tid = (__u32)bpf_get_current_pid_tgid();
-		if (ctl->reads_link && in_handshake_here(tid))
-			conn_handshake_io(c, tid);
-		/* the capture sees the handshake end: the kernel estimate can be summed */
+		/* The sends link a handshake call to its connection, and the wire counts: a
+		 * connection a handshake call only read (a client gone mid-ClientHello) closes
+		 * without TLS, a failed handshake by the wire's rule, not marked TLS here. The
+		 * capture sees the handshake end: the kernel estimate can be summed. */
 		est_on_read(sk, c, ret, flags);
 	} else {
 		bool data = ret > 0 && !(flags & MSG_PEEK);
@@ -167,10 +167,10 @@ static __always_inline int req_received(struct sock *sk, int ret, int flags, con
 }
 
 /*
- * The read side: the kernel estimate's windows open at reads (estimate.bpf.h); with --exact
- * a handshake call that reads a connection marks it as TLS, so that it is not also counted
- * as a connection without a handshake; where the server's sends cannot be seen, requests
- * and TLS 1.3's end are seen from the reads: the sock_recv_length tracepoint (6.3+), else the return of sock_recvmsg,
+ * The read side: the kernel estimate's windows open at reads (estimate.bpf.h); where the
+ * server's sends cannot be seen, a handshake call that reads a connection marks it as TLS
+ * (the probes count its failure: it is not also a connection without a handshake), and
+ * requests and TLS 1.3's end are seen from the reads: the sock_recv_length tracepoint (6.3+), else the return of sock_recvmsg,
  * through fexit, else through a kretprobe (hash mode) with its arguments kept at entry.
  */
 SEC("tp_btf/sock_recv_length")

@@ -14,18 +14,15 @@
 /*
  * Value of req_ctl[0]: the switches the agent sets after load. Not read-only globals: the
  * object's .rodata is frozen when it is loaded, before the agent knows whether the send
- * capture attaches (sends_captured), and so before it knows the run's mode (reads_link);
- * `reads` changes while it runs.
+ * capture attaches (sends_captured); `reads` changes while it runs.
  */
 struct req_ctl {
 	__u32 sends_captured; /* wire_send is attached: requests and the end of TLS 1.3 handshakes
 			    * are seen from the server's sends, not from its reads */
-	__u32 reads;	   /* something needs the read side (requests.bpf.h): reads_link, no
-			    * sends_captured, a traced process whose handshakes the kernel estimates,
-			    * or one with Go probes; else every read returns at once */
-	__u32 reads_link;  /* the probes stay attached (--exact): a handshake call's reads mark
-			    * its connection as TLS and link the call to it (the default mode leaves
-			    * that to the sends) */
+	__u32 reads;	   /* something needs the read side (requests.bpf.h): --exact (the kernel
+			    * estimate of processes that live for one connection), no
+			    * sends_captured, a traced process whose handshakes the kernel
+			    * estimates, or one with Go probes; else every read returns at once */
 };
 
 /* requests.bpf.h's part of a connection's state (conn_state.req). */

@@ -81,6 +81,30 @@ def test_a_client_rejecting_the_certificate_is_a_failed_handshake(nginx, version
     assert (failed, ok) == (rejecting, k_ok), f"failed {failed}, ok {ok}"
 
 
+@pytest.mark.parametrize("mode", ["default", "exact"])
+def test_a_client_gone_mid_client_hello_is_a_failed_handshake(nginx, mode):
+    """A client that sends part of a ClientHello and goes away (a scanner, a timeout, a
+    health check): OpenSSL reads it inside a handshake call and fails at the end of the
+    stream; nginx writes nothing. Each such connection is a failed handshake, exactly, in
+    both modes: where the wire counts (the send capture), a handshake call's reads do not
+    make the connection TLS, which would leave it counted by no one (--exact did so)."""
+    import socket
+    n_gone, k_ok = 5, 3
+    args = ["--comm", "nginx"] + (["--exact"] if mode == "exact" else [])
+    with Agent(*args) as agent:
+        agent.wait_attached([nginx.pid, *nginx.workers()])
+        # the port is known to carry TLS once a handshake was seen on it
+        assert https_connections(nginx.port, k_ok)["ok"] == k_ok
+        for _ in range(n_gone):
+            with socket.create_connection(("127.0.0.1", nginx.port)) as s:
+                # a handshake record announcing 200 bytes of ClientHello, and 15 of them
+                s.sendall(bytes([22, 3, 1, 0, 200, 1, 0, 0, 196, 3, 3]) + bytes(9))
+                time.sleep(0.1)  # nginx reads them inside its handshake call
+        failed = agent.wait_value("tlsprof_handshakes_total", n_gone, comm="nginx", result="failed")
+        ok = agent.value("tlsprof_handshakes_total", comm="nginx", result="ok")
+    assert (failed, ok) == (n_gone, k_ok), f"failed {failed}, ok {ok}"
+
+
 def test_plain_http_to_the_tls_port_is_a_failed_handshake(workdir):
     """nginx answers plain HTTP on its TLS port itself, without calling OpenSSL: tlsprof
     sees the connection close with no handshake and counts it as failed, exactly, while

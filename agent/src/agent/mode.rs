@@ -65,11 +65,13 @@ impl Mode {
         self.sends_captured()
     }
 
-    /// Do a handshake call's reads link it to its connection (and mark the connection as
-    /// TLS, so that it is not also counted as one without a handshake: bpf/requests.bpf.h)?
-    /// Where the probes stay attached and time every handshake: the read side then runs all
-    /// along. In the default mode the sends link the calls the probes see in their windows.
-    pub fn reads_link_handshakes(self) -> bool {
+    /// Is the read side attached for the whole run? Where the probes stay attached and time
+    /// every handshake: a process that lives for one connection (inetd, a forking server's
+    /// child) has its handshake before the agent knows it, and only the kernel estimate,
+    /// whose windows open at reads, times it. The reads do not mark connections as TLS for
+    /// it (bpf/requests.bpf.h): where the wire counts, a connection the server wrote nothing
+    /// on is the wire's failed handshake.
+    pub fn reads_all_along(self) -> bool {
         !self.budgeted()
     }
 
@@ -113,7 +115,12 @@ mod tests {
         for (asked, sends) in [(false, false), (false, true), (true, false), (true, true)] {
             let mode = Mode::new(asked, sends);
             assert_eq!(mode.sends_captured(), sends, "{mode:?}");
-            assert_eq!(mode.reads_link_handshakes(), asked || !sends, "{mode:?}");
+            // A handshake call's reads mark its connection as TLS (bpf/requests.bpf.h) only
+            // without the send capture: there the probes count its failure. Where the wire
+            // counts, a connection the server wrote nothing on is the wire's failed handshake
+            // (closed before any TLS), in every mode.
+            assert_eq!(mode.probes_count(false, false), !sends, "{mode:?}");
+            assert_eq!(mode.reads_all_along(), asked || !sends, "{mode:?}");
         }
         assert!(
             Mode::Exact(ExactWhy::Asked).wire_counts(),

@@ -81,9 +81,10 @@ pub struct Kernel {
     read_side: ReadSide,
     /// Traced processes that need the read side for good (Go probes, a parent forking per
     /// connection), and those the kernel estimates now: while there are none (and neither
-    /// the mode, through `ctl.reads_link`, nor a kernel without the send capture needs it),
-    /// the read side is detached (readside.rs).
+    /// the mode, `reads_all_along`, nor a kernel without the send capture needs it), the
+    /// read side is detached (readside.rs).
     readers: std::collections::BTreeSet<u32>,
+    reads_all_along: bool,
     estimated: std::collections::BTreeSet<u32>,
     pub(super) detacher: Detacher,
     /// Uprobes shared per file (shared_uprobes.rs), where tracefs allows.
@@ -260,7 +261,6 @@ impl Kernel {
         let ctl = cn::req_ctl {
             sends_captured: served.sends_captured().into(),
             reads: (!served.sends_captured()).into(),
-            reads_link: 0,
         };
         req_ctl.set(0, ctl, 0).context("BPF map req_ctl")?;
         let read_hook = match served.of(READ_SIDE.name) {
@@ -303,6 +303,7 @@ impl Kernel {
             ctl,
             read_side,
             readers: Default::default(),
+            reads_all_along: false,
             estimated: Default::default(),
             hello_cgroups,
             cpu_samples: Some(take(&mut ebpf, "cpu_samples")?),
@@ -313,16 +314,13 @@ impl Kernel {
         })
     }
 
-    /// Sets what the run's mode needs of the kernel, once, before anything is traced:
-    /// `reads_link_handshakes` (agent/mode.rs Mode::reads_link_handshakes) keeps the read side
-    /// attached for the whole run, linking handshake calls to their connections; else, and
-    /// where the server's sends are captured, the read side is detached until something needs
-    /// it (readside.rs).
-    pub fn configure(&mut self, reads_link_handshakes: bool, btf: &Btf) -> Result<()> {
-        let mut ctl = cn::req_ctl {
-            reads_link: reads_link_handshakes.into(),
-            ..self.ctl
-        };
+    /// Once, before anything is traced: `reads_all_along` (agent/mode.rs
+    /// Mode::reads_all_along) keeps the read side attached for the whole run, for the kernel
+    /// estimate of processes that live for one connection; else, where the server's sends
+    /// are captured, it is detached until something needs it (readside.rs).
+    pub fn configure(&mut self, reads_all_along: bool, btf: &Btf) -> Result<()> {
+        self.reads_all_along = reads_all_along;
+        let mut ctl = self.ctl;
         ctl.reads = self.reads_needed(&ctl).into();
         self.req_ctl.set(0, ctl, 0).context("BPF map req_ctl")?;
         self.ctl = ctl;
@@ -422,11 +420,11 @@ impl Kernel {
         }
     }
 
-    /// Whether anything needs the read side with the switches `ctl`: the mode (linking
-    /// handshake calls), a kernel without the send capture (requests and TLS 1.3's end seen
-    /// from reads), or a traced process.
+    /// Whether anything needs the read side with the switches `ctl`: the mode (`configure`),
+    /// a kernel without the send capture (requests, TLS 1.3's end and handshake calls'
+    /// connections seen from reads), or a traced process.
     fn reads_needed(&self, ctl: &cn::req_ctl) -> bool {
-        ctl.reads_link != 0 || ctl.sends_captured == 0 || !self.readers.is_empty() || !self.estimated.is_empty()
+        self.reads_all_along || ctl.sends_captured == 0 || !self.readers.is_empty() || !self.estimated.is_empty()
     }
 
     /// Switches the read side on while anything needs it, off when nothing does.

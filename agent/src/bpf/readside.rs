@@ -1,6 +1,7 @@
 //! The read side (`req_recv` on `sock_recv_length`, or its fallbacks: bpf/requests.bpf.h)
 //! is attached only while something needs it: a process whose handshake CPU the kernel
-//! estimates, a Go process's probes, `--exact`, or a kernel whose sends cannot be captured.
+//! estimates, a Go process's probes, `--exact` (for the estimate of processes that live for
+//! one connection), or a kernel whose sends cannot be captured.
 //! Attached, it runs at every socket read of the machine (~27 per new TLS connection, ~4 per
 //! keep-alive request, both ends of loopback traffic counted); the `req_ctl.reads` switch
 //! made each such run return after one array lookup, detaching it makes them not happen.
