@@ -87,8 +87,8 @@ def test_a_client_gone_mid_client_hello_is_a_failed_handshake(nginx):
     stream; nginx writes nothing. Each such connection is a failed handshake, exactly, under
     --exact too, whose read side is attached all along: where the wire counts (the send
     capture), a handshake call's reads do not make the connection TLS, which would leave it
-    counted by no one (--exact did so; the default mode, whose reads never marked it, counted
-    them). The kernel side is the same in both modes now: --exact, the one that differed."""
+    counted by no one (--exact's reads did so; the default mode's never did, and it counted
+    them: the kernel side no longer depends on the mode, so --exact is the case tested)."""
     import socket
     n_gone, k_ok = 5, 3
     with Agent("--comm", "nginx", "--exact") as agent:
