@@ -68,7 +68,9 @@ static __always_inline bool conn_port_maybe(__u32 port)
  * The port numbers some socket listens on in the namespaces of the traced processes and the
  * agent's own (1: listened on), kept by the agent from the same dumps: a connection whose
  * local port is one was accepted from a listener (conn_adopt), where an outbound one has an
- * ephemeral port.
+ * ephemeral port. A traced process's new listener is set here at once (conn_state_changed):
+ * the connections it accepts before the agent has read it and watches the port (a server
+ * that starts under load, an agent slow to drain) are taken on at their first send.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -263,6 +265,7 @@ static __always_inline struct conn_state *conn_adopt(const struct sock *sk, __u6
 			.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum),
 			.port = port,
 			.late = rx != 0,
+			.adopted = 1,
 		},
 	};
 	if (!init.life.id)
@@ -324,6 +327,7 @@ static __always_inline void conn_closed(const struct sock *sk, struct conn_state
 	e->closed_by = by;
 	e->time_wait = tw;
 	e->tls = c->life.tls;
+	e->adopted = c->life.adopted;
 	e->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	e->family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	if (e->family == AF_INET6) {
@@ -355,8 +359,13 @@ static __always_inline int conn_state_changed(const struct sock *sk, int oldstat
 		__u64 *n = bpf_map_lookup_elem(&listen_changes, &zero);
 		if (n)
 			__sync_fetch_and_add(n, 1);
-		if (newstate == TCP_LISTEN)
-			proc_listened(BPF_CORE_READ(sk, __sk_common.skc_num));
+		__u32 port = BPF_CORE_READ(sk, __sk_common.skc_num);
+		if (newstate == TCP_LISTEN && proc_listened(port)) {
+			/* the agent's next reading of the listeners keeps it or clears it
+			 * (Kernel::listened) */
+			__u8 one = 1;
+			bpf_map_update_elem(&conn_listen_nums, &port, &one, BPF_ANY);
+		}
 		return 0;
 	}
 	if (oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED) {

@@ -75,7 +75,9 @@ struct conn_life {
 	__u8 tls;         /* a TLS handshake call read or wrote this socket, or it sent TLS records */
 	__u8 late;        /* taken on after the client's first bytes were read (conn_adopt): the
 			   * kernel estimate cannot time its handshake */
-	__u8 pad[6];
+	__u8 adopted;     /* taken on at its process's first read or send (conn_adopt), not at
+			   * accept: in no port's accepted or exchange count */
+	__u8 pad[5];
 };
 
 /*
@@ -107,7 +109,9 @@ struct conn_event {
 	__u8 closed_by;    /* CONN_BY_* */
 	__u8 time_wait;    /* CONN_TW_* */
 	__u8 tls;
-	__u8 pad[7];
+	__u8 adopted;      /* conn_life.adopted: the agent counts it, and its requests, on its port
+			    * at close */
+	__u8 pad[6];
 };
 
 /* conn_port_nums values (bits): a TCP port watched, a UDP port watched (QUIC) */

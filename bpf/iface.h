@@ -26,7 +26,7 @@
 /* proc.bpf.h: the traced set */
 static __always_inline struct proc_traced *proc_of(__u32 tgid);
 static __always_inline void proc_found(__u32 tgid, __u16 port);
-static __always_inline void proc_listened(__u16 port);
+static __always_inline bool proc_listened(__u16 port);
 static __always_inline bool proc_finding(void);
 
 /* handshake.bpf.h: handshake calls in progress, per thread. The kernel estimate

@@ -74,13 +74,16 @@ static __always_inline bool proc_finding(void)
 }
 
 /* A socket started listening on `port` (conn.bpf.h), in the process that called listen(): a
- * traced one's ports are read again at once, so that its first connections are followed. */
-static __always_inline void proc_listened(__u16 port)
+ * traced one's ports are read again at once, so that its next connections are followed from
+ * their accept. Whether the process is traced. */
+static __always_inline bool proc_listened(__u16 port)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct proc_traced *p = proc_of(tgid);
-	if (p && !p->exited)
-		proc_notify(PROC_EV_LISTEN, tgid, port);
+	if (!p || p->exited)
+		return false;
+	proc_notify(PROC_EV_LISTEN, tgid, port);
+	return true;
 }
 
 /* A process not traced sent TLS on a connection it accepted on `port` (wire.bpf.h): without

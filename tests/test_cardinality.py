@@ -136,7 +136,7 @@ def test_a_process_listening_on_5000_ports():
 
             def accepted():
                 return sum(v for m, _, v in parse_metrics(agent.scrape_text()) if m == name)
-            wait_for(lambda: accepted() >= n, 30, f"{n} accepted connections (now {accepted()})")
+            wait_for(lambda: accepted() >= n, 30, lambda: f"{n} accepted connections (now {accepted()})")
             time.sleep(1)
             text = agent.scrape_text()
             check_caps(text, cap)

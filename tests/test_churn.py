@@ -310,7 +310,7 @@ def test_time_wait_in_both_address_families():
                 kernel = ss_time_wait(port, family)
                 assert kernel == n, f"ss: {kernel} TIME_WAIT sockets on {port}, expected {n}"
                 wait_for(lambda: churn(agent, port)["time_wait_sockets"] == n, 10,
-                         f"the TIME_WAIT gauge of {port} to read {n} (now {churn(agent, port)})")
+                         lambda: f"the TIME_WAIT gauge of {port} to read {n} (now {churn(agent, port)})")
                 assert (c["accepted"], c["server"], c["time_wait"]) == (n, n, n), c
             # An IPv4 socket in TIME_WAIT on the IPv6 port's number, not the process's: a
             # listener of this test on 127.0.0.1 there, which closes its one connection first.

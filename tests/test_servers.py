@@ -1,6 +1,9 @@
 """The same exact handshake accounting for servers that drive OpenSSL differently:
 node (OpenSSL inside the executable, handshake inside SSL_read), Apache httpd mod_ssl
-(SSL_accept, threaded MPM, custom BIOs), and a server that loads libssl late."""
+(SSL_accept, threaded MPM, custom BIOs), a server that loads libssl late, and one that
+serves before the agent has read its listener."""
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -11,6 +14,7 @@ import pytest
 from harness.agent import Agent
 from harness.certs import make_cert
 from harness.clients import failing_handshakes, https_connections, plain_http_requests, tls_client_context
+from harness.metrics import settled
 from harness.procs import ROOT, free_port, have, stop_pid, wait_port
 from harness.servers import NODES, NodeServer
 
@@ -96,6 +100,42 @@ def test_library_loaded_late_is_picked_up(workdir, tmp_path):
         finally:
             stop_pid(proc.pid)
             proc.wait(timeout=10)
+
+
+def test_connections_before_the_agent_reads_the_listener_are_counted(workdir, tmp_path):
+    """A server that starts listening and serving while the agent is busy (here: stopped, so
+    that it has neither examined the process nor read its listener): the kernel takes the
+    connections on by itself, and the agent counts them once it runs again. Before the
+    kernel marked a traced process's new listener at once, none of them was counted (the
+    agent watches a port only once it has read it)."""
+    key, crt = make_cert(workdir)
+    port = free_port()
+    exe = tmp_path / "earlytls"  # a distinct comm for --comm: the kernel traces it from its exec
+    exe.symlink_to(sys.executable)
+    with Agent("--comm", "earlytls") as agent:
+        os.kill(agent.proc.pid, signal.SIGSTOP)
+        proc = None
+        try:
+            proc = subprocess.Popen([str(exe), str(ROOT / "tests/servers/late_tls_server.py"), str(port), str(crt),
+                                     str(key), "0", "60"], stdout=subprocess.PIPE, text=True)
+            # listening once it says so (no probe connection: every connection is the client's)
+            assert proc.stdout.readline().strip() == "serving"
+            client = https_connections(port, 20, concurrency=1)
+        finally:
+            os.kill(agent.proc.pid, signal.SIGCONT)
+        try:
+            assert client["ok"] == 20, client
+            got = agent.wait_value("tlsprof_handshakes_total", 20, comm="earlytls", result="ok")
+            assert got == 20, f"expected 20 handshakes, got {got}"
+            # taken on at their first send, they are counted as accepted at their close, with
+            # their one exchange each
+            c = settled(agent, port, 20)
+            assert (c["accepted"], c["conns"], c["requests"]) == (20, 20, 20), c
+            assert agent.value("tlsprof_exchanges_total", port=str(port)) == 20
+        finally:
+            if proc is not None:
+                stop_pid(proc.pid)
+                proc.wait(timeout=10)
 
 
 def test_haproxy_counted_exactly(haproxy):

@@ -145,7 +145,7 @@ class Agent:
         def now():
             m = self.scrape()
             return value(since(m, base) if base is not None else m, name, **labels)
-        wait_for(lambda: now() >= expected, timeout, f"{name}{labels} to reach {expected} (now {now()})")
+        wait_for(lambda: now() >= expected, timeout, lambda: f"{name}{labels} to reach {expected} (now {now()})")
         self.settle()
         return now()
 

@@ -82,6 +82,6 @@ def settled(agent, port: int, conns: int, base: dict | None = None) -> dict:
     def done():
         c = moved()
         return c if c["server"] + c["client"] + c["reset"] >= conns and c["accepted"] >= conns else None
-    wait_for(done, 20, f"{conns} ended connections on port {port} (now {moved()})")
+    wait_for(done, 20, lambda: f"{conns} ended connections on port {port} (now {moved()})")
     agent.settle()
     return moved()

@@ -41,8 +41,9 @@ def free_port() -> int:
     raise AssertionError(f"no free port in {SERVER_PORTS}")
 
 
-def wait_for(pred, timeout: float, what: str, interval: float = 0.1):
-    """Polls pred() until it returns a truthy value; fails naming what was awaited."""
+def wait_for(pred, timeout: float, what, interval: float = 0.1):
+    """Polls pred() until it returns a truthy value; fails naming what was awaited (`what`, or
+    what it returns when called at the timeout: a message with the value then)."""
     timeout *= SLOW
     deadline = time.monotonic() + timeout
     last = None
@@ -51,7 +52,7 @@ def wait_for(pred, timeout: float, what: str, interval: float = 0.1):
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what} (last: {last!r})")
 
 
 def port_open(port: int) -> bool:

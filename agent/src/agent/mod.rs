@@ -198,7 +198,11 @@ impl Agent {
             proc_ev::Exec => self
                 .targets
                 .on_exec(n.pid, &name, &mut self.kernel, &mut self.profiler, &self.metrics),
-            proc_ev::Listen => true, // its ports, read again below
+            proc_ev::Listen => {
+                // its ports, read again below
+                self.kernel.listened(n.parent as u16);
+                true
+            }
             proc_ev::Found => self.targets.on_found(
                 n.pid,
                 n.parent as u16,

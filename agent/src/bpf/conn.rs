@@ -68,7 +68,7 @@ mod tests {
         raw.extend_from_slice(&8443u16.to_le_bytes());
         raw.extend_from_slice(&50000u16.to_le_bytes());
         raw.extend_from_slice(&AF_INET.to_le_bytes());
-        raw.extend_from_slice(&[conn_by::Server as u8, conn_tw::Maybe as u8, 1, 0, 0, 0, 0, 0, 0, 0]);
+        raw.extend_from_slice(&[conn_by::Server as u8, conn_tw::Maybe as u8, 1, 1, 0, 0, 0, 0, 0, 0]);
         let e: conn_event = read_record(&raw).unwrap();
         assert_eq!((e.conn_id, e.duration_ns), (0x0001_0000_0000_0007, 2_000_000));
         assert_eq!((e.netns, e.requests, e.port, e.dport), (4026531840, 5, 8443, 50000));
@@ -78,9 +78,10 @@ mod tests {
             (
                 ClosedBy::try_from(e.closed_by).map(ClosedBy::label),
                 conn_tw::try_from(e.time_wait),
-                e.tls
+                e.tls,
+                e.adopted
             ),
-            (Ok("server"), Ok(conn_tw::Maybe), 1)
+            (Ok("server"), Ok(conn_tw::Maybe), 1, 1)
         );
         let mut v6 = e;
         v6.family = libc::AF_INET6 as u16;

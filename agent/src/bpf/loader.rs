@@ -559,6 +559,13 @@ impl Kernel {
         self.listen_nums = ports;
     }
 
+    /// A traced process started listening on `port`: the kernel set it in conn_listen_nums
+    /// at once (bpf/conn.bpf.h conn_state_changed), and the next set_listening keeps it or
+    /// clears it (a listener closed before it was read).
+    pub fn listened(&mut self, port: u16) {
+        self.listen_nums.insert(port);
+    }
+
     /// A port number's conn_port_nums value: whether it is watched for TCP, for UDP.
     fn write_port_num(&mut self, port: u16) {
         let tcp = if self.port_nums.contains_key(&port) { cn::CONN_NUM_TCP as u8 } else { 0 };

@@ -173,6 +173,13 @@ impl Churn {
             return;
         };
         let m = &self.metrics;
+        if e.adopted != 0 {
+            // taken on at its first read or send, not at accept (bpf/conn.bpf.h conn_adopt):
+            // in no kernel count of its port, counted here with its exchanges
+            let labels = port_labels(comm, e.port);
+            m.connections_accepted.get_or_create(&labels).inc();
+            m.exchanges.get_or_create(&labels).inc_by(u64::from(e.requests));
+        }
         self.series
             .duration
             .get(comm, e.port, |comm, port| {
@@ -458,7 +465,8 @@ mod tests {
             closed_by: by,
             time_wait,
             tls: 1,
-            pad: [0; 7],
+            adopted: 0,
+            pad: [0; 6],
         }
     }
 
