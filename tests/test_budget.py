@@ -69,6 +69,8 @@ def figures(agent, port: int) -> dict:
         # waits for sock_diag to settle a server-closed socket's TIME_WAIT, up to tcp_fin_timeout)
         "ended": v("tlsprof_requests_per_connection_count", port=str(port)),
         "requests": v("tlsprof_requests_per_connection_sum", port=str(port)),
+        # the same exchanges, counted as they happen (not at the connection's close)
+        "exchanges": v("tlsprof_exchanges_total", port=str(port)),
         "hit_cost": v("tlsprof_probe_hit_cost_seconds", probe="uprobe"),
         "hit_cost_emulated": v("tlsprof_probe_hit_cost_seconds", probe="uprobe_emulated"),
         "hit_cost_return": v("tlsprof_probe_hit_cost_seconds", probe="uretprobe"),
@@ -142,7 +144,8 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
             light = paced_connections(nginx.port, LIGHT_RATE, 4.5)
             f1 = settle(agent, nginx.port, light)
             d1 = delta(f0, f1)
-            assert (d1["ok"], d1["failed"], d1["accepted"], d1["requests"]) == (light, 0, light, light), d1
+            assert (d1["ok"], d1["failed"], d1["accepted"], d1["requests"], d1["exchanges"]) == \
+                (light, 0, light, light, light), d1
             assert d1["failed_cpu"] == 0, f"no handshake failed, yet failed handshakes' CPU: {d1}"
             assert f1["duty"] == 1.0, f"light load, duty {f1['duty']}: {f1}"
             assert d1["measured"] == light, f"every handshake timed under light load: {d1}"
@@ -190,7 +193,11 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
             figure("budget_connections_unreported", lost)
             assert 0 <= lost <= d2["accepted"] - heavy <= 8, (heavy, d2)
             assert heavy <= d2["ok"] <= heavy + 8 and d2["failed"] <= 8, (heavy, d2)
-            assert heavy <= d2["requests"] <= heavy + 8, (heavy, d2)
+            # Every request ab completed is one exchange, counted as it happened; the requests
+            # summed at the connections' close lack those of a connection whose close went
+            # unreported (a CI run: lost 2, 7,535 requests for ab's 7,536).
+            assert heavy <= d2["exchanges"] <= heavy + 8, (heavy, d2)
+            assert heavy - lost <= d2["requests"] <= d2["exchanges"], (heavy, lost, d2)
 
             # Exact counts while the probes come and go (right after the heavy load, the
             # probes are away for the rest of the cycle, and back at the next): exactly N
@@ -200,7 +207,8 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
             f3 = settle(agent, nginx.port, f2["ended"] + f2["open"] + n, missing=unreported(f2))
             d3 = delta(f2, f3)
             assert (got["ok"], got["failed"]) == (n, 0), got
-            assert (d3["ok"], d3["failed"], d3["accepted"], d3["ended"] + d3["open"], d3["requests"]) == (n, 0, n, n, n), d3
+            assert (d3["ok"], d3["failed"], d3["accepted"], d3["ended"] + d3["open"], d3["requests"], d3["exchanges"]) \
+                == (n, 0, n, n, n, n), d3
             # None failed: a handshake the probes saw begin, and whose end came while they
             # were away, is not one that failed when its connection object is freed later
             # (bpf/hs_objects.bpf.h, ssl_free).
