@@ -3,6 +3,7 @@ node (OpenSSL inside the executable, handshake inside SSL_read), Apache httpd mo
 (SSL_accept, threaded MPM, custom BIOs), a server that loads libssl late, and one that
 serves before the agent has read its listener."""
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -14,8 +15,8 @@ import pytest
 from harness.agent import Agent
 from harness.certs import make_cert
 from harness.clients import failing_handshakes, https_connections, plain_http_requests, tls_client_context
-from harness.metrics import settled
-from harness.procs import ROOT, free_port, have, stop_pid, wait_port
+from harness.metrics import settled, since, value
+from harness.procs import ROOT, free_port, have, stop_pid, wait_for, wait_port
 from harness.servers import NODES, NodeServer
 
 N = 50
@@ -82,60 +83,53 @@ def test_apache_mod_ssl_threaded_counted_exactly(apache):
     assert ok == N
 
 
-def test_library_loaded_late_is_picked_up(workdir, tmp_path):
-    """DeleGate loads libssl with dlopen after start: tlsprof attaches once it is mapped."""
+def test_library_loaded_late_and_served_before_the_agent_reads_the_listener(workdir, tmp_path):
+    """DeleGate loads libssl with dlopen after start: tlsprof attaches its probes once it is
+    mapped. And a server that starts listening and serving while the agent is busy (here:
+    stopped, so that it has read neither the new library nor the listener): the kernel
+    takes those connections on by itself, and the agent counts them once it runs again.
+    Before the kernel marked a traced process's new listener at once, none of them was
+    counted (the agent watched a port only once it had read it; a CI run counted 14 of 20
+    where the agent was merely slow)."""
     key, crt = make_cert(workdir)
     port = free_port()
-    exe = tmp_path / "latetls"  # a distinct comm for --comm
+    exe = tmp_path / "latetls"  # a distinct comm for --comm: the kernel traces it from its exec
     exe.symlink_to(sys.executable)
     with Agent("--comm", "latetls") as agent:
         proc = subprocess.Popen([str(exe), str(ROOT / "tests/servers/late_tls_server.py"), str(port), str(crt),
-                                 str(key), "1.5", "60"], stdout=subprocess.DEVNULL)
+                                 str(key), "2", "60"], stdout=subprocess.PIPE, text=True)
         try:
-            wait_port(port, timeout=15)
-            agent.wait_attached([proc.pid])
-            assert https_connections(port, 20, concurrency=1)["ok"] == 20
-            got = agent.wait_value("tlsprof_handshakes_total", 20, comm="latetls", result="ok")
-            assert got == 20, f"expected 20 handshakes, got {got}"
-        finally:
-            stop_pid(proc.pid)
-            proc.wait(timeout=10)
-
-
-def test_connections_before_the_agent_reads_the_listener_are_counted(workdir, tmp_path):
-    """A server that starts listening and serving while the agent is busy (here: stopped, so
-    that it has neither examined the process nor read its listener): the kernel takes the
-    connections on by itself, and the agent counts them once it runs again. Before the
-    kernel marked a traced process's new listener at once, none of them was counted (the
-    agent watches a port only once it has read it)."""
-    key, crt = make_cert(workdir)
-    port = free_port()
-    exe = tmp_path / "earlytls"  # a distinct comm for --comm: the kernel traces it from its exec
-    exe.symlink_to(sys.executable)
-    with Agent("--comm", "earlytls") as agent:
-        os.kill(agent.proc.pid, signal.SIGSTOP)
-        proc = None
-        try:
-            proc = subprocess.Popen([str(exe), str(ROOT / "tests/servers/late_tls_server.py"), str(port), str(crt),
-                                     str(key), "0", "60"], stdout=subprocess.PIPE, text=True)
-            # listening once it says so (no probe connection: every connection is the client's)
-            assert proc.stdout.readline().strip() == "serving"
-            client = https_connections(port, 20, concurrency=1)
-        finally:
-            os.kill(agent.proc.pid, signal.SIGCONT)
-        try:
+            agent.wait_attached([proc.pid])  # no TLS library yet: counted from its connections
+            os.kill(agent.proc.pid, signal.SIGSTOP)
+            try:
+                ready, _, _ = select.select([proc.stdout], [], [], 0)
+                assert not ready, "the server listened before the agent was stopped: nothing tested"
+                # listening once it says so (no probe connection: every connection is the client's)
+                assert proc.stdout.readline().strip() == "serving"
+                client = https_connections(port, 20, concurrency=1)
+            finally:
+                os.kill(agent.proc.pid, signal.SIGCONT)
             assert client["ok"] == 20, client
-            got = agent.wait_value("tlsprof_handshakes_total", 20, comm="earlytls", result="ok")
+            got = agent.wait_value("tlsprof_handshakes_total", 20, comm="latetls", result="ok")
             assert got == 20, f"expected 20 handshakes, got {got}"
             # taken on at their first send, they are counted as accepted at their close, with
             # their one exchange each
             c = settled(agent, port, 20)
             assert (c["accepted"], c["conns"], c["requests"]) == (20, 20, 20), c
             assert agent.value("tlsprof_exchanges_total", port=str(port)) == 20
+
+            # the library is mapped now: probes attached, and they time the next handshakes
+            wait_for(lambda: agent.value("tlsprof_handshake_cpu_method_info", comm="latetls", method="probes") == 1,
+                     10, lambda: f"probes on latetls (log: {agent.output()[-1500:]})")
+            base = agent.mark()
+            assert https_connections(port, 5, concurrency=1)["ok"] == 5
+            timed = agent.wait_value("tlsprof_handshake_cpu_seconds_count", 5, base=base, comm="latetls")
+            m = since(agent.scrape(), base)
+            assert (timed, value(m, "tlsprof_handshakes_total", comm="latetls", result="ok")) == (5, 5), m
+            assert value(m, "tlsprof_probe_hits_total", comm="latetls") > 0, m
         finally:
-            if proc is not None:
-                stop_pid(proc.pid)
-                proc.wait(timeout=10)
+            stop_pid(proc.pid)
+            proc.wait(timeout=10)
 
 
 def test_haproxy_counted_exactly(haproxy):
