@@ -19,7 +19,11 @@ deps: test-deps
 build: build-deps
 	$(CARGO) build --release --locked
 
+# The unit tests' build and the release binary in one cargo run: the two compilations of
+# tlsprof overlap (192 s against 217 s one after the other on this 2-core VM), and the
+# integration tests' `build` finds the binary done.
 unit: build-deps
+	$(CARGO) build --release --locked --bins --tests
 	$(CARGO) test --release --locked
 
 # The host matrix's packages: the static x86-64 and arm64 builds in .debs (scripts/dist.sh),
