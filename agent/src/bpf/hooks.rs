@@ -94,6 +94,18 @@ pub const PROCESSES: Capability = Capability {
     on_connections: false,
 };
 
+/// Programs whose runs the kernel skips (a state change in the middle of one, from an
+/// interrupt) without anything missing: the connections hook's two programs take the state
+/// changes that come in the first one's middle in the second (bpf/conn.bpf.h conn_busy),
+/// and the second's own skips come in its check, where the first runs. Not counted in
+/// tlsprof_kernel_errors_total{kind="program_skipped"}.
+pub const SKIPS_TAKEN: &[&str] = &[
+    "conn_state_change",
+    "conn_state_change_nested",
+    "conn_state_change_raw",
+    "conn_state_change_nested_raw",
+];
+
 /// Connection lifecycle: accepted, who closed, TIME_WAIT. Wire capture and requests keep
 /// their state in the connection's, so they need it too.
 pub const CONNECTIONS: Capability = Capability {
@@ -101,11 +113,17 @@ pub const CONNECTIONS: Capability = Capability {
     hooks: &[
         hook(
             "tp_btf/inet_sock_set_state",
-            &[("conn_state_change", TpBtf("inet_sock_set_state"))],
+            &[
+                ("conn_state_change", TpBtf("inet_sock_set_state")),
+                ("conn_state_change_nested", TpBtf("inet_sock_set_state")),
+            ],
         ),
         hook(
             "raw_tp/inet_sock_set_state",
-            &[("conn_state_change_raw", RawTp("inet_sock_set_state"))],
+            &[
+                ("conn_state_change_raw", RawTp("inet_sock_set_state")),
+                ("conn_state_change_nested_raw", RawTp("inet_sock_set_state")),
+            ],
         ),
     ],
     lost: "no connection, TIME_WAIT, request or negotiated-parameter figures; handshakes are counted by the \
