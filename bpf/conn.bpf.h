@@ -359,8 +359,10 @@ static __always_inline int conn_state_changed(const struct sock *sk, int oldstat
 		__u64 *n = bpf_map_lookup_elem(&listen_changes, &zero);
 		if (n)
 			__sync_fetch_and_add(n, 1);
+		if (newstate != TCP_LISTEN)
+			return 0;
 		__u32 port = BPF_CORE_READ(sk, __sk_common.skc_num);
-		if (newstate == TCP_LISTEN && proc_listened(port)) {
+		if (proc_listened(port)) {
 			/* the agent's next reading of the listeners keeps it or clears it
 			 * (Kernel::listened) */
 			__u8 one = 1;

@@ -398,15 +398,14 @@ static __always_inline __u64 hello_syscall_buf(int ret)
 /* fexit: the read's bytes end where the msghdr's iterator now stands. */
 static __always_inline __u64 hello_iter_buf(const struct msghdr *msg, int ret)
 {
-	__u32 type = iter_type_of(msg);
-	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
-	if (iter_is_ubuf(type)) {
-		__u64 base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
-		return offset >= (__u64)ret ? base + offset - ret : 0;
-	}
-	if (!iter_is_iovec(type))
+	struct msg_bufs b;
+	msg_bufs_of(msg, &b);
+	__u64 offset = b.offset;
+	if (iter_is_ubuf(b.type))
+		return offset >= (__u64)ret ? b.ubuf + offset - ret : 0;
+	if (!iter_is_iovec(b.type))
 		return 0;
-	const struct iovec *iov = iter_iovecs(msg);
+	const struct iovec *iov = b.iov;
 	struct iovec v;
 	if (offset >= (__u64)ret) {
 		/* within the segment the iterator stands in */

@@ -472,19 +472,17 @@ static __always_inline void wire_walk(const struct sock *sk, struct conn_state *
 
 /* The first bytes a send begins with (from its first buffer), for wire_looks_tls: false if
  * they cannot be read. */
-static __always_inline bool wire_send_start(const struct msghdr *msg, __u8 *b, __u32 n)
+static __always_inline bool wire_send_start(const struct msg_bufs *m, __u8 *b, __u32 n)
 {
-	__u64 left = BPF_CORE_READ(msg, msg_iter.count);
-	if (left < n)
+	if (m->count < n)
 		return false;
-	__u32 type = iter_type_of(msg);
-	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
+	__u64 offset = m->offset;
 	__u64 base;
-	if (iter_is_ubuf(type)) {
-		base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf) + offset;
-	} else if (iter_is_iovec(type)) {
+	if (iter_is_ubuf(m->type)) {
+		base = m->ubuf + offset;
+	} else if (iter_is_iovec(m->type)) {
 		struct iovec v;
-		if (bpf_probe_read_kernel(&v, sizeof(v), iter_iovecs(msg)) || v.iov_len < offset + n)
+		if (bpf_probe_read_kernel(&v, sizeof(v), m->iov) || v.iov_len < offset + n)
 			return false;
 		base = (__u64)v.iov_base + offset;
 	} else {
@@ -505,9 +503,11 @@ static __always_inline bool wire_send_start(const struct msghdr *msg, __u8 *b, _
 static __always_inline bool wire_looks_tls(const struct msghdr *msg)
 {
 	__u8 b[5] = {};
-	if (BPF_CORE_READ(msg, msg_iter.count) == 1)
-		return wire_send_start(msg, b, 1) && b[0] == 'S';
-	if (!wire_send_start(msg, b, 5))
+	struct msg_bufs m;
+	msg_bufs_of(msg, &m);
+	if (m.count == 1)
+		return wire_send_start(&m, b, 1) && b[0] == 'S';
+	if (!wire_send_start(&m, b, 5))
 		return false;
 	if ((b[0] == 22 || b[0] == 21) && b[1] == 3 && b[2] <= 4)
 		return true;
@@ -542,12 +542,12 @@ static __always_inline void wire_after_send(struct conn_state *c, __u32 copied)
  * 1 when the send was the preamble's. A function of its own: its stack is gone when it
  * returns, so that the verifier finds the walk after it in states it has seen.
  */
-static __noinline int wire_preamble_send(const struct sock *sk, struct conn_state *c, const struct msghdr *msg,
-					 __u64 left, __u32 copied)
+static __noinline int wire_preamble_send(const struct sock *sk, struct conn_state *c, const struct msg_bufs *m,
+					 __u32 copied)
 {
 	__u8 b[8] = {};
-	__u32 n = left >= 5 ? 5 : 1;
-	bool read = n == 5 ? wire_send_start(msg, b, 5) : wire_send_start(msg, b, 1);
+	__u32 n = m->count >= 5 ? 5 : 1;
+	bool read = n == 5 ? wire_send_start(m, b, 5) : wire_send_start(m, b, 1);
 	if (!read || wire_tls_prefix(b, n))
 		return false; /* TLS (or unreadable: the walk says so) */
 	wire_preamble_seen(c, b, n);
@@ -601,7 +601,9 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	}
 	c->wire.rx_flight = copied;
 
-	__u64 left = BPF_CORE_READ(msg, msg_iter.count);
+	struct msg_bufs m;
+	msg_bufs_of(msg, &m);
+	__u64 left = m.count;
 	__s32 skip = (__s32)(c->wire.seq - seq);
 	if (skip < 0) {
 		wire_unsupported(sk, c, copied); /* output sent by a path not seen here */
@@ -615,24 +617,22 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	/* (nor once the client's ClientHello has begun: the server answers it in TLS, and its
 	 * first bytes are not read twice) */
 	if (!bounded && preamble && !c->wire.hdr_have && !hello_begun(c) &&
-	    wire_preamble_send(sk, c, msg, left, copied))
+	    wire_preamble_send(sk, c, &m, copied))
 		return 0; /* one more plaintext send before TLS */
 
-	__u32 type = iter_type_of(msg);
-	__u64 offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
+	__u64 offset = m.offset;
 	/* a single user buffer (6.0+) */
-	if (iter_is_ubuf(type)) {
-		__u64 base = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
-		wire_walk(sk, c, base + offset + skip, left - skip, bounded);
+	if (iter_is_ubuf(m.type)) {
+		wire_walk(sk, c, m.ubuf + offset + skip, left - skip, bounded);
 		wire_after_send(c, copied);
 		return 0;
 	}
-	if (!iter_is_iovec(type)) {
+	if (!iter_is_iovec(m.type)) {
 		wire_unsupported(sk, c, copied);
 		return 0;
 	}
-	const struct iovec *iov = iter_iovecs(msg);
-	__u64 nsegs = BPF_CORE_READ(msg, msg_iter.nr_segs);
+	const struct iovec *iov = m.iov;
+	__u64 nsegs = m.nr_segs;
 	__u64 todo = left;
 	for (int i = 0; i < WIRE_SEGS; i++) {
 		if (i >= nsegs || todo == 0 || c->wire.state == WIRE_DONE)

@@ -94,17 +94,14 @@ pub const PROCESSES: Capability = Capability {
     on_connections: false,
 };
 
-/// Programs whose runs the kernel skips (a state change in the middle of one, from an
-/// interrupt) without anything missing: the connections hook's two programs take the state
-/// changes that come in the first one's middle in the second (bpf/conn.bpf.h conn_busy),
-/// and the second's own skips come in its check, where the first runs. Not counted in
-/// tlsprof_kernel_errors_total{kind="program_skipped"}.
-pub const SKIPS_TAKEN: &[&str] = &[
-    "conn_state_change",
-    "conn_state_change_nested",
-    "conn_state_change_raw",
-    "conn_state_change_nested_raw",
-];
+/// Whether the kernel's skipped runs of program `name` (a state change in the middle of
+/// one, from an interrupt) miss nothing: those of the connections capability, whose hooks
+/// each have two programs; the second takes the state changes that come in the first one's
+/// middle (bpf/conn.bpf.h conn_busy), and the second's own skips come in its check, where
+/// the first runs. Not counted in tlsprof_kernel_errors_total{kind="program_skipped"}.
+pub fn skips_taken(name: &str) -> bool {
+    CONNECTIONS.hooks.iter().any(|h| h.programs.iter().any(|(p, _)| *p == name))
+}
 
 /// Connection lifecycle: accepted, who closed, TIME_WAIT. Wire capture and requests keep
 /// their state in the connection's, so they need it too.
@@ -587,6 +584,16 @@ mod tests {
         };
         assert_eq!(why.len(), 3);
         assert!(why[2].starts_with("kretprobe/sock_recvmsg: refused 2"), "{why:?}");
+    }
+
+    #[test]
+    fn only_the_connections_programs_have_their_skips_taken() {
+        for name in ["conn_state_change", "conn_state_change_nested", "conn_state_change_nested_raw"] {
+            assert!(skips_taken(name), "{name}");
+        }
+        for name in ["wire_send", "cpu_sched_switch", "hs_exit", "conn_rcv_reset"] {
+            assert!(!skips_taken(name), "{name}");
+        }
     }
 
     #[test]

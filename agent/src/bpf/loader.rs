@@ -619,11 +619,11 @@ impl Kernel {
     /// already running on the CPU (an interrupt came in its middle and ran the hook again):
     /// `recursion_misses` of the program's fdinfo, 5.12 and later (nothing before). What
     /// such a run would have recorded is missing: a connection's end, a handshake's time.
-    /// (Not the programs whose skipped runs another takes: hooks::SKIPS_TAKEN.)
+    /// (Not the programs whose skipped runs another takes: hooks::skips_taken.)
     pub fn skipped_runs(&self) -> Vec<(&str, u64)> {
         self.ebpf
             .programs()
-            .filter(|(name, _)| !super::hooks::SKIPS_TAKEN.contains(name))
+            .filter(|(name, _)| !super::hooks::skips_taken(name))
             .filter_map(|(name, p)| {
                 let fd = p.fd().ok()?.as_fd().as_raw_fd();
                 let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
