@@ -44,6 +44,9 @@ from harness.servers import Nginx  # noqa: E402
 MODES = {"default": "--comm nginx", "no-hellos": "--comm nginx --no-client-hellos", "exact": "--comm nginx --exact",
          "min-budget": "--comm nginx --overhead-budget 0.001%"}
 WINDOWS = (2, 4, 10, 30)
+# Probe hits below which a run's trap cost against its charge is not said: at 2999 Hz a
+# worker's samples in its traps are then a handful or none.
+MIN_HITS = 1000
 PROBE = re.compile(r"asm_exc_int3|uprobe|uretprobe")
 TRACEPOINT = re.compile(r"bpf_prog_|bpf_trace_run")
 PROGRAM = re.compile(r"bpf_prog_[0-9a-f]+_(\w+)")
@@ -119,10 +122,17 @@ def one_run(nginx, worker, mode, args, work: Path):
     # what a hit cost the worker (perf: the probes' share of its samples since attached,
     # of its CPU), against what the calibration said (entry, return) and the programs
     paid = shares(got, t0, ready, args.seconds - ready)[0] * worker_cpu
-    traps = (paid - programs) / max(charged - programs, 1e-9)
+    # (with few hits, perf has too few samples in them to say: a keep-alive run's 80 hits
+    # make a sample or none, and the traps' share less the programs' own time goes negative)
+    if hits < MIN_HITS:
+        traps = f"too few hits ({hits:.0f}) to say what the traps took against their charge"
+    elif paid <= programs or charged <= programs:
+        traps = "no time in the traps to say what they took against their charge"
+    else:
+        traps = f"the traps took {(paid - programs) / (charged - programs):.2f} x what was charged for them"
     note = (f"a hit cost the worker {paid / max(hits, 1) * 1e6:.2f} us (perf), its program "
             f"{programs / max(hits, 1) * 1e6:.2f} us; calibrated {cal['uprobe_emulated'] * 1e6:.2f} us an entry and "
-            f"{cal['uretprobe'] * 1e6:.2f} us a return; the traps took {traps:.2f} x what was charged for them; "
+            f"{cal['uretprobe'] * 1e6:.2f} us a return; {traps}; "
             f"{hits:.0f} hits")
     return got, t0, ready, charged / max(worker_cpu, 1e-9), note
 

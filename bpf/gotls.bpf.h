@@ -161,12 +161,6 @@ static __always_inline void go_on_read(const struct conn_state *c, int ret)
 	}
 }
 
-/* Some Go handshake's stretch is open (go_before_send and go_on_read have work). */
-static __always_inline bool go_any_open(void)
-{
-	return go_open != 0;
-}
-
 /* A send on watched connection `c`: a Go stretch of another connection on this thread is
  * over (another goroutine runs here); the first I/O of a stretch links its connection. */
 static __always_inline void go_before_send(const struct conn_state *c)

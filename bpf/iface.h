@@ -53,7 +53,6 @@ static __always_inline void est_before_send(const struct sock *sk);
 static __always_inline void est_on_read(struct sock *sk, struct conn_state *c, int ret, int flags);
 
 /* gotls.bpf.h: Go handshakes' goroutines at socket I/O */
-static __always_inline bool go_any_open(void);
 static __always_inline void go_on_read(const struct conn_state *c, int ret);
 static __always_inline void go_before_send(const struct conn_state *c);
 

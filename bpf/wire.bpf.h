@@ -671,10 +671,13 @@ static __always_inline int wire_on_send(const struct sock *sk, const struct msgh
 					const bool typed)
 {
 	struct conn_state *c = conn_of(sk);
-	if (c && c->wire.state == WIRE_DONE && !hs_any_active() && !go_any_open()) {
-		/* The answer to a request after the handshake (every keep-alive request): counted,
-		 * and nothing else to do, first. No estimate window is open (est_before_send) and
-		 * no Go handshake under way (go_before_send); the capture is over. */
+	if (c && c->wire.state == WIRE_DONE) {
+		/* The answer to a request after the handshake (every keep-alive request), first:
+		 * counted, the capture being over. An estimate window or a Go handshake's stretch
+		 * of another connection that this thread left open closes (each one load of a
+		 * global while none is open anywhere, as on a host where no handshake is under way). */
+		est_before_send(sk);
+		go_before_send(c);
 		req_sent(c, typed ? data_read_typed(sk) : data_read(sk));
 		return 0;
 	}
