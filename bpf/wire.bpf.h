@@ -561,15 +561,12 @@ static __noinline int wire_preamble_send(const struct sock *sk, struct conn_stat
 }
 
 /* The capture of a server send's handshake output, and the request count
- * (requests.bpf.h). `bounded`: walk without bpf_loop. */
+ * (requests.bpf.h), while the capture is not over (wire_on_send counts the sends after it).
+ * `bounded`: walk without bpf_loop. */
 static __always_inline int wire_capture_send(const struct sock *sk, struct conn_state *c, const struct msghdr *msg,
 					     const bool bounded)
 {
 	__u32 copied = data_read(sk);
-	if (c->wire.state == WIRE_DONE) {
-		req_sent(c, copied);
-		return 0;
-	}
 
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
