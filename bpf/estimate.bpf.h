@@ -12,7 +12,8 @@
  * the client's Finished); it stays open across the server's sends on that connection (a
  * flight in several writes, TLS 1.3 session tickets after the capture's end) and closes when
  * the thread goes to sleep (sched_switch, not preempted), reads or sends on another watched
- * connection, or reads past the client's handshake messages on this one (the first request): the thread's on-CPU time in between, clocked
+ * connection, reads past the client's handshake messages on this one (the first request),
+ * or enters a probed handshake call (hs_enter, go_enter): the thread's on-CPU time in between, clocked
  * by sched_switch as a handshake call's is (hs_threads, with `est` set), is one part; the
  * parts of a connection are summed when its capture ends (wire.bpf.h).
  *

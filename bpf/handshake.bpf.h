@@ -258,6 +258,15 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 	HS_HIT(id >> 32, false);
 	struct hs_thread *t = hs_live_thread(tid);
 
+	if (t && t->est) {
+		/* The kernel estimate's window is open on this thread (its process's probes came
+		 * in the middle of the connection: a process forked per connection, whose server
+		 * read the client's next message before it slept): its part so far is reported,
+		 * and the probed call times what follows. Dropped, a handshake lost its CPU and
+		 * the call became a figure of its own. */
+		est_close(tid, t);
+		t = NULL;
+	}
 	if (t && t->ssl != (__u64)ssl && !t->go) {
 		/* The thread's open call is another connection's: its return was never seen (the
 		 * entry probe attached before the return probe while the call was under way, a

@@ -94,12 +94,18 @@ def check_saving_per_handshake(c: Compared, before: Report, after: Report, units
                                low: float, high: float):
     """What the probes measured a handshake to save (CPU per handshake, before less after)
     against what the servers' schedstat saved per client handshake: the rest of a
-    connection's work (HTTP, TCP) is the same on both sides, so the two differences agree."""
+    connection's work (HTTP, TCP) is the same on both sides, so the two differences agree.
+    The probes clock a handshake in the kernel, hypervisor steal included, and schedstat
+    leaves steal out: steal anywhere on the machine during a side may add to that side's
+    figure (as in test_nginx.py). A CI run on a contended host (every handshake 3.8 times its
+    usual CPU) saw 1.19 with no record of its steal; its steal is printed now."""
     f = c.fig("cpu_per_handshake_seconds")
     probes = f["before"] - f["after"]
     truth = (before.truth_cpu - after.truth_cpu) / units
-    figure("compare_handshake_saving_over_truth", probes / truth, test=test)
-    assert low * truth <= probes <= high * truth, (probes, truth)
+    figure("compare_handshake_saving_over_truth", probes / truth, test=test,
+           steal_before=round(before.steal, 3), steal_after=round(after.steal, 3))
+    assert low * truth - after.steal / units <= probes <= high * truth + before.steal / units, \
+        (probes, truth, before.steal, after.steal)
 
 
 def check_resolved(c: Compared, rule: str, unit: str, rate: float, port: str | None = None) -> dict:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from .agent import TLSPROF
-from .procs import cpu_ns, stop_pid
+from .procs import cpu_ns, steal_seconds, stop_pid
 
 # The longest a window may last: each ends once its load has and the agent has counted the
 # last connections (`--until-eof`: the test closes the report's standard input).
@@ -90,9 +90,12 @@ class Report:
 def timed_report(srv, load, extra=()) -> Report:
     """A report over a running server (its .pid and .workers()) while `load(server)` runs;
     .truth_cpu: the server's own on-CPU seconds (schedstat, master and workers) from before
-    the report started to after it ended."""
+    the report started to after it ended; .steal: the hypervisor's steal time on the whole
+    machine over the same span (/proc/stat), which schedstat leaves out and a handshake's
+    CPU, clocked in the kernel, counts."""
     pids = [srv.pid, *srv.workers()]
-    start = sum(cpu_ns(p) for p in pids)
+    start, steal0 = sum(cpu_ns(p) for p in pids), steal_seconds()
     r = Report(srv.pid, lambda: load(srv), extra=extra)
     r.truth_cpu = (sum(cpu_ns(p) for p in pids) - start) / 1e9
+    r.steal = steal_seconds() - steal0
     return r
