@@ -6,7 +6,9 @@
 //! Plain code over decoded events: the kernel is not needed to test it.
 use std::{borrow::Cow, collections::VecDeque, sync::Arc, time::Instant};
 
-use super::{estimate::Estimates, mode::Mode, quic_join::QuicJoin, sightings::Checks};
+use super::{
+    estimate::{Estimates, SETTLE},
+    mode::Mode, quic_join::QuicJoin, sightings::Checks};
 use crate::{
     bounds,
     bpf::{abi::decode, handshake as hs, wire::WireEvent},
@@ -55,6 +57,14 @@ pub trait ProcInfo {
 /// is counted at once with what is known (`incomplete`), and so is the bound:
 /// tlsprof_table_full_total{table="pending_handshakes"}.
 pub const MAX_PENDING: usize = 65_536;
+
+/// Whether a probe's call came less than tracker::WAIT after its process's first probes (a
+/// process forked or executed per connection, whose connection the kernel may be estimating).
+fn started_for_it(e: &hs::hs_event, procs: &impl ProcInfo) -> bool {
+    let first = procs.probed_since_ns(e.tgid);
+    first != 0 && e.end_ns.saturating_sub(first) < tracker::WAIT.as_nanos() as u64
+}
+
 pub struct Handshakes {
     metrics: Arc<Metrics>,
     /// What servers sent during their handshakes, per connection.
@@ -63,6 +73,11 @@ pub struct Handshakes {
     pending: VecDeque<(hs::hs_event, Instant)>,
     /// The kernel estimate's parts, per connection, until its capture ends.
     estimates: Estimates,
+    /// Probes' calls tied to no connection, in a process whose probes came less than
+    /// tracker::WAIT before (started per connection): held up to SETTLE for the estimated
+    /// parts of its connection, which the call belongs to, to arrive (flush). One figure per
+    /// handshake: counted alone, the call and the estimate were two.
+    unlinked: VecDeque<(hs::hs_event, Instant)>,
     /// Handshakes of processes whose probes are judged, to be looked at (sightings.rs).
     checks: Checks,
     /// Handshakes looked at: (process, a probe timed it), for the targets' judges.
@@ -94,6 +109,7 @@ impl Handshakes {
             wire: Tracker::default(),
             pending: VecDeque::new(),
             estimates: Estimates::default(),
+            unlinked: VecDeque::new(),
             checks: Checks::default(),
             sightings: Vec::new(),
             clients: Clients::new(metrics.clone()),
@@ -235,12 +251,29 @@ impl Handshakes {
                     if self.estimates.absorb_unlinked(&e, now) {
                         return;
                     }
-                    self.estimates
-                        .timed_during(e.tgid, e.end_ns.saturating_sub(e.duration_ns), e.end_ns)
+                    if started_for_it(&e, procs) && self.unlinked.len() < MAX_PENDING {
+                        // that connection's parts may still be on their way (flush)
+                        self.unlinked.push_back((e, now));
+                        return;
+                    }
+                    return self.unlinked_alone(e, procs, now);
                 }
                 id => self.estimates.timed(id, now),
             }
         }
+        self.probe_figure(e, procs, now)
+    }
+
+    /// A probe's call that no connection's estimate took: a handshake of its own, whose
+    /// estimated parts over the same time are not a second figure.
+    fn unlinked_alone(&mut self, e: hs::hs_event, procs: &impl ProcInfo, now: Instant) {
+        self.estimates
+            .timed_during(e.tgid, e.end_ns.saturating_sub(e.duration_ns), e.end_ns);
+        self.probe_figure(e, procs, now)
+    }
+
+    /// A probe's figure, counted with its connection's parameters (or waiting for them).
+    fn probe_figure(&mut self, e: hs::hs_event, procs: &impl ProcInfo, now: Instant) {
         if e.conn_id == 0 && e.role != hs::hs_role::Client as u8 && self.mode.sends_captured() {
             let name = procs.name(e.tgid);
             if self.quic.serves(&name) {
@@ -287,6 +320,16 @@ impl Handshakes {
             |conn, tgid, start| estimates.probe_timed(conn, tgid, start),
         );
         self.sightings.extend(looked);
+        for (e, since) in std::mem::take(&mut self.unlinked) {
+            if self.estimates.absorb_unlinked(&e, now) {
+                continue;
+            }
+            if all || now.duration_since(since) >= SETTLE {
+                self.unlinked_alone(e, procs, now);
+            } else {
+                self.unlinked.push_back((e, since));
+            }
+        }
         for e in self.estimates.finished(all, now) {
             let (l, complete) = self.wire.give_up(e.conn_id);
             self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs);
@@ -326,6 +369,7 @@ impl Handshakes {
             .add("sighting_checks", std::mem::take(&mut self.checks.dropped));
         self.wire.dropped.export(&self.metrics);
         bounds::shrink_deque(&mut self.pending);
+        bounds::shrink_deque(&mut self.unlinked);
         self.checks.shrink();
     }
 
@@ -539,6 +583,46 @@ mod tests {
                 reason: reason.into(),
             })
             .get()
+    }
+
+    #[test]
+    fn a_call_tied_to_no_connection_waits_for_the_estimate_it_belongs_to() {
+        // A process started for one connection (accepted at 10, before its probes at 50):
+        // the kernel estimates it, and a probe's call tied to no connection comes before
+        // that connection's estimated part does. One handshake, one figure, both parts in it.
+        let m = Arc::new(Metrics::new());
+        let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::Asked));
+        let (p, t0) = (procs(), Instant::now());
+        h.on_wire(captured(NGINX, 7, wire_end::Finished), &p, t0);
+        let call = hs::hs_event {
+            conn_start: 0,
+            end_ns: 60,
+            duration_ns: 5,
+            ..probe(hs::hs_role::Server, hs::hs_result::Ok, 0, 31_000)
+        };
+        h.on_probe(call, &p, t0);
+        let part = hs::hs_event {
+            estimate: 1,
+            conn_start: 10,
+            end_ns: 70,
+            duration_ns: 3,
+            calls: 1,
+            ..probe(hs::hs_role::Server, hs::hs_result::Ok, 7, 9_000)
+        };
+        h.on_probe(part, &p, t0);
+        h.flush(false, &p, t0);
+        h.flush(true, &p, t0 + tracker::WAIT);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &m.registry).unwrap();
+        let figures: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("tlsprof_handshake_cpu_seconds_count{comm=\"nginx\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert_eq!(figures, 1.0, "{text}");
+        let (n, sum) = timed(&m, "nginx", "server", &RESUMED);
+        assert_eq!(n, 1);
+        assert!((sum - 40e-6).abs() < 1e-12, "{sum}");
     }
 
     #[test]
