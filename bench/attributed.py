@@ -52,10 +52,11 @@ TRACEPOINT = re.compile(r"bpf_prog_|bpf_trace_run")
 PROGRAM = re.compile(r"bpf_prog_[0-9a-f]+_(\w+)")
 
 
-def samples(data: Path, worker: int) -> list[tuple[float, str, str]]:
-    """(CLOCK_MONOTONIC time, class, program) of every sample of the worker: the program is
-    the tlsprof program on its stack (the innermost), `trap` for a probe hit's trap outside
-    its program, `-` for the server's own work."""
+def samples(data: Path, worker: int) -> list[tuple[float, str, str, str]]:
+    """(CLOCK_MONOTONIC time, class, program, leaf) of every sample of the worker: the program
+    is the tlsprof program on its stack (the innermost), `trap` for a probe hit's trap outside
+    its program, `-` for the server's own work; the leaf is the function the sample was in (a
+    program's own code, or a kernel helper it called)."""
     out = subprocess.run(["perf", "script", "-i", str(data), "--tid", str(worker), "-F", "tid,time,ip,sym"],
                          capture_output=True, text=True, check=True).stdout
     got = []
@@ -69,13 +70,14 @@ def samples(data: Path, worker: int) -> list[tuple[float, str, str]]:
         kind = "probes" if PROBE.search(stack) else "tracepoints" if TRACEPOINT.search(stack) else "rest"
         prog = PROGRAM.search(stack)
         name = prog.group(1) if prog else "trap" if kind == "probes" else "(dispatch)" if kind == "tracepoints" else "-"
-        got.append((t, kind, name))
+        leaf = lines[1].split()[1] if len(lines) > 1 and len(lines[1].split()) > 1 else "?"
+        got.append((t, kind, name, PROGRAM.sub(r"\1", leaf)))
     return got
 
 
 def shares(got, t0: float, start: float, length: float) -> tuple[float, float, float]:
     """(probes, tracepoints, samples) in [t0 + start, t0 + start + length)."""
-    part = [k for t, k, _ in got if t0 + start <= t < t0 + start + length]
+    part = [k for t, k, _, _ in got if t0 + start <= t < t0 + start + length]
     n = max(1, len(part))
     return part.count("probes") / n, part.count("tracepoints") / n, len(part)
 
@@ -141,7 +143,7 @@ def print_timeline(got, t0, args):
     """Each second from --lead s before start: tlsprof's share of the worker's samples and
     the programs that made it."""
     for sec in range(-int(args.lead), int(args.seconds)):
-        part = [(k, n) for t, k, n in got if t0 + sec <= t < t0 + sec + 1]
+        part = [(k, n) for t, k, n, _ in got if t0 + sec <= t < t0 + sec + 1]
         ours = [n for k, n in part if k != "rest"]
         top = sorted({n: ours.count(n) for n in ours}.items(), key=lambda x: -x[1])[:4]
         print(f"    {sec:>3} s {100 * len(ours) / max(1, len(part)):5.2f}% of {len(part):5} "
@@ -177,6 +179,8 @@ def main():
     ap.add_argument("--timeline", action="store_true",
                     help="also print, per run, each second's share and its programs")
     ap.add_argument("--modes", default="default,exact,min-budget")
+    ap.add_argument("--leaves", action="store_true",
+                    help="also print, per program, the functions its samples were in (its own code, the helpers it calls)")
     ap.add_argument("--workload", default="handshake", choices=["handshake", "keepalive", "keepalive-4k"])
     ap.add_argument("--cgroup", default="own", choices=["own", "shared"],
                     help="own: nginx in a cgroup (v2) of its own, as systemd runs a service or a container "
@@ -245,15 +249,31 @@ def main():
           "whole run, median of the runs")
     for mode in modes:
         runs = rows[mode]
-        names = sorted({n for g, t0 in runs for t, k, n in g if k != "rest"})
+        names = sorted({n for g, t0 in runs for t, k, n, _ in g if k != "rest"})
         per = []
         for name in names:
             vals = []
             for g, t0 in runs:
-                part = [n for t, k, n in g if t0 <= t < t0 + args.seconds]
+                part = [n for t, k, n, _ in g if t0 <= t < t0 + args.seconds]
                 vals.append(part.count(name) / max(1, len(part)))
             per.append((statistics.median(vals), name))
         print(f"  tlsprof-{mode}: " + ", ".join(f"{n} {100 * v:.2f}%" for v, n in sorted(per, reverse=True)))
+    if args.leaves:
+        print("\nper program, the functions its samples were in (the program's own code under its name, or a kernel "
+              "function it called): share of the worker's samples, all runs together")
+        for mode in modes:
+            runs = rows[mode]
+            total = sum(1 for g, t0 in runs for t, *_ in g if t0 <= t < t0 + args.seconds)
+            leaves = {}
+            for g, t0 in runs:
+                for t, k, n, leaf in g:
+                    if k != "rest" and t0 <= t < t0 + args.seconds:
+                        leaves.setdefault(n, {}).setdefault(leaf, 0)
+                        leaves[n][leaf] += 1
+            for n, by in sorted(leaves.items(), key=lambda x: -sum(x[1].values())):
+                top = sorted(by.items(), key=lambda x: -x[1])[:8]
+                print(f"  tlsprof-{mode} {n} {100 * sum(by.values()) / max(1, total):.2f}%: "
+                      + ", ".join(f"{leaf} {100 * c / max(1, total):.2f}%" for leaf, c in top))
 
 
 if __name__ == "__main__":

@@ -66,6 +66,8 @@ static __always_inline struct hs_thread *est_window(__u32 tid)
  * them, until the handshake's capture is over or the thread turns to another connection). */
 static __always_inline void est_before_send(const struct sock *sk)
 {
+	if (!hs_any_active())
+		return; /* no window open anywhere (every keep-alive send on a quiet host): no helper call */
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct hs_thread *t = est_window(tid);
 	if (t && t->ssl != (__u64)sk)

@@ -74,6 +74,14 @@ static __always_inline bool hello_begun(const struct conn_state *c)
 	return c->hello.seen || c->hello.hdr_have;
 }
 
+/* The client's stream up to `copied` (tcp copied_seq) lies before where its TLS starts: a
+ * plaintext preamble the capture stepped over (it moved `start` past it), no byte of its
+ * TLS seen yet. False where the capture does not follow the connection. */
+static __always_inline bool hello_before_tls(const struct conn_state *c, __u32 copied)
+{
+	return c->hello.state == HELLO_ON && !hello_begun(c) && (__s32)(copied - c->hello.start) <= 0;
+}
+
 /* Whether the first bytes of a chunk of the client's stream (a packet's or a read's: b[0..n),
  * n at most 3) can begin its TLS: a handshake record (SSL 3.0 to TLS 1.3 record versions). */
 static __always_inline bool hello_tls_prefix(const __u8 *b, __u32 n)

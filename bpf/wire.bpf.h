@@ -79,6 +79,16 @@ struct {
 	__type(value, struct wire_event);
 } wire_records SEC(".maps");
 
+/* A walk's bytes, read once (up to WIRE_CHUNK) where they are TLS: the record headers within
+ * them are taken from here rather than read one by one, and a plaintext phase that ends
+ * within them (a ServerHello) is sent from here. Per CPU, filled and used within one run. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wire_event);
+} wire_window SEC(".maps");
+
 #define WIRE_STEPS 24 /* record headers and bodies walked per chunk of output */
 #define WIRE_SEGS 8   /* iovec segments looked at per send (GnuTLS: one per record of its flight; after a HelloRetryRequest the ServerHello too) */
 #define WIRE_MAX_RECORD (16384 + 2048)
@@ -167,6 +177,10 @@ static __always_inline bool wire_client_handshake(const struct conn_state *c, __
 	/* after a plaintext preamble: once the client's TLS has begun (its ClientHello) */
 	if (wire_preamble(c))
 		return hello_begun(c);
+	/* a preamble the client began, before the server sent anything (PostgreSQL's
+	 * SSLRequest): the ClientHello capture stepped over it */
+	if (hello_before_tls(c, copied))
+		return false;
 	return c->wire.state != WIRE_DONE;
 }
 
@@ -332,11 +346,52 @@ struct wire_walk_ctx {
 	__u8 why;       /* the capture ends: WIRE_END_*, WIRE_NOT_TLS */
 };
 
-/* One step of the walk (bpf_loop: verified once, whatever the number of steps): a record
- * header, or as much of the current record's body as this write holds. 1 stops. */
-static long wire_step(__u32 i, void *ctx)
+/* Reads the walk's bytes into wire_window when they are TLS: the connection's output is
+ * TLS already, or they begin with a TLS record header (`tls_start`: the send's first bytes
+ * were just seen to; a preamble's plaintext is not read past its first bytes). The
+ * window's len says how many it holds, 0 if none. A function of its own: its branches leave
+ * no trace in the walk's verifier states. */
+static __noinline int wire_window_read(const struct conn_state *c, __u64 ptr, __u32 n, bool tls_start)
 {
-	struct wire_walk_ctx *w = ctx;
+	__u32 zero = 0;
+	struct wire_event *e = bpf_map_lookup_elem(&wire_window, &zero);
+	if (!e)
+		return 0;
+	e->len = 0;
+	if (n < 5)
+		return 0;
+	if (!(c->wire.flags & WIRE_F_TLS) && !tls_start) {
+		__u8 h[8] = {};
+		if (c->wire.left || c->wire.hdr_have || bpf_probe_read_user(h, 5, (void *)ptr) || !wire_tls_prefix(h, 5))
+			return 0;
+	}
+	__u64 len = n < WIRE_CHUNK ? n : WIRE_CHUNK;
+	/* keep the compiler from folding the bound into something the verifier cannot follow */
+	asm volatile("" : "+r"(len));
+	if (len > WIRE_CHUNK)
+		return 0;
+	if (bpf_probe_read_user(e->data, len, (void *)ptr))
+		return 0;
+	e->len = len;
+	return 0;
+}
+
+/* A record header's 5 bytes at walk offset `off` from wire_window, if it holds them. */
+static __always_inline bool wire_window_header(__u32 off, __u8 *h)
+{
+	__u32 zero = 0;
+	struct wire_event *e = bpf_map_lookup_elem(&wire_window, &zero);
+	if (!e || off > WIRE_CHUNK - 5 || off + 5 > e->len)
+		return false;
+	__builtin_memcpy(h, e->data + off, 5);
+	return true;
+}
+
+/* One step of the walk: a record header, or as much of the current record's body as this
+ * write holds. 1 stops. `windowed`: headers within wire_window come from it (the bpf_loop
+ * walk; the bounded one, verified step by step on older kernels, reads each). */
+static __always_inline long wire_step_body(struct wire_walk_ctx *w, const bool windowed)
+{
 	struct conn_state *c = w->c;
 	__u32 off = w->off, n = w->n;
 
@@ -360,7 +415,7 @@ static long wire_step(__u32 i, void *ctx)
 	__u32 have = c->wire.hdr_have, hdr_at = off;
 	__u8 h[8] = {};
 	if (have == 0 && avail >= 5) {
-		if (bpf_probe_read_user(h, 5, (void *)(w->ptr + off))) {
+		if (!(windowed && wire_window_header(off, h)) && bpf_probe_read_user(h, 5, (void *)(w->ptr + off))) {
 			w->why = WIRE_END_UNSUPPORTED;
 			return 1;
 		}
@@ -395,6 +450,18 @@ static long wire_step(__u32 i, void *ctx)
 	return w->why ? 1 : 0;
 }
 
+/* A step of the bpf_loop walk (verified once, whatever the number of steps). */
+static long wire_step(__u32 i, void *ctx)
+{
+	return wire_step_body(ctx, true);
+}
+
+/* A step of the bounded walk. */
+static long wire_step_bounded(__u32 i, void *ctx)
+{
+	return wire_step_body(ctx, false);
+}
+
 /* Before a walk: no encrypted record header gathered yet (wire_records). */
 static __always_inline void wire_records_start(void)
 {
@@ -416,14 +483,30 @@ static __always_inline void wire_records_send(const struct conn_state *c)
 	wire_out(e, len);
 }
 
+/* The plaintext-phase bytes walked, sent from wire_window as one DATA event when it holds
+ * them all and they fit the connection's cap; false if not (wire_copy reads them). */
+static __always_inline bool wire_window_copy(struct wire_walk_ctx *w)
+{
+	struct conn_state *c = w->c;
+	__u32 n = w->plain_end;
+	__u32 zero = 0;
+	struct wire_event *e = bpf_map_lookup_elem(&wire_window, &zero);
+	if (!e || n > e->len || n > WIRE_MAX_PLAIN - c->wire.copied || c->wire.copied > WIRE_MAX_PLAIN)
+		return false;
+	wire_ev_head(e, c, WIRE_EV_DATA, n);
+	wire_out(e, n);
+	c->wire.copied += n;
+	return true;
+}
+
 /* After a walk: copy the plaintext-phase bytes walked, send the encrypted record headers
  * it saw, end the capture if the walk did. */
-static __always_inline void wire_walked(struct wire_walk_ctx *w, bool plain_start)
+static __always_inline void wire_walked(struct wire_walk_ctx *w, bool plain_start, const bool windowed)
 {
 	struct conn_state *c = w->c;
 	if (!w->why && w->off < w->n)
 		w->why = WIRE_END_CAP; /* more records in one write than walked */
-	if (plain_start && w->plain_end && (c->wire.flags & WIRE_F_TLS))
+	if (plain_start && w->plain_end && (c->wire.flags & WIRE_F_TLS) && !(windowed && wire_window_copy(w)))
 		wire_copy(w->sk, c, w->ptr, w->plain_end);
 	wire_records_send(c);
 	if (w->why)
@@ -436,14 +519,15 @@ static __always_inline void wire_walked(struct wire_walk_ctx *w, bool plain_star
  * their headers only; the walk stops where the capture ends. With bpf_loop (5.17+) the
  * step is verified once; without, the kernel verifies every step of a bounded loop.
  */
-static __noinline int wire_walk_loop(const struct sock *sk, struct conn_state *c, __u64 ptr, __u32 n)
+static __noinline int wire_walk_loop(const struct sock *sk, struct conn_state *c, __u64 ptr, __u32 n, bool tls_start)
 {
 	struct wire_walk_ctx w = { .sk = sk, .c = c, .ptr = ptr, .n = n };
 	bool plain_start = c->wire.state == WIRE_PLAIN;
 
+	wire_window_read(c, ptr, n, tls_start);
 	wire_records_start();
 	bpf_loop(WIRE_STEPS, wire_step, &w, 0);
-	wire_walked(&w, plain_start);
+	wire_walked(&w, plain_start, true);
 	return 0;
 }
 
@@ -454,20 +538,22 @@ static __noinline int wire_walk_bounded(const struct sock *sk, struct conn_state
 
 	wire_records_start();
 	for (__u32 i = 0; i < WIRE_STEPS; i++) {
-		if (wire_step(i, &w))
+		if (wire_step_bounded(i, &w))
 			break;
 	}
-	wire_walked(&w, plain_start);
+	wire_walked(&w, plain_start, false);
 	return 0;
 }
 
-static __always_inline void wire_walk(const struct sock *sk, struct conn_state *c, __u64 ptr, __u64 n, const bool bounded)
+/* `tls_start`: the bytes at ptr were just seen to begin a TLS record (wire_preamble_send). */
+static __always_inline void wire_walk(const struct sock *sk, struct conn_state *c, __u64 ptr, __u64 n, const bool bounded,
+				      bool tls_start)
 {
 	__u32 len = n > 0xffffffff ? 0xffffffff : n;
 	if (bounded)
 		wire_walk_bounded(sk, c, ptr, len);
 	else
-		wire_walk_loop(sk, c, ptr, len);
+		wire_walk_loop(sk, c, ptr, len, tls_start);
 }
 
 /* The first bytes a send begins with (from its first buffer), for wire_looks_tls: false if
@@ -534,13 +620,17 @@ static __always_inline void wire_after_send(struct conn_state *c, __u32 copied)
 		wire_hand_over(c, copied);
 }
 
+#define WIRE_PRE_UNREAD 0 /* its first bytes could not be read (the walk says what it finds) */
+#define WIRE_PRE_PLAIN 1  /* a preamble send */
+#define WIRE_PRE_TLS 2    /* it begins a TLS record (or may: a send shorter than 5 bytes) */
+
 /*
  * A send while nothing of TLS was sent yet (wire_preamble): its first bytes (5, or 1 of a
  * shorter send), read once before any walk, begin a TLS record, or the send is one more of
  * a plaintext preamble: its protocol told from them, counted as an exchange, and not walked
  * (the walk itself, which older kernels verify step by step, knows nothing of preambles).
- * 1 when the send was the preamble's. A function of its own: its stack is gone when it
- * returns, so that the verifier finds the walk after it in states it has seen.
+ * Returns WIRE_PRE_*. A function of its own: its stack is gone when it returns, so that the
+ * verifier finds the walk after it in states it has seen.
  */
 static __noinline int wire_preamble_send(const struct sock *sk, struct conn_state *c, const struct msg_bufs *m,
 					 __u32 copied)
@@ -548,8 +638,10 @@ static __noinline int wire_preamble_send(const struct sock *sk, struct conn_stat
 	__u8 b[8] = {};
 	__u32 n = m->count >= 5 ? 5 : 1;
 	bool read = n == 5 ? wire_send_start(m, b, 5) : wire_send_start(m, b, 1);
-	if (!read || wire_tls_prefix(b, n))
-		return false; /* TLS (or unreadable: the walk says so) */
+	if (!read)
+		return WIRE_PRE_UNREAD;
+	if (wire_tls_prefix(b, n))
+		return n == 5 ? WIRE_PRE_TLS : WIRE_PRE_UNREAD;
 	wire_preamble_seen(c, b, n);
 	if (++c->wire.pre >= WIRE_PREAMBLE_SENDS) {
 		wire_finish(sk, c, 0); /* not TLS: nothing was copied, nothing to say */
@@ -557,7 +649,7 @@ static __noinline int wire_preamble_send(const struct sock *sk, struct conn_stat
 	} else {
 		req_sent(c, copied); /* a plaintext exchange, counted as any without TLS */
 	}
-	return true;
+	return WIRE_PRE_PLAIN;
 }
 
 /* The capture of a server send's handshake output, and the request count
@@ -613,14 +705,18 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 	 * passes the verifier's million instructions; there TLS after a preamble is not seen) */
 	/* (nor once the client's ClientHello has begun: the server answers it in TLS, and its
 	 * first bytes are not read twice) */
-	if (!bounded && preamble && !c->wire.hdr_have && !hello_begun(c) &&
-	    wire_preamble_send(sk, c, &m, copied))
-		return 0; /* one more plaintext send before TLS */
+	bool tls_start = false;
+	if (!bounded && preamble && !c->wire.hdr_have && !hello_begun(c)) {
+		int pre = wire_preamble_send(sk, c, &m, copied);
+		if (pre == WIRE_PRE_PLAIN)
+			return 0; /* one more plaintext send before TLS */
+		tls_start = pre == WIRE_PRE_TLS && skip == 0;
+	}
 
 	__u64 offset = m.offset;
 	/* a single user buffer (6.0+) */
 	if (iter_is_ubuf(m.type)) {
-		wire_walk(sk, c, m.ubuf + offset + skip, left - skip, bounded);
+		wire_walk(sk, c, m.ubuf + offset + skip, left - skip, bounded, tls_start);
 		wire_after_send(c, copied);
 		return 0;
 	}
@@ -649,10 +745,9 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 			skip -= len;
 			continue;
 		}
-		base += skip;
-		len -= skip;
+		/* (each segment's walk looks at its own first bytes) */
+		wire_walk(sk, c, base + skip, len - skip, bounded, false);
 		skip = 0;
-		wire_walk(sk, c, base, len, bounded);
 	}
 	if (todo && c->wire.state != WIRE_DONE)
 		wire_finish(sk, c, WIRE_END_CAP);

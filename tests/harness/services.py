@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from .certs import make_cert
@@ -445,15 +446,17 @@ def pgbench_connections(port: int, n: int, timeout: float = 60.0) -> dict:
 SSL_REQUEST = struct.pack("!ii", 8, 80877103)
 
 
-def pg_ssl_session(port: int, ctx: ssl.SSLContext, done=None):
+def pg_ssl_session(port: int, ctx: ssl.SSLContext, done=None, pause: float = 0.0):
     """One PostgreSQL session over TLS from Python alone: the SSLRequest (int32 8, int32
-    80877103), the server's 'S', the TLS handshake, then the protocol 3.0 startup message
-    (user postgres, trust), the server's messages up to ReadyForQuery, and Terminate."""
+    80877103), the server's 'S', `pause` seconds, the TLS handshake, then the protocol 3.0
+    startup message (user postgres, trust), the server's messages up to ReadyForQuery, and
+    Terminate."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
         raw.sendall(SSL_REQUEST)
         answer = raw.recv(1)
         if answer != b"S":
             raise ConnectionError(f"SSLRequest answered {answer!r}")
+        time.sleep(pause)
         with ctx.wrap_socket(raw, server_hostname="localhost") as s:
             if done:
                 done()
@@ -475,10 +478,10 @@ def pg_ssl_session(port: int, ctx: ssl.SSLContext, done=None):
             s.sendall(b"X" + struct.pack("!i", 4))
 
 
-def pg_ssl_connections(port: int, n: int, concurrency: int = 2, timeout: float = 60.0) -> dict:
+def pg_ssl_connections(port: int, n: int, concurrency: int = 2, timeout: float = 60.0, pause: float = 0.0) -> dict:
     """n PostgreSQL sessions over TLS from Python alone (pg_ssl_session), when neither
     pgbench nor a driver is there: the client's own counts."""
-    return _count_handshakes(n, concurrency, timeout, lambda ctx, done: pg_ssl_session(port, ctx, done))
+    return _count_handshakes(n, concurrency, timeout, lambda ctx, done: pg_ssl_session(port, ctx, done, pause))
 
 
 # --- Java (JSSE) ---------------------------------------------------------------------------
