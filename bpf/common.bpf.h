@@ -139,25 +139,6 @@ static __always_inline __u32 data_read_typed(const struct sock *sk)
 	return copied;
 }
 
-/* data_read, and how far the server has written (tcp write_seq) in `written`, read at once;
- * `typed` as data_read_typed (one helper call for both, not a probe-read per field). */
-static __always_inline __u32 data_read_written(const struct sock *sk, const bool typed, __u32 *written)
-{
-	if (typed) {
-		const struct tcp_sock *tp = bpf_skc_to_tcp_sock((struct sock *)sk);
-		if (tp) {
-			*written = tp->write_seq;
-			__u32 copied = tp->copied_seq;
-			unsigned long done = 1UL << bpf_core_enum_value(enum sock_flags, SOCK_DONE);
-			if ((sk->__sk_common.skc_flags & done) && copied == tp->rcv_nxt)
-				copied--;
-			return copied;
-		}
-	}
-	*written = BPF_CORE_READ((const struct tcp_sock *)sk, write_seq);
-	return data_read(sk);
-}
-
 /* The bytes of sk's stream received before the `ret` just read (0 at its first read);
  * `typed` as data_read_typed. */
 static __always_inline __u64 received_before(const struct sock *sk, int ret, const bool typed)

@@ -17,11 +17,9 @@ struct iov_iter___old {
 } __attribute__((preserve_access_index));
 
 /*
- * A message's buffers as its iterator stands, read once: the whole struct iov_iter in one
- * bpf_probe_read_kernel, its fields then taken from that copy at their offsets in the
- * running kernel (CO-RE), not one probe-read per field (plain loads where the program's
- * msghdr is typed were tried, and Debian 12's 6.1 kernel refused the fentry program with
- * them).
+ * A message's buffers as its iterator stands, read once (bpf_probe_read_kernel, as every
+ * field here: plain loads where the program's msghdr is typed were tried, and Debian 12's
+ * 6.1 kernel refused the fentry program with them).
  */
 struct msg_bufs {
 	__u64 count;             /* bytes left */
@@ -32,11 +30,23 @@ struct msg_bufs {
 	__u32 type;              /* enum iter_type */
 };
 
-/* The iterator's bytes (struct iov_iter: 40 bytes on 5.10 to 6.18), room to spare. */
-#define ITER_COPY 64
+/* The kind of buffer a message's iterator copies from or to (enum iter_type). */
+static __always_inline __u32 iter_type_of(const struct msghdr *msg)
+{
+	if (bpf_core_field_exists(msg->msg_iter.iter_type))
+		return BPF_CORE_READ(msg, msg_iter.iter_type);
+	const struct iov_iter___old *it = (const void *)&msg->msg_iter;
+	return BPF_CORE_READ(it, type) & ~1u; /* the low bit is the direction (READ 0, WRITE 1) */
+}
 
-/* A field of size `t` at the running kernel's offset of `field` in `type`, from copy `it`. */
-#define ITER_FIELD(it, t, type, field) (*(const t *)((const __u8 *)(it) + bpf_core_field_offset(type, field)))
+/* Its iovec array, for an ITER_IOVEC iterator. */
+static __always_inline const struct iovec *iter_iovecs(const struct msghdr *msg)
+{
+	if (bpf_core_field_exists(msg->msg_iter.__iov))
+		return BPF_CORE_READ(msg, msg_iter.__iov);
+	const struct iov_iter___old *it = (const void *)&msg->msg_iter;
+	return BPF_CORE_READ(it, iov);
+}
 
 /* A single user buffer (6.0 on). */
 static __always_inline bool iter_is_ubuf(__u32 type)
@@ -51,33 +61,19 @@ static __always_inline bool iter_is_iovec(__u32 type)
 	return type == bpf_core_enum_value(enum iter_type, ITER_IOVEC);
 }
 
-/* A message's buffers, read once (the fields its kind does not use are 0; all of them when
- * the iterator cannot be read). */
+/* A message's buffers, read once (the fields its kind does not use are 0). */
 static __always_inline void msg_bufs_of(const struct msghdr *msg, struct msg_bufs *b)
 {
-	__u64 it[ITER_COPY / 8] = {};
-	b->count = 0;
-	b->offset = 0;
-	b->type = 0;
+	b->count = BPF_CORE_READ(msg, msg_iter.count);
+	b->offset = BPF_CORE_READ(msg, msg_iter.iov_offset);
+	b->type = iter_type_of(msg);
 	b->ubuf = 0;
 	b->nr_segs = 0;
 	b->iov = NULL;
-	__u32 size = bpf_core_type_size(struct iov_iter);
-	if (size > sizeof(it) || bpf_probe_read_kernel(it, size, &msg->msg_iter))
-		return;
-	b->count = ITER_FIELD(it, __u64, struct iov_iter, count);
-	b->offset = ITER_FIELD(it, __u64, struct iov_iter, iov_offset);
-	if (bpf_core_field_exists(struct iov_iter, iter_type))
-		b->type = ITER_FIELD(it, __u8, struct iov_iter, iter_type);
-	else /* the low bit is the direction (READ 0, WRITE 1) */
-		b->type = ITER_FIELD(it, __u32, struct iov_iter___old, type) & ~1u;
 	if (iter_is_ubuf(b->type)) {
-		b->ubuf = ITER_FIELD(it, __u64, struct iov_iter, ubuf);
+		b->ubuf = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
 	} else if (iter_is_iovec(b->type)) {
-		b->nr_segs = ITER_FIELD(it, __u64, struct iov_iter, nr_segs);
-		if (bpf_core_field_exists(struct iov_iter, __iov))
-			b->iov = (const struct iovec *)ITER_FIELD(it, __u64, struct iov_iter, __iov);
-		else
-			b->iov = (const struct iovec *)ITER_FIELD(it, __u64, struct iov_iter___old, iov);
+		b->nr_segs = BPF_CORE_READ(msg, msg_iter.nr_segs);
+		b->iov = iter_iovecs(msg);
 	}
 }
