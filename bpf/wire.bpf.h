@@ -622,9 +622,10 @@ static __always_inline void wire_after_send(struct conn_state *c, __u32 copied)
 		wire_hand_over(c, copied);
 }
 
-#define WIRE_PRE_UNREAD 0 /* its first bytes could not be read (the walk says what it finds) */
+#define WIRE_PRE_UNREAD 0 /* its first bytes could not be read, or a send shorter than 5 bytes may begin TLS
+			   * (the walk says what it finds) */
 #define WIRE_PRE_PLAIN 1  /* a preamble send */
-#define WIRE_PRE_TLS 2    /* it begins a TLS record (or may: a send shorter than 5 bytes) */
+#define WIRE_PRE_TLS 2    /* its first 5 bytes begin a TLS record */
 
 /*
  * A send while nothing of TLS was sent yet (wire_preamble): its first bytes (5, or 1 of a
