@@ -184,10 +184,17 @@ static __always_inline int go_enter(struct pt_regs *ctx, __u8 role)
 	__u64 conn = GO_ARG0(ctx);
 	struct go_g_key gk = { .g = GO_G(ctx), .tgid = tgid };
 	HS_HIT(tgid, false);
+	/* this goroutine's handshake of this Conn, if it entered the function before */
+	struct go_goroutine *again = bpf_map_lookup_elem(&go_goroutines, &gk);
+	bool same = again && again->conn == conn;
 	struct hs_thread *t = hs_live_thread(tid);
 	if (t) {
-		if (t->ssl == conn)
-			return 0; /* the function ran again after growing its stack (morestack) */
+		/* the function ran again after growing its stack (morestack). Not so a stretch of
+		 * the same Conn address left by another goroutine: a handshake that moved threads
+		 * without a read and returned elsewhere, whose Conn Go's allocator gave to this
+		 * one. Taken for a morestack, this handshake went untimed. */
+		if (t->ssl == conn && same)
+			return 0;
 		if (t->est)
 			est_close(tid, t);
 		else if (t->go)
@@ -195,8 +202,7 @@ static __always_inline int go_enter(struct pt_regs *ctx, __u8 role)
 		else
 			return 0;
 	}
-	struct go_goroutine *again = bpf_map_lookup_elem(&go_goroutines, &gk);
-	if (again && again->conn == conn) {
+	if (same) {
 		/* The function runs again from its start on another thread: its prologue's stack
 		 * check is where Go preempts a goroutine (runtime.newstack), which then resumed
 		 * here. Its stretch on the thread it left is closed, not left open there to take
