@@ -155,19 +155,31 @@ def fmt(values):
     return f"{statistics.median(vals):.2f}% ({min(vals):.2f}-{max(vals):.2f})"
 
 
-def own_cgroup(pids: list[int]) -> Path:
-    """Moves the processes into a new cgroup (v2) of their own: where a service runs in
-    production (systemd's nginx.service, a container), the programs tlsprof attaches per
-    cgroup (the ClientHello capture's) see that service's sockets and not its clients'."""
+def own_cgroup() -> Path:
+    """A new cgroup (v2), for nginx's processes to start in: where a service runs in
+    production (systemd's nginx.service, a container), its listening sockets are made in
+    its cgroup, so the programs tlsprof attaches per cgroup (the ClientHello capture's) see
+    that service's connections and not its clients'. (A connection belongs to its
+    listener's cgroup: nginx moved there after it listened would leave them in this one.)"""
     mounts = open("/proc/self/mountinfo").read().splitlines()
     root = next((l.split(" - ")[0].split()[4] for l in mounts if l.split(" - ")[1].startswith("cgroup2 ")), None)
     if root is None:
         raise SystemExit("bench: no cgroup v2 hierarchy is mounted (use --cgroup shared)")
     cg = Path(root) / f"tlsprof-bench-{os.getpid()}"
     cg.mkdir()
-    for pid in pids:
-        (cg / "cgroup.procs").write_text(str(pid))
     return cg
+
+
+def started_in(cgroup: Path | None, start):
+    """start(), with this process in `cgroup` meanwhile (what it starts stays there)."""
+    if cgroup is None:
+        return start()
+    own = open("/proc/self/cgroup").read().split("0::", 1)[1].split("\n", 1)[0]
+    (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+    try:
+        return start()
+    finally:
+        (cgroup.parent / own.lstrip("/") / "cgroup.procs").write_text(str(os.getpid()))
 
 
 def main():
@@ -194,10 +206,11 @@ def main():
     (www / "4k").write_bytes(b"x" * 4096)
     (www / "4k").chmod(0o644)
     work.chmod(0o755)
-    nginx = Nginx(work, workers=1, extra_server="ssl_protocols TLSv1.3; keepalive_requests 100000; "
-                  f"location = /4k {{ alias {www}/4k; }}", extra_main="worker_cpu_affinity 01;" if PIN else "")
+    cgroup = own_cgroup() if args.cgroup == "own" else None
+    nginx = started_in(cgroup, lambda: Nginx(
+        work, workers=1, extra_server="ssl_protocols TLSv1.3; keepalive_requests 100000; "
+        f"location = /4k {{ alias {www}/4k; }}", extra_main="worker_cpu_affinity 01;" if PIN else ""))
     (worker,) = nginx.workers()
-    cgroup = own_cgroup([nginx.pid, worker]) if args.cgroup == "own" else None
     modes = args.modes.split(",")
     rows = {m: [] for m in modes}
     try:

@@ -134,6 +134,56 @@ def test_every_connection_read_once(workdir, how):
         srv.stop()
 
 
+def cgroup2_root():
+    for line in open("/proc/self/mountinfo"):
+        left, right = line.split(" - ", 1)
+        if right.startswith("cgroup2 "):
+            return left.split()[4]
+    return None
+
+
+def test_listener_made_in_another_cgroup(workdir):
+    """A server whose listening socket belongs to another cgroup than the server's
+    processes (systemd's socket activation creates it in the manager's cgroup; here nginx
+    is moved into a cgroup of its own after it listened): its connections belong to the
+    listener's cgroup, where the packet program must be. 6 connections, 6 ClientHellos
+    read, each with its host name (the cgroup of the server alone: none)."""
+    root = cgroup2_root()
+    if root is None:
+        pytest.skip("no cgroup v2 hierarchy is mounted")
+    srv = Nginx(workdir)
+    from pathlib import Path
+    cg = Path(root) / f"tlsprof-test-{os.getpid()}-{srv.port}"
+    cg.mkdir()
+    tag = secrets.token_hex(4)
+    try:
+        for pid in (srv.pid, *srv.workers()):
+            (cg / "cgroup.procs").write_text(str(pid))
+        with Agent("--pid", str(srv.pid)) as agent:
+            agent.wait_attached([srv.pid, *srv.workers()])
+            assert value(agent.scrape(), "tlsprof_kernel_hook_info", capability="hello_capture",
+                         hook="cgroup_skb/ingress") == 1
+            base = agent.mark()
+            for i in range(3):
+                openssl_client(srv.port, f"s-client-{i}-{tag}.example")
+                python_client(srv.port, f"python-{i}-{tag}.example")
+            deadline = time.time() + 15
+            while counts(agent, srv.port, base)["read"] < 6 and time.time() < deadline:
+                time.sleep(0.3)
+            agent.settle()
+            c = counts(agent, srv.port, base)
+            assert c["read"] == 6, (c, agent.output()[-3000:])
+            m = since(agent.scrape(), base)
+            for i in range(3):
+                for who in ("s-client", "python"):
+                    assert value(m, "tlsprof_client_hellos_total", comm="nginx", port=str(srv.port),
+                                 sni=f"{who}-{i}-{tag}.example") == 1, (who, i)
+    finally:
+        srv.stop()
+        time.sleep(0.3)
+        cg.rmdir()
+
+
 def test_ipv6_connections_read_once(workdir):
     """Over IPv6 (nginx on ::1 too, the packets' IPv6 headers): 3 openssl and 3 curl
     connections, 6 ClientHellos read, each with its host name."""

@@ -117,14 +117,16 @@ impl Agent {
     fn refresh_ports(&mut self) {
         // their cgroups first: the ClientHellos of a watched port's next connections
         let pids: Vec<u32> = self.targets.named().map(|(pid, _)| pid).collect();
-        self.kernel.watch_cgroups(&pids);
+        self.kernel.watch_cgroups(&pids, self.ports.listener_cgroups());
         let traced = self.targets.named();
+        let sockets = self.ports.listener_cgroups().to_vec();
         for (comm, n) in self.ports.refresh(traced, &mut self.kernel) {
             self.handshakes.failed_without_tls(&comm, n);
         }
-        if self.kernel.quic_changed() {
-            // the servers' datagrams of a QUIC port just found, from its next handshake
-            self.kernel.watch_cgroups(&pids);
+        // the servers' datagrams of a QUIC port just found, from its next handshake; the
+        // cgroup of a listening socket just found, from its next connection
+        if self.kernel.quic_changed() || sockets != self.ports.listener_cgroups() {
+            self.kernel.watch_cgroups(&pids, self.ports.listener_cgroups());
         }
         self.targets.say_ready();
     }

@@ -68,6 +68,9 @@ pub struct Ports {
     quic: HashMap<u16, (u32, u32, String)>,
     /// UDP ports said to be bound in two namespaces (once each; bounded by the port numbers).
     quic_shared: HashSet<u16>,
+    /// The cgroup ids of the traced processes' listening sockets (sorted), where sock_diag
+    /// says: the ClientHello capture's packet program goes there (hello_cgroups.rs).
+    listener_cgroups: Vec<u64>,
     pub churn: Churn,
 }
 
@@ -122,8 +125,14 @@ impl Ports {
             udp_read: HashMap::new(),
             quic: HashMap::new(),
             quic_shared: HashSet::new(),
+            listener_cgroups: Vec::new(),
             churn: Churn::new(metrics),
         }
+    }
+
+    /// The cgroup ids of the traced processes' listening sockets, as the last refresh found.
+    pub fn listener_cgroups(&self) -> &[u64] {
+        &self.listener_cgroups
     }
 
     /// Keeps the kernel's watched ports equal to the listening ports of the traced
@@ -195,6 +204,7 @@ impl Ports {
         self.owned.retain(|pid, _| live.contains(pid));
         let mut quic: HashMap<u16, (u32, u32, String)> = HashMap::new();
         let mut shared: Vec<(u16, String)> = Vec::new();
+        let mut cgroups = Vec::new();
         for (pid, name, netns) in procs {
             let table = &listeners[&netns];
             let bound = udp.get(&netns).map_or(&[][..], |v| v.as_slice());
@@ -202,10 +212,11 @@ impl Ports {
             let Some(mine) = self.listening_of(pid, netns, &both, t) else {
                 continue;
             };
-            for (port, _) in table.iter().filter(|(_, ino)| mine.contains(ino)) {
+            for (port, ino) in table.iter().filter(|(_, ino)| mine.contains(ino)) {
                 let key = conn_port::new(netns, *port);
                 now.entry(key).or_insert_with(|| name.to_string());
                 owners.entry(key).or_insert(pid);
+                cgroups.push((netns, *ino));
             }
             for (port, _) in bound.iter().filter(|(_, ino)| mine.contains(ino)) {
                 let first = quic.entry(*port).or_insert_with(|| (pid, netns, name.to_string()));
@@ -239,6 +250,13 @@ impl Ports {
             }
         }
         self.quic = quic;
+        let mut cgroups: Vec<u64> = cgroups
+            .into_iter()
+            .filter_map(|(netns, ino)| self.churn.listener_cgroup(netns, ino))
+            .collect();
+        cgroups.sort_unstable();
+        cgroups.dedup();
+        self.listener_cgroups = cgroups;
         // a port whose traced owners are gone while something still listens there (a login
         // process per connection holds its master's listener only while it lives): learned,
         // the next connections are theirs too

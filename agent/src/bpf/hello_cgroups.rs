@@ -141,10 +141,42 @@ fn mount_of(mountinfo: &str, fstype: &str) -> Option<PathBuf> {
 }
 
 /// A process's cgroup v2 path (the `0::` line of /proc/PID/cgroup), relative to the root.
-fn cgroup_path(cgroup_file: &str) -> Option<&str> {
+pub(crate) fn cgroup_path(cgroup_file: &str) -> Option<&str> {
     let path = cgroup_file.lines().find_map(|l| l.strip_prefix("0::"))?;
     // outside the agent's cgroup namespace ("/../x"), or a cgroup removed: not reachable
     (!path.split('/').any(|p| p == "..") && !path.ends_with(" (deleted)")).then(|| path.trim_start_matches('/'))
+}
+
+/// Most directories of the hierarchy walked to find a socket's cgroup.
+const MAX_WALK: usize = 100_000;
+
+/// The directories under `root` whose inodes (cgroup ids) are in `ids`: a walk of the
+/// hierarchy, breadth first, that stops once all are found or after MAX_WALK directories.
+fn find_cgroups(root: &Path, ids: &HashSet<u64>) -> HashMap<u64, PathBuf> {
+    let mut found = HashMap::new();
+    let mut queue = std::collections::VecDeque::from([root.to_path_buf()]);
+    let mut walked = 0;
+    while let Some(dir) = queue.pop_front() {
+        if let Ok(m) = std::fs::metadata(&dir) {
+            if ids.contains(&m.ino()) {
+                found.insert(m.ino(), dir.clone());
+                if found.len() == ids.len() {
+                    break;
+                }
+            }
+        }
+        walked += 1;
+        if walked >= MAX_WALK {
+            break;
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                queue.push_back(e.path());
+            }
+        }
+    }
+    found
 }
 
 /// A cgroup: its directory's inode (one cgroup, however its path is spelled) and path.
@@ -154,6 +186,9 @@ pub struct HelloCgroups {
     root: PathBuf,
     /// Each traced process's cgroup, None where it cannot be told.
     of_pid: HashMap<u32, Option<Cgroup>>,
+    /// The cgroups of the traced processes' listening sockets (sock_diag's cgroup ids: a
+    /// directory's inode), found in the hierarchy; None where none has that inode.
+    of_socket: HashMap<u64, Option<PathBuf>>,
     /// Attached cgroups: their path (for the log) and link.
     links: HashMap<u64, (PathBuf, CgroupSkbLinkId)>,
     /// Cgroups the QUIC programs are attached to, and their links (QUIC's order).
@@ -174,6 +209,7 @@ impl HelloCgroups {
         Self {
             root,
             of_pid: HashMap::new(),
+            of_socket: HashMap::new(),
             links: HashMap::new(),
             egress: HashMap::new(),
             refused: HashSet::new(),
@@ -191,7 +227,12 @@ impl HelloCgroups {
     /// and detaches it from the cgroups none of them is in any more; the QUIC egress program
     /// to the attached cgroups that hold one of `quic` (traced processes with a watched UDP
     /// port), and detaches it from the others.
-    pub fn sync(&mut self, ebpf: &mut Ebpf, pids: &[u32], quic: &[u32], full: &mut Dropped) {
+    ///
+    /// `sockets`: the cgroup ids of the traced processes' listening sockets. A connection
+    /// belongs to its listener's cgroup, which is the cgroup of whoever created the
+    /// listener: another than the server's where a service manager created it (systemd's
+    /// socket activation) or the server moved after it listened. Those are attached too.
+    pub fn sync(&mut self, ebpf: &mut Ebpf, pids: &[u32], sockets: &[u64], quic: &[u32], full: &mut Dropped) {
         let live: HashSet<u32> = pids.iter().copied().collect();
         self.of_pid.retain(|pid, _| live.contains(pid));
         let new: Vec<u32> = pids.iter().filter(|p| !self.of_pid.contains_key(p)).copied().collect();
@@ -209,7 +250,28 @@ impl HelloCgroups {
         }
         // A cgroup's program runs for its descendants' sockets too: one whose ancestor is
         // needed is not attached (its packets would be walked twice).
-        let all: HashMap<u64, PathBuf> = self.of_pid.values().flatten().cloned().collect();
+        let mut all: HashMap<u64, PathBuf> = self.of_pid.values().flatten().cloned().collect();
+        self.of_socket.retain(|id, _| sockets.contains(id));
+        let unknown: HashSet<u64> = sockets
+            .iter()
+            .filter(|id| **id != 0 && !all.contains_key(id) && !self.of_socket.contains_key(id))
+            .copied()
+            .collect();
+        if !unknown.is_empty() {
+            let found = find_cgroups(&self.root, &unknown);
+            for id in unknown {
+                let dir = found.get(&id).cloned();
+                if dir.is_none() {
+                    log::debug!("client hellos: no cgroup directory has the id {id} of a listening socket");
+                }
+                self.of_socket.insert(id, dir);
+            }
+        }
+        for (id, dir) in &self.of_socket {
+            if let Some(dir) = dir {
+                all.entry(*id).or_insert_with(|| dir.clone());
+            }
+        }
         let needed: HashMap<u64, PathBuf> = all
             .iter()
             .filter(|(_, dir)| !all.values().any(|other| other != *dir && dir.starts_with(other)))

@@ -331,11 +331,12 @@ impl Kernel {
     }
 
     /// The ClientHello capture's packet program on the cgroups of the traced processes
-    /// (`pids`: all of them), where it serves (hello_cgroups.rs).
-    pub fn watch_cgroups(&mut self, pids: &[u32]) {
+    /// (`pids`: all of them) and of their listening sockets (`sockets`: cgroup ids), where
+    /// it serves (hello_cgroups.rs).
+    pub fn watch_cgroups(&mut self, pids: &[u32], sockets: &[u64]) {
         self.quic_changed = false;
         if let Some(h) = &mut self.hello_cgroups {
-            h.sync(&mut self.ebpf, pids, &self.quic_pids, &mut self.full);
+            h.sync(&mut self.ebpf, pids, sockets, &self.quic_pids, &mut self.full);
         }
     }
 

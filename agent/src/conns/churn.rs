@@ -54,6 +54,8 @@ pub struct Churn {
     fin_timeout: Duration,
     /// Per namespace, the address families each listening port listens in (V4, V6).
     families: HashMap<u32, HashMap<u16, u8>>,
+    /// Per namespace, each listening socket's cgroup id (by inode), where the kernel says.
+    cgroups: HashMap<u32, HashMap<u64, u64>>,
     /// When the TIME_WAIT sockets may be read again (DUMP_SHARE), and the gap until then.
     next_dump: Instant,
     gap: Duration,
@@ -137,6 +139,7 @@ impl Churn {
             gauged: HashSet::new(),
             fin_timeout: Duration::from_secs(fin_timeout),
             families: HashMap::new(),
+            cgroups: HashMap::new(),
             next_dump: Instant::now(),
             gap: Duration::ZERO,
             series: Series::default(),
@@ -278,14 +281,23 @@ impl Churn {
     /// (kept for one scan: a namespace's listeners are bounded by its ports and addresses).
     pub fn listeners(&mut self, netns: u32, ns_path: &Path) -> Option<Vec<(u16, u64)>> {
         let d = self.diag_for(netns, ns_path)?;
-        let (mut out, mut families) = (Vec::new(), HashMap::new());
+        let (mut out, mut families, mut cgroups) = (Vec::new(), HashMap::new(), HashMap::new());
         d.for_each_all(1 << sockdiag::TCP_LISTEN, &[], &mut |s| {
             out.push((s.sport, u64::from(s.inode)));
             *families.entry(s.sport).or_default() |= family_bit(&s.local);
+            if s.cgroup != 0 {
+                cgroups.insert(u64::from(s.inode), s.cgroup);
+            }
         })
         .ok()?;
         self.families.insert(netns, families);
+        self.cgroups.insert(netns, cgroups);
         Some(out)
+    }
+
+    /// The cgroup id of a listening socket of a namespace (by inode) as its last dump said.
+    pub fn listener_cgroup(&self, netns: u32, inode: u64) -> Option<u64> {
+        self.cgroups.get(&netns)?.get(&inode).copied()
     }
 
     /// Reads the TIME_WAIT sockets of the watched ports (and the FIN_WAIT2 ones where
@@ -429,6 +441,7 @@ impl Churn {
     pub fn retain_namespaces(&mut self, live: &HashSet<u32>) {
         self.diag.retain(|ns, _| live.contains(ns));
         self.families.retain(|ns, _| live.contains(ns));
+        self.cgroups.retain(|ns, _| live.contains(ns));
         let orphaned: Vec<Tuple> = self.pending.keys().filter(|k| !live.contains(&k.0)).copied().collect();
         for key in orphaned {
             if let Some(p) = self.pending.remove(&key) {

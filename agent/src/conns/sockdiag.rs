@@ -24,6 +24,8 @@ const NLM_F_DUMP: u16 = 0x300;
 const INET_DIAG_REQ_BYTECODE: u16 = 1;
 const INET_DIAG_BC_JMP: u8 = 1;
 const INET_DIAG_BC_S_EQ: u8 = 11;
+/// The socket's cgroup (v2) id, an attribute of every socket a dump hands over (5.10+).
+const INET_DIAG_CGROUP_ID: u16 = 21;
 const NLMSG_HDR: usize = 16;
 const REQ_LEN: usize = 56; // struct inet_diag_req_v2
 const MSG_LEN: usize = 72; // struct inet_diag_msg
@@ -37,6 +39,9 @@ pub struct DiagSocket {
     pub remote: IpAddr,
     pub dport: u16,
     pub inode: u32,
+    /// The cgroup (v2) the socket belongs to (its creator's; an accepted connection its
+    /// listener's), 0 where the kernel does not say.
+    pub cgroup: u64,
 }
 
 /// A NETLINK_SOCK_DIAG socket bound to one network namespace.
@@ -212,6 +217,24 @@ fn address(family: u8, raw: &[u8]) -> IpAddr {
     }
 }
 
+/// The cgroup id among a socket's attributes (struct rtattr: length, type, 4-byte aligned),
+/// 0 if none.
+fn cgroup_attr(mut attrs: &[u8]) -> u64 {
+    while attrs.len() >= 4 {
+        let (len, kind) = (u16_ne(attrs, 0) as usize, u16_ne(attrs, 2));
+        if len < 4 || len > attrs.len() {
+            break;
+        }
+        if kind == INET_DIAG_CGROUP_ID && len >= 12 {
+            let mut v = [0u8; 8];
+            v.copy_from_slice(&attrs[4..12]);
+            return u64::from_ne_bytes(v);
+        }
+        attrs = attrs.get((len + 3) & !3..).unwrap_or_default();
+    }
+    0
+}
+
 /// Parses one datagram of a dump, each socket to `out`; true once the dump is complete.
 fn parse(mut buf: &[u8], family: u8, out: &mut dyn FnMut(DiagSocket)) -> io::Result<bool> {
     while buf.len() >= NLMSG_HDR {
@@ -244,6 +267,7 @@ fn parse(mut buf: &[u8], family: u8, out: &mut dyn FnMut(DiagSocket)) -> io::Res
                     local: address(f, &body[8..24]),
                     remote: address(f, &body[24..40]),
                     inode: u32_ne(body, 68),
+                    cgroup: cgroup_attr(&body[MSG_LEN..]),
                 });
             }
             _ => {}
@@ -294,6 +318,12 @@ mod tests {
         assert_eq!(listening[0].local, IpAddr::V4(Ipv4Addr::LOCALHOST));
         let ino = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&l))).unwrap();
         assert_eq!(ino.to_string_lossy(), format!("socket:[{}]", listening[0].inode));
+        // its cgroup: this process's, as the cgroup v2 hierarchy names it (its directory's inode)
+        if let Some(root) = crate::bpf::hello_cgroups::cgroup2_root() {
+            let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+            let dir = root.join(crate::bpf::hello_cgroups::cgroup_path(&own).unwrap());
+            assert_eq!(listening[0].cgroup, std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(dir).unwrap()));
+        }
 
         let all = d.dump_all(1 << TCP_LISTEN, &[]).unwrap();
         let other_port = other.local_addr().unwrap().port();
