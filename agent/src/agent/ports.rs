@@ -68,8 +68,9 @@ pub struct Ports {
     quic: HashMap<u16, (u32, u32, String)>,
     /// UDP ports said to be bound in two namespaces (once each; bounded by the port numbers).
     quic_shared: HashSet<u16>,
-    /// The cgroup ids of the traced processes' listening sockets (sorted), where sock_diag
-    /// says: the ClientHello capture's packet program goes there (hello_cgroups.rs).
+    /// The cgroup ids of the traced processes' listening sockets and of the listeners of
+    /// learned ports (sorted), where sock_diag says: the ClientHello capture's packet
+    /// program goes there (hello_cgroups.rs).
     listener_cgroups: Vec<u64>,
     pub churn: Churn,
 }
@@ -250,13 +251,6 @@ impl Ports {
             }
         }
         self.quic = quic;
-        let mut cgroups: Vec<u64> = cgroups
-            .into_iter()
-            .filter_map(|(netns, ino)| self.churn.listener_cgroup(netns, ino))
-            .collect();
-        cgroups.sort_unstable();
-        cgroups.dedup();
-        self.listener_cgroups = cgroups;
         // a port whose traced owners are gone while something still listens there (a login
         // process per connection holds its master's listener only while it lives): learned,
         // the next connections are theirs too
@@ -278,7 +272,18 @@ impl Ports {
         for (key, (name, pid)) in &self.learned {
             now.entry(*key).or_insert_with(|| name.clone());
             owners.entry(*key).or_insert(*pid);
+            // its listener's cgroup: the processes started per connection there come and go
+            // between two scans, and their next connections are in it
+            let table = listeners.get(&key.netns).map_or(&[][..], |t| t.as_slice());
+            cgroups.extend(table.iter().filter(|(port, _)| *port == key.port).map(|(_, ino)| (key.netns, *ino)));
         }
+        let mut cgroups: Vec<u64> = cgroups
+            .into_iter()
+            .filter_map(|(netns, ino)| self.churn.listener_cgroup(netns, ino))
+            .collect();
+        cgroups.sort_unstable();
+        cgroups.dedup();
+        self.listener_cgroups = cgroups;
         let left_out = cap_ports(&mut now, &self.ports);
         bounds::count(&self.metrics, "watched_ports", left_out);
         // Each namespace: a way into it, and its watched ports.
