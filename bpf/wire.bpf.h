@@ -759,57 +759,12 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
 }
 
 /*
- * The last send on this CPU of a connection whose capture is over: its socket, and how much
- * of the client's stream had been read then. The next send of that socket with nothing
- * read since (a response's second write, its next chunk, a TLS close_notify) is one that
- * counts nothing (req_sent with the same position changes nothing): it returns before the
- * socket's storage is looked up. A socket freed and reused by a new connection matches
- * only if the new stream's read position equals the old one's, which starts from a random
- * initial sequence number: 1 in 2^32.
- */
-struct wire_last {
-	__u64 sk;
-	__u32 copied;
-	__u32 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct wire_last);
-} wire_last_send SEC(".maps");
-
-/* Whether this send repeats the last one of its socket on this CPU (above): nothing to do.
- * (not while a handshake is under way anywhere: the send may close an estimate window or a
- * Go stretch of another connection that its thread left open) */
-static __always_inline bool wire_send_repeats(const struct sock *sk, const bool typed)
-{
-	__u32 zero = 0;
-	struct wire_last *last = bpf_map_lookup_elem(&wire_last_send, &zero);
-	return last && last->sk == (__u64)sk && !hs_any_active() && !go_open &&
-	       last->copied == (typed ? data_read_typed(sk) : data_read(sk));
-}
-
-static __always_inline void wire_send_note(const struct sock *sk, __u32 copied)
-{
-	__u32 zero = 0;
-	struct wire_last *last = bpf_map_lookup_elem(&wire_last_send, &zero);
-	if (last) {
-		last->sk = (__u64)sk;
-		last->copied = copied;
-	}
-}
-
-/*
  * A server send (tcp_sendmsg_locked): the capture of its handshake output, the request
  * count (requests.bpf.h), and the kernel estimate's windows around it (estimate.bpf.h).
  */
 static __always_inline int wire_on_send(const struct sock *sk, const struct msghdr *msg, const bool bounded,
 					const bool typed)
 {
-	if (wire_send_repeats(sk, typed))
-		return 0;
 	struct conn_state *c = conn_of(sk);
 	if (c && c->wire.state == WIRE_DONE) {
 		/* The answer to a request after the handshake (every keep-alive request), first:
@@ -818,9 +773,7 @@ static __always_inline int wire_on_send(const struct sock *sk, const struct msgh
 		 * global while none is open anywhere, as on a host where no handshake is under way). */
 		est_before_send(sk);
 		go_before_send(c);
-		__u32 copied = typed ? data_read_typed(sk) : data_read(sk);
-		req_sent(c, copied);
-		wire_send_note(sk, copied);
+		req_sent(c, typed ? data_read_typed(sk) : data_read(sk));
 		return 0;
 	}
 	if (!c) {
