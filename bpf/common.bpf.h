@@ -26,8 +26,8 @@ static __always_inline void stat_inc(__u32 idx)
 
 /*
  * Ring-buffer submit flags: wake the agent only once the buffer is a quarter full. It also
- * polls every 200 ms, so at thousands of events per second it wakes a few times, not per
- * event. `size` is the buffer's max_entries.
+ * drains them every 50 ms (agent/src/agent/mod.rs DRAIN_EVERY), so at thousands of events
+ * per second none is woken. `size` is the buffer's max_entries.
  */
 #define RB_LAZY(rb, size) \
 	(bpf_ringbuf_query((rb), BPF_RB_AVAIL_DATA) > (size) / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP)
