@@ -39,6 +39,25 @@ def counts(agent: Agent, port: int, base) -> dict:
     return out
 
 
+def read_all(agent: Agent, port: int, base, n: int) -> dict:
+    """counts() once n ClientHellos of the port are read (15 s at most) and the agent has
+    settled (so that one more would show)."""
+    deadline = time.time() + 15
+    while counts(agent, port, base)["read"] < n and time.time() < deadline:
+        time.sleep(0.3)
+    agent.settle()
+    return counts(agent, port, base)
+
+
+def assert_each_host_once(agent: Agent, port: int, base, tag: str, clients: tuple[str, ...]):
+    """Each client's 3 host names (`{client}-{i}-{tag}.example`) were read once each."""
+    m = since(agent.scrape(), base)
+    for i in range(3):
+        for who in clients:
+            assert value(m, "tlsprof_client_hellos_total", comm="nginx", port=str(port),
+                         sni=f"{who}-{i}-{tag}.example") == 1, (who, i)
+
+
 def openssl_client(port: int, host: str, *args: str, data: bytes = b"") -> str:
     out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", host, *args],
                          input=data, capture_output=True, timeout=20)
@@ -118,18 +137,10 @@ def test_every_connection_read_once(workdir, how):
                 python_client(srv.port, f"python-{i}-{tag}.example")
                 assert pieces_client(srv.port, f"pieces-{i}-{tag}.example") > 200
             n = 12
-            deadline = time.time() + 15
-            while counts(agent, srv.port, base)["read"] < n and time.time() < deadline:
-                time.sleep(0.3)
-            agent.settle()
-            c = counts(agent, srv.port, base)
+            c = read_all(agent, srv.port, base, n)
             assert c["read"] == n, c
             assert (c["unreadable"], c["cut"], c["lost"], c["malformed"]) == (0, 0, 0, 0), c
-            m = since(agent.scrape(), base)
-            for i in range(3):
-                for who in ("s-client", "curl", "python", "pieces"):
-                    assert value(m, "tlsprof_client_hellos_total", comm="nginx", port=str(srv.port),
-                                 sni=f"{who}-{i}-{tag}.example") == 1, (who, i)
+            assert_each_host_once(agent, srv.port, base, tag, ("s-client", "curl", "python", "pieces"))
     finally:
         srv.stop()
 
@@ -167,17 +178,9 @@ def test_listener_made_in_another_cgroup(workdir):
             for i in range(3):
                 openssl_client(srv.port, f"s-client-{i}-{tag}.example")
                 python_client(srv.port, f"python-{i}-{tag}.example")
-            deadline = time.time() + 15
-            while counts(agent, srv.port, base)["read"] < 6 and time.time() < deadline:
-                time.sleep(0.3)
-            agent.settle()
-            c = counts(agent, srv.port, base)
+            c = read_all(agent, srv.port, base, 6)
             assert c["read"] == 6, (c, agent.output()[-3000:])
-            m = since(agent.scrape(), base)
-            for i in range(3):
-                for who in ("s-client", "python"):
-                    assert value(m, "tlsprof_client_hellos_total", comm="nginx", port=str(srv.port),
-                                 sni=f"{who}-{i}-{tag}.example") == 1, (who, i)
+            assert_each_host_once(agent, srv.port, base, tag, ("s-client", "python"))
     finally:
         srv.stop()
         time.sleep(0.3)
@@ -204,17 +207,9 @@ def test_ipv6_connections_read_once(workdir):
                 out = subprocess.run(["curl", "-sk", "--resolve", f"{host}:{srv.port}:[::1]", f"https://{host}:{srv.port}/"],
                                      capture_output=True, timeout=20)
                 assert out.returncode == 0 and b"hello from nginx" in out.stdout, out
-            deadline = time.time() + 15
-            while counts(agent, srv.port, base)["read"] < 6 and time.time() < deadline:
-                time.sleep(0.3)
-            agent.settle()
-            c = counts(agent, srv.port, base)
+            c = read_all(agent, srv.port, base, 6)
             assert c["read"] == 6 and (c["unreadable"], c["cut"], c["lost"], c["malformed"]) == (0, 0, 0, 0), c
-            m = since(agent.scrape(), base)
-            for i in range(3):
-                for who in ("s-client", "curl"):
-                    assert value(m, "tlsprof_client_hellos_total", comm="nginx", port=str(srv.port),
-                                 sni=f"{who}-{i}-{tag}.example") == 1, (who, i)
+            assert_each_host_once(agent, srv.port, base, tag, ("s-client", "curl"))
     finally:
         srv.stop()
 

@@ -131,7 +131,8 @@ impl Ports {
         }
     }
 
-    /// The cgroup ids of the traced processes' listening sockets, as the last refresh found.
+    /// The cgroup ids of the traced processes' listening sockets and of learned ports'
+    /// listeners, as the last refresh found.
     pub fn listener_cgroups(&self) -> &[u64] {
         &self.listener_cgroups
     }
