@@ -82,7 +82,8 @@ fn port_labels(comm: &str, port: u16) -> PortLabels {
 
 /// The TIME_WAIT reading's share of one CPU at most: the kernel walks its TCP hash table
 /// for it (every bucket and socket of the namespace: ~6 ms per address family on a 24 GiB
-/// host, more with more sockets), so after a reading that took d the next waits
+/// host, more with more sockets), so after a reading that took d of this thread's CPU time
+/// (its wall time on a busy host also counts waiting for a CPU) the next waits
 /// d / DUMP_SHARE, or the scan interval if longer, and at most MAX_DUMP_GAP (a TIME_WAIT
 /// socket lives 60 s: each is still seen).
 const DUMP_SHARE: f64 = 0.005;
