@@ -107,6 +107,7 @@ int BPF_PROG(proc_fork, struct task_struct *parent, struct task_struct *child)
 	struct proc_traced *p = proc_of(ptgid);
 	if (p && !p->exited) {
 		proc_trace_now(ctgid);
+		req_process_started();
 		proc_notify(PROC_EV_FORK, ctgid, ptgid);
 	}
 	return 0;
@@ -131,6 +132,7 @@ int BPF_PROG(proc_exec, struct task_struct *task, pid_t old_pid, struct linux_bi
 			return 0;
 		proc_trace_now(tgid);
 	}
+	req_process_started();
 	proc_notify(PROC_EV_EXEC, tgid, 0);
 	return 0;
 }

@@ -45,6 +45,17 @@ static __always_inline const struct req_ctl *req_switches(void)
 	return bpf_map_lookup_elem(&req_ctl, &zero);
 }
 
+/* A traced process forked, or a process is traced from its exec: where the mode asked
+ * (reads_at_fork), the reads are on from here, before it runs. The agent hears of it later
+ * and keeps them on while the process's parent is traced (agent/src/bpf/loader.rs). */
+static __always_inline void req_process_started(void)
+{
+	__u32 zero = 0;
+	struct req_ctl *ctl = bpf_map_lookup_elem(&req_ctl, &zero);
+	if (ctl && ctl->reads_at_fork && !ctl->reads)
+		ctl->reads = 1;
+}
+
 /* A connection accepted: its requests are counted from what the client sends past `mark`
  * (tcp copied_seq), with its port's live counter `slot` (conn_port_stats.slot). */
 static __always_inline void req_accepted(struct req_conn *r, __u32 slot, __u32 mark)

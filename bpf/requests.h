@@ -19,10 +19,16 @@
 struct req_ctl {
 	__u32 sends_captured; /* wire_send is attached: requests and the end of TLS 1.3 handshakes
 			    * are seen from the server's sends, not from its reads */
-	__u32 reads;	   /* something needs the read side (requests.bpf.h): --exact (the kernel
-			    * estimate of processes that live for one connection), no
-			    * sends_captured, a traced process whose handshakes the kernel
-			    * estimates, or one with Go probes; else every read returns at once */
+	__u32 reads;	   /* something needs the read side (requests.bpf.h): --exact where
+			    * processes are found by their TLS (the kernel estimate of processes
+			    * that live for one connection), no sends_captured, a traced process
+			    * whose handshakes the kernel estimates, or one with Go probes; else
+			    * every read returns at once */
+	__u32 reads_at_fork; /* --exact with a selector: the read side stays attached, `reads`
+			      * off until a traced process forks, or a process is traced from
+			      * its exec (proc.bpf.h): then on, in the kernel, before the new
+			      * process runs (it may live for one connection, its handshake
+			      * over before the agent hears of it) */
 };
 
 /* requests.bpf.h's part of a connection's state (conn_state.req). */

@@ -83,3 +83,45 @@ def test_read_side_attached_only_while_needed(workdir):
         if lighttpd:
             lighttpd.stop()
         nginx.stop()
+
+
+def read_switch() -> dict:
+    """The read side's switches in the kernel (req_ctl, bpf/requests.h), as bpftool prints
+    them from the map's BTF."""
+    out = json.loads(subprocess.run(["bpftool", "-j", "map", "dump", "name", "req_ctl"], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert len(out) == 1, out
+    entry = out[0].get("formatted", out[0])
+    return entry["value"]
+
+
+def test_exact_reads_switched_on_at_fork(workdir):
+    """--exact with a selector: the read side (the kernel estimate of a process that lives
+    for one connection) stays attached but switched off while no traced process forks, and
+    the kernel switches it on at a fork, before the child runs (a reload's new workers
+    here). Every handshake is counted and timed either way."""
+    nginx = Nginx(workdir)
+    try:
+        with Agent("--comm", "nginx", "--exact", "--sample-hz", "0") as agent:
+            agent.wait_attached([nginx.pid, *nginx.workers()])
+            c = curl_connections(nginx.port, N, "X25519")
+            assert c == {"connects": N, "failed": 0}, c
+            agent.wait_value("tlsprof_handshake_cpu_seconds_count", N, comm="nginx", role="server")
+            assert read_switch()["reads_at_fork"] == 1
+            # estimated beside its probes until they are trusted (sightings.rs), then off
+            wait_for(lambda: read_switch()["reads"] == 0, 15,
+                     f"the reads switched off once nginx's probes were trusted ({agent.output()[-1500:]})")
+            assert read_side_links() > 0, "attached, for the kernel to switch on"
+
+            nginx.reload()
+            assert read_switch()["reads"] == 1, "switched on at the new workers' fork"
+            agent.wait_attached([nginx.pid, *nginx.workers()])
+            c = curl_connections(nginx.port, N, "X25519")
+            assert c == {"connects": N, "failed": 0}, c
+            agent.wait_value("tlsprof_handshake_cpu_seconds_count", 2 * N, comm="nginx", role="server")
+            time.sleep(1)  # one more would show
+            m = agent.scrape()
+            assert value(m, "tlsprof_handshakes_total", comm="nginx", role="server", result="ok") == 2 * N
+            assert value(m, "tlsprof_handshake_cpu_seconds_count", comm="nginx", role="server") == 2 * N
+    finally:
+        nginx.stop()

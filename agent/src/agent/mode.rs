@@ -65,10 +65,11 @@ impl Mode {
         self.sends_captured()
     }
 
-    /// Is the read side attached for the whole run? Where the probes stay attached and time
-    /// every handshake: a process that lives for one connection (inetd, a forking server's
+    /// Does the read side serve processes that live for one connection? Where the probes
+    /// stay attached and time every handshake: such a process (inetd's, a forking server's
     /// child) has its handshake before the agent knows it, and only the kernel estimate,
-    /// whose windows open at reads, times it. The reads do not mark connections as TLS for
+    /// whose windows open at reads, times it (the kernel decides when the reads are on:
+    /// agent/src/bpf/loader.rs `configure`). The reads do not mark connections as TLS for
     /// it (bpf/requests.bpf.h): where the wire counts, a connection the server wrote nothing
     /// on is the wire's failed handshake.
     pub fn reads_all_along(self) -> bool {

@@ -85,6 +85,8 @@ pub struct Kernel {
     /// read side is detached (readside.rs).
     readers: std::collections::BTreeSet<u32>,
     reads_all_along: bool,
+    /// No selector: processes are also found by their connections' TLS (`load`'s `find`).
+    finding: bool,
     estimated: std::collections::BTreeSet<u32>,
     pub(super) detacher: Detacher,
     /// Uprobes shared per file (shared_uprobes.rs), where tracefs allows.
@@ -261,6 +263,7 @@ impl Kernel {
         let ctl = cn::req_ctl {
             sends_captured: served.sends_captured().into(),
             reads: (!served.sends_captured()).into(),
+            reads_at_fork: 0,
         };
         req_ctl.set(0, ctl, 0).context("BPF map req_ctl")?;
         let read_hook = match served.of(READ_SIDE.name) {
@@ -304,6 +307,7 @@ impl Kernel {
             read_side,
             readers: Default::default(),
             reads_all_along: false,
+            finding: find,
             estimated: Default::default(),
             hello_cgroups,
             cpu_samples: Some(take(&mut ebpf, "cpu_samples")?),
@@ -314,17 +318,24 @@ impl Kernel {
         })
     }
 
-    /// Once, before anything is traced: `reads_all_along` (agent/mode.rs
-    /// Mode::reads_all_along) keeps the read side attached for the whole run, for the kernel
-    /// estimate of processes that live for one connection; else, where the server's sends
-    /// are captured, it is detached until something needs it (readside.rs).
-    pub fn configure(&mut self, reads_all_along: bool, btf: &Btf) -> Result<()> {
-        self.reads_all_along = reads_all_along;
+    /// Once, before anything is traced. `per_connection` (agent/mode.rs
+    /// Mode::reads_all_along): the kernel estimate must time processes that live for one
+    /// connection. Where processes are found by their TLS (no selector), any process's first
+    /// read may be such a handshake's: the reads are on for the whole run. With a selector,
+    /// such a process is a traced one's fork, or traced from its exec: the read side stays
+    /// attached, switched off, and the kernel switches it on at the first fork or exec
+    /// (`reads_at_fork`, bpf/proc.bpf.h), before the new process runs. Else, where the
+    /// server's sends are captured, it is detached until something needs it (readside.rs).
+    pub fn configure(&mut self, per_connection: bool, btf: &Btf) -> Result<()> {
+        self.reads_all_along = per_connection && self.finding;
         let mut ctl = self.ctl;
+        ctl.reads_at_fork = u32::from(per_connection && !self.finding);
         ctl.reads = self.reads_needed(&ctl).into();
         self.req_ctl.set(0, ctl, 0).context("BPF map req_ctl")?;
         self.ctl = ctl;
-        if ctl.reads == 0 {
+        if ctl.reads_at_fork != 0 {
+            self.read_side.stay_attached();
+        } else if ctl.reads == 0 {
             self.read_side.detach_at_start(&mut self.ebpf, btf);
         }
         Ok(())

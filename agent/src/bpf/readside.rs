@@ -1,7 +1,9 @@
 //! The read side (`req_recv` on `sock_recv_length`, or its fallbacks: bpf/requests.bpf.h)
 //! is attached only while something needs it: a process whose handshake CPU the kernel
 //! estimates, a Go process's probes, `--exact` (for the estimate of processes that live for
-//! one connection), or a kernel whose sends cannot be captured.
+//! one connection: without a selector all along; with one it stays attached, switched off
+//! until a traced process forks or execs, loader.rs `configure`), or a kernel whose sends
+//! cannot be captured.
 //! Attached, it runs at every socket read of the machine (~27 per new TLS connection, ~4 per
 //! keep-alive request, both ends of loopback traffic counted); the `req_ctl.reads` switch
 //! made each such run return after one array lookup, detaching it makes them not happen.
@@ -25,8 +27,8 @@ pub(super) struct ReadSide {
     hook: Option<Hook>,
     links: Vec<(&'static str, LinkRef)>,
     unneeded_since: Option<Instant>,
-    /// This kernel cannot attach its programs again once detached: attached for good, the
-    /// `req_ctl.reads` switch alone turns it off.
+    /// Attached for good, the `req_ctl.reads` switch alone turns it off: this kernel cannot
+    /// attach its programs again once detached, or the kernel switches it on by itself.
     pinned: bool,
 }
 
@@ -69,6 +71,12 @@ impl ReadSide {
                 }
             }
         }
+    }
+
+    /// Attached for the whole run, switched by `req_ctl.reads` alone: the kernel switches
+    /// it on by itself (`reads_at_fork`), which it could not do detached.
+    pub(super) fn stay_attached(&mut self) {
+        self.pinned = true;
     }
 
     /// Whether its programs are attached now.
