@@ -333,7 +333,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
         !args.no_client_hellos,
     )?;
     let mode = Mode::new(args.exact, kernel.served.sends_captured());
-    kernel.configure(mode.reads_all_along(), &btf)?;
+    kernel.configure(mode.per_connection_reads(), &btf)?;
     // The kernel's types are needed no further (every program is loaded and relocated):
     // their parse (~9 MiB) would stay resident.
     drop(btf);

@@ -72,7 +72,7 @@ impl Mode {
     /// agent/src/bpf/loader.rs `configure`). The reads do not mark connections as TLS for
     /// it (bpf/requests.bpf.h): where the wire counts, a connection the server wrote nothing
     /// on is the wire's failed handshake.
-    pub fn reads_all_along(self) -> bool {
+    pub fn per_connection_reads(self) -> bool {
         !self.budgeted()
     }
 
@@ -121,7 +121,7 @@ mod tests {
             // counts, a connection the server wrote nothing on is the wire's failed handshake
             // (closed before any TLS), in every mode.
             assert_eq!(mode.probes_count(false, false), !sends, "{mode:?}");
-            assert_eq!(mode.reads_all_along(), asked || !sends, "{mode:?}");
+            assert_eq!(mode.per_connection_reads(), asked || !sends, "{mode:?}");
         }
         assert!(
             Mode::Exact(ExactWhy::Asked).wire_counts(),

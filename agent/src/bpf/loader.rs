@@ -319,7 +319,7 @@ impl Kernel {
     }
 
     /// Once, before anything is traced. `per_connection` (agent/mode.rs
-    /// Mode::reads_all_along): the kernel estimate must time processes that live for one
+    /// Mode::per_connection_reads): the kernel estimate must time processes that live for one
     /// connection. Where processes are found by their TLS (no selector), any process's first
     /// read may be such a handshake's: the reads are on for the whole run. With a selector,
     /// such a process is a traced one's fork, or traced from its exec: the read side stays
