@@ -182,17 +182,23 @@ static __always_inline bool hs_thread_in_call(const struct hs_thread *t)
 	return t && t->depth;
 }
 
-/* Removes the thread's entry, ending its call if one is open: any thread may do this for any
- * other (the delete happens once, so does the count's decrement). */
-static __always_inline void hs_thread_drop(__u32 tid)
+/* Removes the thread's entry, ending its call if one is open. `alone`: the caller is the
+ * thread itself, or the thread is not running (sched_switch's next), so nothing ends the
+ * entry meanwhile. Otherwise (Go's cross-thread end, go_enter) the owner may be ending a
+ * call of its own in it with a plain store (hs_thread_end), which counts that end itself:
+ * the decrement here is only a Go stretch's, which every thread ends with a delete (the
+ * delete happens once, so does its decrement). A thread that then never ends its call
+ * leaves the count one too high, which costs lookups; never one too low, which would stop
+ * sched_switch from stopping a call's clock. */
+static __always_inline void hs_thread_drop(__u32 tid, bool alone)
 {
 	struct hs_thread *t = hs_thread_entry(tid);
 	if (!t)
 		return;
-	bool open = t->depth;
+	bool counted = t->depth && (alone || t->go);
 	if (bpf_map_delete_elem(&hs_threads, &tid) == 0) {
 		__sync_fetch_and_add(&hs_entries, -1);
-		if (open)
+		if (counted)
 			__sync_fetch_and_add(&hs_active, -1);
 	}
 	if (in_handshake_here(tid))
@@ -202,12 +208,15 @@ static __always_inline void hs_thread_drop(__u32 tid)
 /* Thread `tid` left its outermost call (or window) `t`. The entry stays for its next call
  * (no delete now, no insert then) when the thread itself ends a library call or an
  * estimate window: no other thread ends those, so a plain store suffices. A Go stretch,
- * which another thread may end (go_enter), goes with a delete; so does any entry while the
- * table holds HS_THREADS_KEPT or more (threads that handshook once stay, until they exit). */
+ * which another thread may end (go_enter), goes with a delete, and so does any entry ended
+ * by another thread (`t` may meanwhile hold that thread's next call: a store through it
+ * would end that one); so does any entry while the table holds HS_THREADS_KEPT or more
+ * (threads that handshook once stay, until they exit). */
 static __always_inline void hs_thread_end(__u32 tid, struct hs_thread *t)
 {
-	if (t->go || hs_entries >= HS_THREADS_KEPT) {
-		hs_thread_drop(tid);
+	bool own = tid == (__u32)bpf_get_current_pid_tgid();
+	if (!own || t->go || hs_entries >= HS_THREADS_KEPT) {
+		hs_thread_drop(tid, own);
 		return;
 	}
 	if (!t->depth)
@@ -219,29 +228,36 @@ static __always_inline void hs_thread_end(__u32 tid, struct hs_thread *t)
 }
 
 /* A thread's open call (or window) in hs_threads, NULL if none; an entry left behind by a
- * detach (the call entered before it never returns through the probe) is dropped on the way. */
-static __always_inline struct hs_thread *hs_live_in(__u32 tid, struct hs_thread *t)
+ * detach (the call entered before it never returns through the probe) is dropped on the
+ * way. `alone`: as hs_thread_drop's. */
+static __always_inline struct hs_thread *hs_live_in(__u32 tid, struct hs_thread *t, bool alone)
 {
 	if (!hs_thread_in_call(t))
 		return NULL;
 	if (hs_before_detach(t->tgid, t->enter_ns)) {
-		hs_thread_drop(tid); /* (also for a thread not running: sched_switch's next, go_enter's) */
+		hs_thread_drop(tid, alone);
 		return NULL;
 	}
 	return t;
 }
 
-/* hs_live_in, looked up. */
+/* hs_live_in, looked up, for the thread running here or one not running. */
 static __always_inline struct hs_thread *hs_live_thread(__u32 tid)
 {
-	return hs_live_in(tid, hs_thread_entry(tid));
+	return hs_live_in(tid, hs_thread_entry(tid), true);
+}
+
+/* hs_live_in, looked up, for a thread that may be running elsewhere (go_enter's). */
+static __always_inline struct hs_thread *hs_live_other(__u32 tid)
+{
+	return hs_live_in(tid, hs_thread_entry(tid), false);
 }
 
 /* A thread exited (proc.bpf.h): its entry goes, and one that dies inside a call never returns. */
 static __always_inline void hs_thread_exited(__u32 tid)
 {
 	if (hs_entries)
-		hs_thread_drop(tid);
+		hs_thread_drop(tid, true);
 }
 
 /* One handshake (or, `estimate` set, one part of the kernel estimate's) to the agent. */
@@ -333,7 +349,7 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 	HS_HIT(id >> 32, false);
 	struct hs_thread *e = hs_thread_entry(tid);
 	bool open = hs_thread_in_call(e);
-	struct hs_thread *t = hs_live_in(tid, e);
+	struct hs_thread *t = hs_live_in(tid, e, true);
 
 	if (t && t->est) {
 		/* The kernel estimate's window is open on this thread (its process's probes came

@@ -18,14 +18,30 @@ N = 20
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def bpftool_dump(name: str) -> list:
-    out = subprocess.run(["bpftool", "-j", "map", "dump", "name", name], capture_output=True, text=True, check=True)
-    return [e.get("formatted", e) for e in json.loads(out.stdout)]
+def agent_map(agent_pid: int, name: str) -> int:
+    """The id of the agent's map `name` (its descriptors' fdinfo: another tlsprof on the host
+    may hold a map of the same name)."""
+    held = set()
+    for fd in Path(f"/proc/{agent_pid}/fdinfo").iterdir():
+        for line in fd.read_text().splitlines():
+            if line.startswith("map_id:"):
+                held.add(int(line.split()[1]))
+    maps = json.loads(subprocess.run(["bpftool", "-j", "map", "show"], capture_output=True, text=True,
+                                     check=True).stdout)
+    ids = [m["id"] for m in maps if m.get("name") == name and m["id"] in held]
+    assert len(ids) == 1, (name, ids)
+    return ids[0]
 
 
-def hs_threads() -> dict[int, dict]:
+def dump(map_id: int) -> list:
+    out = subprocess.run(["bpftool", "-j", "map", "dump", "id", str(map_id)], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout)
+
+
+def hs_threads(agent_pid: int) -> dict[int, dict]:
     """hs_threads as the kernel holds it: tid -> entry."""
-    return {e["key"]: e["value"] for e in bpftool_dump("hs_threads")}
+    return {e["formatted"]["key"]: e["formatted"]["value"] for e in dump(agent_map(agent_pid, "hs_threads"))}
 
 
 def bss_offsets() -> dict[str, tuple[int, int]]:
@@ -45,18 +61,7 @@ def bss_offsets() -> dict[str, tuple[int, int]]:
 
 def globals_(agent_pid: int) -> dict[str, int]:
     """hs_active and hs_entries as the kernel holds them, in the agent's .bss map."""
-    maps = json.loads(subprocess.run(["bpftool", "-j", "map", "show"], capture_output=True, text=True,
-                                     check=True).stdout)
-    held = set()  # the agent's maps: its descriptors' fdinfo
-    for fd in Path(f"/proc/{agent_pid}/fdinfo").iterdir():
-        for line in fd.read_text().splitlines():
-            if line.startswith("map_id:"):
-                held.add(int(line.split()[1]))
-    bss = [m for m in maps if m.get("name") == ".bss" and m["id"] in held]
-    assert len(bss) == 1, bss
-    out = json.loads(subprocess.run(["bpftool", "-j", "map", "dump", "id", str(bss[0]["id"])], capture_output=True,
-                                    text=True, check=True).stdout)
-    raw = bytes(int(b, 16) for b in out[0]["value"])
+    raw = bytes(int(b, 16) for b in dump(agent_map(agent_pid, ".bss"))[0]["value"])
     return {name: int.from_bytes(raw[off:off + size], "little") for name, (off, size) in bss_offsets().items()}
 
 
@@ -70,7 +75,7 @@ def test_thread_entries_kept_between_calls_and_gone_at_exit(workdir):
             assert c == {"connects": N, "failed": 0}, c
             agent.wait_value("tlsprof_handshake_cpu_seconds_count", N, comm="nginx", role="server")
 
-            entries = hs_threads()
+            entries = hs_threads(agent.proc.pid)
             # the workers that served the handshakes (each a single thread: tid = pid), and
             # nothing else: no other thread of the machine has an entry
             assert entries and set(entries) <= old, (entries.keys(), old)
@@ -81,13 +86,13 @@ def test_thread_entries_kept_between_calls_and_gone_at_exit(workdir):
 
             nginx.reload()
             new = set(nginx.workers())
-            wait_for(lambda: not set(hs_threads()) & old, 10,
-                     f"the old workers' entries gone with them ({hs_threads().keys()}, {old})")
+            wait_for(lambda: not set(hs_threads(agent.proc.pid)) & old, 10,
+                     f"the old workers' entries gone with them ({hs_threads(agent.proc.pid).keys()}, {old})")
             agent.wait_attached([nginx.pid, *new])
             c = curl_connections(nginx.port, N, "X25519")
             assert c == {"connects": N, "failed": 0}, c
             agent.wait_value("tlsprof_handshake_cpu_seconds_count", 2 * N, comm="nginx", role="server")
-            entries = hs_threads()
+            entries = hs_threads(agent.proc.pid)
             assert entries and set(entries) <= new, (entries.keys(), new)
             assert all(e["depth"] == 0 for e in entries.values()), entries
             g = globals_(agent.proc.pid)
