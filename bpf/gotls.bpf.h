@@ -208,7 +208,7 @@ static __always_inline int go_enter(struct pt_regs *ctx, __u8 role)
 		 * here. Its stretch on the thread it left is closed, not left open there to take
 		 * the next goroutine's socket for this handshake's; the handshake goes on. */
 		__u32 old = again->tid;
-		struct hs_thread *left = hs_live_other(old);
+		struct hs_thread *left = hs_live_thread(old);
 		if (left && left->go && left->ssl == conn)
 			go_park(old, left);
 		again->tid = tid;

@@ -38,9 +38,8 @@ static __always_inline void hs_link_membio(__u32 tid, __u32 tgid, __u64 conn_id,
 static __always_inline void hs_thread_exited(__u32 tid);
 static __always_inline bool hs_before_detach(__u32 tgid, __u64 ns);
 static __always_inline struct hs_thread *hs_live_thread(__u32 tid);
-static __always_inline struct hs_thread *hs_live_other(__u32 tid);
 static __always_inline void hs_set_oncpu(__u32 tid);
-static __always_inline void hs_thread_end(__u32 tid, struct hs_thread *t);
+static __always_inline void hs_thread_done(__u32 tid);
 static __always_inline void hs_open(__u32 tid, __u32 tgid, __u64 ssl, __u8 role, __u8 go);
 static __always_inline void hs_call_end(__u32 tid, struct hs_thread *t, __u8 outcome, bool membio);
 static __always_inline void hs_emit(__u32 tgid, const struct hs_state *st, __u8 result, __u8 estimate);
