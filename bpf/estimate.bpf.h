@@ -45,7 +45,7 @@ static __always_inline void est_close(__u32 tid, struct hs_thread *t)
 		.conn_start = t->conn_start,
 	};
 	__u32 tgid = t->tgid;
-	hs_thread_done(tid);
+	hs_thread_end(tid, t, true);
 	hs_emit(tgid, &part, HS_RESULT_OK, 1);
 }
 

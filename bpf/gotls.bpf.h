@@ -208,9 +208,9 @@ static __always_inline int go_enter(struct pt_regs *ctx, __u8 role)
 		 * here. Its stretch on the thread it left is closed, not left open there to take
 		 * the next goroutine's socket for this handshake's; the handshake goes on. */
 		__u32 old = again->tid;
-		struct hs_thread *left = hs_live_thread(old);
+		struct hs_thread *left = hs_live_other(old);
 		if (left && left->go && left->ssl == conn)
-			go_park(old, left);
+			hs_call_end_by(old, left, HS_CALL_AGAIN, false, false); /* go_park, from another thread */
 		again->tid = tid;
 		hs_open(tid, tgid, conn, role, 1);
 		return 0;

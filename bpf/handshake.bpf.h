@@ -28,6 +28,9 @@
 #include "handshake.h"
 #include "proc.h" /* PROC_TRACED_ENTRIES */
 
+/* Per thread of a traced process: its handshake call (or estimate window) while one is open,
+ * kept between calls (depth 0) while fewer than HS_THREADS_KEPT are (hs_entries); an entry
+ * goes when its thread exits. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
@@ -95,6 +98,12 @@ struct {
  */
 __u32 hs_active = 0;
 
+/* Entries in hs_threads, in a call or kept between calls; a thread's entry stays between its
+ * calls (an insert and a delete fewer per call) while fewer than HS_THREADS_KEPT are there,
+ * half the table: the other half is for threads that have none yet. */
+__u32 hs_entries = 0;
+#define HS_THREADS_KEPT 8192
+
 /* Set once a memory-BIO server's handshake call has ended (hs_last has had an entry): until
  * then a server's first send looks up no hs_last entry. */
 __u32 hs_membio_seen = 0;
@@ -161,32 +170,95 @@ static __always_inline bool in_handshake_here(__u32 tid)
 	return c && c->in_hs == tid;
 }
 
-/* The thread left its outermost handshake call (or died inside it). */
-static __always_inline void hs_thread_done(__u32 tid)
+/* The thread's entry as it is, in a call or not, NULL if it has none. */
+static __always_inline struct hs_thread *hs_thread_entry(__u32 tid)
 {
-	if (bpf_map_delete_elem(&hs_threads, &tid) == 0)
-		__sync_fetch_and_add(&hs_active, -1);
+	return bpf_map_lookup_elem(&hs_threads, &tid);
+}
+
+/* The entry is inside a call (or window): depth 0 is a kept entry between calls. */
+static __always_inline bool hs_thread_in_call(const struct hs_thread *t)
+{
+	return t && t->depth;
+}
+
+/* Removes the thread's entry, ending its call if one is open. `alone`: the caller is the
+ * thread itself, or the thread is not running (sched_switch's next), so nothing ends the
+ * entry meanwhile. Otherwise (Go's cross-thread end, go_enter) the owner may be ending a
+ * call of its own in it with a plain store (hs_thread_end), which counts that end itself:
+ * the decrement here is only a Go stretch's, which every thread ends with a delete (the
+ * delete happens once, so does its decrement). A thread that then never ends its call
+ * leaves the count one too high, which costs lookups; never one too low, which would stop
+ * sched_switch from stopping a call's clock. */
+static __always_inline void hs_thread_drop(__u32 tid, bool alone)
+{
+	struct hs_thread *t = hs_thread_entry(tid);
+	if (!t)
+		return;
+	bool counted = t->depth && (alone || t->go);
+	if (bpf_map_delete_elem(&hs_threads, &tid) == 0) {
+		__sync_fetch_and_add(&hs_entries, -1);
+		if (counted)
+			__sync_fetch_and_add(&hs_active, -1);
+	}
 	if (in_handshake_here(tid))
 		hs_set_oncpu(0);
 }
 
-/* A thread's entry in hs_threads, NULL if none; an entry left behind by a detach (the
- * call entered before it never returns through the probe) is dropped on the way. */
-static __always_inline struct hs_thread *hs_live_thread(__u32 tid)
+/* Thread `tid` left its outermost call (or window) `t`; `own`: the thread running here is
+ * `tid`. The entry stays for its next call (no delete now, no insert then) when the thread itself ends a library call or an
+ * estimate window: no other thread ends those, so a plain store suffices. A Go stretch,
+ * which another thread may end (go_enter), goes with a delete, and so does any entry ended
+ * by another thread (`t` may meanwhile hold that thread's next call: a store through it
+ * would end that one); so does any entry while the table holds HS_THREADS_KEPT or more
+ * (threads that handshook once stay, until they exit). */
+static __always_inline void hs_thread_end(__u32 tid, struct hs_thread *t, bool own)
 {
-	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
-	if (t && hs_before_detach(t->tgid, t->enter_ns)) {
-		hs_thread_done(tid);
+	/* (inlined: see conn_handshake_io for why, and for what the send capture's
+	 * verification costs) */
+	if (!own || t->go || hs_entries >= HS_THREADS_KEPT) {
+		hs_thread_drop(tid, own);
+		return;
+	}
+	if (!t->depth)
+		return;
+	t->depth = 0;
+	__sync_fetch_and_add(&hs_active, -1);
+	if (in_handshake_here(tid))
+		hs_set_oncpu(0);
+}
+
+/* A thread's open call (or window) in hs_threads, NULL if none; an entry left behind by a
+ * detach (the call entered before it never returns through the probe) is dropped on the
+ * way. `alone`: as hs_thread_drop's. */
+static __always_inline struct hs_thread *hs_live_in(__u32 tid, struct hs_thread *t, bool alone)
+{
+	if (!hs_thread_in_call(t))
+		return NULL;
+	if (hs_before_detach(t->tgid, t->enter_ns)) {
+		hs_thread_drop(tid, alone);
 		return NULL;
 	}
 	return t;
 }
 
-/* A thread exited (proc.bpf.h): one that dies inside a handshake call never returns. */
+/* hs_live_in, looked up, for the thread running here or one not running. */
+static __always_inline struct hs_thread *hs_live_thread(__u32 tid)
+{
+	return hs_live_in(tid, hs_thread_entry(tid), true);
+}
+
+/* hs_live_in, looked up, for a thread that may be running elsewhere (go_enter's). */
+static __always_inline struct hs_thread *hs_live_other(__u32 tid)
+{
+	return hs_live_in(tid, hs_thread_entry(tid), false);
+}
+
+/* A thread exited (proc.bpf.h): its entry goes, and one that dies inside a call never returns. */
 static __always_inline void hs_thread_exited(__u32 tid)
 {
-	if (hs_active)
-		hs_thread_done(tid);
+	if (hs_entries)
+		hs_thread_drop(tid, true);
 }
 
 /* One handshake (or, `estimate` set, one part of the kernel estimate's) to the agent. */
@@ -217,26 +289,40 @@ static __always_inline bool hs_any_active(void)
 	return hs_active != 0;
 }
 
-/* The thread's entry in hs_threads as it is, NULL if none (hs_live_thread also drops one a
- * detach left behind). */
+/* The thread's open call (or window) as it is, NULL if none (hs_live_thread also drops one
+ * a detach left behind). */
 static __always_inline struct hs_thread *hs_thread_of(__u32 tid)
 {
-	return bpf_map_lookup_elem(&hs_threads, &tid);
+	struct hs_thread *t = hs_thread_entry(tid);
+	return hs_thread_in_call(t) ? t : NULL;
 }
 
-/* The thread's call (or window) `nt` begins; false if hs_threads is full. A thread starts
- * only its own tid, which its caller found absent: no race. */
-static __always_inline bool hs_thread_start(__u32 tid, const struct hs_thread *nt)
+/* The thread's call (or window) `nt` begins, in `t`, the thread's kept entry, if it has one
+ * (no call of its own is open: the caller checked); false if hs_threads is full. A thread
+ * starts only its own tid: no race. */
+static __always_inline bool hs_thread_start_in(__u32 tid, struct hs_thread *t, const struct hs_thread *nt)
 {
-	if (!map_insert(&hs_threads, &tid, nt, BPF_NOEXIST, STAT_HS_THREAD_MAP_FULL))
-		return false;
+	if (t) {
+		*t = *nt;
+	} else {
+		if (!map_insert(&hs_threads, &tid, nt, BPF_NOEXIST, STAT_HS_THREAD_MAP_FULL))
+			return false;
+		__sync_fetch_and_add(&hs_entries, 1);
+	}
 	__sync_fetch_and_add(&hs_active, 1);
 	hs_set_oncpu(tid);
 	return true;
 }
 
-/* The thread enters a handshake call on `ssl` (no call of its own is open: the caller checked). */
-static __always_inline void hs_open(__u32 tid, __u32 tgid, __u64 ssl, __u8 role, __u8 go)
+/* hs_thread_start_in, the entry looked up. */
+static __always_inline bool hs_thread_start(__u32 tid, const struct hs_thread *nt)
+{
+	return hs_thread_start_in(tid, hs_thread_entry(tid), nt);
+}
+
+/* The thread enters a handshake call on `ssl` in its entry `e` (kept, or NULL: none), no
+ * call of its own open (the caller checked). */
+static __always_inline void hs_open_in(__u32 tid, struct hs_thread *e, __u32 tgid, __u64 ssl, __u8 role, __u8 go)
 {
 	__u64 now = bpf_ktime_get_ns();
 	struct hs_thread nt = {
@@ -248,7 +334,13 @@ static __always_inline void hs_open(__u32 tid, __u32 tgid, __u64 ssl, __u8 role,
 		.role = role,
 		.go = go,
 	};
-	hs_thread_start(tid, &nt);
+	hs_thread_start_in(tid, e, &nt);
+}
+
+/* hs_open_in, the entry looked up. */
+static __always_inline void hs_open(__u32 tid, __u32 tgid, __u64 ssl, __u8 role, __u8 go)
+{
+	hs_open_in(tid, hs_thread_entry(tid), tgid, ssl, role, go);
 }
 
 static __always_inline int hs_enter(void *ssl, __u8 role)
@@ -256,7 +348,9 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	HS_HIT(id >> 32, false);
-	struct hs_thread *t = hs_live_thread(tid);
+	struct hs_thread *e = hs_thread_entry(tid);
+	bool open = hs_thread_in_call(e);
+	struct hs_thread *t = hs_live_in(tid, e, true);
 
 	if (t && t->est) {
 		/* The kernel estimate's window is open on this thread (its process's probes came
@@ -272,7 +366,7 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 		 * entry probe attached before the return probe while the call was under way, a
 		 * return the kernel could not hook). Left, it would make every later call of
 		 * the thread look nested in it, and none would end. */
-		hs_thread_done(tid);
+		hs_thread_end(tid, t, true);
 		t = NULL;
 	}
 	if (t) {
@@ -282,7 +376,8 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 			t->role = role;
 		return 0;
 	}
-	hs_open(tid, id >> 32, (__u64)ssl, role, 0);
+	/* the entry as looked up, unless a call in it was ended on the way (and maybe deleted) */
+	hs_open_in(tid, open ? hs_thread_entry(tid) : e, id >> 32, (__u64)ssl, role, 0);
 	return 0;
 }
 
@@ -291,7 +386,7 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
  * kernel estimate's (estimate.bpf.h), not a TLS library call. */
 static __always_inline bool hs_link_io(__u32 tid, __u64 conn_id, __u64 conn_start)
 {
-	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	struct hs_thread *t = hs_thread_of(tid);
 	if (t && t->est)
 		return false;
 	if (t) {
@@ -331,7 +426,8 @@ static __always_inline void hs_link_membio(__u32 tid, __u32 tgid, __u64 conn_id,
  * its connection's handshake, which is reported when done or failed. `membio`: a server
  * call without socket I/O of its own may have left its flight for the thread's next write
  * (a library call; not a Go goroutine's part, whose next write may be another's). */
-static __always_inline void hs_call_end(__u32 tid, struct hs_thread *t, __u8 outcome, bool membio)
+static __always_inline void hs_call_end_by(__u32 tid, struct hs_thread *t, __u8 outcome, bool membio,
+					    const bool own)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cpu = t->cpu_ns + (t->oncpu_ns ? now - t->oncpu_ns : 0);
@@ -340,7 +436,7 @@ static __always_inline void hs_call_end(__u32 tid, struct hs_thread *t, __u8 out
 	__u8 role = t->role;
 	__u8 io = t->io;
 	__u64 conn_id = t->conn_id, conn_start = t->conn_start;
-	hs_thread_done(tid);
+	hs_thread_end(tid, t, own);
 	if (membio && !io && role == HS_ROLE_SERVER) {
 		/* a server handshake on a memory BIO: see cpu_now.after_hs and hs_last */
 		struct cpu_now *c = this_cpu();
@@ -387,12 +483,18 @@ static __always_inline void hs_call_end(__u32 tid, struct hs_thread *t, __u8 out
 	}
 }
 
+/* hs_call_end_by, ended by the thread itself. */
+static __always_inline void hs_call_end(__u32 tid, struct hs_thread *t, __u8 outcome, bool membio)
+{
+	hs_call_end_by(tid, t, outcome, membio, true);
+}
+
 static __always_inline int hs_return(__u8 outcome)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	HS_HIT(id >> 32, true);
-	struct hs_thread *t = bpf_map_lookup_elem(&hs_threads, &tid);
+	struct hs_thread *t = hs_thread_of(tid);
 
 	if (!t) {
 		stat_inc(STAT_HS_UNMATCHED_RETURN); /* not a failure: stats.h */

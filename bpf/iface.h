@@ -38,10 +38,13 @@ static __always_inline void hs_link_membio(__u32 tid, __u32 tgid, __u64 conn_id,
 static __always_inline void hs_thread_exited(__u32 tid);
 static __always_inline bool hs_before_detach(__u32 tgid, __u64 ns);
 static __always_inline struct hs_thread *hs_live_thread(__u32 tid);
+static __always_inline struct hs_thread *hs_live_other(__u32 tid);
 static __always_inline void hs_set_oncpu(__u32 tid);
-static __always_inline void hs_thread_done(__u32 tid);
+static __always_inline void hs_thread_end(__u32 tid, struct hs_thread *t, bool own);
 static __always_inline void hs_open(__u32 tid, __u32 tgid, __u64 ssl, __u8 role, __u8 go);
 static __always_inline void hs_call_end(__u32 tid, struct hs_thread *t, __u8 outcome, bool membio);
+static __always_inline void hs_call_end_by(__u32 tid, struct hs_thread *t, __u8 outcome, bool membio,
+					    const bool own);
 static __always_inline void hs_emit(__u32 tgid, const struct hs_state *st, __u8 result, __u8 estimate);
 static __always_inline bool hs_any_active(void);
 static __always_inline struct hs_thread *hs_thread_of(__u32 tid);
@@ -69,7 +72,7 @@ static __always_inline struct conn_state *conn_adopt(const struct sock *sk, __u6
 static __always_inline bool conn_port_maybe(__u32 port);
 static __always_inline __u8 conn_port_kinds(__u32 port);
 static __always_inline void conn_mark_tls(struct conn_state *c);
-static __always_inline void conn_handshake_io(struct conn_state *c, __u32 tid);
+static __noinline int conn_handshake_io(struct conn_state *c, __u32 tid);
 
 /* requests.bpf.h: requests per connection (conn_state.req) */
 static __always_inline void req_accepted(struct req_conn *r, __u32 slot, __u32 mark);
