@@ -513,9 +513,10 @@ static __always_inline void conn_mark_tls(struct conn_state *c)
  * (A function of its own. The send capture's walk follows it, and after a call the caller's
  * state is one whichever way the call went. Inlined, its branches reached the bounded walk
  * as one more state to verify the walk from: with hs_threads' kept entries Linux 6.1 stopped
- * the kprobe send program at a million instructions (6.18: 694,000 against 651,000); as a
- * function, 6.1 loads it in a few seconds. hs_thread_end stays inlined: as a function too,
- * it made Linux 5.10's verifier run on past 200 s over the fentry send program.) */
+ * the kprobe send program at a million instructions (6.18: 694,000 against 651,000, as
+ * scripts/verifier-cost.sh counts them); as a function, 6.1 loads it. hs_thread_end stays
+ * inlined: as a function too, it made Linux 5.10's verifier run on past 200 s over the
+ * fentry send program.) */
 static __noinline int conn_handshake_io(struct conn_state *c, __u32 tid)
 {
 	if (hs_link_io(tid, c->life.id, c->life.start_ns))
