@@ -210,7 +210,7 @@ static __always_inline int go_enter(struct pt_regs *ctx, __u8 role)
 		__u32 old = again->tid;
 		struct hs_thread *left = hs_live_other(old);
 		if (left && left->go && left->ssl == conn)
-			hs_call_end_by(old, left, HS_CALL_AGAIN, false, false); /* go_park, from another thread */
+			hs_call_end_by(old, left, HS_CALL_AGAIN, false, false, bpf_ktime_get_ns()); /* go_park, from another thread */
 		again->tid = tid;
 		hs_open(tid, tgid, conn, role, 1);
 		return 0;

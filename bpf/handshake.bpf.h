@@ -155,6 +155,9 @@ static __always_inline void hs_hit_end(struct hs_hit_timer *tm)
 /* Counts this probe hit and times the rest of the program. */
 #define HS_HIT(tgid, ret) \
 	struct hs_hit_timer hs_timer_ __attribute__((cleanup(hs_hit_end), unused)) = hs_count_hit(tgid, ret)
+/* The time of the hit, as HS_HIT read it: the time a call enters or returns (one clock read
+ * fewer per hit; the program's own lookups before it are not the call's). */
+#define HS_HIT_NS (hs_timer_.t0)
 
 static __always_inline void hs_set_oncpu(__u32 tid)
 {
@@ -320,11 +323,11 @@ static __always_inline bool hs_thread_start(__u32 tid, const struct hs_thread *n
 	return hs_thread_start_in(tid, hs_thread_entry(tid), nt);
 }
 
-/* The thread enters a handshake call on `ssl` in its entry `e` (kept, or NULL: none), no
- * call of its own open (the caller checked). */
-static __always_inline void hs_open_in(__u32 tid, struct hs_thread *e, __u32 tgid, __u64 ssl, __u8 role, __u8 go)
+/* The thread enters a handshake call on `ssl` at `now` in its entry `e` (kept, or NULL:
+ * none), no call of its own open (the caller checked). */
+static __always_inline void hs_open_in(__u32 tid, struct hs_thread *e, __u32 tgid, __u64 ssl, __u8 role, __u8 go,
+				       __u64 now)
 {
-	__u64 now = bpf_ktime_get_ns();
 	struct hs_thread nt = {
 		.ssl = ssl,
 		.enter_ns = now,
@@ -340,7 +343,7 @@ static __always_inline void hs_open_in(__u32 tid, struct hs_thread *e, __u32 tgi
 /* hs_open_in, the entry looked up. */
 static __always_inline void hs_open(__u32 tid, __u32 tgid, __u64 ssl, __u8 role, __u8 go)
 {
-	hs_open_in(tid, hs_thread_entry(tid), tgid, ssl, role, go);
+	hs_open_in(tid, hs_thread_entry(tid), tgid, ssl, role, go, bpf_ktime_get_ns());
 }
 
 static __always_inline int hs_enter(void *ssl, __u8 role)
@@ -377,7 +380,7 @@ static __always_inline int hs_enter(void *ssl, __u8 role)
 		return 0;
 	}
 	/* the entry as looked up, unless a call in it was ended on the way (and maybe deleted) */
-	hs_open_in(tid, open ? hs_thread_entry(tid) : e, id >> 32, (__u64)ssl, role, 0);
+	hs_open_in(tid, open ? hs_thread_entry(tid) : e, id >> 32, (__u64)ssl, role, 0, HS_HIT_NS);
 	return 0;
 }
 
@@ -427,9 +430,8 @@ static __always_inline void hs_link_membio(__u32 tid, __u32 tgid, __u64 conn_id,
  * call without socket I/O of its own may have left its flight for the thread's next write
  * (a library call; not a Go goroutine's part, whose next write may be another's). */
 static __always_inline void hs_call_end_by(__u32 tid, struct hs_thread *t, __u8 outcome, bool membio,
-					    const bool own)
+					    const bool own, __u64 now)
 {
-	__u64 now = bpf_ktime_get_ns();
 	__u64 cpu = t->cpu_ns + (t->oncpu_ns ? now - t->oncpu_ns : 0);
 	struct hs_key key = { .ssl = t->ssl, .tgid = t->tgid };
 	__u64 enter_ns = t->enter_ns;
@@ -483,10 +485,10 @@ static __always_inline void hs_call_end_by(__u32 tid, struct hs_thread *t, __u8 
 	}
 }
 
-/* hs_call_end_by, ended by the thread itself. */
+/* hs_call_end_by, ended now by the thread itself. */
 static __always_inline void hs_call_end(__u32 tid, struct hs_thread *t, __u8 outcome, bool membio)
 {
-	hs_call_end_by(tid, t, outcome, membio, true);
+	hs_call_end_by(tid, t, outcome, membio, true, bpf_ktime_get_ns());
 }
 
 static __always_inline int hs_return(__u8 outcome)
@@ -504,7 +506,7 @@ static __always_inline int hs_return(__u8 outcome)
 		t->depth--;
 		return 0;
 	}
-	hs_call_end(tid, t, outcome, true);
+	hs_call_end_by(tid, t, outcome, true, true, HS_HIT_NS);
 	return 0;
 }
 
