@@ -91,10 +91,11 @@ struct {
  * host without Go probes, the socket hooks stop at this one load. */
 __u64 go_open = 0;
 
-/* The goroutine's stretch on this thread is over; its handshake goes on elsewhere. */
-static __always_inline void go_park(__u32 tid, struct hs_thread *t)
+/* The goroutine's stretch on thread `tid` is over; its handshake goes on elsewhere. `own`:
+ * `tid` is the thread running here (go_enter also ends another thread's stretch). */
+static __always_inline void go_park(__u32 tid, struct hs_thread *t, const bool own)
 {
-	hs_call_end(tid, t, HS_CALL_AGAIN, false);
+	hs_call_end_by(tid, t, HS_CALL_AGAIN, false, own, bpf_ktime_get_ns());
 }
 
 /* A Go handshake stretch links its connection at its first socket I/O. */
@@ -128,9 +129,9 @@ static __always_inline void go_on_read(const struct conn_state *c, int ret)
 		if (!t->conn_id)
 			go_link(t, c);
 		if (t->conn_id != c->life.id)
-			go_park(tid, t); /* another goroutine reads here now */
+			go_park(tid, t, true); /* another goroutine reads here now */
 		else if (ret == -EAGAIN)
-			go_park(tid, t); /* this one parks until its connection is readable */
+			go_park(tid, t, true); /* this one parks until its connection is readable */
 		else
 			return;
 	}
@@ -174,7 +175,7 @@ static __always_inline void go_before_send(const struct conn_state *c)
 	if (!t->conn_id)
 		go_link(t, c);
 	else if (t->conn_id != c->life.id)
-		go_park(tid, t);
+		go_park(tid, t, true);
 }
 
 static __always_inline int go_enter(struct pt_regs *ctx, __u8 role)
@@ -198,7 +199,7 @@ static __always_inline int go_enter(struct pt_regs *ctx, __u8 role)
 		if (t->est)
 			est_close(tid, t);
 		else if (t->go)
-			go_park(tid, t); /* the goroutine that was here has left */
+			go_park(tid, t, true); /* the goroutine that was here has left */
 		else
 			return 0;
 	}
@@ -210,7 +211,7 @@ static __always_inline int go_enter(struct pt_regs *ctx, __u8 role)
 		__u32 old = again->tid;
 		struct hs_thread *left = hs_live_other(old);
 		if (left && left->go && left->ssl == conn)
-			hs_call_end_by(old, left, HS_CALL_AGAIN, false, false, bpf_ktime_get_ns()); /* go_park, from another thread */
+			go_park(old, left, false);
 		again->tid = tid;
 		hs_open(tid, tgid, conn, role, 1);
 		return 0;
@@ -262,7 +263,7 @@ int BPF_KPROBE(hs_go_return)
 		if (t->est)
 			est_close(tid, t);
 		else if (t->go)
-			go_park(tid, t);
+			go_park(tid, t, true);
 		else
 			return 0;
 		t = NULL;

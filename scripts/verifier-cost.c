@@ -17,9 +17,13 @@ static int set_rodata(struct bpf_object *o, const char *name, unsigned value)
 	struct btf *btf = bpf_object__btf(o);
 	int id = btf ? btf__find_by_name_kind(btf, ".rodata", BTF_KIND_DATASEC) : -1;
 	struct bpf_map *m, *ro = NULL;
-	bpf_object__for_each_map(m, o)
-		if (strstr(bpf_map__name(m), ".rodata"))
+	bpf_object__for_each_map(m, o) {
+		/* the .rodata section's map (libbpf names it <object>.rodata), not .rodata.<suffix>'s */
+		const char *n = bpf_map__name(m);
+		size_t len = strlen(n);
+		if (len >= 7 && !strcmp(n + len - 7, ".rodata"))
 			ro = m;
+	}
 	if (id < 0 || !ro)
 		return -1;
 	const struct btf_type *t = btf__type_by_id(btf, id);
