@@ -22,7 +22,11 @@ code: the worst window, the first 10 s and the whole run, each the median over -
 (and their range), and in the --lead s before it starts (a control: it must read 0).
 Not in it: what tlsprof costs the server indirectly (caches its programs evict), and the
 agent's own process (bench/overhead.py reports its CPU).
-Usage: bench/attributed.py [--runs N] [--seconds S] [--modes default,exact,min-budget]
+The floor arms (--modes floor-empty,floor-count) attach no tlsprof but one program of
+bench/floor/floor.bpf.c on the send hook tlsprof counts requests at: one that returns at
+once, and one that keeps a counter per socket; what any kernel-side request count costs the
+worker at the least, on this host, measured the same way.
+Usage: bench/attributed.py [--runs N] [--seconds S] [--modes default,exact,min-budget,floor-empty,floor-count]
 Needs perf (Debian: linux-perf).
 """
 import argparse
@@ -43,6 +47,11 @@ from harness.servers import Nginx  # noqa: E402
 
 MODES = {"default": "--comm nginx", "no-hellos": "--comm nginx --no-client-hellos", "exact": "--comm nginx --exact",
          "min-budget": "--comm nginx --overhead-budget 0.001%"}
+# Arms that are not tlsprof (bench/floor/floor.bpf.c): one program on the send hook tlsprof
+# counts requests at, that returns at once or keeps a counter per socket: what any kernel-side
+# request count costs the server at the least.
+FLOORS = {"floor-empty": "floor_empty", "floor-count": "floor_count"}
+FLOOR_DIR = Path(__file__).resolve().parent / "floor"
 WINDOWS = (2, 4, 10, 30)
 # Probe hits below which a run's trap cost against its charge is not said: at 2999 Hz a
 # worker's samples in its traps are then a handful or none.
@@ -82,8 +91,36 @@ def shares(got, t0: float, start: float, length: float) -> tuple[float, float, f
     return part.count("probes") / n, part.count("tracepoints") / n, len(part)
 
 
+class Floor:
+    """A floor arm's program (FLOORS), attached by bench/floor/floor.c from entry to exit;
+    both are built into `work` on first use (clang, libbpf-dev)."""
+
+    def __init__(self, program: str, work: Path):
+        self.program, self.obj, self.loader = program, work / "floor.bpf.o", work / "floor"
+        if not self.loader.exists():
+            arch = "arm64" if os.uname().machine == "aarch64" else "x86"
+            bpf = FLOOR_DIR.parent.parent / "bpf"
+            subprocess.run(["clang", "-g", "-O2", "-target", "bpfel", "-Wall", "-Werror", f"-D__TARGET_ARCH_{arch}",
+                            "-I", str(bpf), "-c", str(FLOOR_DIR / "floor.bpf.c"), "-o", str(self.obj)], check=True)
+            subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(self.loader), str(FLOOR_DIR / "floor.c"),
+                            "-lbpf"], check=True)
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([str(self.loader), str(self.obj), self.program], stdout=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "attached":
+            self.proc.wait(timeout=30)
+            raise SystemExit(f"bench: the floor program {self.program} did not attach (its line above says why)")
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
 def one_run(nginx, worker, mode, args, work: Path):
     flags, path = WORKLOADS[args.workload]
+    floor = mode in FLOORS
+    arm = Floor(FLOORS[mode], work) if floor else Attached(MODES[mode], worker)  # (a floor's build before any load)
 
     def load():
         return subprocess.Popen([*CLIENT_PIN, "ab", "-q", "-t", str(2 * args.lead + args.seconds + 30), "-n",
@@ -97,7 +134,7 @@ def one_run(nginx, worker, mode, args, work: Path):
                                  "-o", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(args.lead)
         t0 = time.monotonic()
-        with Attached(MODES[mode], worker) as att:
+        with arm as att:
             ready = time.monotonic() - t0
             if "-k" in flags:
                 # keep-alive: the connections opened again now that tlsprof is attached, as a
@@ -108,12 +145,14 @@ def one_run(nginx, worker, mode, args, work: Path):
                 ab = load()
             cpu0 = cpu_ns(worker)
             time.sleep(max(0.0, t0 + args.seconds - time.monotonic()))
-            # what the overhead budget charged for the worker's probes, against its CPU
-            charged = att.agent.value("tlsprof_probe_cpu_seconds_total", comm="nginx")
             worker_cpu = (cpu_ns(worker) - cpu0) / 1e9
-            cal = {k: att.agent.value("tlsprof_probe_hit_cost_seconds", probe=k) for k in ("uprobe_emulated", "uretprobe")}
-            hits = att.agent.value("tlsprof_probe_hits_total", comm="nginx")
-            programs = att.agent.value("tlsprof_probe_program_seconds_total", comm="nginx")
+            if not floor:
+                # what the overhead budget charged for the worker's probes, against its CPU
+                charged = att.agent.value("tlsprof_probe_cpu_seconds_total", comm="nginx")
+                cal = {k: att.agent.value("tlsprof_probe_hit_cost_seconds", probe=k)
+                       for k in ("uprobe_emulated", "uretprobe")}
+                hits = att.agent.value("tlsprof_probe_hits_total", comm="nginx")
+                programs = att.agent.value("tlsprof_probe_program_seconds_total", comm="nginx")
         perf.send_signal(2)
         perf.wait(timeout=60)
     finally:
@@ -121,6 +160,8 @@ def one_run(nginx, worker, mode, args, work: Path):
         ab.wait(timeout=30)
     got = samples(data, worker)
     data.unlink()
+    if floor:
+        return got, t0, ready, 0.0, f"not tlsprof: {FLOORS[mode]} alone on tcp_sendmsg_locked"
     # what a hit cost the worker (perf: the probes' share of its samples since attached,
     # of its CPU), against what the calibration said (entry, return) and the programs
     paid = shares(got, t0, ready, args.seconds - ready)[0] * worker_cpu
@@ -148,6 +189,10 @@ def print_timeline(got, t0, args):
         top = sorted({n: ours.count(n) for n in ours}.items(), key=lambda x: -x[1])[:4]
         print(f"    {sec:>3} s {100 * len(ours) / max(1, len(part)):5.2f}% of {len(part):5} "
               + " ".join(f"{n}:{c}" for n, c in top))
+
+
+def label(mode: str) -> str:
+    return mode if mode in FLOORS else f"tlsprof-{mode}"
 
 
 def fmt(values):
@@ -198,6 +243,9 @@ def main():
                     help="own: nginx in a cgroup (v2) of its own, as systemd runs a service or a container "
                     "runtime a container, its clients outside it; shared: nginx in ab's cgroup")
     args = ap.parse_args()
+    unknown = [m for m in args.modes.split(",") if m not in MODES and m not in FLOORS]
+    if unknown:
+        raise SystemExit(f"bench: no mode {', '.join(unknown)} (modes: {', '.join([*MODES, *FLOORS])})")
     if not shutil.which("perf"):
         raise SystemExit("bench: perf is not installed (Debian: apt-get install linux-perf)")
     work = Path(tempfile.mkdtemp(prefix="tlsprof-attributed-"))
@@ -256,7 +304,7 @@ def main():
                     if best is None or statistics.median(vals) > statistics.median(best[1]):
                         best = (start, vals)
                 worst.append(f"{fmt(best[1])} at {best[0]} s")
-            print(f"| tlsprof-{mode} | {part} | {fmt(before)} | {fmt(first)} | {' | '.join(worst)} | {fmt(whole)} |")
+            print(f"| {label(mode)} | {part} | {fmt(before)} | {fmt(first)} | {' | '.join(worst)} | {fmt(whole)} |")
     print("\nper program (the innermost tlsprof program on the sample's stack; 'trap': a probe's trap outside its "
           "program, '(dispatch)': the kernel's code that runs the programs): share of the worker's samples over the "
           "whole run, median of the runs")
@@ -270,7 +318,7 @@ def main():
                 part = [n for t, k, n, _ in g if t0 <= t < t0 + args.seconds]
                 vals.append(part.count(name) / max(1, len(part)))
             per.append((statistics.median(vals), name))
-        print(f"  tlsprof-{mode}: " + ", ".join(f"{n} {100 * v:.2f}%" for v, n in sorted(per, reverse=True)))
+        print(f"  {label(mode)}: " + ", ".join(f"{n} {100 * v:.2f}%" for v, n in sorted(per, reverse=True)))
     if args.leaves:
         print("\nper program, the functions its samples were in (the program's own code under its name, or a kernel "
               "function it called): share of the worker's samples, all runs together")
@@ -285,7 +333,7 @@ def main():
                         leaves[n][leaf] += 1
             for n, by in sorted(leaves.items(), key=lambda x: -sum(x[1].values())):
                 top = sorted(by.items(), key=lambda x: -x[1])[:8]
-                print(f"  tlsprof-{mode} {n} {100 * sum(by.values()) / max(1, total):.2f}%: "
+                print(f"  {label(mode)} {n} {100 * sum(by.values()) / max(1, total):.2f}%: "
                       + ", ".join(f"{leaf} {100 * c / max(1, total):.2f}%" for leaf, c in top))
 
 
