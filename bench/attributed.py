@@ -281,6 +281,7 @@ def main():
         if cgroup:
             time.sleep(0.5)
             cgroup.rmdir()
+        shutil.rmtree(work, ignore_errors=True)
     print(f"\ntlsprof's code in the nginx worker (perf -F {args.hz}, kernel stacks), {args.workload}: "
           f"share of the worker's samples, median of {args.runs} runs (range); 'worst N s' is the N-second window, "
           "of those starting 0, 1, 2 ... s after `tlsprof run` starts, whose median is highest")

@@ -2,8 +2,10 @@
 Apache httpd, HAProxy, node, and the Go crypto/tls test server. Each is stopped by its pid."""
 from __future__ import annotations
 
+import atexit
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -77,6 +79,7 @@ def big_file_nginx(workdir: Path, ciphers: str, port: int | None = None) -> Ngin
     """nginx serving 1 MiB at /big, from where its unprivileged worker can read it (its TLS 1.2
     suites: `ciphers`); port: a given one (two servers in turn on one port, their figures compared)."""
     www = Path(tempfile.mkdtemp(prefix="tlsprof-www-"))
+    atexit.register(shutil.rmtree, www, True)  # outside workdir (which its worker cannot read): gone when the run ends
     www.chmod(0o755)
     big = www / "big"
     big.write_bytes(os.urandom(1 << 20))
