@@ -19,7 +19,7 @@ from harness.clients import https_connections, keepalive_connections
 from harness.figures import figure
 from harness.metrics import value
 from harness.procs import ROOT, free_port, stop_pid, wait_port
-from harness.servers import GoTLS, Nginx, NodeServer
+from harness.servers import GoTLS, Nginx, NodeServer, readable_www
 
 # CPU figures: after the kernel matrix's guests, on an otherwise idle machine
 pytestmark = pytest.mark.quiet
@@ -106,10 +106,7 @@ def until_cpu(pids, chunk, target: float = 1.5, max_chunks: int = 16) -> list:
 
 def nginx_bulk(workdir: Path, size: int = 1 << 20) -> Nginx:
     """nginx serving a file at /big; the file where its unprivileged worker can read it."""
-    import tempfile
-    www = Path(tempfile.mkdtemp(prefix="tlsprof-www-"))
-    www.chmod(0o755)
-    big = www / "big"
+    big = readable_www() / "big"
     big.write_bytes(b"x" * size)
     big.chmod(0o644)
     return Nginx(workdir, workers=1, extra_server=f"location = /big {{ alias {big}; }}")

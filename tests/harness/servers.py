@@ -75,12 +75,19 @@ http {{
         stop_pid(self.pid, signal.SIGQUIT)
 
 
+def readable_www() -> Path:
+    """A new directory nginx's unprivileged worker can read (a test's own directory is not
+    readable by it), removed when the test run ends."""
+    www = Path(tempfile.mkdtemp(prefix="tlsprof-www-"))
+    atexit.register(shutil.rmtree, www, True)
+    www.chmod(0o755)
+    return www
+
+
 def big_file_nginx(workdir: Path, ciphers: str, port: int | None = None) -> Nginx:
     """nginx serving 1 MiB at /big, from where its unprivileged worker can read it (its TLS 1.2
     suites: `ciphers`); port: a given one (two servers in turn on one port, their figures compared)."""
-    www = Path(tempfile.mkdtemp(prefix="tlsprof-www-"))
-    atexit.register(shutil.rmtree, www, True)  # outside workdir (which its worker cannot read): gone when the run ends
-    www.chmod(0o755)
+    www = readable_www()
     big = www / "big"
     big.write_bytes(os.urandom(1 << 20))
     big.chmod(0o644)
