@@ -102,8 +102,8 @@ class Floor:
             bpf = FLOOR_DIR.parent.parent / "bpf"
             subprocess.run(["clang", "-g", "-O2", "-target", "bpfel", "-Wall", "-Werror", f"-D__TARGET_ARCH_{arch}",
                             "-I", str(bpf), "-c", str(FLOOR_DIR / "floor.bpf.c"), "-o", str(self.obj)], check=True)
-            subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(self.loader), str(FLOOR_DIR / "floor.c"),
-                            "-lbpf"], check=True)
+            subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-I", str(FLOOR_DIR.parent.parent / "scripts"), "-o",
+                            str(self.loader), str(FLOOR_DIR / "floor.c"), "-lbpf"], check=True)
 
     def __enter__(self):
         self.proc = subprocess.Popen([str(self.loader), str(self.obj), self.program], stdout=subprocess.PIPE, text=True)

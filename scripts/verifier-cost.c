@@ -7,10 +7,9 @@
  * scripts/verifier-cost.sh builds and runs it; it loads nothing it leaves behind.
  */
 #include <bpf/btf.h>
-#include <bpf/libbpf.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
+
+#include "one-program.h"
 
 static int set_rodata(struct bpf_object *o, const char *name, unsigned value)
 {
@@ -46,22 +45,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s OBJECT PROGRAM [NAME=VALUE ...]\n", argv[0]);
 		return 2;
 	}
-	struct bpf_object *o = bpf_object__open(argv[1]);
-	if (!o) {
-		fprintf(stderr, "%s: cannot open %s\n", argv[0], argv[1]);
+	struct bpf_program *want;
+	struct bpf_object *o = open_one_program(argv[0], argv[1], argv[2], &want);
+	if (!o)
 		return 2;
-	}
-	struct bpf_program *p, *want = NULL;
-	bpf_object__for_each_program(p, o) {
-		int me = !strcmp(bpf_program__name(p), argv[2]);
-		bpf_program__set_autoload(p, me);
-		if (me)
-			want = p;
-	}
-	if (!want) {
-		fprintf(stderr, "%s: %s has no program %s\n", argv[0], argv[1], argv[2]);
-		return 2;
-	}
 	for (int i = 3; i < argc; i++) {
 		char name[64];
 		unsigned value;

@@ -4,10 +4,9 @@
  * "attached" on stdout, and holds it until it is sent SIGTERM or SIGINT. Root; libbpf-dev.
  *   floor OBJECT PROGRAM
  */
-#include <bpf/libbpf.h>
 #include <signal.h>
-#include <stdio.h>
-#include <string.h>
+
+#include "one-program.h" /* scripts/: bench/attributed.py builds with -I scripts */
 
 static volatile sig_atomic_t stop;
 
@@ -23,22 +22,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s OBJECT PROGRAM\n", argv[0]);
 		return 2;
 	}
-	struct bpf_object *o = bpf_object__open(argv[1]);
-	if (!o) {
-		fprintf(stderr, "floor: cannot open %s\n", argv[1]);
+	struct bpf_program *want;
+	struct bpf_object *o = open_one_program("floor", argv[1], argv[2], &want);
+	if (!o)
 		return 2;
-	}
-	struct bpf_program *p, *want = NULL;
-	bpf_object__for_each_program(p, o) {
-		int me = !strcmp(bpf_program__name(p), argv[2]);
-		bpf_program__set_autoload(p, me);
-		if (me)
-			want = p;
-	}
-	if (!want) {
-		fprintf(stderr, "floor: %s has no program %s\n", argv[1], argv[2]);
-		return 2;
-	}
 	if (bpf_object__load(o)) {
 		fprintf(stderr, "floor: this kernel refused %s\n", argv[2]);
 		return 1;
