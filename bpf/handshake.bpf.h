@@ -211,11 +211,10 @@ static __always_inline void hs_thread_drop(__u32 tid, bool alone)
 /* Thread `tid` left its outermost call (or window) `t`; `own`: the thread running here is
  * `tid`. The entry stays for its next call (no delete now, no insert then) when the thread
  * itself ends a library call or an estimate window: no other thread ends those, so a plain
- * store suffices. A Go stretch,
- * which another thread may end (go_enter), goes with a delete, and so does any entry ended
- * by another thread (`t` may meanwhile hold that thread's next call: a store through it
- * would end that one); so does any entry while the table holds HS_THREADS_KEPT or more
- * (threads that handshook once stay, until they exit). */
+ * store suffices. A Go stretch, which another thread may end (go_enter), goes with a
+ * delete, and so does any entry ended by another thread (`t` may meanwhile hold that
+ * thread's next call: a store through it would end that one); so does any entry while the
+ * table holds HS_THREADS_KEPT or more (threads that handshook once stay, until they exit). */
 static __always_inline void hs_thread_end(__u32 tid, struct hs_thread *t, bool own)
 {
 	/* (inlined: see conn_handshake_io for why, and for what the send capture's
