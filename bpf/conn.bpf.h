@@ -279,20 +279,12 @@ static __always_inline struct conn_state *conn_adopt(const struct sock *sk, __u6
 }
 
 /* The connection's full socket closed: who closed it, and did it enter TIME_WAIT. One
- * without TLS is counted on its port (conn_port_stats.plain), whose TLS may be known only
- * later: the agent counts them as failed handshakes once it is. */
+ * closed before its server sent TLS is counted on its port by what it was
+ * (conn_port_stats.untls, hello_untls), whose TLS may be known only later: the agent
+ * counts them once it is. */
 static __always_inline void conn_closed(const struct sock *sk, struct conn_state *c, int oldstate)
 {
 	__u8 by, tw = CONN_TW_NO;
-
-	if (!c->life.tls && !wire_spoke_plaintext(c)) {
-		/* closed before any TLS, the server having said nothing in the clear (a session
-		 * that stayed plaintext on a STARTTLS port is no failed handshake) */
-		struct conn_port p = { .netns = c->life.netns, .port = c->life.port };
-		struct conn_port_stats *ps = bpf_map_lookup_elem(&conn_ports, &p);
-		if (ps)
-			__sync_fetch_and_add(&ps->plain, 1);
-	}
 
 	if (c->life.first_fin == CONN_BY_CLIENT) {
 		/* The client ended it. A reset may follow: a server that answers the client's FIN
@@ -311,6 +303,22 @@ static __always_inline void conn_closed(const struct sock *sk, struct conn_state
 		by = CONN_BY_SERVER; /* our FIN was never acknowledged: retransmissions timed out */
 	} else {
 		by = CONN_BY_RESET; /* aborted from ESTABLISHED or CLOSE_WAIT */
+	}
+
+	if (!c->life.tls && (hello_begun(c) || !wire_spoke_plaintext(c))) {
+		/* closed before the server's TLS: a handshake the client began (after a STARTTLS
+		 * preamble too), or a connection whose server said nothing in the clear (a session
+		 * that stayed plaintext on a STARTTLS port is neither) */
+		struct conn_port p = { .netns = c->life.netns, .port = c->life.port };
+		struct conn_port_stats *ps = bpf_map_lookup_elem(&conn_ports, &p);
+		if (ps) {
+			/* the client's data: tcp bytes_received counts its FIN too */
+			__u64 rx = BPF_CORE_READ((const struct tcp_sock *)sk, bytes_received);
+			bool received = rx > (fin_received(sk) ? 1 : 0);
+			__u8 kind = hello_untls(c, received, by);
+			if (kind < HELLO_UNTLS_KINDS)
+				__sync_fetch_and_add(&ps->untls[kind], 1);
+		}
 	}
 
 	struct conn_event *e = bpf_ringbuf_reserve(&conn_events, sizeof(*e), 0);

@@ -43,8 +43,10 @@ struct conn_port_stats {
 	__u32 flags;     /* CONN_PORT_* */
 	__u32 slot;      /* 1 + its live exchange counter in conn_exchanges; 0: none */
 	__u64 accepted;  /* connections accepted here since the agent added the port */
-	__u64 plain;     /* ... that closed without TLS (conn_life.tls unset): on a port that
-			  * carries TLS (CONN_PORT_TLS, now or later), failed handshakes */
+	__u64 untls[HELLO_UNTLS_KINDS]; /* ... that closed before their server sent TLS
+			  * (conn_life.tls unset), by what they were (hello.h HELLO_UNTLS_*): on a
+			  * port that carries TLS (CONN_PORT_TLS, now or later), connections that
+			  * never offered TLS, or handshakes that failed before the server answered */
 };
 
 /* Who ended a connection. */

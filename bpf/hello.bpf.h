@@ -89,6 +89,48 @@ static __always_inline bool hello_tls_prefix(const __u8 *b, __u32 n)
 	return b[0] == 22 && (n < 2 || b[1] == 3) && (n < 3 || b[2] <= 4);
 }
 
+/* What the client's first bytes (b[0..n), n at most 3) are, where they begin no TLS record:
+ * HELLO_UNTLS_HTTP, _HTTP2, _SSH or _OTHER. */
+static __always_inline __u8 hello_untls_first(const __u8 *b, __u32 n)
+{
+	if (n < 3)
+		return HELLO_UNTLS_OTHER;
+	__u32 w = (__u32)b[0] << 16 | (__u32)b[1] << 8 | b[2];
+#define HELLO_W(a, b_, c) ((__u32)(a) << 16 | (__u32)(b_) << 8 | (c))
+	switch (w) {
+	case HELLO_W('G', 'E', 'T'): case HELLO_W('P', 'O', 'S'): case HELLO_W('H', 'E', 'A'):
+	case HELLO_W('P', 'U', 'T'): case HELLO_W('D', 'E', 'L'): case HELLO_W('O', 'P', 'T'):
+	case HELLO_W('P', 'A', 'T'): case HELLO_W('C', 'O', 'N'): case HELLO_W('T', 'R', 'A'):
+		return HELLO_UNTLS_HTTP;
+	case HELLO_W('P', 'R', 'I'):
+		return HELLO_UNTLS_HTTP2;
+	case HELLO_W('S', 'S', 'H'):
+		return HELLO_UNTLS_SSH;
+	}
+#undef HELLO_W
+	return HELLO_UNTLS_OTHER;
+}
+
+/* What a connection that closed before its server sent any TLS was (HELLO_UNTLS_*), given
+ * whether the client sent any byte (`received`) and who ended it (`by`: CONN_BY_*). */
+static __always_inline __u8 hello_untls(const struct conn_state *c, bool received, __u8 by)
+{
+	if (hello_begun(c)) {
+		if (by == CONN_BY_CLIENT)
+			return HELLO_UNTLS_HELLO_CLIENT;
+		return by == CONN_BY_RESET ? HELLO_UNTLS_HELLO_RESET : HELLO_UNTLS_HELLO_SERVER;
+	}
+	if (!received)
+		return HELLO_UNTLS_SILENT;
+	return c->hello.first ? c->hello.first : HELLO_UNTLS_OTHER;
+}
+
+/* The capture still looks at this connection's reads: its ClientHello, or the record after it. */
+static __always_inline bool hello_following(const struct conn_state *c)
+{
+	return c->hello.state == HELLO_ON || c->hello.state == HELLO_NEXT;
+}
+
 /* A connection accepted: its client stream starts at `start` (tcp copied_seq). */
 static __always_inline void hello_accepted(struct hello_conn *h, __u32 start)
 {
@@ -114,7 +156,7 @@ static __always_inline struct conn_state *hello_wanted(struct sock *sk, int ret,
 	if (consumed >= HELLO_GATE)
 		return NULL;
 	struct conn_state *c = conn_of(sk);
-	if (!c || c->hello.state != HELLO_ON)
+	if (!c || !hello_following(c))
 		return NULL;
 	return c;
 }
@@ -295,6 +337,75 @@ static __noinline __u32 hello_walk_skb(struct hello_conn *h, struct __sk_buff *s
 }
 
 /*
+ * The record after the ClientHello, from its first byte: [ptr, ptr + avail) (hello_load).
+ * Its 5-byte header is read (across chunks, into hdr); if it is an alert in the clear (type
+ * 21, 2 bytes), its level and description too, and those 2 bytes alone go to the agent
+ * (HELLO_ALERT). Any other record ends the looking (a TLS 1.2 ClientKeyExchange, TLS 1.3's
+ * change_cipher_spec or an encrypted record): nothing of it but the header is read.
+ */
+static __always_inline void hello_next_from(struct conn_state *c, struct __sk_buff *skb, const bool pkt, __u64 ptr,
+					    __u32 avail)
+{
+	struct hello_conn *h = &c->hello;
+	__u32 have = h->hdr_have & 7;
+	if (have < 5) {
+		__u32 got = avail < 5 - have ? avail : 5 - have;
+		if (!hello_take_bytes(skb, pkt, h->hdr, have, ptr, got)) {
+			h->state = HELLO_DONE;
+			return;
+		}
+		have += got;
+		h->seen += got;
+		h->hdr_have = have;
+		ptr += got;
+		avail -= got;
+		if (have < 5)
+			return;
+		if (h->hdr[0] != 21 || h->hdr[1] != 3 || h->hdr[3] != 0 || h->hdr[4] != 2) {
+			h->state = HELLO_DONE;
+			return;
+		}
+	}
+	__u32 got = avail < 7 - have ? avail : 7 - have;
+	if (got > 2 || !hello_take_bytes(skb, pkt, h->hdr, have, ptr, got)) {
+		h->state = HELLO_DONE;
+		return;
+	}
+	have += got;
+	h->seen += got;
+	h->hdr_have = have;
+	if (have < 7)
+		return;
+	h->state = HELLO_DONE;
+	struct wire_event *e = wire_event_new();
+	if (!e) {
+		stat_inc(STAT_WIRE_EVENTS_LOST);
+		return;
+	}
+	e->conn_id = c->life.id;
+	e->tgid = pkt ? 0 : bpf_get_current_pid_tgid() >> 32;
+	e->netns = c->life.netns;
+	e->port = c->life.port;
+	e->kind = WIRE_EV_HELLO;
+	e->flags = HELLO_ALERT;
+	e->len = 2;
+	e->offset = h->seen - 2;
+	e->data[0] = h->hdr[5];
+	e->data[1] = h->hdr[6];
+	wire_event_send(e);
+}
+
+static __noinline void hello_next(struct conn_state *c, __u64 ptr, __u32 avail)
+{
+	hello_next_from(c, NULL, false, ptr, avail);
+}
+
+static __noinline void hello_next_skb(struct conn_state *c, struct __sk_buff *skb, __u32 off, __u32 avail)
+{
+	hello_next_from(c, skb, true, off, avail);
+}
+
+/*
  * `n` bytes of the client's stream at stream position `pos` (tcp sequence number), at
  * `ptr` (hello_load; a read's buffer: 0 if the hook cannot tell where), of a connection
  * whose ClientHello is being captured: those not looked at yet are walked and sent.
@@ -306,6 +417,15 @@ static __always_inline void hello_bytes(struct conn_state *c, struct __sk_buff *
 	__s32 off = (__s32)(pos - h->start);
 	if (off < 0 || (__u32)off + n <= h->seen)
 		return; /* nothing new (a peek read again, a packet sent again, or bytes before the stream's start) */
+	if (h->state == HELLO_NEXT) {
+		if ((__u32)off > h->seen || (!pkt && !ptr))
+			h->state = HELLO_DONE; /* not seen where it begins: nothing to say */
+		else if (pkt)
+			hello_next_skb(c, skb, ptr + h->seen - (__u32)off, n - (h->seen - (__u32)off));
+		else
+			hello_next(c, ptr + h->seen - (__u32)off, n - (h->seen - (__u32)off));
+		return;
+	}
 	if ((__u32)off > h->seen) {
 		hello_stop(c, skb, pkt, HELLO_GAP); /* read where no hook saw, or a packet out of order */
 		return;
@@ -330,6 +450,8 @@ static __always_inline void hello_bytes(struct conn_state *c, struct __sk_buff *
 			return;
 		}
 		if (!hello_tls_prefix(first, k)) {
+			if (!h->first)
+				h->first = hello_untls_first(first, k);
 			h->start = pos + n;
 			return;
 		}
@@ -345,8 +467,13 @@ static __always_inline void hello_bytes(struct conn_state *c, struct __sk_buff *
 		return;
 	}
 	h->seen += take;
-	if (why)
+	if (why == HELLO_LAST) {
+		/* the record after it is looked at for an alert (hello_next_from) */
+		h->state = HELLO_NEXT;
+		h->hdr_have = 0;
+	} else if (why) {
 		h->state = HELLO_DONE;
+	}
 }
 
 /*
@@ -441,7 +568,7 @@ static __always_inline struct conn_state *hello_wanted_before(const struct sock 
 	if (consumed >= HELLO_GATE)
 		return NULL;
 	struct conn_state *c = conn_of(sk);
-	return c && c->hello.state == HELLO_ON ? c : NULL;
+	return c && hello_following(c) ? c : NULL;
 }
 
 /*
@@ -514,7 +641,7 @@ int BPF_KRETPROBE(hello_recv_return, int ret)
 	if (!sk || ret <= 0)
 		return 0;
 	struct conn_state *c = conn_of(sk);
-	if (c && c->hello.state == HELLO_ON)
+	if (c && hello_following(c))
 		hello_read(sk, c, ret, flags, hello_iter_buf(msg, ret));
 	return 0;
 }

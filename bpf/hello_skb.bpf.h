@@ -130,7 +130,7 @@ int hello_ingress(struct __sk_buff *skb)
 	if (tp->bytes_received >= HELLO_GATE)
 		return 1;
 	struct conn_state *c = conn_of(sk);
-	if (!c || c->hello.state != HELLO_ON)
+	if (!c || !hello_following(c))
 		return 1;
 	struct hello_seg s;
 	if (hello_segment(skb, &s) && s.len && !(s.flags & 0x02))

@@ -94,6 +94,8 @@ static __always_inline void wire_event_send(struct wire_event *e);
 static __always_inline void hello_accepted(struct hello_conn *h, __u32 start);
 /* ... whether the client's TLS has begun (after a plaintext preamble: its first record) */
 static __always_inline bool hello_begun(const struct conn_state *c);
+/* ... what a connection closed before its server's TLS was (HELLO_UNTLS_*) */
+static __always_inline __u8 hello_untls(const struct conn_state *c, bool received, __u8 by);
 /* ... whether the client's stream up to `copied` lies before where its TLS starts */
 static __always_inline bool hello_before_tls(const struct conn_state *c, __u32 copied);
 /* hello_skb.bpf.h: ... from the client's packets (a connection's first data, walked on its

@@ -145,6 +145,9 @@ static __always_inline void wire_finish(const struct sock *sk, struct conn_state
 	 * there), and what its preamble was */
 	__builtin_memcpy(e->data, &c->life.start_ns, 8);
 	e->data[8] = c->wire.proto;
+	/* who had ended it: as conn_life holds it, without a branch (the walks inline this
+	 * function many times: a branch here is verified on every path through them) */
+	e->data[9] = c->life.first_fin | c->life.reset << 4;
 	e->len = WIRE_END_LEN;
 	wire_out(e, WIRE_END_LEN);
 }

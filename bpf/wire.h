@@ -58,13 +58,15 @@ enum wire_proto {
 	WIRE_PROTO_MYSQL = 10,      /* a handshake packet: sequence 0, protocol version 10 */
 };
 
-/* data of WIRE_EV_END: the connection's accept time (conn_life.start_ns) and its
- * preamble's protocol. */
+/* data of WIRE_EV_END: the connection's accept time (conn_life.start_ns), its
+ * preamble's protocol, and who had ended the connection: conn_life.first_fin (conn.h
+ * CONN_BY_SERVER/CLIENT, 0: no FIN yet) in the low 4 bits, conn_life.reset in the high 4. */
 struct wire_end_data {
 	__u64 conn_start;
 	__u8 proto;
+	__u8 by;
 };
-#define WIRE_END_LEN 9 /* bytes of it sent: conn_start, proto */
+#define WIRE_END_LEN 10 /* bytes of it sent: conn_start, proto, by */
 
 /* wire_event.flags of WIRE_EV_END: why it ended */
 enum wire_end {

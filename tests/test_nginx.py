@@ -3,8 +3,9 @@ import time
 
 import pytest
 
+from harness import failing
 from harness.agent import Agent
-from harness.clients import failing_handshakes, https_connections, plain_http_requests
+from harness.clients import failing_handshakes, https_connections
 from harness.figures import figure
 from harness.procs import cpu_ns, have, steal_seconds, wait_for
 from harness.servers import Nginx
@@ -105,10 +106,11 @@ def test_a_client_gone_mid_client_hello_is_a_failed_handshake(nginx):
     assert (failed, ok) == (n_gone, k_ok), f"failed {failed}, ok {ok}"
 
 
-def test_plain_http_to_the_tls_port_is_a_failed_handshake(workdir):
+def test_plain_http_to_the_tls_port_is_no_handshake(workdir):
     """nginx answers plain HTTP on its TLS port itself, without calling OpenSSL: tlsprof
-    sees the connection close with no handshake and counts it as failed, exactly, while
-    plain HTTP on nginx's plain port is not a handshake at all."""
+    sees the connection close with no TLS from either side and counts it apart from
+    handshakes (kind http), exactly, those before the port was seen carrying TLS too, while
+    plain HTTP on nginx's plain port is not counted at all."""
     from harness.procs import free_port
     plain = free_port()
     nginx = Nginx(workdir, workers=2, plain_port=plain)
@@ -117,16 +119,18 @@ def test_plain_http_to_the_tls_port_is_a_failed_handshake(workdir):
             agent.wait_attached([nginx.pid, *nginx.workers()])
             time.sleep(1.2)  # a scan after attaching: the listening ports are known
             # plain HTTP first, before any handshake has shown the port carries TLS
-            assert plain_http_requests(nginx.port, 3) == 3
-            assert plain_http_requests(plain, 6) == 6
+            assert failing.plain_http(nginx.port, 3) == 3
+            assert failing.plain_http(plain, 6) == 6
             assert https_connections(nginx.port, 10)["ok"] == 10
-            assert plain_http_requests(nginx.port, 4) == 4
-            failed = agent.wait_value("tlsprof_handshakes_total", 7, comm="nginx", result="failed")
+            assert failing.plain_http(nginx.port, 4) == 4
+            http = agent.wait_value("tlsprof_connections_without_tls_total", 7, comm="nginx", kind="http")
+            apart = agent.value("tlsprof_connections_without_tls_total", comm="nginx")
+            failed = agent.value("tlsprof_handshakes_total", comm="nginx", result="failed")
             ok = agent.value("tlsprof_handshakes_total", comm="nginx", result="ok")
     finally:
         nginx.stop()
-    assert failed == 7, f"expected 3 + 4 plain-HTTP connections to the TLS port as failed, got {failed}"
-    assert ok == 10
+    assert (http, apart) == (7, 7), f"expected 3 + 4 plain-HTTP connections to the TLS port apart, got {http} of {apart}"
+    assert (failed, ok) == (0, 10), (failed, ok)
 
 
 @pytest.mark.quiet

@@ -25,6 +25,7 @@ pub const TABLES: &[&str] = &[
     "wire_captures",
     "wire_ended",
     "client_hellos",
+    "client_alerts",
     "quic_flows",
     "quic_waiting",
     "client_offers",

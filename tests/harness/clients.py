@@ -288,21 +288,6 @@ def failing_handshakes(port: int, n: int, ciphers: str) -> int:
     return failed
 
 
-def plain_http_requests(port: int, n: int) -> int:
-    """n plain-HTTP requests sent to a TLS port; returns how many got any answer or EOF."""
-    done = 0
-    for _ in range(n):
-        with connect(port) as s:
-            s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-            try:
-                while s.recv(65536):
-                    pass
-            except ConnectionResetError:
-                pass
-            done += 1
-    return done
-
-
 def ab_count(report: str, field: str) -> int:
     """A count from ab's report: field "Complete requests" or "Failed requests"."""
     return next(int(l.split()[-1]) for l in report.splitlines() if l.startswith(field + ":"))

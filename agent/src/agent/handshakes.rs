@@ -13,8 +13,13 @@ use crate::{
     bounds,
     bpf::{abi::decode, handshake as hs, wire::WireEvent},
     clients::join::Clients,
-    metrics::{found::Found, histogram::Histogram, LabelValue, Metrics, ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels},
+    bpf::abi::hello_untls,
+    metrics::{
+        found::Found, histogram::Histogram, FailureLabels, KindPortLabels, LabelValue, Metrics, ParamLabels,
+        ProtocolLabels, ReasonLabels, RoleLabels,
+    },
     wire::{
+        failure::{By, Failure, Reason},
         tracker::{self, ClientHello, Seen},
         Lookup, Negotiated, Tracker, WireHandshake, TRANSPORT_QUIC,
     },
@@ -157,7 +162,13 @@ impl Handshakes {
         if h.hello {
             self.clients.on_server_hello(h.conn, h.labels.resumed);
         }
+        if let Some(f) = h.failure {
+            self.clients.on_failed(h.conn, f);
+        }
         if h.ok && procs.known(h.tgid) {
+            if h.complete {
+                self.clients.on_served(&procs.name(h.tgid), h.port, &h.labels);
+            }
             let m = &self.metrics;
             let find = |comm: &str, (port, protocol): (u16, &str)| {
                 let labels = ProtocolLabels {
@@ -176,6 +187,9 @@ impl Handshakes {
             return;
         }
         let comm = procs.name(h.tgid);
+        if let Some(f) = h.failure {
+            self.count_failure(&comm, &h.port.to_string(), f);
+        }
         let result = if h.ok { "ok" } else { "failed" };
         let m = &self.metrics;
         let find = |comm: &str, (labels, _): (Negotiated, bool)| {
@@ -405,6 +419,10 @@ impl Handshakes {
             if let Some(reason) = unlabelled {
                 self.count_unlabelled(&comm, reason);
             }
+            if e.result != hs::hs_result::Ok as u8 && e.role == hs::hs_role::Server as u8 {
+                // no wire says more (the probes count where the sends are not captured)
+                self.count_failure(&comm, crate::wire::tls::OTHER, Failure::new(By::Server, Reason::LibraryError));
+            }
         }
         if e.result == hs::hs_result::Ok as u8 {
             if e.conn_id != 0 && e.role != hs::hs_role::Client as u8 {
@@ -429,16 +447,42 @@ impl Handshakes {
         }
     }
 
-    /// Connections accepted on a TLS port that closed before any TLS was seen on them: the
-    /// server never handed them to its TLS library. Counted as failed handshakes.
-    pub fn failed_without_tls(&mut self, comm: &str, n: u64) {
+    /// `n` connections accepted on `port` of a process named `comm`, a port that carries
+    /// TLS, that closed before their server sent any TLS, of one `kind` (bpf/hello.h
+    /// HELLO_UNTLS_*): handshakes that failed before the server answered their ClientHello,
+    /// or connections that never offered TLS, counted apart (neither ok nor failed).
+    pub fn without_tls(&mut self, comm: &str, port: u16, kind: hello_untls, n: u64) {
         if n == 0 {
             return;
         }
+        let port = port.to_string();
+        let Some(failure) = kind.failure() else {
+            let labels = KindPortLabels {
+                comm: comm.into(),
+                port,
+                kind: kind.label().into(),
+            };
+            self.metrics.connections_without_tls.get_or_create(&labels).inc_by(n);
+            return;
+        };
         self.metrics
             .handshakes
             .get_or_create(&ParamLabels::new(comm, "server", &Negotiated::UNKNOWN_TCP).with_result("failed"))
             .inc_by(n);
+        for _ in 0..n {
+            self.count_failure(comm, &port, failure);
+        }
+    }
+
+    /// A failed server handshake's reason.
+    fn count_failure(&self, comm: &str, port: &str, f: Failure) {
+        let labels = FailureLabels {
+            comm: comm.into(),
+            port: port.into(),
+            by: f.by.label().into(),
+            reason: f.reason.label().into(),
+        };
+        self.metrics.handshake_failures.get_or_create(&labels).inc();
     }
 
     fn count_unlabelled(&self, comm: &str, reason: &str) {
@@ -661,7 +705,7 @@ mod tests {
         let (p, t0) = (Procs(procs().0, Some(100)), Instant::now());
         let accepted = |conn: u64, start: u64| {
             let mut end = start.to_le_bytes().to_vec();
-            end.push(0);
+            end.extend([0, 0]); // no preamble; no one had closed
             vec![
                 wire(NGINX, conn, wire_ev::Data, 0, &resumed12()),
                 wire(NGINX, conn, wire_ev::End, wire_end::Finished as u8, &end),
@@ -844,10 +888,10 @@ mod tests {
         let m = Arc::new(Metrics::with_max_series(CAP));
         let mut h = Handshakes::new(m.clone(), Mode::Exact(ExactWhy::NoWireCapture));
         for i in 0..CAP + 2 {
-            h.failed_without_tls(&format!("p{i}"), 1);
+            h.without_tls(&format!("p{i}"), 443, hello_untls::HelloClient, 1);
         }
         // a row that exists still counts
-        h.failed_without_tls("p0", 1);
+        h.without_tls("p0", 443, hello_untls::HelloClient, 1);
         let table = summary(&m);
         let rows: Vec<Vec<&str>> = table.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
         assert_eq!(rows.len(), CAP + 1, "the cap, and `other`: {table}");
@@ -869,10 +913,94 @@ mod tests {
         h.on_probe(probe(hs::hs_role::Server, hs::hs_result::Ok, 200, 500_000), &p, t0);
         assert_eq!(count(&m, "nginx", "server", "ok", &Negotiated::UNKNOWN), 1);
         assert_eq!(unlabelled(&m, "nginx", UNLABELLED_NO_CONNECTION), 1);
-        h.failed_without_tls("nginx", 3);
+        h.without_tls("nginx", 443, hello_untls::HelloReset, 3);
         assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN_TCP), 3);
         let table = summary(&m);
         assert!(table.contains("nginx            server  failed           3"), "{table}");
+    }
+
+    fn failures(m: &Metrics, by: &str, reason: &str) -> u64 {
+        m.handshake_failures
+            .get_or_create(&FailureLabels {
+                comm: "nginx".into(),
+                port: "8443".into(),
+                by: by.into(),
+                reason: reason.into(),
+            })
+            .get()
+    }
+
+    /// A connection that never offered TLS is no handshake: counted apart, by kind; one
+    /// whose ClientHello came and that closed before the server answered failed, and says
+    /// who ended it.
+    #[test]
+    fn connections_without_tls_are_apart_from_handshakes() {
+        let m = Arc::new(Metrics::new());
+        let mut h = Handshakes::new(m.clone(), Mode::Default);
+        h.without_tls("nginx", 8443, hello_untls::Silent, 4);
+        h.without_tls("nginx", 8443, hello_untls::Http, 2);
+        assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN_TCP), 0);
+        let kind = |k: &str| {
+            m.connections_without_tls
+                .get_or_create(&KindPortLabels {
+                    comm: "nginx".into(),
+                    port: "8443".into(),
+                    kind: k.into(),
+                })
+                .get()
+        };
+        assert_eq!((kind("silent"), kind("http"), kind("other")), (4, 2, 0));
+        h.without_tls("nginx", 8443, hello_untls::HelloServer, 3);
+        assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN_TCP), 3);
+        assert_eq!(failures(&m, "server", "closed"), 3);
+    }
+
+    /// A failed capture's reason goes with its count: the server's alert in the clear, or
+    /// the client's read after its ClientHello.
+    #[test]
+    fn a_failed_capture_says_why() {
+        use crate::bpf::wire::HELLO_ALERT;
+        let m = Arc::new(Metrics::new());
+        let mut h = Handshakes::new(m.clone(), Mode::Default);
+        let (p, t0) = (procs(), Instant::now());
+        // the server's protocol_version alert in the clear
+        let end = |by: u8| {
+            let mut d = vec![0u8; 10];
+            d[9] = by;
+            d
+        };
+        h.on_wire(
+            vec![
+                wire(NGINX, 1, wire_ev::Data, 0, &[21, 3, 3, 0, 2, 2, 70]),
+                wire(NGINX, 1, wire_ev::End, wire_end::Alert as u8, &end(0)),
+            ],
+            &p,
+            t0,
+        );
+        assert_eq!(failures(&m, "server", "protocol_version"), 1);
+        // a TLS 1.2 client's unknown_ca after the server's flight, then its close
+        let flight = resumed12();
+        h.on_wire(
+            vec![
+                wire(NGINX, 2, wire_ev::Data, 0, &flight),
+                wire(NGINX, 2, wire_ev::Hello, HELLO_ALERT as u8, &[2, 48]),
+                wire(NGINX, 2, wire_ev::End, wire_end::Closed as u8, &end(2)),
+            ],
+            &p,
+            t0,
+        );
+        assert_eq!(failures(&m, "client", "unknown_ca"), 1);
+        // no alert: who closed
+        h.on_wire(
+            vec![
+                wire(NGINX, 3, wire_ev::Data, 0, &flight),
+                wire(NGINX, 3, wire_ev::End, wire_end::Closed as u8, &end(0x10)),
+            ],
+            &p,
+            t0,
+        );
+        assert_eq!(failures(&m, "client", "reset"), 1);
+        assert_eq!(count(&m, "nginx", "server", "failed", &Negotiated::UNKNOWN_TCP), 1);
     }
 
     #[test]

@@ -120,8 +120,8 @@ impl Agent {
         self.kernel.watch_cgroups(&pids, self.ports.listener_cgroups());
         let traced = self.targets.named();
         let sockets = self.ports.listener_cgroups().to_vec();
-        for (comm, n) in self.ports.refresh(traced, &mut self.kernel) {
-            self.handshakes.failed_without_tls(&comm, n);
+        for (comm, port, kind, n) in self.ports.refresh(traced, &mut self.kernel) {
+            self.handshakes.without_tls(&comm, port, kind, n);
         }
         // the servers' datagrams of a QUIC port just found, from its next handshake; the
         // cgroup of a listening socket just found, from its next connection

@@ -1,8 +1,10 @@
 //! Port bookkeeping: the listening ports of the traced processes are the ports the kernel
 //! watches (conn_ports); connections accepted there are counted and followed to their end
-//! (conns/churn.rs), and a connection that closed without any TLS on a port that carries
-//! TLS is a failed handshake: the kernel counts those per port (conn_port_stats.plain), and
-//! they are failed handshakes once the port is seen carrying TLS, then or later.
+//! (conns/churn.rs), and a connection that closed before its server sent any TLS on a port
+//! that carries TLS is a handshake that failed before the server answered (its ClientHello
+//! came) or a connection that never offered TLS (a health check, plain HTTP): the kernel
+//! counts those per port by kind (conn_port_stats.untls, bpf/hello.h HELLO_UNTLS_*), and
+//! they are counted once the port is seen carrying TLS, then or later.
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     path::PathBuf,
@@ -15,6 +17,7 @@ use rustc_hash::FxHashMap;
 use crate::{
     bounds,
     bpf::{
+        abi::{decode, hello_untls, HELLO_UNTLS_KINDS},
         conn::{conn_event, conn_port, conn_port_stats, CONN_PORTS_ENTRIES, CONN_PORT_TLS},
         loader::Kernel,
         wire::{wire_ev, WireEvent},
@@ -37,10 +40,10 @@ pub struct Ports {
     metrics: Arc<Metrics>,
     /// Listening ports of traced processes, and the name of the process listening.
     ports: BTreeMap<conn_port, String>,
-    /// Per watched port, the kernel's count of connections closed without TLS
-    /// (conn_port_stats.plain) as last counted as failed handshakes: it moves once the
-    /// port carries TLS (bounded by the watched ports).
-    plain_seen: HashMap<conn_port, u64>,
+    /// Per watched port, the kernel's counts of connections closed without TLS by kind
+    /// (conn_port_stats.untls) as last counted: they move once the port carries TLS
+    /// (bounded by the watched ports).
+    plain_seen: HashMap<conn_port, [u64; HELLO_UNTLS_KINDS as usize]>,
     /// A traced process listening on each watched port (the first found).
     owners: FxHashMap<conn_port, u32>,
     /// Ports no traced process listens on whose connections traced processes serve (a
@@ -109,7 +112,7 @@ fn fingerprint(table: &[(u16, u64)]) -> u64 {
 }
 
 /// Connections to count as failed handshakes: (process name, how many).
-pub type Failed = Vec<(String, u64)>;
+pub type Failed = Vec<(String, u16, hello_untls, u64)>;
 
 impl Ports {
     pub fn new(metrics: Arc<Metrics>) -> Self {
@@ -393,7 +396,7 @@ impl Ports {
     }
 
     /// The connections closed without TLS on each watched port that carries TLS, since last
-    /// counted (all since the port was watched, on one just seen carrying TLS).
+    /// counted, by kind (all since the port was watched, on one just seen carrying TLS).
     fn failed_without_tls(&mut self, stats: &HashMap<conn_port, conn_port_stats>) -> Failed {
         let mut failed = Vec::new();
         for (key, name) in &self.ports {
@@ -401,10 +404,13 @@ impl Ports {
                 continue; // not (yet) known to carry TLS: its count waits in the kernel
             };
             let seen = self.plain_seen.entry(*key).or_default();
-            let n = p.plain.saturating_sub(*seen);
-            *seen = p.plain;
-            if n > 0 {
-                failed.push((name.clone(), n));
+            for (i, (now, before)) in p.untls.iter().zip(seen.iter_mut()).enumerate() {
+                let n = now.saturating_sub(*before);
+                *before = *now;
+                // a kind bpf/hello.h does not name is counted by `decode`
+                if let (true, Some(kind)) = (n > 0, decode::<hello_untls, _>(i as u8)) {
+                    failed.push((name.clone(), key.port, kind, n));
+                }
             }
         }
         failed
@@ -539,49 +545,53 @@ mod tests {
         assert_eq!(full(&m, "port_names"), 2);
     }
 
-    /// Connections closed without TLS (the kernel's per-port count) are failed handshakes
+    /// Connections closed without TLS (the kernel's per-port counts by kind) are counted
     /// once their port is seen carrying TLS: those before it then, the later ones as they
     /// come; on a plain port never.
     #[test]
-    fn closes_without_tls_fail_once_their_port_carries_tls() {
+    fn closes_without_tls_count_once_their_port_carries_tls() {
         let mut p = Ports::new(Arc::new(Metrics::new()));
         let (tls, plain) = (conn_port::new(1, 443), conn_port::new(1, 80));
         p.ports.insert(tls, "nginx".into());
         p.ports.insert(plain, "nginx".into());
-        let stats = |tls_flag: u32, on_tls: u64, on_plain: u64| {
+        let stats = |tls_flag: u32, silent: u64, hello: u64, on_plain: u64| {
+            let mut untls = [0; HELLO_UNTLS_KINDS as usize];
+            untls[hello_untls::Silent as usize] = silent;
+            untls[hello_untls::HelloClient as usize] = hello;
             HashMap::from([
                 (
                     tls,
                     conn_port_stats {
                         flags: tls_flag,
-                        plain: on_tls,
+                        untls,
                         ..Default::default()
                     },
                 ),
                 (
                     plain,
                     conn_port_stats {
-                        plain: on_plain,
+                        untls: [on_plain; HELLO_UNTLS_KINDS as usize],
                         ..Default::default()
                     },
                 ),
             ])
         };
         assert!(
-            p.failed_without_tls(&stats(0, 3, 6)).is_empty(),
+            p.failed_without_tls(&stats(0, 3, 1, 6)).is_empty(),
             "not known to carry TLS yet"
         );
+        let nginx = |kind, n| ("nginx".to_string(), 443, kind, n);
         assert_eq!(
-            p.failed_without_tls(&stats(CONN_PORT_TLS, 3, 6)),
-            vec![("nginx".to_string(), 3)]
+            p.failed_without_tls(&stats(CONN_PORT_TLS, 3, 1, 6)),
+            vec![nginx(hello_untls::Silent, 3), nginx(hello_untls::HelloClient, 1)]
         );
         assert!(
-            p.failed_without_tls(&stats(CONN_PORT_TLS, 3, 9)).is_empty(),
+            p.failed_without_tls(&stats(CONN_PORT_TLS, 3, 1, 9)).is_empty(),
             "counted once"
         );
         assert_eq!(
-            p.failed_without_tls(&stats(CONN_PORT_TLS, 7, 9)),
-            vec![("nginx".to_string(), 4)]
+            p.failed_without_tls(&stats(CONN_PORT_TLS, 7, 1, 9)),
+            vec![nginx(hello_untls::Silent, 4)]
         );
     }
 }

@@ -154,6 +154,7 @@ mod tests {
             ok: true,
             hello: true,
             alert: false,
+            failure: None,
             complete: true,
             protocol: "quic",
             conn_start: start_ns,

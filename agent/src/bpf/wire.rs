@@ -3,14 +3,14 @@
 
 use super::abi::{decode, wire_end_data, QUIC_HEAD, WIRE_END_LEN, WIRE_EVENT_HEADER};
 pub use super::abi::{
-    hello_why, quic_head, wire_end, wire_ev, wire_event, wire_proto, HELLO_LAST, HELLO_MAX, HELLO_WHY_MASK,
+    conn_by, hello_why, quic_head, wire_end, wire_ev, wire_event, wire_proto, HELLO_ALERT, HELLO_LAST, HELLO_MAX, HELLO_WHY_MASK,
     QUIC_F_CLIENT, QUIC_F_DONE, QUIC_F_RETRY,
 };
 
 // The sizes bpf/wire.h and quic.h state as numbers, checked against the types they size.
 const _: () = assert!(std::mem::offset_of!(wire_event, data) == WIRE_EVENT_HEADER as usize);
 const _: () = assert!(std::mem::size_of::<quic_head>() == QUIC_HEAD as usize);
-const _: () = assert!(std::mem::offset_of!(wire_end_data, proto) + 1 == WIRE_END_LEN as usize);
+const _: () = assert!(std::mem::offset_of!(wire_end_data, by) + 1 == WIRE_END_LEN as usize);
 
 /// A WIRE_EV_QUIC's head and packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,14 +63,47 @@ pub struct WireEvent {
 
 impl WireEvent {
     /// A WIRE_EV_END's data (struct wire_end_data): the connection's accept time
-    /// (bpf_ktime_get_ns) and its preamble's protocol; (0, None) if the kernel sent none,
-    /// (time, None) if the protocol is one bpf/wire.h does not name (counted by `decode`).
-    pub fn end(&self) -> (u64, Option<wire_proto>) {
+    /// (bpf_ktime_get_ns), its preamble's protocol and who had ended the connection; (0,
+    /// None, None) if the kernel sent none, a None where the kernel's code is one bpf/wire.h
+    /// or conn.h does not name (counted by `decode`; a `by` of 0: no one yet).
+    pub fn end(&self) -> End {
         match self.data.get(..WIRE_END_LEN as usize) {
-            Some(d) => (u64::from_le_bytes(d[..8].try_into().unwrap_or_default()), decode(d[8])),
-            None => (0, Some(wire_proto::None)),
+            Some(d) => End {
+                conn_start: u64::from_le_bytes(d[..8].try_into().unwrap_or_default()),
+                proto: decode(d[8]),
+                by: ended_by(d[9]),
+            },
+            None => End {
+                conn_start: 0,
+                proto: Some(wire_proto::None),
+                by: None,
+            },
         }
     }
+}
+
+/// Who had ended a connection by its capture's end, from wire_end_data.by (conn_life's
+/// first_fin and reset), as bpf/conn.bpf.h conn_closed tells it at the close: the client's
+/// FIN first, else a reset, else the server's FIN; None while no one has.
+fn ended_by(raw: u8) -> Option<conn_by> {
+    let (first_fin, reset) = (raw & 0x0f, raw >> 4 != 0);
+    if first_fin == conn_by::Client as u8 {
+        Some(conn_by::Client)
+    } else if reset {
+        Some(conn_by::Reset)
+    } else if first_fin == 0 {
+        None
+    } else {
+        decode(first_fin) // the server's FIN; a value bpf/conn.h does not name is counted
+    }
+}
+
+/// What a WIRE_EV_END says besides why the capture ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct End {
+    pub conn_start: u64,
+    pub proto: Option<wire_proto>,
+    pub by: Option<conn_by>,
 }
 
 impl WireEvent {
@@ -142,5 +175,18 @@ mod tests {
         // a kind bpf/wire.h does not name: not decoded (and counted), never read as another
         raw[18] = 99;
         assert!(WireEvent::decode(&raw).is_none());
+    }
+
+    /// Who ended a connection, as conn_closed tells it: the client's FIN first, else a
+    /// reset (after the server's FIN too), else the server's FIN.
+    #[test]
+    fn who_ended_it() {
+        let (client, server) = (conn_by::Client as u8, conn_by::Server as u8);
+        assert_eq!(ended_by(0), None);
+        assert_eq!(ended_by(client), Some(conn_by::Client));
+        assert_eq!(ended_by(client | 0x10), Some(conn_by::Client));
+        assert_eq!(ended_by(0x10), Some(conn_by::Reset));
+        assert_eq!(ended_by(server | 0x10), Some(conn_by::Reset));
+        assert_eq!(ended_by(server), Some(conn_by::Server));
     }
 }

@@ -13,11 +13,17 @@ use std::{
 
 use prometheus_client::metrics::counter::Counter;
 
-use super::{facts, policy};
+use super::{
+    facts,
+    lacks::{Lacking, Served},
+    policy,
+};
 use crate::{
     bounds,
-    metrics::{LabelValue, Metrics, OfferLabels, PolicyLabels, ReasonLabels, ResumptionLabels, SniLabels},
+    metrics::{ClientFailureLabels, LabelValue, Metrics, OfferLabels, PolicyLabels, ReasonLabels, ResumptionLabels, SniLabels},
     wire::{
+        failure::Failure,
+        Negotiated,
         tls::hello::{Offer, Resumption},
         tracker::ConnId,
     },
@@ -66,6 +72,8 @@ struct HelloCounters {
     /// ClientHellos of this kind not yet added to its counters (`flush`): one addition per
     /// counter and event loop turn, not per ClientHello (a kind has dozens of counters).
     unflushed: u64,
+    /// What it lacks of what its server negotiates, as measured at that Served's generation.
+    lacks: (u32, Lacking),
 }
 
 /// What the join keeps of a connection's ClientHello (24 bytes an entry).
@@ -75,6 +83,8 @@ struct Kept {
     resumption: Resumption,
     /// The server's answer was joined already (a capture ends once).
     answered: bool,
+    /// What it lacked of what its server negotiated when it came.
+    lacks: Lacking,
 }
 
 /// The counters a ClientHello offering `offer` at `site` (its process name, port and
@@ -104,6 +114,13 @@ fn hello_counters(m: &Metrics, offer: &Offer, site: &SniLabels) -> Vec<Counter> 
     out
 }
 
+/// A server's key in Clients::served: a hash of its process name and port.
+fn server_key(comm: &str, port: u16) -> u64 {
+    let mut h = rustc_hash::FxHasher::default();
+    (comm, port).hash(&mut h);
+    h.finish()
+}
+
 pub struct Clients {
     metrics: Arc<Metrics>,
     kept: FxHashMap<ConnId, Kept>,
@@ -115,6 +132,11 @@ pub struct Clients {
     hello_kinds: FxHashMap<u64, HelloCounters>,
     /// The kinds with ClientHellos not yet flushed.
     unflushed: Vec<u64>,
+    /// What each server (process name, port) negotiated in its successful handshakes, for
+    /// what a failed handshake's ClientHello lacked (at most MAX_HELLO_KINDS: past it they
+    /// are all forgotten and learnt again).
+    /// Keyed by `server_key` (no allocation per ClientHello).
+    served: FxHashMap<u64, Served>,
     /// Offers dropped at the bound, for the owner to export.
     pub evicted: u64,
 }
@@ -128,6 +150,7 @@ impl Clients {
             sites: HashSet::new(),
             hello_kinds: FxHashMap::default(),
             unflushed: Vec::new(),
+            served: FxHashMap::default(),
             evicted: 0,
         }
     }
@@ -168,6 +191,7 @@ impl Clients {
                 counters,
                 site,
                 unflushed: 0,
+                lacks: (u32::MAX, Lacking::UNKNOWN),
             };
             self.hello_kinds.insert(kind, k);
         }
@@ -177,6 +201,14 @@ impl Clients {
         }
         k.unflushed += 1;
         let site = Arc::clone(&k.site);
+        let lacks = match self.served.get(&server_key(comm, port)) {
+            None => Lacking::UNKNOWN,
+            Some(s) if s.generation == k.lacks.0 => k.lacks.1,
+            Some(s) => {
+                k.lacks = (s.generation, s.lacking(offer));
+                k.lacks.1
+            }
+        };
         if self.kept.len() >= MAX_KEPT {
             self.evict_oldest();
         }
@@ -186,6 +218,7 @@ impl Clients {
                 site,
                 resumption: offer.resumption,
                 answered: false,
+                lacks,
             },
         );
         self.order.push_back((conn, now));
@@ -244,6 +277,29 @@ impl Clients {
             .site_handshake_cpu
             .get_or_create(&k.site)
             .inc_by(cpu_seconds);
+    }
+
+    /// A successful handshake of `comm`'s `port`: what its server negotiates.
+    pub fn on_served(&mut self, comm: &str, port: u16, n: &Negotiated) {
+        let key = server_key(comm, port);
+        if !self.served.contains_key(&key) && self.served.len() >= MAX_HELLO_KINDS {
+            self.served.clear();
+        }
+        self.served.entry(key).or_default().add(n);
+    }
+
+    /// A connection's handshake failed: counted by its site, why, and what its ClientHello
+    /// lacked of what the server negotiates (where its ClientHello was read).
+    pub fn on_failed(&mut self, conn: ConnId, f: Failure) {
+        let Some(k) = self.kept.get(&conn) else { return };
+        let labels = ClientFailureLabels {
+            comm: k.site.comm.clone(),
+            port: k.site.port.clone(),
+            sni: k.site.sni.clone(),
+            reason: f.reason.label().into(),
+            lacks: k.lacks.for_reason(f.reason).label().into(),
+        };
+        self.metrics.client_failures.get_or_create(&labels).inc();
     }
 
     /// Forgets the offers older than KEEP.

@@ -5,6 +5,7 @@
 // (issue 36, another change): remove this then.
 pub mod facts;
 pub mod join;
+pub mod lacks;
 pub mod policy;
 #[cfg(test)]
 mod policy_tests;

@@ -113,7 +113,8 @@ pub const HANDSHAKES: Def<HandshakeLabels> = Def::new(
     "handshakes",
     Counter,
     None,
-    "TLS handshakes finished, by process name, role (server|client), result (ok|failed) and what was \
+    "TLS handshakes finished, by process name, role (server|client), result (ok|failed: began and did not finish; \
+     why in tlsprof_handshake_failures_total, and connections that never offered TLS are in neither) and what was \
      negotiated: version, cipher (IANA), group (IANA, or rsa for RSA key transport), cert (the server \
      certificate's key), resumed, and transport (tcp, or quic for HTTP/3's); unknown or rare values are other",
 );
@@ -136,6 +137,23 @@ pub const HANDSHAKE_DURATION: Def<ParamLabels> = Def::new(
     Histogram,
     Some(Seconds),
     "Wall-clock time of a successful handshake, from its first handshake call to the call that completed it",
+);
+pub const HANDSHAKE_FAILURES: Def<FailureLabels> = Def::new(
+    "handshake_failures",
+    Counter,
+    None,
+    "Failed server handshakes by why, from the wire in every mode (one per failed handshake): by (client|server) \
+     the side that sent the alert or ended the connection first, reason the alert's description where it was \
+     sent in the clear (protocol_version, handshake_failure, unknown_ca, ...), else encrypted_alert (a TLS 1.3 \
+     client's rejection), closed, reset, unfinished (QUIC), library_error (the probes count: no wire), unknown",
+);
+pub const CONNECTIONS_WITHOUT_TLS: Def<KindPortLabels> = Def::new(
+    "connections_without_tls",
+    Counter,
+    None,
+    "Connections accepted on a port that carries TLS which never offered TLS, counted apart from handshakes: kind \
+     silent (closed or reset before any byte: TCP health checks, port scans), http, http2, ssh (the client's \
+     first bytes), other (bytes of no protocol tlsprof knows)",
 );
 pub const FAILED_HANDSHAKE_CPU: Def<RoleLabels> = Def::new(
     "failed_handshake_cpu",
@@ -412,6 +430,15 @@ pub const SITE_HANDSHAKE_CPU: Def<SniLabels> = Def::new(
     "On-CPU time of a traced server's timed handshakes, by the host name its client asked for (SNI): the \
      per-site share of tlsprof_handshake_cpu_seconds",
 );
+pub const CLIENT_FAILURES: Def<ClientFailureLabels> = Def::new(
+    "client_failures",
+    Counter,
+    None,
+    "Failed handshakes whose ClientHello was read, by the host name the client asked for (SNI), reason (as in \
+     tlsprof_handshake_failures_total) and what the ClientHello lacked of what this server negotiated in its \
+     successful handshakes: lacks=version (only older versions), cipher (no cipher suite), group (no key-exchange \
+     group), none (all of them: the cause lies elsewhere), unknown (the server had negotiated nothing yet)",
+);
 pub const CLIENT_HELLOS_UNREAD: Def<ReasonLabels> = Def::new(
     "client_hellos_unread",
     Counter,
@@ -427,6 +454,8 @@ pub const ALL: &[&Spec] = &[
     &HANDSHAKES_UNLABELLED.spec,
     &HANDSHAKE_CPU.spec,
     &HANDSHAKE_DURATION.spec,
+    &HANDSHAKE_FAILURES.spec,
+    &CONNECTIONS_WITHOUT_TLS.spec,
     &FAILED_HANDSHAKE_CPU.spec,
     &ATTACHED_PROCESSES.spec,
     &HANDSHAKE_CPU_METHOD.spec,
@@ -450,6 +479,7 @@ pub const ALL: &[&Spec] = &[
     &CLIENT_POLICY_OUTCOMES.spec,
     &CLIENT_RESUMPTIONS.spec,
     &SITE_HANDSHAKE_CPU.spec,
+    &CLIENT_FAILURES.spec,
     &CLIENT_HELLOS_UNREAD.spec,
     &PROCESS_CPU.spec,
     &CPU.spec,

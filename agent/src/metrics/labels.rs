@@ -75,10 +75,19 @@ label_set!(MethodLabels { comm, method, reason });
 label_set!(ProbeLabels { probe });
 label_set!(KindLabels { kind });
 label_set!(PortLabels { comm, port });
+label_set!(FailureLabels { comm, port, by, reason });
+label_set!(KindPortLabels { comm, port, kind });
 label_set!(ClosedByLabels { comm, port, closed_by });
 label_set!(ProtocolLabels { comm, port, protocol });
 label_set!(OnlyPortLabels { port });
 label_set!(SniLabels { comm, port, sni });
+label_set!(ClientFailureLabels {
+    comm,
+    port,
+    sni,
+    reason,
+    lacks
+});
 label_set!(OfferLabels {
     comm,
     port,

@@ -5,6 +5,7 @@
 pub mod fixtures;
 #[cfg(test)]
 mod fuzz;
+pub mod failure;
 mod packed;
 pub mod quic;
 pub mod tls;

@@ -17,6 +17,7 @@ use std::{
 };
 
 use super::{
+    failure::Failure,
     packed::{Labels, Packed},
     quic::flows::Flows,
     tls::{self, hello::Offer, Negotiated},
@@ -25,7 +26,7 @@ use crate::{
     bounds::{self, Dropped},
     bpf::{
         abi::{decode, WIRE_MAX_SEALED},
-        wire::{hello_why, wire_end, wire_ev, WireEvent, HELLO_LAST, HELLO_MAX, HELLO_WHY_MASK},
+        wire::{hello_why, wire_end, wire_ev, WireEvent, HELLO_ALERT, HELLO_LAST, HELLO_MAX, HELLO_WHY_MASK},
     },
 };
 
@@ -171,6 +172,8 @@ pub struct WireHandshake {
     pub hello: bool,
     /// The server sent a fatal alert in the clear.
     pub alert: bool,
+    /// Why it failed (None: it did not).
+    pub failure: Option<Failure>,
     /// Every label is known.
     pub complete: bool,
     /// The application protocol: its plaintext preamble's (STARTTLS, an SSLRequest:
@@ -206,6 +209,11 @@ pub struct Tracker {
     hellos: FxHashMap<ConnId, HelloCapture>,
     /// Bytes the ClientHellos in flight hold.
     hello_bytes: usize,
+    /// The alert a client sent in the clear right after its ClientHello (bpf/hello.h
+    /// HELLO_ALERT): its description, until its connection's capture ends. At most
+    /// MAX_HELLOS; past it the oldest sixteenth go (their failures say only how the
+    /// connection closed), counted: tlsprof_table_full_total{table="client_alerts"}.
+    client_alerts: FxHashMap<ConnId, (u8, Instant)>,
     /// Entries dropped at the bounds, for the owner to export.
     pub dropped: Dropped,
 }
@@ -225,6 +233,17 @@ impl Tracker {
     /// each event's go: one missing makes the ClientHello lost).
     fn on_hello(&mut self, e: WireEvent, now: Instant) -> Option<ClientHello> {
         let id = e.conn_id;
+        if e.flags & HELLO_ALERT as u8 != 0 {
+            // the record after a ClientHello: an alert (level, description)
+            if let [_, description] = e.data[..] {
+                if self.client_alerts.len() >= MAX_HELLOS {
+                    let out = bounds::evict_oldest(&mut self.client_alerts, MAX_HELLOS, |a| a.1);
+                    self.dropped.add("client_alerts", out.len() as u64);
+                }
+                self.client_alerts.insert(id, (description, now));
+            }
+            return None;
+        }
         let new = !self.hellos.contains_key(&id);
         let why = u32::from(e.flags) & HELLO_WHY_MASK;
         let last = u32::from(e.flags) & HELLO_LAST != 0 || why != 0;
@@ -333,28 +352,32 @@ impl Tracker {
                 // the server's alert, the client's (TLS 1.3: its answer to the server's flight
                 // too short for a Finished), or a close before the end; an end bpf/wire.h does
                 // not name (counted by `decode`) leaves it to the bytes seen
-                let failed = p.alert
+                let failed = p.alert.is_some()
                     || match why {
                         Some(wire_end::Alert | wire_end::ClientAlert | wire_end::Closed) => true,
                         Some(wire_end::Finished | wire_end::Cap | wire_end::Bad | wire_end::Unsupported) | None => {
                             false
                         }
                     };
-                let (conn_start, preamble) = e.end();
+                let end = e.end();
+                let client_alert = self.client_alerts.remove(&id).map(|a| a.0);
+                let ok = p.hello && !failed;
                 let h = WireHandshake {
                     conn: id,
                     tgid: e.tgid,
                     netns: c.netns,
                     port: c.port,
                     labels: p.labels(),
-                    ok: p.hello && !failed,
+                    ok,
                     hello: p.hello,
-                    alert: p.alert || why == Some(wire_end::Alert),
+                    alert: p.alert.is_some() || why == Some(wire_end::Alert),
+                    failure: (!ok).then(|| Failure::of_capture(p.alert, client_alert, why, end.by)),
                     complete: p.complete,
-                    protocol: preamble
+                    protocol: end
+                        .proto
                         .and_then(crate::bpf::wire::wire_proto::label)
                         .unwrap_or(p.protocol),
-                    conn_start,
+                    conn_start: end.conn_start,
                     end_ns: 0,
                 };
                 // nothing was negotiated (an alert, or closed before a ServerHello): the
@@ -449,6 +472,9 @@ impl Tracker {
             keep
         });
         self.hello_bytes -= freed;
+        // a client's alert whose connection's capture never ended (its server sent no TLS)
+        self.client_alerts.retain(|_, a| now.duration_since(a.1) < KEEP);
+        bounds::shrink(&mut self.client_alerts);
         bounds::shrink(&mut self.caps);
         bounds::shrink(&mut self.ended);
         bounds::shrink_deque(&mut self.ended_order);
@@ -457,8 +483,9 @@ impl Tracker {
     }
 
     /// (table, entries, bytes of its room) for the -v log of the agent's memory.
-    pub fn footprint(&self) -> [(&'static str, usize, usize); 4] {
+    pub fn footprint(&self) -> [(&'static str, usize, usize); 5] {
         [
+            ("client_alerts", self.client_alerts.len(), bounds::map_bytes(&self.client_alerts)),
             ("wire_captures", self.caps.len(), bounds::map_bytes(&self.caps) + self.plain_bytes),
             ("client_hellos", self.hellos.len(), bounds::map_bytes(&self.hellos) + self.hello_bytes),
             ("wire_ended", self.ended.len(), bounds::map_bytes(&self.ended)),

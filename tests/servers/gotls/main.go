@@ -3,6 +3,9 @@
 // response on a keep-alive connection, closed after a "Connection: close" request.
 // usage: gotls PORT CERT KEY BODY_BYTES [resume]
 // With "resume", the server issues session tickets (Go's default); without, it does not.
+// gotls reject PORT N: a client instead, N TLS 1.3 connections that check the server's
+// certificate against the system's CAs and reject it (Go sends its alert encrypted, under the
+// handshake keys); prints how many were rejected.
 package main
 
 import (
@@ -14,6 +17,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 func serve(c net.Conn, body []byte) {
@@ -40,7 +44,30 @@ func serve(c net.Conn, body []byte) {
 	}
 }
 
+// reject dials port n times as a TLS 1.3 client that rejects the server's certificate.
+func reject(port string, n int) {
+	rejected := 0
+	for i := 0; i < n; i++ {
+		raw, err := net.DialTimeout("tcp", "127.0.0.1:"+port, 10*time.Second)
+		if err != nil {
+			log.Fatal(err)
+		}
+		c := tls.Client(raw, &tls.Config{ServerName: "localhost", MinVersion: tls.VersionTLS13})
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := c.Handshake(); err != nil {
+			rejected++
+		}
+		c.Close()
+	}
+	fmt.Println(rejected)
+}
+
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "reject" {
+		n, _ := strconv.Atoi(os.Args[3])
+		reject(os.Args[2], n)
+		return
+	}
 	if len(os.Args) != 5 && len(os.Args) != 6 {
 		log.Fatal("usage: gotls PORT CERT KEY BODY_BYTES [resume]")
 	}

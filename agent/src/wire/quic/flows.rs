@@ -27,6 +27,7 @@ use crate::{
     bounds,
     bpf::wire::{WireEvent, QUIC_F_CLIENT, QUIC_F_DONE, QUIC_F_RETRY},
     wire::{
+        failure::{By, Failure, Reason},
         tls::{self, hello::parse_client_hello},
         tracker::{ClientHello, ConnId, Seen, Unread, WireHandshake},
     },
@@ -212,6 +213,7 @@ fn handshake(conn: ConnId, f: &Flow, ok: bool, end_ns: u64) -> WireHandshake {
         // not read); one that failed is counted as one the server refused
         hello: p.hello || ok,
         alert: !ok,
+        failure: (!ok).then_some(Failure::new(By::Client, Reason::Unfinished)),
         complete: p.hello,
         protocol: PROTOCOL_QUIC,
         conn_start: f.start_ns,

@@ -76,8 +76,8 @@ pub struct Parsed {
     pub resumed: bool,
     /// Every label is known: later bytes cannot change them.
     pub complete: bool,
-    /// The server sent a fatal alert in the clear.
-    pub alert: bool,
+    /// The server sent a fatal alert in the clear: its description.
+    pub alert: Option<u8>,
     /// The application protocol the server chose (ALPN), where its output shows it: a
     /// PROTOCOL_* value.
     pub protocol: &'static str,
@@ -173,8 +173,8 @@ impl<'a> Rd<'a> {
 }
 
 /// The handshake byte stream of the plaintext records of the output, and what else those
-/// records say: (the stream, change_cipher_spec seen, fatal alert seen).
-fn handshake_stream<'a>(plain: &'a [u8]) -> (Cow<'a, [u8]>, bool, bool) {
+/// records say: (the stream, change_cipher_spec seen, the first fatal alert's description).
+fn handshake_stream<'a>(plain: &'a [u8]) -> (Cow<'a, [u8]>, bool, Option<u8>) {
     // The bodies of the handshake records before change_cipher_spec, and after it only a
     // record holding exactly one ServerHello (TLS 1.3 after a HelloRetryRequest); TLS 1.2's
     // Finished after it is encrypted. Borrowed while they are one record's (a TLS 1.3
@@ -187,7 +187,7 @@ fn handshake_stream<'a>(plain: &'a [u8]) -> (Cow<'a, [u8]>, bool, bool) {
             stream.to_mut().extend_from_slice(body);
         }
     };
-    let (mut ccs, mut alert) = (false, false);
+    let (mut ccs, mut alert) = (false, None);
     let mut r = Rd(plain);
     while let (Some(t), Some(_), Some(len)) = (r.u8(), r.u16(), r.u16()) {
         let body = match r.take(len as usize) {
@@ -196,7 +196,8 @@ fn handshake_stream<'a>(plain: &'a [u8]) -> (Cow<'a, [u8]>, bool, bool) {
         };
         match t {
             20 => ccs = true,
-            21 => alert |= body.first() == Some(&2),
+            // a description cut off by the capture: one no RFC names
+            21 if alert.is_none() && body.first() == Some(&2) => alert = Some(body.get(1).copied().unwrap_or(u8::MAX)),
             22 if !ccs => append(&mut stream, body),
             22 => {
                 let one_hello = body.len() >= 4

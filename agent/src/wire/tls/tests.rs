@@ -228,7 +228,7 @@ fn server_hello_cut_short_is_not_seen_yet() {
 #[test]
 fn alerts_and_garbage() {
     let p = parse(&record(21, &[2, 40]), &[], true);
-    assert!(p.alert && !p.hello);
+    assert!(p.alert == Some(40) && !p.hello);
     assert_eq!(p.labels(), Negotiated::UNKNOWN_TCP);
     for junk in [
         &b"HTTP/1.1 400 Bad Request\r\n"[..],
