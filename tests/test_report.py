@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import failing
 from harness.agent import TLSPROF, Agent
 from harness.clients import connect, https_connections, keepalive_connections, resuming_connections, tls_client_context
 from harness.figures import figure
@@ -349,6 +350,70 @@ def test_record_cipher(tmp_path):
     assert real > 0, (r.proc()["cpu_seconds"], r2.proc()["cpu_seconds"])
     figure("record_cipher_saving_over_real", saving / real)
     assert real / 3 <= saving <= 3 * real, (saving, real)
+
+
+def test_failures_and_connections_without_tls(tmp_path):
+    """Old clients (TLS 1.1 only), clients offering only a suite the server lacks, TCP health
+    checks and plain HTTP against nginx: a finding per cause of failure with its fix and
+    who failed (what their ClientHellos lacked, the site they asked for), one for the port's
+    connections without TLS, the measured tables, and the JSON's rows, each at the clients'
+    own count; the connections without TLS are no failed handshakes."""
+    N = 20
+    srv = Nginx(tmp_path, extra_server="ssl_ciphers ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384;")
+
+    def load():
+        return {
+            "ok": https_connections(srv.port, 5)["ok"],
+            "old": failing.handshakes(srv.port, N, failing.only_version("1.1")),
+            "cipher": failing.handshakes(srv.port, N, failing.only_cipher("AES128-SHA")),
+            "checks": failing.tcp_checks(srv.port, N),
+            "http": failing.plain_http(srv.port, N),
+        }
+
+    try:
+        r = Report(srv.pid, load, extra=["--no-calibrate"])
+    finally:
+        srv.stop()
+    assert r.client == {"ok": 5, "old": N, "cipher": N, "checks": N, "http": N}
+    port = str(srv.port)
+    p = r.proc()
+    assert (p["full"], p["failed"]) == (5, 2 * N), p
+    assert sorted((f["port"], f["by"], f["reason"], f["handshakes"]) for f in p["failures"]) == [
+        (port, "server", "handshake_failure", N), (port, "server", "protocol_version", N)], p["failures"]
+    assert sorted((w["port"], w["kind"], w["connections"]) for w in p["without_tls"]) == [
+        (port, "http", N), (port, "silent", N)], p["without_tls"]
+    v = r.one("failure_version")
+    assert v["port"] == port and v["numbers"]["failed"] == N and v["numbers"]["by_server"] == N, v
+    assert v["title"] == f"nginx: port {port}: {N / r.seconds:.1f} handshakes/s fail with protocol_version: " \
+                         "clients offer only versions the server refuses", r.text
+    assert f"{N} handshakes in the window" in v["evidence"] and "Enable TLS 1.2 on those clients" in v["fix"]
+    c = r.one("failure_parameters")
+    assert c["numbers"]["handshake_failure"] == N and "ssl_ciphers" in c["fix"], c
+    # who failed, from their ClientHellos (SNI localhost), and what they lacked of what the
+    # server negotiated (its good handshakes: TLS 1.3): the TLS 1.1 clients the version,
+    # the AES128-SHA ones (TLS 1.2) the cipher suite
+    for f, lacked in ((v, "they offer only versions older than every one this server negotiates"),
+                      (c, "they offer none of the cipher suites this server negotiates")):
+        assert lacked in f["clients"] and "sites: localhost " in f["clients"], f
+        assert f["numbers"]["clients_failed"] == N, f
+        assert f"- Clients: {f['clients'][len('clients: '):]}" in r.text, r.text
+    assert v["numbers"].get("lacks_version", 0) > 0 and c["numbers"].get("lacks_cipher", 0) > 0, (v, c)
+    assert sorted({(x["port"], x["sni"], x["reason"]) for x in p["client_failures"]}) == [
+        (port, "localhost", "handshake_failure"), (port, "localhost", "protocol_version")], p["client_failures"]
+    w = r.one("without_tls")
+    assert (w["numbers"]["silent"], w["numbers"]["http"], w["numbers"]["connections"]) == (N, N, 2 * N), w
+    assert f"never offered TLS: {N / r.seconds:.1f}/s silent (TCP health checks or port scans), " \
+           f"{N / r.seconds:.1f}/s plain HTTP" in w["title"], w["title"]
+    assert "error_page 497" in w["fix"]
+    assert r.findings("failure_client_gave_up") == [] and r.findings("failure_other") == [], r.text
+    # the connections that carried no handshake are no clients that reconnect for each request
+    assert r.findings("keepalive") == [], r.text
+    rows = r.table("| Port | Reason | By |")
+    assert sorted((x[0], x[1], x[2], x[4]) for x in rows) == [
+        (port, "handshake_failure", "server", str(N)), (port, "protocol_version", "server", str(N))], r.text
+    assert sorted((x[1], x[3]) for x in r.table("| Port | Kind |")) == [("http", str(N)), ("silent", str(N))]
+    html = r.html.read_text()
+    assert 'data-rule="failure_version"' in html and 'class="without-tls"' in html
 
 
 def test_bad_input():

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from harness import failing
 from harness.agent import TLSPROF, Agent
 from harness.clients import https_connections, keepalive_connections
 from harness.figures import figure
@@ -162,6 +163,45 @@ def test_top_once_counts(tmp_path):
     cfg = next(line for line in out.splitlines() if line.startswith("TLSv1.3"))
     assert cfg.split()[:3] == ["TLSv1.3", "x25519", "rsa4096"], out
     assert abs(float(cfg.split()[5]) * window - 120) < 0.5, out
+
+
+def test_top_once_failures(tmp_path):
+    """Clients that fail and connections that never offer TLS, inside one `--once` window:
+    the failure line gives each reason (and who ended the handshakes), the no-TLS line each
+    kind, at the clients' own counts; neither is a successful handshake."""
+    n = Nginx(tmp_path / "n")
+    try:
+        p = subprocess.Popen([str(TLSPROF), "top", "--once", "--interval", "6", "--pid", str(n.pid)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = p.stderr.readline()
+        assert "measuring" in line, line + p.stderr.read()
+        t0 = time.monotonic()
+        good = https_connections(n.port, 5)["ok"]
+        old = failing.handshakes(n.port, 20, failing.only_version("1.1"))
+        checks = failing.tcp_checks(n.port, 20)
+        http = failing.plain_http(n.port, 10)
+        took = time.monotonic() - t0
+        out, err = p.communicate(timeout=60)
+    finally:
+        n.stop()
+    assert p.returncode == 0, err
+    assert (good, old, checks, http) == (5, 20, 20, 10)
+    window = float(re.search(r"top: ([\d.]+) s window", out).group(1))
+    # the connections without TLS are counted at the agent's scans (a second apart): two
+    # of them after the load
+    assert took < window - 2, f"the load took {took:.1f} s of the {window} s window"
+    count = lambda rate: float(rate) * window  # noqa: E731
+    r = row(out, "nginx")
+    assert abs(count(r[1]) - 5) < 0.5 and abs(count(r[3]) - 20) < 0.5, out  # FULL/s, FAIL/s
+    lines = out.splitlines()
+    title = lines.index("nginx: failures by why (who ended them), connections without TLS")
+    m = re.fullmatch(r"failed ([\d.]+)/s: protocol_version \(server\) ([\d.]+)/s", lines[title + 1])
+    assert m and abs(count(m.group(1)) - 20) < 0.5 and m.group(1) == m.group(2), out
+    m = re.fullmatch(r"no TLS ([\d.]+)/s: (.*)", lines[title + 2])
+    assert m and abs(count(m.group(1)) - 30) < 0.5, out
+    kinds = {k: count(v) for k, v in re.findall(r"(\w+) ([\d.]+)/s", m.group(2))}
+    assert kinds.keys() == {"silent", "http"} and abs(kinds["silent"] - 20) < 0.5 \
+        and abs(kinds["http"] - 10) < 0.5, out
 
 
 def test_top_once_from_a_running_agent(tmp_path):

@@ -6,7 +6,8 @@
 //! Both go through `read!` below, the one table of which metric feeds which figure.
 //!
 //! Labels whose values are a closed set (role, result, who closed, a policy's outcome, what
-//! a client offered to resume with and what it got) are decoded here, once, into the enums
+//! a client offered to resume with and what it got, who ended a failed handshake and why,
+//! what a failed client's ClientHello lacked, what a connection without TLS was) are decoded here, once, into the enums
 //! the agent writes them from (`LabelValue`); the rest of the views match on those. A series
 //! whose value this build does not know (an agent of another version) is skipped and counted
 //! in `Figures::skipped`, never taken for a value it is not. Free-form labels (process name,
@@ -16,20 +17,28 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use anyhow::{bail, Result};
 use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
 
-use super::clients::Clients;
+use super::{
+    clients::Clients,
+    failures::{ClientFailure, Failures},
+};
 use crate::{
     bpf::{
+        abi::hello_untls,
         conn::ClosedBy,
         handshake::{HandshakeResult, Role},
     },
-    clients::{join::Answer, policy::Outcome},
+    clients::{join::Answer, lacks::Lacks, policy::Outcome},
     metrics::{
         defs::{self, Kind},
         histogram::{Histogram, HistogramValue},
         labels::*,
         text, FGauge, Metrics,
     },
-    wire::{quic::flows::PROTOCOL_QUIC, tls::hello::Resumption},
+    wire::{
+        failure::{By, Failure, Reason},
+        quic::flows::PROTOCOL_QUIC,
+        tls::hello::Resumption,
+    },
 };
 
 /// A negotiated configuration, as a handshake series' labels name it.
@@ -53,8 +62,8 @@ pub struct Figures {
     /// Scans of /proc the agent has completed: its clock for what it counts per scan.
     pub scans: f64,
     /// The sum of the counters that move while connections come and go (handshakes of
-    /// either role, connections accepted and ended, exchanges): the same at two moments
-    /// when nothing happened between them.
+    /// either role and the failed ones' reasons, connections accepted, ended and without
+    /// TLS, exchanges): the same at two moments when nothing happened between them.
     pub activity: f64,
     /// Labels of a closed set whose value this build does not know (an agent of another
     /// version): their series are skipped, not read as some other value.
@@ -82,6 +91,10 @@ pub struct ProcFigures {
     pub hellos_unread: BTreeMap<String, f64>,
     /// Handshakes of each role, every configuration summed: what the exit summary shows.
     pub roles: BTreeMap<Role, RoleFigures>,
+    /// Its failed server handshakes by port and reason, the failing clients by port, site,
+    /// reason and what they lacked, and its connections that never offered TLS by port and
+    /// kind.
+    pub failures: Failures,
 }
 
 /// One role's handshakes of a process, every configuration summed.
@@ -247,6 +260,9 @@ read! {
     CLIENT_RESUMPTIONS: client_resumptions => client_resumptions,
     SITE_HANDSHAKE_CPU: site_handshake_cpu => site_cpu,
     CLIENT_HELLOS_UNREAD: client_hellos_unread => hellos_unread,
+    HANDSHAKE_FAILURES: handshake_failures => failure,
+    CLIENT_FAILURES: client_failures => client_failure,
+    CONNECTIONS_WITHOUT_TLS: connections_without_tls => without_tls,
 }
 
 /// The configuration a handshake series names: its labels but comm, role and result; None
@@ -456,6 +472,44 @@ impl Figures {
         add(&mut self.proc(&l.comm).hellos_unread, &l.reason, v);
     }
 
+    /// A failed handshake moves its result's series too; counted in the activity all the
+    /// same, its reason coming with it.
+    fn failure(&mut self, l: &FailureLabels, v: f64) {
+        self.activity += v;
+        let (by, reason) = (By::parse(&l.by), Reason::parse(&l.reason));
+        let (Some(by), Some(reason)) = (self.known(by), self.known(reason)) else {
+            return;
+        };
+        let key = (l.port.clone(), Failure::new(by, reason));
+        add2(&mut self.proc(&l.comm).failures.handshakes, key, v);
+    }
+
+    /// A failed handshake's ClientHello: its failure is in the activity already.
+    fn client_failure(&mut self, l: &ClientFailureLabels, v: f64) {
+        let (reason, lacks) = (Reason::parse(&l.reason), Lacks::parse(&l.lacks));
+        let (Some(reason), Some(lacks)) = (self.known(reason), self.known(lacks)) else {
+            return;
+        };
+        let key = ClientFailure {
+            port: l.port.clone(),
+            sni: l.sni.clone(),
+            reason,
+            lacks,
+        };
+        add2(&mut self.proc(&l.comm).failures.clients, key, v);
+    }
+
+    /// Connections without TLS are counted at the agent's scans, after they ended: in the
+    /// activity, so that a window waits for them.
+    fn without_tls(&mut self, l: &KindPortLabels, v: f64) {
+        self.activity += v;
+        let Some(kind) = self.known(hello_untls::parse(&l.kind)) else {
+            return;
+        };
+        let key = (l.port.clone(), kind);
+        add2(&mut self.proc(&l.comm).failures.without_tls, key, v);
+    }
+
     fn scan(&mut self, l: &ScanLabels, h: HistogramValue) {
         if l.scan == "processes" {
             self.scans += h.count;
@@ -619,6 +673,45 @@ mod tests {
                     reason: "cut".into(),
                 })
                 .inc_by(k);
+            for (port, by, reason, n) in [
+                ("443", "server", "protocol_version", 4),
+                ("443", "client", "unknown_ca", 2),
+                ("8443", "server", "protocol_version", 1),
+                ("other", "server", "library_error", 1),
+            ] {
+                m.handshake_failures
+                    .get_or_create(&FailureLabels {
+                        comm: comm.into(),
+                        port: port.into(),
+                        by: by.into(),
+                        reason: reason.into(),
+                    })
+                    .inc_by(n * k);
+            }
+            for (sni, reason, lacks, n) in [
+                ("www.example.com", "protocol_version", "version", 3),
+                ("none", "protocol_version", "version", 1),
+                ("www.example.com", "unknown_ca", "none", 2),
+            ] {
+                m.client_failures
+                    .get_or_create(&ClientFailureLabels {
+                        comm: comm.into(),
+                        port: "443".into(),
+                        sni: sni.into(),
+                        reason: reason.into(),
+                        lacks: lacks.into(),
+                    })
+                    .inc_by(n * k);
+            }
+            for (kind, n) in [("silent", 5), ("http", 2)] {
+                m.connections_without_tls
+                    .get_or_create(&KindPortLabels {
+                        comm: comm.into(),
+                        port: "443".into(),
+                        kind: kind.into(),
+                    })
+                    .inc_by(n * k);
+            }
         }
         m.handshake_cpu_method
             .get_or_create(&MethodLabels {
@@ -659,8 +752,9 @@ mod tests {
         assert_eq!(port.requests.buckets.last(), Some(&(f64::INFINITY, 3.0)));
         assert_eq!(f.time_wait_sockets["443"], 4.0);
         assert_eq!(f.scans, 1.0);
-        // handshakes of both roles (11 + 7, 33 + 7), accepted (none), ended, exchanges
-        assert_eq!(f.activity, 18.0 + 40.0 + 3.0 * 2.0 + 12.0 * 2.0);
+        // handshakes of both roles (11 + 7, 33 + 7), accepted (none), ended, exchanges,
+        // the failures' reasons (8, 24), connections without TLS (7, 21)
+        assert_eq!(f.activity, 18.0 + 40.0 + 3.0 * 2.0 + 12.0 * 2.0 + 32.0 + 28.0);
         assert!(f.procs.contains_key("we ird, x"));
         // the client figures, per port
         let c = &port.clients;
@@ -672,6 +766,26 @@ mod tests {
         assert_eq!(p.hellos_unread["cut"], 1.0);
         let w = &f.procs["we ird, x"].ports["443"].clients;
         assert_eq!(w.resumptions[&(Resumption::Ticket, Answer::Full)], 3.0);
+        // the failures by port and reason, their enums; connections without TLS by kind
+        let pv = Failure::new(By::Server, Reason::ProtocolVersion);
+        assert_eq!(p.failures.handshakes[&("443".into(), pv)], 4.0);
+        assert_eq!(p.failures.by_failure()[0], (pv, 5.0));
+        let lib = Failure::new(By::Server, Reason::LibraryError);
+        assert_eq!(p.failures.handshakes[&("other".into(), lib)], 1.0);
+        assert!(
+            !p.ports.contains_key("other"),
+            "no connection, no port: {:?}",
+            p.ports.keys()
+        );
+        assert_eq!(
+            p.failures.by_kind(),
+            [(hello_untls::Silent, 5.0), (hello_untls::Http, 2.0)]
+        );
+        assert_eq!(f.procs["we ird, x"].failures.failed(), 24.0);
+        // the failing clients by site, reason and what they lacked, the latter two enums
+        let old = p.failures.client_groups("443", &[Reason::ProtocolVersion], true);
+        assert_eq!((old.len(), old[0].lacks, old[0].failed), (1, Some(Lacks::Version), 4.0));
+        assert_eq!(old[0].sites, [("www.example.com", 3.0), ("none", 1.0)]);
     }
 
     /// A closed-set label's value this build does not write is skipped and counted, not
@@ -683,13 +797,32 @@ mod tests {
             "tlsprof_tcp_connections_total{comm=\"nginx\",port=\"443\",closed_by=\"reset\"} 2\n",
             "tlsprof_handshakes_total{comm=\"nginx\",role=\"server\",result=\"maybe\",version=\"other\",",
             "cipher=\"other\",group=\"other\",cert=\"other\",resumed=\"false\",transport=\"tcp\"} 4\n",
+            "tlsprof_handshake_failures_total{comm=\"nginx\",port=\"443\",by=\"server\",reason=\"moon_phase\"} 5\n",
+            "tlsprof_handshake_failures_total{comm=\"nginx\",port=\"443\",by=\"both\",reason=\"closed\"} 1\n",
+            "tlsprof_handshake_failures_total{comm=\"nginx\",port=\"443\",by=\"client\",reason=\"reset\"} 6\n",
+            "tlsprof_connections_without_tls_total{comm=\"nginx\",port=\"443\",kind=\"gopher\"} 7\n",
+            "tlsprof_client_failures_total{comm=\"nginx\",port=\"443\",sni=\"none\",reason=\"unknown_ca\",lacks=\"spirit\"} 2\n",
+            "tlsprof_client_failures_total{comm=\"nginx\",port=\"443\",sni=\"none\",reason=\"moon_phase\",lacks=\"none\"} 2\n",
+            "tlsprof_client_failures_total{comm=\"nginx\",port=\"443\",sni=\"a\",reason=\"reset\",lacks=\"none\"} 3\n",
+            // a ClientHello came: a failed handshake, never this metric's kind
+            "tlsprof_connections_without_tls_total{comm=\"nginx\",port=\"443\",kind=\"client_hello\"} 1\n",
         ))
         .unwrap();
-        assert_eq!(f.skipped, 2.0);
+        assert_eq!(f.skipped, 8.0);
         let p = &f.procs["nginx"];
         assert_eq!(p.ports["443"].closed_by, BTreeMap::from([(ClosedBy::Reset, 2.0)]));
         assert!(p.handshakes.is_empty() && p.roles.is_empty(), "{p:?}");
-        assert_eq!(f.activity, 9.0, "activity counts whatever the labels");
+        let reset = Failure::new(By::Client, Reason::Reset);
+        assert_eq!(p.failures.handshakes, BTreeMap::from([(("443".into(), reset), 6.0)]));
+        assert!(p.failures.without_tls.is_empty(), "{p:?}");
+        let clients: Vec<_> = p
+            .failures
+            .clients
+            .iter()
+            .map(|(c, n)| (c.reason, c.lacks, *n))
+            .collect();
+        assert_eq!(clients, [(Reason::Reset, Lacks::Nothing, 3.0)]);
+        assert_eq!(f.activity, 9.0 + 12.0 + 8.0, "activity counts whatever the labels");
     }
 
     #[test]

@@ -7,7 +7,10 @@ use std::{
 
 use anyhow::Result;
 
-pub use super::clients::{Clients, PolicyCount};
+pub use super::{
+    clients::{Clients, PolicyCount},
+    failures::Failures,
+};
 use super::{
     model::{ConfigKey, Figures, PortFigures, ProcFigures},
     reading::Reading,
@@ -264,6 +267,9 @@ pub struct Proc {
     pub cpu_methods: BTreeSet<String>,
     /// Connections whose ClientHello could not be read, by reason.
     pub hellos_unread: BTreeMap<String, f64>,
+    /// Its failed server handshakes by port and reason (of the `failed` ones), and its
+    /// connections that never offered TLS by port and kind (none of the handshakes).
+    pub failures: Failures,
 }
 
 impl Proc {
@@ -405,6 +411,7 @@ impl Proc {
             process_cpu: b.process_cpu.since_opt(a.map(|a| &a.process_cpu)),
             cpu: b.cpu.since_opt(a.map(|a| &a.cpu)),
             hellos_unread: b.hellos_unread.since_opt(a.map(|a| &a.hellos_unread)),
+            failures: b.failures.since_opt(a.map(|a| &a.failures)),
             ..Default::default()
         };
         let mut configs = BTreeMap::new();
@@ -601,6 +608,81 @@ mod tests {
         let port = &p.ports["443"];
         assert_eq!((port.quic, port.protocols.get("quic")), (10.0, None));
         assert_eq!((port.protocol_name(), port.hidden_protocol_share()), ("tls", 1.0));
+    }
+
+    /// Failed handshakes by port and reason, the failing clients by site and what they
+    /// lacked, and connections without TLS by kind: what moved in the window, read in process
+    /// and decoded alike; a reason new in the window counts from zero.
+    #[test]
+    fn failures_are_windowed() {
+        use std::time::Duration;
+
+        use crate::{
+            bpf::abi::hello_untls,
+            clients::lacks::Lacks,
+            metrics::{ClientFailureLabels, FailureLabels, KindPortLabels, Metrics},
+            wire::failure::{By, Failure, Reason},
+        };
+        let m = Metrics::new();
+        let failure = |by: &str, reason: &str| FailureLabels {
+            comm: "nginx".into(),
+            port: "443".into(),
+            by: by.into(),
+            reason: reason.into(),
+        };
+        let kind = |kind: &str| KindPortLabels {
+            comm: "nginx".into(),
+            port: "443".into(),
+            kind: kind.into(),
+        };
+        m.handshake_failures
+            .get_or_create(&failure("server", "protocol_version"))
+            .inc_by(50);
+        m.connections_without_tls.get_or_create(&kind("silent")).inc_by(9);
+        let old = |sni: &str| ClientFailureLabels {
+            comm: "nginx".into(),
+            port: "443".into(),
+            sni: sni.into(),
+            reason: "protocol_version".into(),
+            lacks: "version".into(),
+        };
+        m.client_failures.get_or_create(&old("a.example")).inc_by(40);
+        let a = Snapshot {
+            at: Instant::now(),
+            figures: Figures::of(&m),
+        };
+        m.handshake_failures
+            .get_or_create(&failure("server", "protocol_version"))
+            .inc_by(16);
+        m.handshake_failures
+            .get_or_create(&failure("client", "closed"))
+            .inc_by(2);
+        m.connections_without_tls.get_or_create(&kind("silent")).inc_by(8);
+        m.connections_without_tls.get_or_create(&kind("http")).inc_by(2);
+        m.client_failures.get_or_create(&old("a.example")).inc_by(12);
+        m.client_failures.get_or_create(&old("b.example")).inc_by(4);
+        let b = Snapshot {
+            at: a.at + Duration::from_secs(2),
+            figures: Figures::of(&m),
+        };
+        assert_eq!(Figures::decode(&m.render_text()).unwrap(), b.figures);
+        let w = Window::between(&a, &b, &[]);
+        let f = &w.proc("nginx").unwrap().failures;
+        assert_eq!(
+            f.by_failure(),
+            [
+                (Failure::new(By::Server, Reason::ProtocolVersion), 16.0),
+                (Failure::new(By::Client, Reason::Closed), 2.0)
+            ]
+        );
+        assert_eq!(
+            f.by_kind_on("443"),
+            [(hello_untls::Silent, 8.0), (hello_untls::Http, 2.0)]
+        );
+        assert_eq!((f.failed(), f.untls()), (18.0, 10.0));
+        let g = f.client_groups("443", &[Reason::ProtocolVersion], true);
+        assert_eq!((g.len(), g[0].lacks, g[0].failed), (1, Some(Lacks::Version), 16.0));
+        assert_eq!(g[0].sites, [("a.example", 12.0), ("b.example", 4.0)]);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use super::{
 };
 use crate::bpf::conn::ClosedBy;
 use crate::logger;
+use crate::metrics::LabelValue;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct TopArgs {
@@ -449,6 +450,81 @@ fn client_lines(p: &Proc, secs: f64) -> Vec<String> {
     out
 }
 
+/// Items listed after a head ("head: a, b, c"), wrapped at `width` columns between items
+/// (the next lines indented by two), in at most `max_lines` lines: the items that do not
+/// fit (the last, least counted) are left out, said with "…".
+fn listed(head: &str, items: &[String], max_lines: usize, width: usize) -> Vec<String> {
+    let n = items.len();
+    let mut out = vec![format!("{head}:")];
+    // the space before the current line's first item: what is before it is never cut
+    let mut start = out[0].len();
+    for (i, item) in items.iter().enumerate() {
+        let word = if i + 1 < n { format!("{item},") } else { item.clone() };
+        let full = out.len() >= max_lines;
+        let line = out.last_mut().expect("a line");
+        let empty = line.len() == start;
+        if empty || line.chars().count() + 1 + word.chars().count() <= width {
+            line.push(' ');
+            line.push_str(&word);
+            continue;
+        }
+        if full {
+            while line.chars().count() + 2 > width {
+                match line.rfind(' ') {
+                    Some(at) if at > start => line.truncate(at),
+                    _ => break,
+                }
+            }
+            line.push_str(" …");
+            break;
+        }
+        out.push(format!("  {word}"));
+        start = 1;
+    }
+    out
+}
+
+/// A process's failed handshakes by why, with who ended them, and its connections that
+/// never offered TLS by kind, most first, after a title line; each only when it counted
+/// something in the window (empty when neither did). `max_lines`: the most lines each.
+fn failure_lines(p: &Proc, secs: f64, max_lines: usize) -> Vec<String> {
+    let f = &p.failures;
+    let mut out = Vec::new();
+    let failed = f.by_failure();
+    if !failed.is_empty() {
+        let items: Vec<String> = failed
+            .iter()
+            .map(|(x, n)| format!("{} ({}) {}/s", x.reason.label(), x.by.label(), rate(*n, secs)))
+            .collect();
+        out.extend(listed(
+            &format!("failed {}/s", rate(f.failed(), secs)),
+            &items,
+            max_lines,
+            80,
+        ));
+    }
+    let kinds = f.by_kind();
+    if !kinds.is_empty() {
+        let items: Vec<String> = kinds
+            .iter()
+            .map(|(k, n)| format!("{} {}/s", k.label(), rate(*n, secs)))
+            .collect();
+        out.extend(listed(
+            &format!("no TLS {}/s", rate(f.untls(), secs)),
+            &items,
+            max_lines,
+            80,
+        ));
+    }
+    if !out.is_empty() {
+        out.insert(
+            0,
+            format!("{}: failures by why (who ended them), connections without TLS", p.comm),
+        );
+    }
+    out
+}
+
 fn table_text<const N: usize>(header: &[&str; N], widths: &[u16; N], rows: &[[String; N]]) -> String {
     let mut out = String::new();
     let line = |cells: Vec<&str>| -> String {
@@ -506,12 +582,13 @@ pub fn plain(w: &Window, sort: Sort) -> String {
             ));
             out.push_str(&table_text(&PORT_HEADER, &PORT_WIDTHS, &ps));
         }
-        let cl = client_lines(p, w.seconds);
-        if !cl.is_empty() {
-            out.push('\n');
-            for l in cl {
-                out.push_str(l.trim_end());
+        for lines in [failure_lines(p, w.seconds, 3), client_lines(p, w.seconds)] {
+            if !lines.is_empty() {
                 out.push('\n');
+                for l in lines {
+                    out.push_str(l.trim_end());
+                    out.push('\n');
+                }
             }
         }
     }
@@ -566,24 +643,30 @@ fn draw(f: &mut Frame, v: &View) {
     );
     if let Some(p) = list.get(selected) {
         let ports = port_rows(p, w.seconds);
+        let failures = failure_lines(p, w.seconds, 1);
         let clients = client_lines(p, w.seconds);
         let configs = config_rows(p, w.seconds).len().clamp(1, 5) as u16 + 3;
         let ports_height = ports.len().min(3) as u16 + 3;
-        // the configurations come first: the client lines get what is left
+        // the configurations come first, then the failures: the client lines get what is left
         let room = detail.height.saturating_sub(configs + ports_height);
-        let clients_height = (clients.len() as u16).min(room);
-        let [cfg, cli, prt] = Layout::vertical([
+        let failures_height = (failures.len() as u16).min(room);
+        let failures_height = if failures_height < 2 { 0 } else { failures_height };
+        let clients_height = (clients.len() as u16).min(room - failures_height);
+        let [cfg, fail, cli, prt] = Layout::vertical([
             Constraint::Min(3),
+            Constraint::Length(failures_height),
             Constraint::Length(if clients_height < 3 { 0 } else { clients_height }),
             Constraint::Length(ports_height),
         ])
         .areas(detail);
-        if let Some((title, rest)) = clients.split_first() {
-            f.render_widget(
-                Paragraph::new(rest.iter().map(|l| Line::from(l.clone())).collect::<Vec<_>>())
-                    .block(Block::new().title(format!(" {title} "))),
-                cli,
-            );
+        for (lines, area) in [(&failures, fail), (&clients, cli)] {
+            if let Some((title, rest)) = lines.split_first() {
+                f.render_widget(
+                    Paragraph::new(rest.iter().map(|l| Line::from(l.clone())).collect::<Vec<_>>())
+                        .block(Block::new().title(format!(" {title} "))),
+                    area,
+                );
+            }
         }
         let mut block = Block::bordered().title(format!(" {}: CPU per handshake by configuration ", p.comm));
         if let Some(line) = transport_line(p, w.seconds) {
@@ -813,5 +896,113 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want:?} not in\n{text}");
         }
+    }
+
+    /// nginx's failed handshakes by why and who ended them, largest first, and its
+    /// connections without TLS by kind, a line each; nothing for a process without them.
+    fn failing() -> Proc {
+        use crate::{
+            bpf::abi::hello_untls,
+            wire::failure::{By, Failure, Reason},
+        };
+        let mut p = Proc {
+            comm: "nginx".into(),
+            failed: 24.0,
+            ..Default::default()
+        };
+        let f = &mut p.failures;
+        for (port, by, reason, n) in [
+            ("443", By::Client, Reason::UnknownCa, 6.0),
+            ("443", By::Server, Reason::ProtocolVersion, 10.0),
+            ("8443", By::Server, Reason::ProtocolVersion, 6.0),
+            ("443", By::Client, Reason::Closed, 2.0),
+        ] {
+            f.handshakes.insert((port.into(), Failure::new(by, reason)), n);
+        }
+        f.without_tls.insert(("443".into(), hello_untls::Silent), 8.0);
+        f.without_tls.insert(("443".into(), hello_untls::Http), 2.0);
+        p
+    }
+
+    #[test]
+    fn shows_why_handshakes_failed_and_what_never_offered_tls() {
+        let text = plain(
+            &Window {
+                seconds: 2.0,
+                procs: vec![
+                    failing(),
+                    Proc {
+                        comm: "apache2".into(),
+                        ..Default::default()
+                    },
+                ],
+            },
+            Sort::Name,
+        );
+        let want = "nginx: failures by why (who ended them), connections without TLS\n\
+                    failed 12.0/s: protocol_version (server) 8.0/s, unknown_ca (client) 3.0/s,\n  \
+                    closed (client) 1.0/s\n\
+                    no TLS 5.0/s: silent 4.0/s, http 1.0/s\n";
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "{line:?} is {} wide", line.chars().count());
+        }
+        assert!(!text.contains("apache2: failures"), "{text}");
+        // the live view's one line each: the least counted left out, said
+        let lines = failure_lines(&failing(), 2.0, 1);
+        assert_eq!(
+            lines[1],
+            "failed 12.0/s: protocol_version (server) 8.0/s, unknown_ca (client) 3.0/s, …"
+        );
+        assert_eq!(lines.len(), 3);
+    }
+
+    #[test]
+    fn lists_wrap_between_items() {
+        let items: Vec<String> = (1..=6).map(|i| format!("item{i} {}", "x".repeat(20))).collect();
+        let all = listed("head", &items, 9, 40);
+        assert_eq!(all.len(), 6, "{all:?}");
+        assert!(all.iter().all(|l| l.chars().count() <= 40), "{all:?}");
+        assert_eq!(all[1], format!("  item2 {},", "x".repeat(20)));
+        let cut = listed("head", &items, 2, 40);
+        assert_eq!(
+            cut,
+            [
+                format!("head: item1 {},", "x".repeat(20)),
+                format!("  item2 {}, …", "x".repeat(20))
+            ]
+        );
+        assert_eq!(listed("h", &["a".into()], 1, 80), ["h: a"]);
+    }
+
+    /// The live view at 80x24: the selected process's failure lines between its
+    /// configurations and its ports, within the screen.
+    #[test]
+    fn live_view_draws_the_failures() {
+        use ratatui::{backend::TestBackend, Terminal};
+        let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        let v = View {
+            sort: Sort::Cpu,
+            selected: 0,
+            window: Some(Window {
+                seconds: 2.0,
+                procs: vec![failing()],
+            }),
+            status: String::new(),
+        };
+        t.draw(|f| draw(f, &v)).unwrap();
+        let buffer = t.backend().buffer();
+        let screen: Vec<String> = (0..24)
+            .map(|y| (0..80).map(|x| buffer[(x, y)].symbol()).collect::<String>())
+            .collect();
+        let at = |s: &str| {
+            screen
+                .iter()
+                .position(|l| l.contains(s))
+                .unwrap_or_else(|| panic!("{s:?} not on\n{}", screen.join("\n")))
+        };
+        assert!(at("CPU per handshake by configuration") < at("failed 12.0/s: protocol_version (server) 8.0/s"));
+        assert!(at("no TLS 5.0/s: silent 4.0/s, http 1.0/s") < at("connections by port"));
+        assert!(at(" nginx: failures by why") + 1 == at("failed 12.0/s"));
     }
 }

@@ -53,10 +53,15 @@ fn unit(rule: &str) -> Option<Per> {
 
 /// Whether the later window's process had enough of what the rule weighs for the finding's
 /// absence to mean something (the rules make no finding on fewer than MIN_EVENTS): its
-/// handshakes for a handshake's rules, the exchanges on the port (or the process) for the
-/// others; else why not.
+/// handshakes for a handshake's rules (those that began, failed ones too, for the failures'
+/// and the connections without TLS: the later window had clients), the exchanges on the
+/// port (or the process) for the others; else why not.
 fn judged(f: &FindingDoc, p: &ProcessDoc) -> Result<(), String> {
     let (n, what, need) = match (unit(&f.rule), &f.port) {
+        // what the clients did: weighed on the clients that came
+        _ if f.rule.starts_with("failure_") || f.rule == "without_tls" => {
+            (p.full + p.resumed + p.failed, "handshakes that began", MIN_EVENTS)
+        }
         // what a full handshake costs: weighed on full handshakes
         _ if matches!(f.rule.as_str(), "group" | "certificate") => (p.full, "full handshakes", MIN_EVENTS),
         // returning clients, from their ClientHellos

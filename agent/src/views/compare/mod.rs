@@ -2,12 +2,15 @@
 //! configuration change did to the server. Per process and port, each figure before and
 //! after with its change and whether the change is beyond the noise (figures.rs: which
 //! figures, and what each is made of; estimate.rs: the intervals), what the wire shows
-//! changed in the configuration (configs.rs), and the baseline's findings carried over with
-//! the saving measured (findings.rs); in Markdown, HTML and JSON (render.rs).
+//! changed in the configuration (configs.rs), what the clients did (reasons.rs: the failed
+//! handshakes by why, the connections without TLS, side by side), and the baseline's
+//! findings carried over with the saving measured (findings.rs); in Markdown, HTML and
+//! JSON (render.rs).
 mod configs;
 mod estimate;
 mod figures;
 mod findings;
+mod reasons;
 mod render;
 #[cfg(test)]
 mod tests;
@@ -22,6 +25,7 @@ use self::{
     estimate::{change_runs, Estimate, Runs, Scale},
     figures::{port_figures, Figure, Side, Unit, ASSUMED_SAMPLE_HZ},
     findings::{carry, CarriedFinding},
+    reasons::{reason_rates, ReasonRates},
 };
 pub use self::render::{html, markdown};
 use crate::views::report::{
@@ -125,6 +129,9 @@ pub struct ProcessComparison {
     /// Both sides had handshakes whose parameters were seen: no change in config_changes
     /// means none on the wire.
     pub wire_compared: bool,
+    /// The failed handshakes by port, why and who ended them, and the connections without
+    /// TLS by kind, each side's first run: what the clients did, side by side.
+    pub failures: Vec<ReasonRates>,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -239,6 +246,7 @@ pub fn compare_runs(before: &[ReportDoc], after: &[ReportDoc], min_change: f64) 
                 _ => Default::default(),
             };
             let wire_compared = a.first().zip(b.first()).is_some_and(|(a, b)| wire_seen(a.p) && wire_seen(b.p));
+            let failures = reason_rates(a.first(), b.first());
             ProcessComparison {
                 comm: comm.to_string(),
                 seen: match (a.is_empty(), b.is_empty()) {
@@ -250,6 +258,7 @@ pub fn compare_runs(before: &[ReportDoc], after: &[ReportDoc], min_change: f64) 
                 config_changes,
                 offer_changes,
                 wire_compared,
+                failures,
             }
         })
         .collect();

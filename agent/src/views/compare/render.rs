@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use super::{
     estimate::{Scale, Z95},
     figures::Unit,
+    reasons::{per_second, ReasonRates},
     Compared, Comparison,
 };
 use crate::views::report::esc;
@@ -158,6 +159,53 @@ fn called(f: &&Compared) -> bool {
     matches!(f.verdict, "up" | "down")
 }
 
+/// What the failures' part says before its table.
+const FAILURES_INTRO: &str = "What the clients did: failed handshakes by why (who ended them) and connections that \
+     never offered TLS, per second of each window. They are the load's and its clients' doing as much as the \
+     server's, shown side by side and not judged against the noise.";
+
+fn failures_markdown(o: &mut String, rows: &[ReasonRates]) {
+    if rows.is_empty() {
+        return;
+    }
+    let _ = write!(
+        o,
+        "\n{FAILURES_INTRO}\n\n| Port | What | Before | After |\n|---|---|---:|---:|\n"
+    );
+    for r in rows {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} |",
+            r.port,
+            r.label(),
+            per_second(r.before_per_second),
+            per_second(r.after_per_second)
+        );
+    }
+}
+
+fn failures_html(o: &mut String, rows: &[ReasonRates]) {
+    if rows.is_empty() {
+        return;
+    }
+    let _ = write!(
+        o,
+        "<p>{}</p><table class=\"failures\"><tr><th>Port</th><th>What</th><th>Before</th><th>After</th></tr>",
+        esc(FAILURES_INTRO)
+    );
+    for r in rows {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.port),
+            esc(&r.label()),
+            per_second(r.before_per_second),
+            per_second(r.after_per_second)
+        );
+    }
+    o.push_str("</table>");
+}
+
 pub fn markdown(c: &Comparison, before: &str, after: &str) -> String {
     let mut o = String::from("# Before and after\n\n");
     o += &intro(c, before, after);
@@ -215,6 +263,7 @@ pub fn markdown(c: &Comparison, before: &str, after: &str) -> String {
                 verdict_word(f.verdict)
             );
         }
+        failures_markdown(&mut o, &p.failures);
     }
     o += "\n## The baseline's findings\n\n";
     if c.findings.is_empty() {
@@ -320,6 +369,7 @@ pub fn html(c: &Comparison, before: &str, after: &str) -> String {
             );
         }
         o += "</table>";
+        failures_html(&mut o, &p.failures);
         for f in p.figures.iter().filter(|f| f.verdict != "not_comparable") {
             let _ = write!(
                 o,

@@ -4,7 +4,7 @@ use super::*;
 use crate::views::report::json::FindingDoc;
 use crate::views::{
     report::{
-        fixtures::{cfg, clients, host, proc_with, seen_by},
+        fixtures::{cfg, clients, failing, host, proc_with, seen_by},
         rules::findings,
     },
     snapshot::{Proc, Window},
@@ -146,4 +146,74 @@ fn one_saving_estimated_twice_counts_once() {
     assert_eq!(findings::joint_estimate(&[&r, &rr]), Some(0.008));
     assert!((findings::joint_estimate(&[&r, &rr, &g]).unwrap() - 0.108).abs() < 1e-12);
     assert_eq!(findings::joint_estimate(&[]), None);
+}
+
+/// Old clients gone after the change, health checks on both sides, and clients that began
+/// to reject the certificate: each reason's rate before and after, side by side with no
+/// verdict; the baseline's failure finding resolved, the connections without TLS remaining.
+#[test]
+fn what_the_clients_did_is_shown_side_by_side() {
+    let before = doc(failing(
+        nginx("x25519", "ecdsa_p256", 500.0, 0.5),
+        &[("443", "server", "protocol_version", 30.0)],
+        &[("443", "silent", 40.0), ("443", "http", 5.0)],
+    ));
+    let after = doc(failing(
+        nginx("x25519", "ecdsa_p256", 500.0, 0.5),
+        &[("443", "client", "unknown_ca", 20.0)],
+        &[("443", "silent", 40.0)],
+    ));
+    let c = compare(&before, &after, MIN_CHANGE);
+    let rows: Vec<&str> = c.processes[0].failures.iter().map(|r| r.text.as_str()).collect();
+    assert_eq!(
+        rows,
+        [
+            "port 443: failed: protocol_version (server) 3.0/s → 0.0/s",
+            "port 443: failed: unknown_ca (client) 0.0/s → 2.0/s",
+            "port 443: no TLS: silent 4.0/s → 4.0/s",
+            "port 443: no TLS: http 0.5/s → 0.0/s",
+        ]
+    );
+    let r = &c.processes[0].failures[0];
+    assert_eq!(
+        (r.before, r.after, r.by.as_deref()),
+        (Some(30.0), Some(0.0), Some("server"))
+    );
+    // the failed handshakes' rate is a figure compared as before
+    assert_eq!(figure(&c, "failed_per_second").before, Some(3.0));
+    let md = markdown(&c, "a", "b");
+    assert!(
+        md.contains(
+            "| Port | What | Before | After |\n|---|---|---:|---:|\n\
+             | 443 | failed: protocol_version (server) | 3.0/s | 0.0/s |\n\
+             | 443 | failed: unknown_ca (client) | 0.0/s | 2.0/s |\n"
+        ),
+        "{md}"
+    );
+    assert!(md.contains("not judged against the noise"), "{md}");
+    let html = html(&c, "a", "b");
+    assert!(
+        html.contains("<tr><td>443</td><td>no TLS: silent</td><td>4.0/s</td><td>4.0/s</td></tr>"),
+        "{html}"
+    );
+    let j: serde_json::Value = serde_json::from_str(&to_json(&c)).unwrap();
+    let first = &j["processes"][0]["failures"][0];
+    assert_eq!(
+        (first["what"].as_str(), first["before_per_second"].as_f64()),
+        (Some("failed"), Some(3.0)),
+        "{j}"
+    );
+    assert_eq!(j["processes"][0]["failures"][2]["by"], serde_json::Value::Null, "{j}");
+    let status = |rule: &str| c.findings.iter().find(|f| f.rule == rule).map(|f| f.status);
+    assert_eq!(status("failure_version"), Some("resolved"));
+    assert_eq!(status("without_tls"), Some("remains"));
+    assert_eq!(status("failure_certificate"), Some("new"));
+    // a process seen on one side: none on the other, not 0
+    let mut other = nginx("x25519", "ecdsa_p256", 500.0, 0.5);
+    other.comm = "haproxy".into();
+    let c = compare(&before, &doc(other), MIN_CHANGE);
+    assert_eq!(
+        c.processes[0].failures[0].text,
+        "port 443: failed: protocol_version (server) 3.0/s → none"
+    );
 }

@@ -90,6 +90,43 @@ pub fn seen_by(mut p: Proc, c: Clients) -> Proc {
     p
 }
 
+/// The process with these failed handshakes (port, by, reason, n), counted in its `failed`
+/// too, and these connections without TLS (port, kind, n), by their labels.
+pub fn failing(mut p: Proc, failed: &[(&str, &str, &str, f64)], untls: &[(&str, &str, f64)]) -> Proc {
+    use crate::{
+        bpf::abi::hello_untls,
+        wire::failure::{By, Failure, Reason},
+    };
+    for (port, by, reason, n) in failed {
+        let f = Failure::new(By::parse(by).unwrap(), Reason::parse(reason).unwrap());
+        *p.failures.handshakes.entry((port.to_string(), f)).or_default() += n;
+        p.failed += n;
+    }
+    for (port, kind, n) in untls {
+        let k = hello_untls::parse(kind).unwrap();
+        *p.failures.without_tls.entry((port.to_string(), k)).or_default() += n;
+    }
+    p
+}
+
+/// The process with these failing clients (port, SNI, reason, what they lacked, n), whose
+/// ClientHellos are counted on their port too, by their labels.
+pub fn failing_clients(mut p: Proc, failed: &[(&str, &str, &str, &str, f64)]) -> Proc {
+    use crate::{clients::lacks::Lacks, views::failures::ClientFailure, wire::failure::Reason};
+    for (port, sni, reason, lacks, n) in failed {
+        let c = ClientFailure {
+            port: port.to_string(),
+            sni: sni.to_string(),
+            reason: Reason::parse(reason).unwrap(),
+            lacks: Lacks::parse(lacks).unwrap(),
+        };
+        *p.failures.clients.entry(c).or_default() += n;
+        let hellos = &mut p.ports.entry(port.to_string()).or_default().clients.hellos;
+        *hellos.entry(sni.to_string()).or_default() += n;
+    }
+    p
+}
+
 /// nginx on port 443 over TCP (200 handshakes, 2.5 ms each, five requests per connection,
 /// the server closing) and over QUIC (800 handshakes, 3.0 ms each): the same costly
 /// configuration (QUIC's certificate not seen).

@@ -3,12 +3,13 @@
 use std::fmt::Write as _;
 
 use super::{
-    markdown::{config_label, fmt_saving, transport_rows, NO_QUIC, TRANSPORT_INTRO},
+    markdown::{config_label, fmt_saving, transport_rows, FAILURES_INTRO, NO_QUIC, TRANSPORT_INTRO, WITHOUT_TLS_INTRO},
     observe::{Series, CATEGORIES},
     rules::{ms, Finding},
 };
 use crate::bpf::conn::ClosedBy;
 use crate::hostcost::HostCosts;
+use crate::metrics::LabelValue;
 use crate::views::snapshot::{Proc, Window};
 
 pub fn esc(s: &str) -> String {
@@ -189,6 +190,44 @@ fn measured_tables(p: &Proc, s: f64) -> String {
                 v.closed_share(ClosedBy::Server) * 100.0,
                 v.time_wait / s,
                 v.time_wait_sockets
+            );
+        }
+        o.push_str("</table>");
+    }
+    let (failed, untls) = (p.failures.by_port(), p.failures.untls_by_port());
+    if !failed.is_empty() {
+        let _ = write!(
+            o,
+            "<p>{}</p><table class=\"failures\"><tr><th>Port</th><th>Reason</th><th>By</th><th>Failed/s</th>\
+             <th>In the window</th></tr>",
+            esc_code(FAILURES_INTRO)
+        );
+        for (port, f, n) in failed {
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{n:.0}</td></tr>",
+                esc(port),
+                f.reason.label(),
+                f.by.label(),
+                n / s
+            );
+        }
+        o.push_str("</table>");
+    }
+    if !untls.is_empty() {
+        let _ = write!(
+            o,
+            "<p>{}</p><table class=\"without-tls\"><tr><th>Port</th><th>Kind</th><th>Connections/s</th>\
+             <th>In the window</th></tr>",
+            esc_code(WITHOUT_TLS_INTRO)
+        );
+        for (port, kind, n) in untls {
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{n:.0}</td></tr>",
+                esc(port),
+                kind.label(),
+                n / s
             );
         }
         o.push_str("</table>");

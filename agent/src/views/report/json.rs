@@ -7,7 +7,16 @@ use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
 use super::rules::Finding;
-use crate::{bpf::conn::ClosedBy, hostcost::HostCosts, views::snapshot::Window};
+use crate::{
+    bpf::{abi::hello_untls, conn::ClosedBy},
+    hostcost::HostCosts,
+    metrics::LabelValue,
+    views::{
+        failures::ClientFailure,
+        snapshot::{Proc, Window},
+    },
+    wire::failure::Failure,
+};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
 #[serde(default)]
@@ -35,7 +44,9 @@ pub struct FindingDoc {
     pub saving_cpu_cores: Option<f64>,
     pub saving_share: Option<f64>,
     /// What the clients seen say of the change (would fail under the policy it leads to),
-    /// or "clients: not seen"; null where the rule has no policy.
+    /// or "clients: not seen"; for a failure, who the failing clients are (their rate, share
+    /// of the port's ClientHellos, what they lacked, their sites); null where the rule has
+    /// no policy, or no failing client's ClientHello was read.
     pub clients: Option<String>,
     /// The finding's figures by name (null: not a finite number).
     pub numbers: BTreeMap<String, Option<f64>>,
@@ -64,6 +75,52 @@ pub struct ProcessDoc {
     pub ports: BTreeMap<String, PortDoc>,
     /// The ClientHellos read in the window (0 without the capture).
     pub clients: ClientsDoc,
+    /// Its failed server handshakes in the window by port, who ended them and why
+    /// (tlsprof_handshake_failures_total), each port's most first: what `failed` is made of.
+    pub failures: Vec<FailureDoc>,
+    /// Its connections that never offered TLS by port and kind
+    /// (tlsprof_connections_without_tls_total): no handshakes, counted apart.
+    pub without_tls: Vec<WithoutTlsDoc>,
+    /// Its failed handshakes whose ClientHello was read, by port, site, reason and what the
+    /// ClientHello lacked (tlsprof_client_failures_total), each port's most first: who the
+    /// failing clients are. Empty from an older agent, and in an older report.
+    pub client_failures: Vec<ClientFailureDoc>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct ClientFailureDoc {
+    pub port: String,
+    /// The host name the client asked for (SNI; `none` without one).
+    pub sni: String,
+    /// As in `failures` (who ended them is not told).
+    pub reason: String,
+    /// What the ClientHello lacked of what the server negotiates: version, cipher, group,
+    /// none (the cause lies elsewhere), unknown (nothing negotiated yet to compare).
+    pub lacks: String,
+    pub handshakes: f64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct FailureDoc {
+    /// The listening port (`other`: no connection seen).
+    pub port: String,
+    /// The side that sent the alert or ended the connection first: client, server.
+    pub by: String,
+    /// The alert's description (protocol_version, unknown_ca...), or encrypted_alert, closed,
+    /// reset, unfinished, library_error, unknown.
+    pub reason: String,
+    pub handshakes: f64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct WithoutTlsDoc {
+    pub port: String,
+    /// silent (no byte: TCP health checks, port scans), http, http2, ssh, other.
+    pub kind: String,
+    pub connections: f64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
@@ -158,6 +215,40 @@ fn own_buckets(cumulative: &[(f64, f64)]) -> Vec<[f64; 2]> {
             [le, own]
         })
         .collect()
+}
+
+/// A process's failed handshakes by port, who ended them and why, as the JSON gives them.
+fn failure_docs(p: &Proc) -> Vec<FailureDoc> {
+    let doc = |(port, f, n): (&str, Failure, f64)| FailureDoc {
+        port: port.into(),
+        by: f.by.label().into(),
+        reason: f.reason.label().into(),
+        handshakes: n,
+    };
+    p.failures.by_port().into_iter().map(doc).collect()
+}
+
+/// Its failed handshakes whose ClientHello was read, by port, site, reason and what it
+/// lacked.
+fn client_failure_docs(p: &Proc) -> Vec<ClientFailureDoc> {
+    let doc = |(c, n): (&ClientFailure, f64)| ClientFailureDoc {
+        port: c.port.clone(),
+        sni: c.sni.clone(),
+        reason: c.reason.label().into(),
+        lacks: c.lacks.label().into(),
+        handshakes: n,
+    };
+    p.failures.clients_by_port().into_iter().map(doc).collect()
+}
+
+/// Its connections without TLS by port and kind.
+fn without_tls_docs(p: &Proc) -> Vec<WithoutTlsDoc> {
+    let doc = |(port, k, n): (&str, hello_untls, f64)| WithoutTlsDoc {
+        port: port.into(),
+        kind: k.label().into(),
+        connections: n,
+    };
+    p.failures.untls_by_port().into_iter().map(doc).collect()
 }
 
 impl ReportDoc {
@@ -262,6 +353,9 @@ impl ReportDoc {
                                 .collect(),
                         }
                     },
+                    failures: failure_docs(p),
+                    without_tls: without_tls_docs(p),
+                    client_failures: client_failure_docs(p),
                 })
                 .collect(),
             host: host.map(|h| HostDoc {
@@ -298,12 +392,18 @@ impl ReportDoc {
             let ports = p.ports.values().flat_map(|x| [x.ended, x.requests, x.exchanges, x.time_wait]);
             let buckets = p.configs.iter().flat_map(|c| c.cpu_buckets.iter().flatten().copied());
             let split = p.cpu_seconds.values().copied();
+            let failures = p.failures.iter().map(|f| f.handshakes);
+            let without_tls = p.without_tls.iter().map(|w| w.connections);
+            let client_failures = p.client_failures.iter().map(|c| c.handshakes);
             if ![p.full, p.resumed, p.failed, p.process_cpu_seconds, p.exchanges, p.clients.hellos, p.clients.returning]
                 .into_iter()
                 .chain(configs)
                 .chain(ports)
                 .chain(buckets)
                 .chain(split)
+                .chain(failures)
+                .chain(without_tls)
+                .chain(client_failures)
                 .all(count)
             {
                 bail!("{}: process {:?} has a count that is negative or not a number", path.display(), p.comm);

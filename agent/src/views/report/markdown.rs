@@ -5,6 +5,7 @@ use super::rules::{capitalized, ms, Finding, MIN_EVENTS};
 use crate::bpf::conn::ClosedBy;
 use crate::{
     hostcost::HostCosts,
+    metrics::LabelValue,
     views::{
         snapshot::{Config, Proc, Transport, Window},
         top::short_cipher,
@@ -213,6 +214,7 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
             }
             let _ = writeln!(o);
         }
+        failure_tables(&mut o, p, s);
     }
     if let Some(h) = host {
         let _ = writeln!(o, "## Costs measured on this host\n");
@@ -231,6 +233,37 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
         let _ = writeln!(o);
     }
     o
+}
+
+/// What the failure tables say before them.
+pub(super) const FAILURES_INTRO: &str = "Failed handshakes by why: the alert on the wire, sent by the client or the \
+     server, or the side that ended the connection (tlsprof_handshake_failures_total; port `other`: no connection \
+     seen).";
+pub(super) const WITHOUT_TLS_INTRO: &str = "Connections that never offered TLS (no handshakes, counted apart: \
+     tlsprof_connections_without_tls_total): silent ones sent no byte (TCP health checks, port scans).";
+
+/// The failure tables of a process, when it had a failure or a connection without TLS.
+fn failure_tables(o: &mut String, p: &Proc, s: f64) {
+    let (failed, untls) = (p.failures.by_port(), p.failures.untls_by_port());
+    if !failed.is_empty() {
+        let _ = writeln!(o, "{FAILURES_INTRO}\n");
+        let _ = writeln!(o, "| Port | Reason | By | Failed/s | In the window |");
+        let _ = writeln!(o, "|---|---|---|---:|---:|");
+        for (port, f, n) in failed {
+            let (reason, by) = (f.reason.label(), f.by.label());
+            let _ = writeln!(o, "| {port} | {reason} | {by} | {:.1} | {n:.0} |", n / s);
+        }
+        let _ = writeln!(o);
+    }
+    if !untls.is_empty() {
+        let _ = writeln!(o, "{WITHOUT_TLS_INTRO}\n");
+        let _ = writeln!(o, "| Port | Kind | Connections/s | In the window |");
+        let _ = writeln!(o, "|---|---|---:|---:|");
+        for (port, kind, n) in untls {
+            let _ = writeln!(o, "| {port} | {} | {:.1} | {n:.0} |", kind.label(), n / s);
+        }
+        let _ = writeln!(o);
+    }
 }
 
 /// Each process's CPU per application data exchange and its TLS part, to compare set-ups

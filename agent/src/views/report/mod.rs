@@ -322,4 +322,111 @@ mod tests {
         let j: serde_json::Value = serde_json::from_str(&json(&tcp, &[], None)).unwrap();
         assert_eq!(j["processes"][0]["quic_share"], 0.0);
     }
+
+    /// Failed handshakes and connections without TLS, in every renderer: the findings with
+    /// their fixes, the tables of what was measured, and the JSON's rows, by port, who ended
+    /// them and why, which `tlsprof compare` reads back.
+    #[test]
+    fn reports_say_why_handshakes_failed() {
+        let mut ok = proc_with(vec![cfg(
+            "x25519",
+            "ecdsa_p256",
+            "TLS_AES_128_GCM_SHA256",
+            false,
+            100.0,
+            0.5,
+        )]);
+        ok.full = 100.0;
+        let p = failing(
+            ok,
+            &[
+                ("8443", "server", "protocol_version", 20.0),
+                ("8443", "client", "closed", 3.0),
+            ],
+            &[("8443", "silent", 30.0), ("8443", "http", 20.0)],
+        );
+        let p = failing_clients(p, &[("8443", "localhost", "protocol_version", "version", 20.0)]);
+        let w = Window {
+            seconds: 10.0,
+            procs: vec![p],
+        };
+        let f = findings(&w, None);
+        let md = markdown(&w, &f, None);
+        for want in [
+            "nginx: port 8443: 2.0 handshakes/s fail with protocol_version: clients offer only versions the server \
+             refuses\n\n- Rule: `failure_version`\n- Saves: not estimated in CPU\n- Measured: 20 handshakes in the \
+             window (2.0/s, 16.3% of the process's handshakes that began) failed (20 with protocol_version from the \
+             server)",
+            "- Clients: 2.0/s fail with protocol_version (100.0% of the port's ClientHellos): they offer only \
+             versions older than every one this server negotiates (TLSv1.3 in the window) — sites: localhost 2.0/s\n\
+             - Change: Enable TLS 1.2 on those clients",
+            "nginx: 5.0 connections/s on port 8443 never offered TLS: 3.0/s silent (TCP health checks or port \
+             scans), 2.0/s plain HTTP\n\n- Rule: `without_tls`",
+            "Handshakes/s: 10.0 full, 0.0 resumed, 2.3 failed.",
+            "| Port | Reason | By | Failed/s | In the window |\n\
+             |---|---|---|---:|---:|\n\
+             | 8443 | protocol_version | server | 2.0 | 20 |\n\
+             | 8443 | closed | client | 0.3 | 3 |\n",
+            "| Port | Kind | Connections/s | In the window |\n\
+             |---|---|---:|---:|\n\
+             | 8443 | silent | 3.0 | 30 |\n\
+             | 8443 | http | 2.0 | 20 |\n",
+        ] {
+            assert!(md.contains(want), "{want:?} not in\n{md}");
+        }
+        let html = html(&w, &f, None, &[]);
+        for want in [
+            "<div class=\"finding\" data-rule=\"failure_version\">",
+            "<p class=\"clients\">Clients: 2.0/s fail with protocol_version (100.0% of the port's ClientHellos)",
+            "<div class=\"finding\" data-rule=\"without_tls\">",
+            "<tr><td>8443</td><td>protocol_version</td><td>server</td><td>2.0</td><td>20</td></tr>",
+            "<tr><td>8443</td><td>silent</td><td>3.0</td><td>30</td></tr>",
+            "<code>error_page 497 =301 https://$host:$server_port$request_uri;</code>",
+        ] {
+            assert!(html.contains(want), "{want:?} not in\n{html}");
+        }
+        let j: serde_json::Value = serde_json::from_str(&json(&w, &f, None)).unwrap();
+        let p = &j["processes"][0];
+        assert_eq!(
+            p["failures"][0],
+            serde_json::json!({"port": "8443", "by": "server", "reason": "protocol_version", "handshakes": 20.0})
+        );
+        assert_eq!(p["failures"][1]["reason"], "closed");
+        assert_eq!(
+            p["without_tls"][1],
+            serde_json::json!({"port": "8443", "kind": "http", "connections": 20.0})
+        );
+        assert_eq!(
+            p["client_failures"],
+            serde_json::json!([{"port": "8443", "sni": "localhost", "reason": "protocol_version", "lacks": "version",
+                "handshakes": 20.0}])
+        );
+        let rules: Vec<&str> = j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["rule"].as_str().unwrap())
+            .collect();
+        assert!(
+            rules.contains(&"failure_version") && rules.contains(&"without_tls"),
+            "{rules:?}"
+        );
+        let v = j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["rule"] == "failure_version")
+            .unwrap();
+        assert_eq!(
+            (v["port"].as_str(), &v["numbers"]["failed"]),
+            (Some("8443"), &serde_json::json!(20.0))
+        );
+        assert_eq!(v["numbers"]["lacks_version"], 20.0, "{v}");
+        assert!(v["clients"].as_str().unwrap().contains("sites: localhost 2.0/s"), "{v}");
+        // a report written before the failing clients were counted reads: none
+        let older: ReportDoc =
+            serde_json::from_str(r#"{"window_seconds": 10, "processes": [{"comm": "nginx", "failures": []}]}"#)
+                .unwrap();
+        assert!(older.processes[0].client_failures.is_empty());
+    }
 }

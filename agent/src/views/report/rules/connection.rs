@@ -7,23 +7,38 @@ use super::{
     TIME_WAIT_SECONDS,
 };
 use crate::bpf::conn::ClosedBy;
-use crate::views::snapshot::{Config, Proc};
+use crate::views::snapshot::{Config, Port, Proc};
+
+/// A port's connections that ended in the window and carried a handshake that ended well:
+/// those a client could have reused. The ones that never offered TLS (health checks, plain
+/// HTTP) and those whose handshake failed carried no request, and are no client that
+/// reopens a connection for each (they have findings of their own).
+pub(super) fn served(p: &Proc, port: &str, v: &Port) -> f64 {
+    let failed: f64 = p.failures.by_failure_on(port).iter().map(|(_, n)| n).sum();
+    let untls: f64 = p.failures.by_kind_on(port).iter().map(|(_, n)| n).sum();
+    (v.ended - failed - untls).max(0.0)
+}
 
 /// Connections that carry few requests: each new one costs a handshake, a TCP set-up and
-/// tear-down and, when the server closes, a TIME_WAIT socket. Requests are exchanges
-/// (client data, then the server's answer): where those stand for fewer requests than
-/// there were (HTTP/2, pipelining), reuse is judged by how long connections live, which
-/// needs no framing: connections that last REUSED_LIFETIME on average are in use.
+/// tear-down and, when the server closes, a TIME_WAIT socket; only those whose handshake
+/// ended well are weighed (`served`). Requests are exchanges (client data, then the
+/// server's answer): where those stand for fewer requests than there were (HTTP/2,
+/// pipelining), reuse is judged by how long connections live, which needs no framing:
+/// connections that last REUSED_LIFETIME on average are in use.
 pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
     let mut out = Vec::new();
-    let all_ended = p.ended();
+    let all_ended: f64 = p.ports.iter().map(|(port, v)| served(p, port, v)).sum();
     let tcp = |c: &Config| !c.over_quic();
     let hs = p.count(tcp);
     let c_hs = p.mean_cpu(tcp);
     for (port, v) in &p.ports {
-        let Some(r) = v.requests_per_connection() else { continue };
+        let ended = served(p, port, v);
+        if ended <= 0.0 {
+            continue;
+        }
+        let r = v.requests / ended;
         let lifetime = v.mean_lifetime();
-        if v.ended < MIN_EVENTS || r >= FEW_REQUESTS || lifetime.is_some_and(|l| l >= REUSED_LIFETIME) {
+        if ended < MIN_EVENTS || r >= FEW_REQUESTS || lifetime.is_some_and(|l| l >= REUSED_LIFETIME) {
             continue;
         }
         // TLS 1.3 hides the server's protocol choice; when most of the port's clients
@@ -47,7 +62,7 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
                          offered h2, and TLS 1.3 hides the server's choice on {:.0}% of its connections. Under HTTP/2 \
                          one exchange may carry many requests, so whether clients reuse connections cannot be told \
                          from the exchanges.",
-                        v.ended / secs,
+                        ended / secs,
                         lifetime.map(|l| format!(", lasting {} on average", ms(l))).unwrap_or_default(),
                         offered_h2 * 100.0,
                         v.hidden_protocol_share() * 100.0
@@ -63,7 +78,7 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
                     clients: None,
                     basis: "not estimated: under HTTP/2 over TLS 1.3 the requests per connection are not seen".into(),
                     numbers: vec![
-                        ("connections_per_second", v.ended / secs),
+                        ("connections_per_second", ended / secs),
                         ("exchanges_per_connection", r),
                         ("clients_offering_h2_share", offered_h2),
                         ("hidden_protocol_share", v.hidden_protocol_share()),
@@ -136,10 +151,10 @@ pub fn keepalive(p: &Proc, secs: f64) -> Vec<Finding> {
                 format!("the server closed {:.0}% of them", server_closes * 100.0),
             ),
         };
-        let conn_rate = v.ended / secs;
+        let conn_rate = ended / secs;
         // At TARGET_REQUESTS per connection, this share of the connections goes away.
         let gone = (1.0 - r / TARGET_REQUESTS).max(0.0);
-        let port_share = if all_ended > 0.0 { v.ended / all_ended } else { 0.0 };
+        let port_share = if all_ended > 0.0 { ended / all_ended } else { 0.0 };
         let hs_removed = hs / secs * port_share * gone;
         let tw_removed = v.time_wait / secs * gone;
         let saving = c_hs.map(|c| hs_removed * c);

@@ -2,8 +2,10 @@
 //! the server does not use yet, the costs measured on this host (crate::hostcost), and says
 //! what to change and what it would save. handshake.rs: resumption, key-exchange group,
 //! certificate; record.rs: the record cipher; connection.rs: keep-alive and TIME_WAIT;
-//! protocol.rs: what a port's protocol (SMTP, IMAP, PostgreSQL...) changes in the fixes.
+//! protocol.rs: what a port's protocol (SMTP, IMAP, PostgreSQL...) changes in the fixes;
+//! failure.rs: why handshakes failed, and the connections that never offered TLS.
 mod connection;
+pub(crate) mod failure;
 mod handshake;
 mod protocol;
 mod record;
@@ -12,6 +14,7 @@ mod tests;
 
 pub use self::{
     connection::{keepalive, time_wait},
+    failure::{failures, without_tls},
     handshake::{certificates, groups, resumption, resumption_refused, versions},
     record::record_ciphers,
 };
@@ -64,6 +67,9 @@ pub struct Finding {
     /// What the clients seen in the window say about the change: how many would fail
     /// (or need a HelloRetryRequest) under the policy it leads to, from their ClientHellos;
     /// "clients: not seen" when no ClientHello was read. None where the rule has no policy.
+    /// A failure's finding says here who its failing clients are (their rate, share of the
+    /// port's ClientHellos, what they lacked, the sites they asked for), None where none of
+    /// their ClientHellos was read.
     pub clients: Option<String>,
     /// The figures, by name, for scripts and tests.
     pub numbers: Vec<(&'static str, f64)>,
@@ -197,7 +203,8 @@ pub(super) fn finish(mut f: Finding, p: &Proc, secs: f64) -> Finding {
     f
 }
 
-/// Every rule over every process, ranked: by CPU saved, then by TIME_WAIT entries.
+/// Every rule over every process, ranked: by CPU saved, then by TIME_WAIT entries; those
+/// that save nothing (versions, failures, connections without TLS) in the order made.
 pub fn findings(w: &Window, host: Option<&HostCosts>) -> Vec<Finding> {
     let mut out = Vec::new();
     for p in &w.procs {
@@ -209,6 +216,8 @@ pub fn findings(w: &Window, host: Option<&HostCosts>) -> Vec<Finding> {
         out.extend(keepalive(p, w.seconds));
         out.extend(record_ciphers(p, w.seconds, host));
         out.extend(time_wait(p, w.seconds));
+        out.extend(failures(p, w.seconds));
+        out.extend(without_tls(p, w.seconds));
     }
     out.sort_by(|a, b| {
         let key = |f: &Finding| {

@@ -534,3 +534,345 @@ fn keepalive_judges_http2_by_the_tcp_clients_alone() {
     assert_eq!(k[0].rule, "keepalive_http2", "{}", k[0].title);
     assert_eq!(k[0].number("clients_offering_h2_share"), Some(1.0));
 }
+
+/// Old clients (TLS 1.1 only), clients with no suite in common, and clients that reject the
+/// certificate in the clear and encrypted: a finding per cause and port, the most failed
+/// first, each naming its reasons with who sent them and its fix; causes under MIN_EVENTS
+/// make none.
+#[test]
+fn each_cause_of_failure_is_a_finding_with_its_fix() {
+    let mut ok = proc_with(vec![cfg(
+        "x25519",
+        "ecdsa_p256",
+        "TLS_AES_128_GCM_SHA256",
+        false,
+        300.0,
+        0.5,
+    )]);
+    ok.full = 300.0;
+    let p = failing(
+        ok,
+        &[
+            ("443", "server", "protocol_version", 40.0),
+            ("443", "server", "handshake_failure", 20.0),
+            ("443", "client", "unknown_ca", 30.0),
+            ("443", "client", "encrypted_alert", 20.0),
+            ("443", "client", "closed", 19.0),
+            ("8443", "server", "protocol_version", 25.0),
+            ("other", "server", "library_error", 20.0),
+        ],
+        &[],
+    );
+    let f = failures(&p, 10.0);
+    let rules: Vec<(&str, Option<&str>)> = f.iter().map(|f| (f.rule, f.port.as_deref())).collect();
+    assert_eq!(
+        rules,
+        [
+            ("failure_certificate", Some("443")),
+            ("failure_version", Some("443")),
+            ("failure_version", Some("8443")),
+            ("failure_parameters", Some("443")),
+            ("failure_library", None),
+        ],
+        "the 19 clients that gave up are too few"
+    );
+    let v = &f[1];
+    assert_eq!(
+        v.title,
+        "nginx: port 443: 4.0 handshakes/s fail with protocol_version: clients offer only versions the server refuses"
+    );
+    // 40 of the 300 + 174 handshakes that began
+    assert!(
+        v.evidence.starts_with(
+            "40 handshakes in the window (4.0/s, 8.4% of the process's handshakes that began) failed (40 with \
+             protocol_version from the server): the server answered their ClientHello with protocol_version"
+        ),
+        "{}",
+        v.evidence
+    );
+    assert!(
+        v.fix.contains("Enable TLS 1.2 on those clients") && v.fix.contains("ssl_protocols"),
+        "{}",
+        v.fix
+    );
+    assert_eq!(
+        (
+            v.number("failed"),
+            v.number("failed_per_second"),
+            v.number("protocol_version")
+        ),
+        (Some(40.0), Some(4.0), Some(40.0))
+    );
+    assert_eq!((v.saving_cpu, v.clients.as_deref()), (None, None));
+    let c = &f[0];
+    assert_eq!(
+        c.title,
+        "nginx: port 443: 5.0 handshakes/s fail with unknown_ca, encrypted_alert: clients reject the server's \
+         certificate"
+    );
+    assert!(
+        c.evidence
+            .contains("(30 with unknown_ca from the client, 20 with encrypted_alert from the client)"),
+        "{}",
+        c.evidence
+    );
+    assert!(c.fix.contains("fullchain.pem"), "{}", c.fix);
+    assert_eq!((c.number("by_client"), c.number("by_server")), (Some(50.0), Some(0.0)));
+    assert!(
+        f[3].title
+            .contains("share no cipher suite, group or signature algorithm"),
+        "{}",
+        f[3].title
+    );
+    assert!(f[3].fix.contains("ssl_ciphers"), "{}", f[3].fix);
+    assert_eq!(
+        f[4].title,
+        "nginx: 2.0 handshakes/s fail with library_error: the server's TLS library fails handshakes"
+    );
+    // in the ranking: after the findings that save CPU, in the order made
+    let all = findings(
+        &Window {
+            seconds: 10.0,
+            procs: vec![p],
+        },
+        None,
+    );
+    let ranked: Vec<&str> = all.iter().map(|f| f.rule).collect();
+    assert_eq!(ranked[0], "resumption", "{ranked:?}");
+    assert_eq!(
+        &ranked[1..],
+        [
+            "failure_certificate",
+            "failure_version",
+            "failure_version",
+            "failure_parameters",
+            "failure_library"
+        ]
+    );
+}
+
+/// Every reason with the side that sends it: one cause each, as the findings group them.
+#[test]
+fn reasons_have_the_cause_their_fix_answers() {
+    use crate::wire::failure::{By, Failure, Reason};
+    use failure::Cause;
+    let cause = |by, reason| Cause::of(Failure::new(by, reason));
+    assert_eq!(cause(By::Server, Reason::ProtocolVersion), Cause::OldVersion);
+    assert_eq!(
+        cause(By::Server, Reason::InsufficientSecurity),
+        Cause::NoCommonParameters
+    );
+    assert_eq!(
+        cause(By::Client, Reason::CertificateExpired),
+        Cause::CertificateRejected
+    );
+    assert_eq!(cause(By::Server, Reason::CertificateRequired), Cause::ClientCertificate);
+    assert_eq!(
+        cause(By::Server, Reason::UnknownCa),
+        Cause::ClientCertificate,
+        "mutual TLS"
+    );
+    assert_eq!(cause(By::Server, Reason::UnrecognizedName), Cause::UnknownName);
+    assert_eq!(
+        cause(By::Server, Reason::NoApplicationProtocol),
+        Cause::NoApplicationProtocol
+    );
+    assert_eq!(cause(By::Client, Reason::Reset), Cause::ClientGaveUp);
+    assert_eq!(cause(By::Client, Reason::Unfinished), Cause::QuicUnfinished);
+    assert_eq!(cause(By::Server, Reason::Closed), Cause::ServerGaveUp);
+    assert_eq!(cause(By::Client, Reason::ProtocolVersion), Cause::Other);
+    assert_eq!(cause(By::Server, Reason::Unknown), Cause::Other);
+    // every rule named once, every cause with a fix of its own
+    let mut rules: Vec<&str> = Vec::new();
+    for by in [By::Client, By::Server] {
+        for reason in <Reason as crate::metrics::LabelValue>::ALL {
+            let c = cause(by, *reason);
+            assert!(c.rule().starts_with("failure_"));
+            if !rules.contains(&c.rule()) {
+                rules.push(c.rule());
+            }
+        }
+    }
+    assert_eq!(rules.len(), 11, "{rules:?}");
+}
+
+/// Connections without TLS: a fact about the port's clients, a finding per port with what
+/// each kind is and what to do about plain HTTP; too few make none.
+#[test]
+fn connections_without_tls_are_told_by_kind() {
+    let p = failing(
+        proc_with(vec![]),
+        &[],
+        &[("443", "silent", 40.0), ("443", "http", 10.0), ("8443", "silent", 19.0)],
+    );
+    let w = without_tls(&p, 10.0);
+    assert_eq!(w.len(), 1, "{w:?}");
+    let f = &w[0];
+    assert_eq!((f.rule, f.port.as_deref()), ("without_tls", Some("443")));
+    assert_eq!(
+        f.title,
+        "nginx: 5.0 connections/s on port 443 never offered TLS: 4.0/s silent (TCP health checks or port scans), \
+         1.0/s plain HTTP"
+    );
+    assert!(
+        f.evidence.starts_with(
+            "50 connections in the window (5.0/s) were accepted on port 443 and ended without a byte of TLS from the \
+             client (40 silent, 10 http). They are no handshakes"
+        ),
+        "{}",
+        f.evidence
+    );
+    assert!(f.fix.starts_with("Silent connections"), "{}", f.fix);
+    assert!(
+        f.fix.contains("error_page 497") && f.fix.contains("return 301 https://"),
+        "{}",
+        f.fix
+    );
+    assert_eq!(
+        (f.number("silent"), f.number("http"), f.number("connections")),
+        (Some(40.0), Some(10.0), Some(50.0))
+    );
+    assert_eq!(p.failed, 0.0, "no failed handshake");
+    // silent alone: nothing about plain HTTP
+    let quiet = without_tls(&failing(proc_with(vec![]), &[], &[("443", "silent", 20.0)]), 10.0);
+    assert!(!quiet[0].fix.contains("plain HTTP"), "{}", quiet[0].fix);
+}
+
+/// Health checks and failing clients end connections that carried no request: they are no
+/// clients that open a connection per request, and the keep-alive finding weighs the
+/// connections whose handshake ended well alone.
+#[test]
+fn keepalive_leaves_out_connections_without_a_handshake() {
+    let reused = |failed: &[(&str, &str, &str, f64)], untls: &[(&str, &str, f64)]| {
+        let mut p = proc_with(vec![cfg(
+            "x25519",
+            "ecdsa_p256",
+            "TLS_AES_128_GCM_SHA256",
+            false,
+            10.0,
+            0.6,
+        )]);
+        p.full = 10.0;
+        let n: f64 = failed.iter().map(|x| x.3).sum::<f64>() + untls.iter().map(|x| x.2).sum::<f64>();
+        let port = Port {
+            // ten clients with 50 requests each, and the rest none
+            requests: 500.0,
+            ended: 10.0 + n,
+            ..Default::default()
+        };
+        p.ports.insert("443".into(), port);
+        failing(p, failed, untls)
+    };
+    let p = reused(
+        &[("443", "server", "protocol_version", 40.0)],
+        &[("443", "silent", 60.0)],
+    );
+    assert!(keepalive(&p, 10.0).is_empty(), "{:?}", keepalive(&p, 10.0));
+    // the same connections, their failures unknown (an older agent): 4.5 requests each
+    let mut unknown = p.clone();
+    unknown.failures = Default::default();
+    let k = keepalive(&unknown, 10.0);
+    assert_eq!(k[0].number("requests_per_connection"), Some(500.0 / 110.0));
+}
+
+/// Where the failing clients' ClientHellos were read (tlsprof_client_failures_total), a
+/// failure's finding says who they are: per reason their rate and share of the port's
+/// ClientHellos, for versions and parameters what they lacked, and the sites they asked for
+/// (three, then "…"). A reason two causes share on the port (`closed` by either side) is
+/// neither's; without the metric (an older agent) the finding is as before.
+#[test]
+fn failure_findings_say_what_the_failing_clients_lacked_and_who_they_are() {
+    let mut ok = proc_with(vec![cfg(
+        "x25519",
+        "ecdsa_p256",
+        "TLS_AES_128_GCM_SHA256",
+        false,
+        365.0,
+        0.5,
+    )]);
+    ok.full = 365.0;
+    let p = failing(
+        seen_by(ok, clients(365.0, &[], &[], &[])),
+        &[
+            ("443", "server", "protocol_version", 40.0),
+            ("443", "server", "handshake_failure", 20.0),
+            ("443", "client", "unknown_ca", 30.0),
+            ("443", "client", "closed", 25.0),
+            ("443", "server", "closed", 20.0),
+            ("8443", "server", "protocol_version", 25.0),
+        ],
+        &[],
+    );
+    let p = failing_clients(
+        p,
+        &[
+            ("443", "a.example", "protocol_version", "version", 30.0),
+            ("443", "b.example", "protocol_version", "version", 6.0),
+            ("443", "c.example", "protocol_version", "version", 2.0),
+            ("443", "d.example", "protocol_version", "version", 1.0),
+            ("443", "none", "protocol_version", "version", 1.0),
+            ("443", "a.example", "handshake_failure", "cipher", 15.0),
+            ("443", "b.example", "handshake_failure", "group", 5.0),
+            ("443", "none", "unknown_ca", "none", 30.0),
+            ("443", "a.example", "closed", "none", 45.0),
+        ],
+    );
+    assert_eq!(p.ports["443"].clients.seen(), 500.0);
+    let f = failures(&p, 10.0);
+    let find = |rule: &str, port: &str| {
+        f.iter()
+            .find(|f| f.rule == rule && f.port.as_deref() == Some(port))
+            .unwrap_or_else(|| panic!("no {rule} on {port}: {f:?}"))
+    };
+    let v = find("failure_version", "443");
+    assert_eq!(
+        v.clients.as_deref(),
+        Some(
+            "clients: 4.0/s fail with protocol_version (8.0% of the port's ClientHellos): they offer only versions \
+             older than every one this server negotiates (TLSv1.3 in the window) — sites: a.example 3.0/s, \
+             b.example 0.6/s, c.example 0.2/s, …"
+        )
+    );
+    assert_eq!(
+        (
+            v.number("clients_failed"),
+            v.number("clients_failed_share"),
+            v.number("lacks_version")
+        ),
+        (Some(40.0), Some(0.08), Some(40.0))
+    );
+    assert!(v.evidence.starts_with("40 handshakes in the window"), "{}", v.evidence);
+    let c = find("failure_parameters", "443");
+    assert_eq!(
+        c.clients.as_deref(),
+        Some(
+            "clients: 1.5/s fail with handshake_failure (3.0% of the port's ClientHellos): they offer none of the \
+             cipher suites this server negotiates — sites: a.example 1.5/s; 0.5/s fail with handshake_failure \
+             (1.0% of the port's ClientHellos): they offer none of the key-exchange groups this server negotiates \
+             — sites: b.example 0.5/s"
+        )
+    );
+    assert_eq!(
+        (c.number("lacks_cipher"), c.number("lacks_group")),
+        (Some(15.0), Some(5.0))
+    );
+    // a certificate rejected: who, not what they lacked
+    let r = find("failure_certificate", "443");
+    assert_eq!(
+        r.clients.as_deref(),
+        Some("clients: 3.0/s fail with unknown_ca (6.0% of the port's ClientHellos) — sites: no SNI 3.0/s")
+    );
+    assert_eq!(r.number("lacks_none"), None);
+    // `closed`: the clients' and the server's, not told apart
+    for rule in ["failure_client_gave_up", "failure_server_gave_up"] {
+        let g = find(rule, "443");
+        assert_eq!(
+            (g.clients.as_deref(), g.number("clients_failed")),
+            (None, None),
+            "{rule}"
+        );
+    }
+    // no failing client's ClientHello read on 8443: as before
+    let old = find("failure_version", "8443");
+    assert_eq!((old.clients.as_deref(), old.number("clients_failed")), (None, None));
+}
