@@ -233,6 +233,27 @@ CPU_SHARE = (f'{CPU_CORES}\n  / ignoring(category) '
 PRIMITIVES = f'sum by (primitive) ({rate("tlsprof_crypto_cpu_seconds_total", S)})'
 
 
+def failure_panels(L: Layout, w: int):
+    """Why handshakes failed, and the connections to a TLS port that never offered TLS (TCP
+    health checks, port scans, plain HTTP), which are not handshakes: beside the failure
+    panels, in both dashboards."""
+    L.add(timeseries("Failed handshakes by reason", "Failed server handshakes per second by why, and by the side "
+                     "that ended them (client or server): the alert it sent in the clear (the server's: protocol_version, "
+                     "handshake_failure, unrecognized_name, no_application_protocol...; the client's, which rejected "
+                     "the certificate: unknown_ca, certificate_expired, bad_certificate...), encrypted_alert (a TLS "
+                     "1.3 client rejected the server's flight), closed, reset (gave up after the ClientHello), "
+                     "unfinished (QUIC), library_error, unknown. The alerts TLSClientsRejectCertificate, "
+                     "TLSProtocolVersionRefused, TLSNoCommonCipher, TLSUnrecognizedName and "
+                     "TLSNoApplicationProtocol watch those the server's operator can fix.", "ops",
+                     [target(f'sum by (by, reason) ({rate("tlsprof_handshake_failures_total", SP)})',
+                             "{{reason}} ({{by}})")], stack=True), w, 8)
+    L.add(timeseries("Connections without TLS by port", "Connections accepted on a TLS port that never offered "
+                     "TLS, per second, by what they were: silent (closed before any byte: TCP health checks, port "
+                     "scans), http (plain HTTP to the TLS port), http2, ssh, other. Not handshakes: neither the "
+                     "handshake rate nor the failed share counts them.", "ops",
+                     [target(f'sum by (port, kind) ({rate("tlsprof_connections_without_tls_total", SP)})',
+                             "port {{port}} {{kind}}")], stack=True), w, 8)
+
 
 def transport_panels(L: Layout):
     """Handshakes over QUIC (HTTP/3) beside those over TCP: rate and CPU per handshake by
@@ -265,7 +286,8 @@ def overview() -> dict:
                "Low: enable session tickets or a shared session cache.", "percentunit",
                f'sum({rate(HS, S, OK_RESUMED)})\n  / sum({rate(HS, S, OK)})'),
           4, 4)
-    L.add(stat("Failed", "Share of handshakes that failed.", "percentunit",
+    L.add(stat("Failed", "Share of handshakes that failed (that began: connections that never offered TLS, "
+               "such as TCP health checks, are not handshakes).", "percentunit",
                f'sum({rate(HS, S, FAILED)}) / sum({rate(HS, S)})', [(0.05, "red")]), 4, 4)
     L.add(stat("CPU per full handshake", "Mean on-CPU time of a full (not resumed) successful handshake.",
                "s", mean_by(CPU_H, "", S, 'resumed="false"'), [(0.003, "red")]), 4, 4)
@@ -280,16 +302,17 @@ def overview() -> dict:
                          target(f'sum({rate(HS, S, OK_FULL)})', "full"),
                          target(f'sum({rate(HS, S, OK_RESUMED)})', "resumed"),
                          target(f'sum({rate(HS, S, FAILED)})', "failed"),
-                     ], stack=True), 12, 8)
+                     ], stack=True), 8, 8)
+    failure_panels(L, 8)
     L.add(timeseries("CPU per full handshake: p50, p90, p99", "Quantiles of the on-CPU time of full handshakes "
                      "(histogram buckets 10 µs … 1 s).", "s", [
                          target(quantile(q, CPU_H, S, 'resumed="false"'), f"p{int(q * 100)}")
-                         for q in (0.5, 0.9, 0.99)]), 12, 8)
+                         for q in (0.5, 0.9, 0.99)]), 6, 8)
     for label, what in (("group", "key-exchange group (x25519 is the cheapest; secp384r1 costs several times more)"),
                         ("cert", "server certificate key (an ECDSA P-256 signature is far cheaper than RSA)"),
                         ("cipher", "cipher suite")):
         L.add(timeseries(f"CPU per full handshake by {label}", f"Mean on-CPU time of a full handshake by {what}.",
-                         "s", [target(mean_by(CPU_H, label, S, 'resumed="false"'), f"{{{{{label}}}}}")]), 8, 8)
+                         "s", [target(mean_by(CPU_H, label, S, 'resumed="false"'), f"{{{{{label}}}}}")]), 6, 8)
     transport_panels(L)
 
     L.row("CPU")
@@ -423,13 +446,22 @@ def overview() -> dict:
 def per_process() -> dict:
     L = Layout()
     L.row("Handshakes of $comm")
-    L.add(timeseries("Handshakes/s by result and resumption", "", "ops",
+    L.add(timeseries("Handshakes/s by result and resumption", "TLS handshakes per second, ok or failed. A failed "
+                     "one began (a ClientHello came): connections that never offered TLS are not handshakes (see "
+                     "Connections without TLS by port).", "ops",
                      [target(f"sum by (result, resumed) ({rate(HS, S)})", "{{result}} resumed={{resumed}}")],
-                     stack=True), 12, 8)
+                     stack=True), 8, 8)
+    failure_panels(L, 8)
     L.add(timeseries("Handshake CPU: p50, p99, full and resumed", "Quantiles of the on-CPU time of successful "
                      "handshakes.", "s", [
                          target(quantile(q, CPU_H, S, by="resumed"), f"p{int(q * 100)} resumed={{{{resumed}}}}")
-                         for q in (0.5, 0.99)]), 12, 8)
+                         for q in (0.5, 0.99)]), 8, 8)
+    L.add(timeseries("Handshake duration: p50, p99", "Wall-clock time from the first handshake call to the "
+                     "one that completed it (includes waiting for the client).", "s", [
+                         target(quantile(q, "tlsprof_handshake_duration_seconds", S), f"p{int(q * 100)}")
+                         for q in (0.5, 0.99)]), 8, 8)
+    L.add(timeseries("CPU in failed handshakes (1.0 = one core)", "", "percentunit",
+                     [target(f'sum({rate("tlsprof_failed_handshake_cpu_seconds_total", S)})', "failed")]), 8, 8)
     for label in ("version", "cipher", "group", "cert"):
         L.add(timeseries(f"Handshakes/s by {label}", "", "ops",
                          [target(f"sum by ({label}) ({rate(HS, S)})", f"{{{{{label}}}}}")], stack=True), 6, 8)
@@ -441,12 +473,6 @@ def per_process() -> dict:
                        "windows in the default mode). Compare what a choice costs on this host.", [
                            ("Handshakes/s", "ops", f"sum by ({config}) ({rate(HS, S, OK)})"),
                            ("CPU per handshake", "s", mean_by(CPU_H, config, S))]), 24, 7)
-    L.add(timeseries("Handshake duration: p50, p99", "Wall-clock time from the first handshake call to the "
-                     "one that completed it (includes waiting for the client).", "s", [
-                         target(quantile(q, "tlsprof_handshake_duration_seconds", S), f"p{int(q * 100)}")
-                         for q in (0.5, 0.99)]), 12, 8)
-    L.add(timeseries("CPU in failed handshakes (1.0 = one core)", "", "percentunit",
-                     [target(f'sum({rate("tlsprof_failed_handshake_cpu_seconds_total", S)})', "failed")]), 12, 8)
 
     L.row("CPU of $comm")
     L.add(timeseries("CPU by category (1.0 = one core)", "", "percentunit",

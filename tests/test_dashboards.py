@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import quic, services
+from harness import failing, quic, services
 from harness.agent import Agent
-from harness.clients import failing_handshakes, https_connections, keepalive_connections, plain_http_requests, resuming_connections
+from harness.clients import failing_handshakes, https_connections, keepalive_connections, resuming_connections
 from harness.metrics import parse_metrics
 from harness.procs import ROOT, free_port, wait_for
 from harness.servers import Nginx
@@ -210,7 +210,7 @@ def load_day1(port: int, seconds: float) -> dict:
         k = keepalive_connections(port, 2, 5, end="eof")
         totals["requests"] += k["requests"]
         totals["failed"] += failing_handshakes(port, 1, "AES128-SHA")
-        totals["failed"] += plain_http_requests(port, 1)
+        totals["failed"] += failing.plain_http(port, 1)
     return totals
 
 
@@ -330,6 +330,14 @@ def test_dashboards_and_alerts_against_prometheus(tmp_path):
             for uid in ("tlsprof-overview",):
                 transports = next(p for p in drawn[uid]["panels"] if p["title"] == "Handshakes/s by transport")
                 assert {s["name"] for s in transports["series"]} >= {"tcp", "quic"}, transports
+        # Why handshakes failed: the clients offering only a suite nginx lacks get its
+        # handshake_failure alert; the plain-HTTP requests are no handshake but connections
+        # without TLS on nginx's port.
+        for uid in ("tlsprof-overview", "tlsprof-process"):
+            reasons = next(p for p in drawn[uid]["panels"] if p["title"] == "Failed handshakes by reason")
+            assert "handshake_failure (server)" in {s["name"] for s in reasons["series"]}, reasons
+            untls = next(p for p in drawn[uid]["panels"] if p["title"] == "Connections without TLS by port")
+            assert f"port {nginx.port} http" in {s["name"] for s in untls["series"]}, untls
 
         # Template variables: label_values(metric{…}, label) finds this run's values.
         for path in DASHBOARDS:
