@@ -1,6 +1,8 @@
 """`tlsprof report` run as a user runs it: over servers while a load runs inside its window
 (test_report.py's rules, test_services.py's protocols)."""
+import atexit
 import json
+import shutil
 import subprocess
 import tempfile
 import time
@@ -23,6 +25,7 @@ class Report:
         pids = pid if isinstance(pid, list) else [pid]
         out = Path(tempfile.mkdtemp(prefix="tlsprof-report-"))
         out.chmod(0o755)
+        atexit.register(shutil.rmtree, out, True)  # kept while the test run lasts: a failure's files
         self.md, self.html, self.json_path = out / "report.md", out / "report.html", out / "report.json"
         p = subprocess.Popen(
             [str(TLSPROF), "report", *(a for p in pids for a in ("--pid", str(p))), "--seconds", str(MAX_WINDOW),
