@@ -58,6 +58,9 @@ def figures(agent, port: int) -> dict:
     return {
         "ok": v("tlsprof_handshakes_total", comm="nginx", role="server", result="ok"),
         "failed": v("tlsprof_handshakes_total", comm="nginx", role="server", result="failed"),
+        # connections that never offered TLS (one ab connected and abandoned at its exit
+        # before its ClientHello): no handshake, but a connection all the same
+        "no_tls": v("tlsprof_connections_without_tls_total", comm="nginx"),
         "measured": v("tlsprof_handshake_cpu_seconds_count", comm="nginx"),
         "failed_cpu": v("tlsprof_failed_handshake_cpu_seconds_total", comm="nginx"),
         "duty": v("tlsprof_probe_duty_cycle", comm="nginx"),
@@ -81,8 +84,9 @@ def figures(agent, port: int) -> dict:
 
 
 def unreported(f: dict) -> float:
-    """Handshakes whose connection has neither ended (as the agent counts) nor is open (ss)."""
-    return f["ok"] + f["failed"] - f["ended"] - f["open"]
+    """Connections counted (a handshake, or none offered) that have neither ended (as the agent
+    counts) nor are open (ss)."""
+    return f["ok"] + f["failed"] + f["no_tls"] - f["ended"] - f["open"]
 
 
 def settle(agent, port: int, connections: float, aborted: float = 0, missing: float = 0) -> dict:
@@ -188,11 +192,11 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
             # here under CPU contention (a CI run: 4 of 17,699; a loaded repro: 1-6 per 40,000,
             # the kernel's own close count short by as many, no hook run reported skipped); the
             # cause is not found (docs/testing.md). Bounded by the connections ab abandoned.
-            assert d2["ok"] + d2["failed"] == d2["accepted"], d2
+            assert d2["ok"] + d2["failed"] + d2["no_tls"] == d2["accepted"], d2
             lost = d2["accepted"] - d2["ended"] - d2["open"]
             figure("budget_connections_unreported", lost)
             assert 0 <= lost <= d2["accepted"] - heavy <= 8, (heavy, d2)
-            assert heavy <= d2["ok"] <= heavy + 8 and d2["failed"] <= 8, (heavy, d2)
+            assert heavy <= d2["ok"] <= heavy + 8 and d2["failed"] + d2["no_tls"] <= 8, (heavy, d2)
             # Every request ab completed is one exchange, counted as it happened; the requests
             # summed at the connections' close lack those of a connection whose close went
             # unreported (a CI run: lost 2, 7,535 requests for ab's 7,536).
@@ -244,8 +248,9 @@ def test_exact_times_every_handshake(workdir):
             d = delta(f0, f1)
             # nothing was open before the load: what is open now is ss's count of it; a few of
             # the connections ab abandoned may end unreported (the default-mode test above)
-            lost = d["ok"] + d["failed"] - d["ended"] - f1["open"]
-            assert 0 <= lost <= d["ok"] + d["failed"] - heavy <= 8, (heavy, d, f1["open"])
+            counted = d["ok"] + d["failed"] + d["no_tls"]
+            lost = counted - d["ended"] - f1["open"]
+            assert 0 <= lost <= counted - heavy <= 8, (heavy, d, f1["open"])
             assert heavy <= d["ok"] <= heavy + 8 and d["measured"] == d["ok"], (heavy, d)
             assert f1["duty"] == 1.0, f1
             # about five hits per connection: two handshake calls (entry and return), SSL_free
