@@ -1,11 +1,11 @@
 //! The server's handshake output, as the kernel captures it (bpf/wire.h; its types
 //! generated: abi.rs), and its events' decoding.
 
-use super::abi::{decode, wire_end_data, QUIC_HEAD, WIRE_END_LEN, WIRE_EVENT_HEADER};
 pub use super::abi::{
-    conn_by, hello_why, quic_head, wire_end, wire_ev, wire_event, wire_proto, HELLO_ALERT, HELLO_LAST, HELLO_MAX, HELLO_WHY_MASK,
-    QUIC_F_CLIENT, QUIC_F_DONE, QUIC_F_RETRY,
+    conn_by, hello_why, quic_head, wire_end, wire_ev, wire_event, wire_proto, HELLO_ALERT, HELLO_LAST, HELLO_MAX,
+    HELLO_WHY_MASK, QUIC_F_CLIENT, QUIC_F_DONE, QUIC_F_RETRY,
 };
+use super::abi::{decode, wire_end_data, QUIC_HEAD, WIRE_END_LEN, WIRE_EVENT_HEADER};
 
 // The sizes bpf/wire.h and quic.h state as numbers, checked against the types they size.
 const _: () = assert!(std::mem::offset_of!(wire_event, data) == WIRE_EVENT_HEADER as usize);

@@ -20,12 +20,14 @@ use super::{
 };
 use crate::{
     bounds,
-    metrics::{ClientFailureLabels, LabelValue, Metrics, OfferLabels, PolicyLabels, ReasonLabels, ResumptionLabels, SniLabels},
+    metrics::{
+        ClientFailureLabels, LabelValue, Metrics, OfferLabels, PolicyLabels, ReasonLabels, ResumptionLabels, SniLabels,
+    },
     wire::{
         failure::Failure,
-        Negotiated,
         tls::hello::{Offer, Resumption},
         tracker::ConnId,
+        Negotiated,
     },
 };
 

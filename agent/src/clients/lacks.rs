@@ -31,7 +31,13 @@ pub enum Lacks {
 }
 
 impl LabelValue for Lacks {
-    const ALL: &'static [Lacks] = &[Lacks::Version, Lacks::Cipher, Lacks::Group, Lacks::Nothing, Lacks::Unknown];
+    const ALL: &'static [Lacks] = &[
+        Lacks::Version,
+        Lacks::Cipher,
+        Lacks::Group,
+        Lacks::Nothing,
+        Lacks::Unknown,
+    ];
     fn label(self) -> &'static str {
         match self {
             Lacks::Version => "version",
@@ -74,7 +80,8 @@ fn add(values: &mut Vec<&'static str>, v: &'static str) -> bool {
 impl Served {
     /// A successful handshake's parameters.
     pub fn add(&mut self, n: &Negotiated) {
-        let changed = add(&mut self.versions, n.version) | add(&mut self.ciphers, n.cipher) | add(&mut self.groups, n.group);
+        let changed =
+            add(&mut self.versions, n.version) | add(&mut self.ciphers, n.cipher) | add(&mut self.groups, n.group);
         if changed {
             self.generation = self.generation.wrapping_add(1);
         }
@@ -166,20 +173,38 @@ mod tests {
         let mut s = Served::default();
         let any = offer(0x0304, &[0x1301], &[0x001d]);
         let why = |s: &Served, o: &Offer, r| s.lacking(o).for_reason(r);
-        assert_eq!(why(&s, &any, Reason::HandshakeFailure), Lacks::Unknown, "nothing negotiated yet");
+        assert_eq!(
+            why(&s, &any, Reason::HandshakeFailure),
+            Lacks::Unknown,
+            "nothing negotiated yet"
+        );
         s.add(&negotiated("TLSv1.3", "TLS_AES_128_GCM_SHA256", "x25519"));
-        s.add(&negotiated("TLSv1.2", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "x25519"));
+        s.add(&negotiated(
+            "TLSv1.2",
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            "x25519",
+        ));
         let g = s.generation;
-        s.add(&negotiated("TLSv1.2", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "x25519"));
+        s.add(&negotiated(
+            "TLSv1.2",
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            "x25519",
+        ));
         assert_eq!(s.generation, g, "nothing new");
         assert_eq!(why(&s, &any, Reason::HandshakeFailure), Lacks::Nothing);
         // TLS 1.1 at most: older than all the server negotiates
         let old = offer(0x0302, &[0xC02B], &[0x001d]);
         assert_eq!(why(&s, &old, Reason::ProtocolVersion), Lacks::Version);
         // TLS 1.2 with only AES128-SHA (RSA key transport)
-        assert_eq!(why(&s, &offer(0x0303, &[0x002F], &[0x001d]), Reason::HandshakeFailure), Lacks::Cipher);
+        assert_eq!(
+            why(&s, &offer(0x0303, &[0x002F], &[0x001d]), Reason::HandshakeFailure),
+            Lacks::Cipher
+        );
         // the right suites, only P-521
-        assert_eq!(why(&s, &offer(0x0303, &[0xC02B], &[0x0019]), Reason::HandshakeFailure), Lacks::Group);
+        assert_eq!(
+            why(&s, &offer(0x0303, &[0xC02B], &[0x0019]), Reason::HandshakeFailure),
+            Lacks::Group
+        );
         // what the offer lacked did not make a certificate's rejection
         assert_eq!(why(&s, &old, Reason::UnknownCa), Lacks::Nothing);
         // a server seen with TLS 1.3 only: a TLS 1.2 client's cipher mismatch is not taken for

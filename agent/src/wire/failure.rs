@@ -108,6 +108,21 @@ reasons! {
     Unknown = "unknown",
 }
 
+impl Reason {
+    /// An alert about the peer's certificate: what the side that sent it could not accept.
+    pub fn is_about_a_certificate(self) -> bool {
+        matches!(
+            self,
+            Reason::UnknownCa
+                | Reason::BadCertificate
+                | Reason::CertificateUnknown
+                | Reason::CertificateExpired
+                | Reason::UnsupportedCertificate
+                | Reason::CertificateRevoked
+        )
+    }
+}
+
 /// A failed handshake: who ended it, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Failure {
@@ -149,13 +164,7 @@ impl Failure {
         match why {
             Some(wire_end::ClientAlert) => Failure::new(By::Client, Reason::EncryptedAlert),
             Some(wire_end::Closed) => Failure::ended_by(by),
-            Some(
-                wire_end::Alert
-                | wire_end::Finished
-                | wire_end::Cap
-                | wire_end::Bad
-                | wire_end::Unsupported,
-            )
+            Some(wire_end::Alert | wire_end::Finished | wire_end::Cap | wire_end::Bad | wire_end::Unsupported)
             | None => Failure::new(By::Server, Reason::Unknown),
         }
     }
@@ -167,8 +176,13 @@ impl Failure {
 /// answered its ClientHello.
 impl LabelValue for hello_untls {
     /// The kinds that are no handshake, the only ones the label takes.
-    const ALL: &'static [hello_untls] =
-        &[hello_untls::Silent, hello_untls::Http, hello_untls::Http2, hello_untls::Ssh, hello_untls::Other];
+    const ALL: &'static [hello_untls] = &[
+        hello_untls::Silent,
+        hello_untls::Http,
+        hello_untls::Http2,
+        hello_untls::Ssh,
+        hello_untls::Other,
+    ];
     fn label(self) -> &'static str {
         match self {
             hello_untls::Silent => "silent",
@@ -235,8 +249,14 @@ mod tests {
         for k in hello_untls::ALL {
             assert_eq!(k.failure(), None, "{k:?}");
         }
-        assert_eq!(hello_untls::HelloClient.failure(), Some(Failure::new(By::Client, Reason::Closed)));
-        assert_eq!(hello_untls::HelloServer.failure(), Some(Failure::new(By::Server, Reason::Closed)));
+        assert_eq!(
+            hello_untls::HelloClient.failure(),
+            Some(Failure::new(By::Client, Reason::Closed))
+        );
+        assert_eq!(
+            hello_untls::HelloServer.failure(),
+            Some(Failure::new(By::Server, Reason::Closed))
+        );
         assert_eq!(hello_untls::try_from(3u8), Ok(hello_untls::Ssh));
     }
 }

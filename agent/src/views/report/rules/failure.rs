@@ -58,27 +58,10 @@ impl Cause {
         match (f.by, f.reason) {
             (By::Server, ProtocolVersion) => Cause::OldVersion,
             (By::Server, HandshakeFailure | InsufficientSecurity) => Cause::NoCommonParameters,
-            (
-                By::Client,
-                UnknownCa
-                | BadCertificate
-                | CertificateUnknown
-                | CertificateExpired
-                | UnsupportedCertificate
-                | CertificateRevoked
-                | EncryptedAlert,
-            ) => Cause::CertificateRejected,
-            (
-                By::Server,
-                UnknownCa
-                | BadCertificate
-                | CertificateUnknown
-                | CertificateExpired
-                | UnsupportedCertificate
-                | CertificateRevoked
-                | CertificateRequired
-                | AccessDenied,
-            ) => Cause::ClientCertificate,
+            (By::Client, r) if r.is_about_a_certificate() || r == EncryptedAlert => Cause::CertificateRejected,
+            (By::Server, r) if r.is_about_a_certificate() || matches!(r, CertificateRequired | AccessDenied) => {
+                Cause::ClientCertificate
+            }
             (_, UnrecognizedName) => Cause::UnknownName,
             (_, NoApplicationProtocol) => Cause::NoApplicationProtocol,
             (_, Unfinished) => Cause::QuicUnfinished,
