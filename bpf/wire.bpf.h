@@ -127,8 +127,10 @@ static __always_inline void wire_out(struct wire_event *e, __u32 len)
 		stat_inc(STAT_WIRE_EVENTS_LOST);
 }
 
-/* The capture is over: nothing more of this connection is looked at. */
-static __always_inline void wire_finish(const struct sock *sk, struct conn_state *c, __u8 why)
+/* The capture is over: nothing more of this connection is looked at. `closing`: the
+ * connection's close ended it (wire_closed), and the event says who had ended the connection;
+ * a constant, so the send walks' many inlined ends carry no more code than before it. */
+static __always_inline void wire_end(const struct sock *sk, struct conn_state *c, __u8 why, const bool closing)
 {
 	bool tls = c->wire.flags & WIRE_F_TLS;
 	if (c->wire.state == WIRE_DONE)
@@ -145,20 +147,28 @@ static __always_inline void wire_finish(const struct sock *sk, struct conn_state
 	 * there), and what its preamble was */
 	__builtin_memcpy(e->data, &c->life.start_ns, 8);
 	e->data[8] = c->wire.proto;
-	/* who had ended it: as conn_life holds it, without a branch (the walks inline this
-	 * function many times: a branch here is verified on every path through them) */
-	e->data[9] = c->life.first_fin | c->life.reset << 4;
-	e->len = WIRE_END_LEN;
-	wire_out(e, WIRE_END_LEN);
+	if (closing) {
+		e->data[9] = c->life.first_fin | c->life.reset << 4;
+		e->len = WIRE_END_CLOSED_LEN;
+		wire_out(e, WIRE_END_CLOSED_LEN);
+	} else {
+		e->len = WIRE_END_LEN;
+		wire_out(e, WIRE_END_LEN);
+	}
+}
+
+static __always_inline void wire_finish(const struct sock *sk, struct conn_state *c, __u8 why)
+{
+	wire_end(sk, c, why, false);
 }
 
 /* The connection closed while its handshake output was being captured (conn.bpf.h). */
 static __always_inline void wire_closed(const struct sock *sk, struct conn_state *c)
 {
 	if (c->wire.state == WIRE_SEALED)
-		wire_finish(sk, c, tls13_answer(c, data_read(sk)));
+		wire_end(sk, c, tls13_answer(c, data_read(sk)), true);
 	else if (c->wire.state == WIRE_PLAIN)
-		wire_finish(sk, c, WIRE_END_CLOSED);
+		wire_end(sk, c, WIRE_END_CLOSED, true);
 }
 
 /* A read of the client's data, where the server's sends do not count requests

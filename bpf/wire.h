@@ -59,14 +59,16 @@ enum wire_proto {
 };
 
 /* data of WIRE_EV_END: the connection's accept time (conn_life.start_ns), its
- * preamble's protocol, and who had ended the connection: conn_life.first_fin (conn.h
+ * preamble's protocol, and, where the connection's close ended the capture
+ * (WIRE_END_CLOSED_LEN bytes sent), who had ended it: conn_life.first_fin (conn.h
  * CONN_BY_SERVER/CLIENT, 0: no FIN yet) in the low 4 bits, conn_life.reset in the high 4. */
 struct wire_end_data {
 	__u64 conn_start;
 	__u8 proto;
 	__u8 by;
 };
-#define WIRE_END_LEN 10 /* bytes of it sent: conn_start, proto, by */
+#define WIRE_END_LEN 9         /* bytes of it sent: conn_start, proto */
+#define WIRE_END_CLOSED_LEN 10 /* ... and by, where the connection's close ended the capture */
 
 /* wire_event.flags of WIRE_EV_END: why it ended */
 enum wire_end {

@@ -58,9 +58,7 @@ class Agent:
             stdout=self.log, stderr=subprocess.STDOUT,
         )
         try:
-            # 20 s were 200 s in the emulated guests (TLSPROF_SLOW): Linux 5.10's verifier took
-            # 200-209 s over the default hooks' programs in a contended full run (2026-11-29)
-            wait_for(self._up, 30, f"tlsprof to serve /metrics (log: {self.output()})")
+            wait_for(self._up, 20, f"tlsprof to serve /metrics (log: {self.output()})")
         except BaseException:
             # an agent that exits at start (or never serves) leaves no process, log or directory
             if self.proc.poll() is None:

@@ -5,12 +5,13 @@ pub use super::abi::{
     conn_by, hello_why, quic_head, wire_end, wire_ev, wire_event, wire_proto, HELLO_ALERT, HELLO_LAST, HELLO_MAX,
     HELLO_WHY_MASK, QUIC_F_CLIENT, QUIC_F_DONE, QUIC_F_RETRY,
 };
-use super::abi::{decode, wire_end_data, QUIC_HEAD, WIRE_END_LEN, WIRE_EVENT_HEADER};
+use super::abi::{decode, wire_end_data, QUIC_HEAD, WIRE_END_CLOSED_LEN, WIRE_END_LEN, WIRE_EVENT_HEADER};
 
 // The sizes bpf/wire.h and quic.h state as numbers, checked against the types they size.
 const _: () = assert!(std::mem::offset_of!(wire_event, data) == WIRE_EVENT_HEADER as usize);
 const _: () = assert!(std::mem::size_of::<quic_head>() == QUIC_HEAD as usize);
-const _: () = assert!(std::mem::offset_of!(wire_end_data, by) + 1 == WIRE_END_LEN as usize);
+const _: () = assert!(std::mem::offset_of!(wire_end_data, proto) + 1 == WIRE_END_LEN as usize);
+const _: () = assert!(std::mem::offset_of!(wire_end_data, by) + 1 == WIRE_END_CLOSED_LEN as usize);
 
 /// A WIRE_EV_QUIC's head and packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +72,8 @@ impl WireEvent {
             Some(d) => End {
                 conn_start: u64::from_le_bytes(d[..8].try_into().unwrap_or_default()),
                 proto: decode(d[8]),
-                by: ended_by(d[9]),
+                // sent where the connection's close ended the capture
+                by: self.data.get(WIRE_END_LEN as usize).and_then(|b| ended_by(*b)),
             },
             None => End {
                 conn_start: 0,
