@@ -188,7 +188,7 @@ impl Handshakes {
         }
         let comm = procs.name(h.tgid);
         if let Some(f) = h.failure {
-            self.count_failure(&comm, &h.port.to_string(), f);
+            self.count_failures(&comm, &h.port.to_string(), f, 1);
         }
         let result = if h.ok { "ok" } else { "failed" };
         let m = &self.metrics;
@@ -421,7 +421,8 @@ impl Handshakes {
             }
             if e.result != hs::hs_result::Ok as u8 && e.role == hs::hs_role::Server as u8 {
                 // no wire says more (the probes count where the sends are not captured)
-                self.count_failure(&comm, crate::wire::tls::OTHER, Failure::new(By::Server, Reason::LibraryError));
+                let f = Failure::new(By::Server, Reason::LibraryError);
+                self.count_failures(&comm, crate::wire::tls::OTHER, f, 1);
             }
         }
         if e.result == hs::hs_result::Ok as u8 {
@@ -469,20 +470,18 @@ impl Handshakes {
             .handshakes
             .get_or_create(&ParamLabels::new(comm, "server", &Negotiated::UNKNOWN_TCP).with_result("failed"))
             .inc_by(n);
-        for _ in 0..n {
-            self.count_failure(comm, &port, failure);
-        }
+        self.count_failures(comm, &port, failure, n);
     }
 
-    /// A failed server handshake's reason.
-    fn count_failure(&self, comm: &str, port: &str, f: Failure) {
+    /// `n` failed server handshakes' reason.
+    fn count_failures(&self, comm: &str, port: &str, f: Failure, n: u64) {
         let labels = FailureLabels {
             comm: comm.into(),
             port: port.into(),
             by: f.by.label().into(),
             reason: f.reason.label().into(),
         };
-        self.metrics.handshake_failures.get_or_create(&labels).inc();
+        self.metrics.handshake_failures.get_or_create(&labels).inc_by(n);
     }
 
     fn count_unlabelled(&self, comm: &str, reason: &str) {

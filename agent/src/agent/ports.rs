@@ -305,7 +305,7 @@ impl Ports {
             .map(|(key, p)| (*key, (p.accepted, k.exchanges(p))))
             .collect();
         self.churn.sync_counts(&self.ports, &counts);
-        let failed = self.failed_without_tls(&stats);
+        let failed = self.closed_without_tls(&stats);
         let gone: Vec<(conn_port, String)> = self
             .ports
             .iter()
@@ -397,7 +397,7 @@ impl Ports {
 
     /// The connections closed without TLS on each watched port that carries TLS, since last
     /// counted, by kind (all since the port was watched, on one just seen carrying TLS).
-    fn failed_without_tls(&mut self, stats: &HashMap<conn_port, conn_port_stats>) -> Failed {
+    fn closed_without_tls(&mut self, stats: &HashMap<conn_port, conn_port_stats>) -> Failed {
         let mut failed = Vec::new();
         for (key, name) in &self.ports {
             let Some(p) = stats.get(key).filter(|p| p.flags & CONN_PORT_TLS != 0) else {
@@ -577,20 +577,20 @@ mod tests {
             ])
         };
         assert!(
-            p.failed_without_tls(&stats(0, 3, 1, 6)).is_empty(),
+            p.closed_without_tls(&stats(0, 3, 1, 6)).is_empty(),
             "not known to carry TLS yet"
         );
         let nginx = |kind, n| ("nginx".to_string(), 443, kind, n);
         assert_eq!(
-            p.failed_without_tls(&stats(CONN_PORT_TLS, 3, 1, 6)),
+            p.closed_without_tls(&stats(CONN_PORT_TLS, 3, 1, 6)),
             vec![nginx(hello_untls::Silent, 3), nginx(hello_untls::HelloClient, 1)]
         );
         assert!(
-            p.failed_without_tls(&stats(CONN_PORT_TLS, 3, 1, 9)).is_empty(),
+            p.closed_without_tls(&stats(CONN_PORT_TLS, 3, 1, 9)).is_empty(),
             "counted once"
         );
         assert_eq!(
-            p.failed_without_tls(&stats(CONN_PORT_TLS, 7, 1, 9)),
+            p.closed_without_tls(&stats(CONN_PORT_TLS, 7, 1, 9)),
             vec![nginx(hello_untls::Silent, 4)]
         );
     }
