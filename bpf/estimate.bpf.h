@@ -76,6 +76,42 @@ static __always_inline void est_before_send(const struct sock *sk)
 
 
 
+/*
+ * Beside probes still judged, the read side looks only at reads that begin within a
+ * connection's first EST_GATE bytes from the client (REQ_READS_HANDSHAKES): the ClientHello,
+ * a TLS 1.2 client's second flight or a TLS 1.3 client's Finished, client certificates
+ * included, after a plaintext preamble (STARTTLS, an SSLRequest). A later read costs these
+ * loads from the socket, not a lookup of its storage: a keep-alive server whose probes are
+ * not judged yet pays little for the estimate that covers its next new connection. A window
+ * such a skipped read would have closed (a read of another connection) closes at the
+ * thread's next send or sleep.
+ */
+#define EST_GATE 16384
+
+/* Whether a read that returned `ret` bytes (recvmsg `flags`) began within EST_GATE; `typed`:
+ * the program's socket is typed (tp_btf, fexit: plain loads, no helper call per field). */
+static __always_inline bool est_gate_passed(struct sock *sk, int ret, int flags, const bool typed)
+{
+	if (ret <= 0 || (flags & MSG_PEEK))
+		return false; /* nothing the estimate looks at */
+	__u64 received;
+	__u32 unread;
+	if (typed) {
+		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+		if (!tp)
+			return false; /* not TCP */
+		received = tp->bytes_received;
+		unread = tp->rcv_nxt - tp->copied_seq;
+	} else {
+		if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+			return false;
+		const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+		received = BPF_CORE_READ(tp, bytes_received);
+		unread = BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq);
+	}
+	return (__s64)received - (__s64)unread - ret < EST_GATE;
+}
+
 /* A read of watched connection `sk` returned `ret` bytes (recvmsg `flags`). */
 static __always_inline void est_on_read(struct sock *sk, struct conn_state *c, int ret, int flags)
 {

@@ -455,6 +455,7 @@ static __always_inline void hello_bytes(struct conn_state *c, struct __sk_buff *
 			h->start = pos + n;
 			return;
 		}
+		req_tls_starts();
 	}
 	__u8 why = 0;
 	__u32 take = pkt ? hello_walk_skb(h, skb, ptr, n - skip, &why) : hello_walk(h, ptr, n - skip, &why);

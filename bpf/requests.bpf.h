@@ -52,8 +52,20 @@ static __always_inline void req_process_started(void)
 {
 	__u32 zero = 0;
 	struct req_ctl *ctl = bpf_map_lookup_elem(&req_ctl, &zero);
-	if (ctl && ctl->reads_at_fork && !ctl->reads)
-		ctl->reads = 1;
+	if (ctl && ctl->reads_at_fork && ctl->reads != REQ_READS_ALL)
+		ctl->reads = REQ_READS_ALL;
+}
+
+/* TLS starts on a followed connection: its first handshake record (hello.bpf.h), from its
+ * packet where the packet program captures ClientHellos. Where a process is estimated beside
+ * probes still judged (reads_at_hello), the reads that estimate needs are on from here: a
+ * keep-alive server judged for long pays one array lookup per read until new TLS comes. */
+static __always_inline void req_tls_starts(void)
+{
+	__u32 zero = 0;
+	struct req_ctl *ctl = bpf_map_lookup_elem(&req_ctl, &zero);
+	if (ctl && ctl->reads_at_hello && ctl->reads == REQ_READS_OFF)
+		ctl->reads = REQ_READS_HANDSHAKES;
 }
 
 /* A connection accepted: its requests are counted from what the client sends past `mark`
@@ -146,10 +158,15 @@ static __always_inline struct conn_state *app_io(struct conn_state *c, struct so
 static __always_inline int req_received(struct sock *sk, int ret, int flags, const bool typed)
 {
 	const struct req_ctl *ctl = req_switches();
-	if (!ctl || !ctl->reads)
+	if (!ctl || ctl->reads == REQ_READS_OFF)
 		return 0;
+	bool handshakes_only = ctl->reads == REQ_READS_HANDSHAKES;
+	if (handshakes_only && !est_gate_passed(sk, ret, flags, typed))
+		return 0; /* past a handshake's bytes: no lookup of the socket's storage */
 	struct conn_state *c = conn_of(sk);
 	if (!c) {
+		if (handshakes_only)
+			return 0; /* accepted where no one watched: its handshake is not estimated */
 		/* a traced process's first read on a connection accepted where no one watched:
 		 * nothing read before this read's bytes, nothing sent */
 		if (ret <= 0 || (flags & MSG_PEEK))
@@ -217,7 +234,7 @@ SEC("kprobe/sock_recvmsg")
 int BPF_KPROBE(req_recv_entry, struct socket *sock, struct msghdr *msg, int flags)
 {
 	const struct req_ctl *ctl = req_switches();
-	if (!ctl || !ctl->reads)
+	if (!ctl || ctl->reads == REQ_READS_OFF)
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct req_recv_call call = { .sock = (__u64)sock, .flags = flags };

@@ -11,6 +11,17 @@
 #define CONN_DIR_IN 1
 #define CONN_DIR_OUT 2
 
+/* req_ctl.reads: what the read side does at each read of the machine. */
+enum req_reads {
+	REQ_READS_OFF = 0,	  /* returns after one array lookup */
+	REQ_READS_ALL = 1,	  /* every read of a watched connection */
+	REQ_READS_HANDSHAKES = 2, /* only reads within a connection's first EST_GATE bytes from
+				   * the client (estimate.bpf.h): the kernel estimate beside
+				   * probes still judged (agent/src/agent/sightings.rs), whose
+				   * other reads cost a few loads from the socket; switched on by
+				   * the kernel at a ClientHello (reads_at_hello) */
+};
+
 /*
  * Value of req_ctl[0]: the switches the agent sets after load. Not read-only globals: the
  * object's .rodata is frozen when it is loaded, before the agent knows whether the send
@@ -19,16 +30,21 @@
 struct req_ctl {
 	__u32 sends_captured; /* wire_send is attached: requests and the end of TLS 1.3 handshakes
 			    * are seen from the server's sends, not from its reads */
-	__u32 reads;	   /* something needs the read side (requests.bpf.h): --exact where
-			    * processes are found by their TLS (the kernel estimate of processes
-			    * that live for one connection), no sends_captured, a traced process
-			    * whose handshakes the kernel estimates, or one with Go probes; else
-			    * every read returns at once */
+	__u32 reads;	   /* enum req_reads. ALL: --exact where processes are found by their
+			    * TLS (the kernel estimate of processes that live for one
+			    * connection), no sends_captured, a traced process whose handshakes
+			    * the kernel estimates, or one with Go probes; HANDSHAKES: only
+			    * processes estimated beside their probes; else OFF */
 	__u32 reads_at_fork; /* --exact with a selector: the read side stays attached, `reads`
 			      * off until a traced process forks, or a process is traced from
 			      * its exec (proc.bpf.h): then on, in the kernel, before the new
 			      * process runs (it may live for one connection, its handshake
 			      * over before the agent hears of it) */
+	__u32 reads_at_hello; /* a process is estimated beside its probes, still judged, and the
+			       * packet program captures ClientHellos: the read side stays
+			       * attached, `reads` OFF until a ClientHello arrives on a followed
+			       * connection, then HANDSHAKES, in the kernel, from its packet,
+			       * before the server reads it (hello.bpf.h) */
 };
 
 /* requests.bpf.h's part of a connection's state (conn_state.req). */

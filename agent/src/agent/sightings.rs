@@ -12,16 +12,20 @@
 //!   counted and no probe timed, with none reported, and they are not (`Unseen`): the kernel
 //!   estimates that name's handshakes for good (a probe's figure stays the one where it
 //!   comes) and says so (tlsprof_handshake_cpu_method_info reason="unseen_by_probes"). So
-//!   that the first of them have a CPU figure too, the kernel estimates a name's processes
-//!   beside their probes while it is judged, for `ESTIMATE_WHILE_JUDGED` at most (the
-//!   estimate needs the read side, which a busy keep-alive server pays for on every read).
+//!   that every handshake has a CPU figure from the first, whenever the first traffic
+//!   comes, the kernel estimates a name's processes beside their probes for as long as it is
+//!   judged (`Estimate::BesideProbes`): the read side is switched on by the kernel at the
+//!   first ClientHello it sees, and looks only at reads within a connection's first bytes
+//!   (bpf/estimate.bpf.h EST_GATE), so that a keep-alive server judged for long, whose
+//!   connections were open before tlsprof came, pays one array lookup per read for it.
 use std::{
     collections::{HashMap, VecDeque},
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use crate::{
     bounds,
+    bpf::Estimate,
     wire::tracker::{ConnId, WAIT},
 };
 
@@ -29,12 +33,6 @@ use crate::{
 /// estimate's for good. Two, not one: a client slower to answer the server's flight than
 /// `tracker::WAIT` makes a probe's figure come after its handshake was looked at.
 pub const UNSEEN_TO_ESTIMATE: u32 = 2;
-/// How long after a name is first traced the kernel estimates its handshakes beside its
-/// probes while they are judged: the estimate needs the read side, which runs at every
-/// socket read of the machine (a keep-alive nginx whose connections were all open before
-/// tlsprof came pays ~0.8% of its CPU for it, bench/results-attributed.txt, and may make no
-/// new handshake for long).
-pub const ESTIMATE_WHILE_JUDGED: Duration = Duration::from_secs(3);
 /// Handshakes waiting to be looked at, at most (tracker::WAIT of them at 30,000 a second);
 /// beyond, a new one is not looked at (judging takes longer), counted:
 /// tlsprof_table_full_total{table="sighting_checks"}.
@@ -128,11 +126,6 @@ struct Judge {
     seen: u32,
     unseen: u32,
     verdict: Option<Verdict>,
-    /// When its first process was traced: the estimate beside its probes ends
-    /// ESTIMATE_WHILE_JUDGED after.
-    since: Instant,
-    /// That estimate has ended (or the verdict came).
-    estimate_over: bool,
 }
 
 /// The targets' half: each name's verdict.
@@ -164,41 +157,25 @@ impl Judges {
         }
     }
 
-    /// A process of this name is traced with probes: whether the kernel is to estimate its
-    /// handshakes beside them (its name is judged, and was first traced lately; or its
-    /// probes miss its handshakes).
-    pub fn traced(&mut self, name: &str, now: Instant) -> bool {
+    /// A process of this name is traced with probes: how the kernel estimates its
+    /// handshakes (beside them while its name is judged; alone where they miss them).
+    pub fn traced(&mut self, name: &str) -> Estimate {
         match self.verdict(name) {
-            Verdict::Seen => false,
-            Verdict::Unseen => true,
+            Verdict::Seen => Estimate::Off,
+            Verdict::Unseen => Estimate::Alone,
             Verdict::Judging => {
                 if !self.names.contains_key(name) && self.names.len() >= MAX_NAMES {
                     self.dropped += 1;
-                    return false;
+                    return Estimate::Off;
                 }
-                let j = self.names.entry(name.to_string()).or_insert(Judge {
+                self.names.entry(name.to_string()).or_insert(Judge {
                     seen: 0,
                     unseen: 0,
                     verdict: None,
-                    since: now,
-                    estimate_over: false,
                 });
-                !j.estimate_over
+                Estimate::BesideProbes
             }
         }
-    }
-
-    /// The names whose estimate beside their probes ends now (ESTIMATE_WHILE_JUDGED after
-    /// they were first traced), still judged.
-    pub fn estimates_over(&mut self, now: Instant) -> Vec<String> {
-        self.names
-            .iter_mut()
-            .filter(|(_, j)| j.verdict.is_none() && !j.estimate_over && now.duration_since(j.since) >= ESTIMATE_WHILE_JUDGED)
-            .map(|(name, j)| {
-                j.estimate_over = true;
-                name.clone()
-            })
-            .collect()
     }
 
     /// A server handshake of a process of this name: `seen`, a probe reported it; else the
@@ -221,7 +198,6 @@ impl Judges {
             return None;
         };
         j.verdict = Some(v);
-        j.estimate_over = true;
         Some(v)
     }
 
@@ -239,33 +215,29 @@ mod tests {
 
     #[test]
     fn one_handshake_a_probe_reports_and_the_probes_are_trusted() {
-        let t0 = Instant::now();
         let mut j = Judges::new(true);
         assert_eq!(j.verdict("nginx"), Verdict::Judging);
-        assert!(j.traced("nginx", t0), "estimated beside the probes while judged");
+        assert_eq!(j.traced("nginx"), Estimate::BesideProbes, "estimated beside the probes while judged");
         assert_eq!(j.sighted("nginx", false), None, "one slow client is not a verdict");
         assert_eq!(j.sighted("nginx", true), Some(Verdict::Seen));
         assert_eq!(j.verdict("nginx"), Verdict::Seen);
         assert_eq!(j.sighted("nginx", false), None, "judged once");
-        assert!(!j.traced("nginx", t0), "a later process of the name starts without the estimate");
+        assert_eq!(j.traced("nginx"), Estimate::Off, "a later process of the name starts without the estimate");
     }
 
     #[test]
     fn probes_that_miss_handshakes_leave_them_to_the_estimate() {
-        let t0 = Instant::now();
         let mut j = Judges::new(true);
-        assert!(j.traced("smtp", t0) && j.traced("nhttp", t0));
+        assert_eq!(j.traced("smtp"), Estimate::BesideProbes);
+        assert_eq!(j.traced("nhttp"), Estimate::BesideProbes);
         assert_eq!(j.sighted("smtp", false), None);
         assert_eq!(j.sighted("smtp", false), Some(Verdict::Unseen));
         assert_eq!(j.verdict("smtp"), Verdict::Unseen);
         assert_eq!(j.verdict("nhttp"), Verdict::Judging, "each name on its own");
         assert_eq!(j.tally("smtp"), (0, 2));
-        // the estimate beside the probes of a name still judged ends, that of one judged stays
-        assert!(j.estimates_over(t0 + ESTIMATE_WHILE_JUDGED / 2).is_empty());
-        assert_eq!(j.estimates_over(t0 + ESTIMATE_WHILE_JUDGED), vec!["nhttp".to_string()]);
-        assert!(j.estimates_over(t0 + 2 * ESTIMATE_WHILE_JUDGED).is_empty(), "said once");
-        assert!(!j.traced("nhttp", t0) && j.traced("smtp", t0));
-        // judging goes on without it
+        // the one judged is estimated alone; the other still beside its probes, however long
+        assert_eq!(j.traced("smtp"), Estimate::Alone);
+        assert_eq!(j.traced("nhttp"), Estimate::BesideProbes);
         assert_eq!(j.sighted("nhttp", false), None);
         assert_eq!(j.sighted("nhttp", false), Some(Verdict::Unseen));
     }
@@ -274,7 +246,7 @@ mod tests {
     fn without_the_wire_every_name_is_trusted() {
         let mut j = Judges::new(false);
         assert_eq!(j.verdict("nginx"), Verdict::Seen);
-        assert!(!j.traced("nginx", Instant::now()));
+        assert_eq!(j.traced("nginx"), Estimate::Off);
         assert_eq!(j.sighted("nginx", false), None);
     }
 

@@ -23,7 +23,7 @@ use super::{
 };
 use crate::{
     bounds::Dropped,
-    bpf::{loader::Kernel, proc::PROC_TRACED_ENTRIES},
+    bpf::{loader::Kernel, proc::PROC_TRACED_ENTRIES, Estimate},
     cli::RunArgs,
     cpu::Profiler,
     discovery::{
@@ -173,20 +173,11 @@ impl Targets {
         }
     }
 
-    /// The kernel estimate beside the probes of the names still judged
-    /// ESTIMATE_WHILE_JUDGED after they were first traced ends (sightings.rs).
-    fn end_judged_estimates(&mut self, k: &mut Kernel) {
-        for name in self.judges.estimates_over(Instant::now()) {
-            log::debug!("{name}: no handshake told yet whether its probes see them: the estimate beside them ends");
-            self.estimate_probed(&name, false, k);
-        }
-    }
-
-    /// Turns the kernel estimate of every process of `name` with probes on or off (attached
-    /// or not, the budget's off part: a name's verdict is its processes').
-    fn estimate_probed(&self, name: &str, on: bool, k: &mut Kernel) {
+    /// Sets the kernel estimate of every process of `name` with probes (attached or not,
+    /// the budget's off part: a name's verdict is its processes').
+    fn estimate_probed(&self, name: &str, estimate: Estimate, k: &mut Kernel) {
         for (pid, _) in self.traced.iter().filter(|(_, t)| t.name == name && t.probing.probes().is_some()) {
-            k.set_estimate(*pid, on);
+            k.set_estimate(*pid, estimate);
         }
     }
 
@@ -198,7 +189,8 @@ impl Targets {
             let Some(name) = self.traced_name(pid).map(str::to_string) else { continue };
             let Some(verdict) = self.judges.sighted(&name, seen) else { continue };
             let (timed, missed) = self.judges.tally(&name);
-            self.estimate_probed(&name, verdict == Verdict::Unseen, k);
+            let alone = verdict == Verdict::Unseen;
+            self.estimate_probed(&name, if alone { Estimate::Alone } else { Estimate::Off }, k);
             if verdict == Verdict::Unseen {
                 let detail = format!(
                     "its probes reported none of the {missed} server handshakes its connections carried while they \
@@ -217,7 +209,6 @@ impl Targets {
     /// a TLS stack. The kernel maps of the processes forgotten since the last scan are
     /// swept first.
     pub fn scan(&mut self, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) {
-        self.end_judged_estimates(k);
         let Ok(pids) = procfs::pids() else { return };
         let stats: HashMap<u32, ProcStat> = pids
             .into_iter()
@@ -479,7 +470,7 @@ impl Targets {
         let probed_ns = probing.probes().map_or(0, Probes::first_ns);
         // with probes, estimated beside them while they are judged, or where they miss the
         // handshakes (sightings.rs)
-        let estimate = !probed || self.judges.traced(&name, Instant::now());
+        let estimate = if probed { self.judges.traced(&name) } else { Estimate::Alone };
         if !k.trace(pid, estimate, probed_ns) {
             // the kernel's traced map is full (Kernel counts it): not attached after all
             probing.release(pid, k);

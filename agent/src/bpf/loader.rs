@@ -16,6 +16,7 @@ use aya::{
 };
 
 use super::{
+    abi::req_reads,
     conn::{self as cn, conn_port, conn_port_stats},
     cpu as pc,
     handshake::{self as hs, hs_hits, hs_key, hs_state},
@@ -23,7 +24,7 @@ use super::{
     hooks::{self, CONNECTIONS, HELLO_CAPTURE, READ_SIDE},
     proc::{proc_comm, proc_notice, proc_traced, PROC_COMMS},
     read_record,
-    readside::ReadSide,
+    readside::{Estimate, ReadSide},
     served::{attach_capabilities, Served, Storage},
     shared_uprobes::SharedUprobes,
     sizes::{MapSizes, RINGS},
@@ -87,7 +88,9 @@ pub struct Kernel {
     reads_all_along: bool,
     /// No selector: processes are also found by their connections' TLS (`load`'s `find`).
     finding: bool,
-    estimated: std::collections::BTreeSet<u32>,
+    /// Traced processes the kernel estimates now, and how (readside.rs `Estimate`: beside
+    /// probes still judged, the read side looks at handshake reads only).
+    estimated: std::collections::BTreeMap<u32, Estimate>,
     pub(super) detacher: Detacher,
     /// Uprobes shared per file (shared_uprobes.rs), where tracefs allows.
     pub(super) shared_uprobes: Option<SharedUprobes>,
@@ -262,8 +265,9 @@ impl Kernel {
         // itself needs it (no send capture)
         let ctl = cn::req_ctl {
             sends_captured: served.sends_captured().into(),
-            reads: (!served.sends_captured()).into(),
+            reads: if served.sends_captured() { req_reads::Off } else { req_reads::All } as u32,
             reads_at_fork: 0,
+            reads_at_hello: 0,
         };
         req_ctl.set(0, ctl, 0).context("BPF map req_ctl")?;
         let read_hook = match served.of(READ_SIDE.name) {
@@ -330,12 +334,12 @@ impl Kernel {
         self.reads_all_along = per_connection && self.finding;
         let mut ctl = self.ctl;
         ctl.reads_at_fork = u32::from(per_connection && !self.finding);
-        ctl.reads = self.reads_needed(&ctl).into();
+        let ctl = self.switches(&ctl);
         self.req_ctl.set(0, ctl, 0).context("BPF map req_ctl")?;
         self.ctl = ctl;
         if ctl.reads_at_fork != 0 {
             self.read_side.stay_attached();
-        } else if ctl.reads == 0 {
+        } else if ctl.reads == req_reads::Off as u32 {
             self.read_side.detach_at_start(&mut self.ebpf, btf);
         }
         Ok(())
@@ -369,12 +373,12 @@ impl Kernel {
 
     /// Adds a process to the traced set (forks, exit, CPU accounting, samples). False, and
     /// counted (traced_processes), when the map has no room.
-    /// `estimate`: the kernel estimates its handshakes' CPU (it has no handshake probes, or
-    /// they are not trusted yet: agent/sightings.rs).
-    pub fn trace(&mut self, pid: u32, estimate: bool, probed_ns: u64) -> bool {
+    /// `estimate`: whether the kernel estimates its handshakes' CPU (it has no handshake
+    /// probes, or they miss its handshakes, or they are not judged yet: agent/sightings.rs).
+    pub fn trace(&mut self, pid: u32, estimate: Estimate, probed_ns: u64) -> bool {
         // the kernel may trace it already (from its fork or exec): its CPU so far is kept
         let value = proc_traced {
-            estimate: estimate.into(),
+            estimate: (estimate != Estimate::Off).into(),
             probed_ns,
             ..self.traced.get(&pid, 0).unwrap_or_default()
         };
@@ -383,34 +387,40 @@ impl Kernel {
             log::debug!("cannot add {pid} to the traced set: {e}");
             self.full.add("traced_processes", 1);
         }
-        self.estimating(pid, ok.is_ok() && estimate);
+        self.estimating(pid, if ok.is_ok() { estimate } else { Estimate::Off });
         ok.is_ok()
     }
 
-    /// Turns the kernel estimate of a traced process's handshakes on or off (a process with
-    /// probes is estimated beside them until they are judged: agent/sightings.rs).
-    pub fn set_estimate(&mut self, pid: u32, estimate: bool) {
+    /// Turns the kernel estimate of a traced process's handshakes on or off, or changes how
+    /// (a process with probes is estimated beside them until they are judged, for good if
+    /// they miss its handshakes: agent/sightings.rs).
+    pub fn set_estimate(&mut self, pid: u32, estimate: Estimate) {
         let Ok(mut value) = self.traced.get(&pid, 0) else {
             return; // gone meanwhile: swept with it
         };
-        if (value.estimate != 0) != estimate {
-            value.estimate = estimate.into();
+        let on = estimate != Estimate::Off;
+        if (value.estimate != 0) != on {
+            value.estimate = on.into();
             if let Err(e) = self.traced.insert(pid, value, 0) {
                 log::debug!("cannot set the estimate of {pid}: {e}");
                 return;
             }
         }
         self.estimating(pid, estimate);
-        if !estimate && self.ctl.reads == 0 {
+        if !on && self.ctl.reads == req_reads::Off as u32 {
             // the process stays: no child of a forking server will need the reads again soon
             self.read_side.unneeded_at_once();
         }
     }
 
     /// The estimate's reads: needed while the kernel estimates the process.
-    fn estimating(&mut self, pid: u32, on: bool) {
-        let changed = if on { self.estimated.insert(pid) } else { self.estimated.remove(&pid) };
-        if changed {
+    fn estimating(&mut self, pid: u32, estimate: Estimate) {
+        let was = if estimate == Estimate::Off {
+            self.estimated.remove(&pid)
+        } else {
+            self.estimated.insert(pid, estimate)
+        };
+        if was.unwrap_or(Estimate::Off) != estimate {
             self.sync_reads();
         }
     }
@@ -419,7 +429,7 @@ impl Kernel {
     pub fn untrace(&mut self, pid: u32) {
         let _ = self.traced.remove(&pid);
         let (a, b) = (self.readers.remove(&pid), self.estimated.remove(&pid));
-        if a || b {
+        if a || b.is_some() {
             self.sync_reads();
         }
     }
@@ -432,29 +442,50 @@ impl Kernel {
         }
     }
 
-    /// Whether anything needs the read side with the switches `ctl`: the mode (`configure`),
-    /// a kernel without the send capture (requests, TLS 1.3's end and handshake calls'
-    /// connections seen from reads), or a traced process.
-    fn reads_needed(&self, ctl: &cn::req_ctl) -> bool {
-        self.reads_all_along || ctl.sends_captured == 0 || !self.readers.is_empty() || !self.estimated.is_empty()
+    /// The switches `ctl` with what the read side must do now: every read for the mode
+    /// (`configure`), a kernel without the send capture (requests, TLS 1.3's end and
+    /// handshake calls' connections seen from reads), or a traced process that needs them;
+    /// the handshakes' reads for processes estimated beside their probes, from the first
+    /// ClientHello the packet program sees on (`reads_at_hello`: the kernel switches them
+    /// on before the server reads it; where the reads capture ClientHellos, from now);
+    /// else nothing.
+    fn switches(&self, ctl: &cn::req_ctl) -> cn::req_ctl {
+        let all = self.reads_all_along || ctl.sends_captured == 0 || !self.readers.is_empty();
+        let needed = if all {
+            req_reads::All
+        } else {
+            self.estimated.values().max().map_or(req_reads::Off, |e| e.reads())
+        };
+        let at_hello = needed == req_reads::Handshakes && self.hello_cgroups.is_some();
+        cn::req_ctl {
+            reads: if at_hello { req_reads::Off } else { needed } as u32,
+            reads_at_hello: at_hello.into(),
+            ..*ctl
+        }
     }
 
     /// Switches the read side on while anything needs it, off when nothing does.
     fn sync_reads(&mut self) {
-        let reads = u32::from(self.reads_needed(&self.ctl));
-        if reads == self.ctl.reads {
+        let mut ctl = self.switches(&self.ctl);
+        if ctl == self.ctl {
             return;
         }
-        if reads != 0 {
+        if ctl.reads_at_hello != 0 {
+            // a ClientHello may have switched them on meanwhile: kept on
+            let handshakes = req_reads::Handshakes as u32;
+            if self.req_ctl.get(&0, 0).is_ok_and(|now| now.reads == handshakes) {
+                ctl.reads = handshakes;
+            }
+        }
+        if ctl.reads != req_reads::Off as u32 || ctl.reads_at_hello != 0 {
             self.read_side.need(&mut self.ebpf);
         } else {
             self.read_side.unneeded(Instant::now());
         }
-        let ctl = cn::req_ctl { reads, ..self.ctl };
         match self.req_ctl.set(0, ctl, 0) {
             Ok(()) => {
                 self.ctl = ctl;
-                log::debug!("kernel: read side {}", if reads != 0 { "on" } else { "off" });
+                log::debug!("kernel: read side {} (at a ClientHello: {})", ctl.reads, ctl.reads_at_hello);
             }
             Err(e) => log::warn!("cannot switch the read side: {e}"),
         }

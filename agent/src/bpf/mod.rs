@@ -11,6 +11,7 @@ pub mod hooks;
 pub mod loader;
 pub mod proc;
 mod readside;
+pub use readside::Estimate;
 mod served;
 mod shared_uprobes;
 pub mod sizes;

@@ -1,6 +1,7 @@
 //! The read side (`req_recv` on `sock_recv_length`, or its fallbacks: bpf/requests.bpf.h)
 //! is attached only while something needs it: a process whose handshake CPU the kernel
-//! estimates, a Go process's probes, `--exact` (for the estimate of processes that live for
+//! estimates (beside probes still judged: switched on by the kernel at the first ClientHello,
+//! `req_ctl.reads_at_hello`, and then only for a connection's first bytes), a Go process's probes, `--exact` (for the estimate of processes that live for
 //! one connection: without a selector all along; with one it stays attached, switched off
 //! until a traced process forks or execs, loader.rs `configure`), or a kernel whose sends
 //! cannot be captured.
@@ -16,7 +17,35 @@ use std::time::{Duration, Instant};
 
 use aya::{Btf, Ebpf};
 
-use super::hooks::{self, Hook, LinkRef};
+use super::{
+    abi::req_reads,
+    hooks::{self, Hook, LinkRef},
+};
+
+/// Whether the kernel estimates a traced process's handshake CPU, and so what its reads need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Estimate {
+    /// No: its probes time its handshakes.
+    Off,
+    /// Beside its probes, until a handshake tells whether they see them (agent/sightings.rs):
+    /// a figure for every handshake from the first, whenever it comes, read from the reads
+    /// within a connection's first bytes only (`REQ_READS_HANDSHAKES`).
+    BesideProbes,
+    /// Its handshakes' CPU is the estimate's (no probes, or probes that miss them): every
+    /// read of its connections.
+    Alone,
+}
+
+impl Estimate {
+    /// What the read side must do for it.
+    pub fn reads(self) -> req_reads {
+        match self {
+            Estimate::Off => req_reads::Off,
+            Estimate::BesideProbes => req_reads::Handshakes,
+            Estimate::Alone => req_reads::All,
+        }
+    }
+}
 
 /// How long the read side stays attached after the last process that needed it left: the
 /// short-lived children of a forking server do not attach and detach it each time.
