@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Connection ends under CPU contention (issue 64): a 1-worker nginx traced by --pid, two
+processes copying 64 MiB buffers beside it (bounded to 120 s), 8 bursts of `ab -t 3 -c 8`.
+Per burst: the connections tlsprof counted accepted on the port and those it saw end
+(closed by the server, the client, or a reset), after the ends had 10 s to come. At the end:
+the kernel side's own error counters, each BPF program's recursion misses (bpftool), and
+the port's sockets still open (ss). Exact when every burst prints `lost 0`.
+Usage: bench/lost_ends.py [agent arguments...]
+"""
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from harness.agent import Agent  # noqa: E402
+from harness.metrics import churn, wait_watched  # noqa: E402
+from harness.servers import Nginx  # noqa: E402
+
+HOG = "import time\nb=bytearray(64<<20)\nt=time.time()\nwhile time.time()-t<120:\n    c=bytes(b)\n"
+BURSTS = 8
+
+
+def ended(c: dict, b: dict) -> tuple[int, int]:
+    return int(c["accepted"] - b["accepted"]), int(sum(c[k] - b[k] for k in ("server", "client", "reset")))
+
+
+def main():
+    work = Path(tempfile.mkdtemp(prefix="tlsprof-lost-ends-"))
+    nginx = Nginx(work, workers=1)
+    hogs = []
+    try:
+        with Agent("--pid", str(nginx.pid), *sys.argv[1:]) as agent:
+            agent.wait_attached(nginx.workers())
+            wait_watched(agent, nginx.port)
+            hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
+            lost = 0
+            for burst in range(BURSTS):
+                b = churn(agent, nginx.port)
+                subprocess.run(["ab", "-q", "-t", "3", "-n", "1000000", "-c", "8",
+                                f"https://127.0.0.1:{nginx.port}/"], capture_output=True, timeout=60)
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    acc, end = ended(churn(agent, nginx.port), b)
+                    if acc and end >= acc:
+                        break
+                    time.sleep(0.5)
+                agent.settle()
+                acc, end = ended(churn(agent, nginx.port), b)
+                lost += acc - end
+                print(f"burst {burst}: accepted {acc} ended {end} lost {acc - end}", flush=True)
+            progs = json.loads(subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True,
+                                              text=True).stdout)
+            misses = {p.get("name"): p["recursion_misses"] for p in progs if p.get("recursion_misses")}
+            errors = {l["kind"]: v for n, l, v in agent.scrape() if n == "tlsprof_kernel_errors_total" and v > 0}
+            still = subprocess.run(["ss", "-tanH", "state", "connected", f"sport = :{nginx.port}"],
+                                   capture_output=True, text=True).stdout.strip()
+            print(f"lost in all {lost}; kernel errors {errors or 'none'}; recursion misses {misses or 'none'}; "
+                  f"sockets still open on the port: {len(still.splitlines()) if still else 0}")
+    finally:
+        for h in hogs:
+            h.kill()
+        nginx.stop()
+
+
+if __name__ == "__main__":
+    main()
