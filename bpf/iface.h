@@ -54,6 +54,7 @@ static __always_inline bool hs_thread_start(__u32 tid, const struct hs_thread *n
 static __always_inline void est_close(__u32 tid, struct hs_thread *t);
 static __always_inline void est_before_send(const struct sock *sk);
 static __always_inline void est_on_read(struct sock *sk, struct conn_state *c, int ret, int flags);
+static __always_inline bool est_gate_passed(struct sock *sk, int ret, int flags, const bool typed);
 
 /* gotls.bpf.h: Go handshakes' goroutines at socket I/O */
 static __always_inline void go_on_read(const struct conn_state *c, int ret);
@@ -80,6 +81,7 @@ static __always_inline __u32 req_count(const struct conn_state *c);
 static __always_inline void req_sent(struct conn_state *c, __u32 copied);
 static __always_inline void req_handshake_over(struct conn_state *c, bool tls, __u32 mark, __u32 tail, __u32 copied);
 static __always_inline void req_process_started(void);
+static __always_inline void req_tls_starts(void);
 
 /* wire.bpf.h: the capture of the server's handshake output (conn_state.wire) */
 static __always_inline void wire_closed(const struct sock *sk, struct conn_state *c);
