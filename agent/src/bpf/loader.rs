@@ -407,8 +407,9 @@ impl Kernel {
             }
         }
         self.estimating(pid, estimate);
-        if !on && self.ctl.reads == req_reads::Off as u32 {
+        if !on && self.ctl.reads == req_reads::Off as u32 && self.ctl.reads_at_hello == 0 {
             // the process stays: no child of a forking server will need the reads again soon
+            // (nor a name still judged, whose ClientHellos switch them on)
             self.read_side.unneeded_at_once();
         }
     }
