@@ -52,6 +52,17 @@ pub enum Verdict {
     Unseen,
 }
 
+impl Verdict {
+    /// How the kernel estimates the handshakes of a process of a name with this verdict.
+    pub fn estimate(self) -> Estimate {
+        match self {
+            Verdict::Judging => Estimate::BesideProbes,
+            Verdict::Seen => Estimate::Off,
+            Verdict::Unseen => Estimate::Alone,
+        }
+    }
+}
+
 /// A handshake counted by the wire, to be looked at once its probe's figure had time to come.
 struct Check {
     conn: ConnId,
@@ -160,22 +171,19 @@ impl Judges {
     /// A process of this name is traced with probes: how the kernel estimates its
     /// handshakes (beside them while its name is judged; alone where they miss them).
     pub fn traced(&mut self, name: &str) -> Estimate {
-        match self.verdict(name) {
-            Verdict::Seen => Estimate::Off,
-            Verdict::Unseen => Estimate::Alone,
-            Verdict::Judging => {
-                if !self.names.contains_key(name) && self.names.len() >= MAX_NAMES {
-                    self.dropped += 1;
-                    return Estimate::Off;
-                }
-                self.names.entry(name.to_string()).or_insert(Judge {
-                    seen: 0,
-                    unseen: 0,
-                    verdict: None,
-                });
-                Estimate::BesideProbes
+        let verdict = self.verdict(name);
+        if verdict == Verdict::Judging {
+            if !self.names.contains_key(name) && self.names.len() >= MAX_NAMES {
+                self.dropped += 1;
+                return Estimate::Off;
             }
+            self.names.entry(name.to_string()).or_insert(Judge {
+                seen: 0,
+                unseen: 0,
+                verdict: None,
+            });
         }
+        verdict.estimate()
     }
 
     /// A server handshake of a process of this name: `seen`, a probe reported it; else the

@@ -189,8 +189,7 @@ impl Targets {
             let Some(name) = self.traced_name(pid).map(str::to_string) else { continue };
             let Some(verdict) = self.judges.sighted(&name, seen) else { continue };
             let (timed, missed) = self.judges.tally(&name);
-            let alone = verdict == Verdict::Unseen;
-            self.estimate_probed(&name, if alone { Estimate::Alone } else { Estimate::Off }, k);
+            self.estimate_probed(&name, verdict.estimate(), k);
             if verdict == Verdict::Unseen {
                 let detail = format!(
                     "its probes reported none of the {missed} server handshakes its connections carried while they \

@@ -1,7 +1,8 @@
 //! The read side (`req_recv` on `sock_recv_length`, or its fallbacks: bpf/requests.bpf.h)
 //! is attached only while something needs it: a process whose handshake CPU the kernel
-//! estimates (beside probes still judged: switched on by the kernel at the first ClientHello,
-//! `req_ctl.reads_at_hello`, and then only for a connection's first bytes), a Go process's probes, `--exact` (for the estimate of processes that live for
+//! estimates (beside probes still judged: switched on by the kernel at the first
+//! ClientHello, `req_ctl.reads_at_hello`, and then only for a connection's first bytes), a
+//! Go process's probes, `--exact` (for the estimate of processes that live for
 //! one connection: without a selector all along; with one it stays attached, switched off
 //! until a traced process forks or execs, loader.rs `configure`), or a kernel whose sends
 //! cannot be captured.
