@@ -93,7 +93,8 @@ def settle(agent, port: int, connections: float, aborted: float = 0, missing: fl
     """Waits until every connection so far is counted: each has ended (counted by the agent)
     or is still open on the server (ss), and each is one handshake; then two more agent scans
     (anything still in flight is counted by then) and the same check again. `open` is ss's
-    count: a connection an aborted client left in FIN_WAIT2 ends only at tcp_fin_timeout.
+    count of server sockets not closed yet (harness.clients.ss_open: not the FIN_WAIT2
+    minisockets that outlive a closed one, which the agent has counted ended).
     `aborted`: how many connections beyond `connections` a client abandoned at its exit may
     end unreported (see the heavy phase below); tried only once the exact count has not come
     in 20 s. `missing`: those unreported before, carried."""

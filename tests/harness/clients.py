@@ -269,9 +269,13 @@ OPEN_STATES = ("established", "fin-wait-1", "fin-wait-2", "close-wait", "last-ac
 
 def ss_open(port: int) -> int:
     """Accepted connections on this local port whose server socket has not closed yet, as the
-    kernel shows them to ss (a connection an aborted client left in FIN_WAIT2 stays there up
-    to tcp_fin_timeout)."""
-    return ss_count(*[w for s in OPEN_STATES for w in ("state", s)], f"( sport = :{port} )")
+    kernel shows them to ss. Not the minisockets that take over a closed one: a server socket
+    closed in FIN_WAIT2 (its client never sent a FIN, an aborted client) is handed to a
+    TIME_WAIT minisocket that ss lists as fin-wait-2, with a timewait timer, until
+    tcp_fin_timeout; its full socket has closed."""
+    out = subprocess.run(["ss", "-Htano", *[w for s in OPEN_STATES for w in ("state", s)],
+                          f"( sport = :{port} )"], capture_output=True, text=True, check=True).stdout
+    return len([line for line in out.splitlines() if line.strip() and "timer:(timewait" not in line])
 
 
 def failing_handshakes(port: int, n: int, ciphers: str) -> int:
