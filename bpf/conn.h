@@ -79,8 +79,13 @@ struct conn_life {
 			   * kernel estimate cannot time its handshake */
 	__u8 adopted;     /* taken on at its process's first read or send (conn_adopt), not at
 			   * accept: in no port's accepted or exchange count */
-	__u8 pad[5];
+	__u8 pad;
+	__u32 states;     /* the TCP states it entered whose change a program on the hook took
+			   * (CONN_STATE_BIT; conn_state_take) */
 };
+
+/* A TCP state's bit in conn_life.states */
+#define CONN_STATE_BIT(s) (1U << ((s) & 31))
 
 /*
  * Socket-local state of a connection accepted on a watched port (conn.bpf.h keeps it in

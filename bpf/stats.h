@@ -23,7 +23,8 @@
 #define STAT_REQ_RECV_CALLS_FULL 10 /* req_recv_calls: a read's arguments could not be kept */
 #define STAT_GO_MAP_FULL 11         /* go_goroutines/go_socks: a Go handshake could not be followed */
 #define STAT_HELLO_CALLS_FULL 12    /* hello_calls: a read's arguments could not be kept (kretprobe ClientHello capture) */
-#define STAT_FAILURES 13            /* the failure counters are those below */
+#define STAT_CONN_STATE_MISSED 13  /* a connection's state change reached neither program on the hook */
+#define STAT_FAILURES 14            /* the failure counters are those below */
 
 /*
  * Counts of normal events, after the failure counters in the same array and exported apart
@@ -31,7 +32,7 @@
  * probes were attached (at start, or each time the overhead budget attaches them again):
  * tlsprof_unmatched_returns_total.
  */
-#define STAT_HS_UNMATCHED_RETURN 13
-#define STAT_MAX 14
+#define STAT_HS_UNMATCHED_RETURN 14
+#define STAT_MAX 15
 
 #endif

@@ -95,10 +95,11 @@ pub const PROCESSES: Capability = Capability {
 };
 
 /// Whether the kernel's skipped runs of program `name` (a state change in the middle of
-/// one, from an interrupt) miss nothing: those of the connections capability, whose hooks
-/// each have two programs; the second takes the state changes that come in the first one's
-/// middle (bpf/conn.bpf.h conn_busy), and the second's own skips come in its check, where
-/// the first runs. Not counted in tlsprof_kernel_errors_total{kind="program_skipped"}.
+/// one, from an interrupt or a task that ran while it waited) miss nothing: those of the
+/// connections capability, whose hooks each have two programs, each taking the state
+/// changes the other has not (bpf/conn.bpf.h conn_state_take). Not counted in
+/// tlsprof_kernel_errors_total{kind="program_skipped"}; a change neither took is
+/// `conn_state_missed`.
 pub fn skips_taken(name: &str) -> bool {
     CONNECTIONS.hooks.iter().any(|h| h.programs.iter().any(|(p, _)| *p == name))
 }
@@ -112,14 +113,14 @@ pub const CONNECTIONS: Capability = Capability {
             "tp_btf/inet_sock_set_state",
             &[
                 ("conn_state_change", TpBtf("inet_sock_set_state")),
-                ("conn_state_change_nested", TpBtf("inet_sock_set_state")),
+                ("conn_state_change_twin", TpBtf("inet_sock_set_state")),
             ],
         ),
         hook(
             "raw_tp/inet_sock_set_state",
             &[
                 ("conn_state_change_raw", RawTp("inet_sock_set_state")),
-                ("conn_state_change_nested_raw", RawTp("inet_sock_set_state")),
+                ("conn_state_change_twin_raw", RawTp("inet_sock_set_state")),
             ],
         ),
     ],
@@ -588,7 +589,7 @@ mod tests {
 
     #[test]
     fn only_the_connections_programs_have_their_skips_taken() {
-        for name in ["conn_state_change", "conn_state_change_nested", "conn_state_change_nested_raw"] {
+        for name in ["conn_state_change", "conn_state_change_twin", "conn_state_change_twin_raw"] {
             assert!(skips_taken(name), "{name}");
         }
         for name in ["wire_send", "cpu_sched_switch", "hs_exit", "conn_rcv_reset"] {
