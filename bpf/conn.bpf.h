@@ -378,10 +378,15 @@ static __always_inline bool conn_state_take(struct conn_state *c, int oldstate, 
 static __always_inline int conn_state_changed(const struct sock *sk, int oldstate, int newstate)
 {
 	if (newstate == TCP_LISTEN || oldstate == TCP_LISTEN) {
-		__u32 zero = 0;
-		__u64 *n = bpf_map_lookup_elem(&listen_changes, &zero);
-		if (n)
-			__sync_fetch_and_add(n, 1);
+		/* a socket started or stopped listening; not a connection cloned from a listener
+		 * at its accept (LISTEN -> SYN_RECV), which would make every scan with a new
+		 * connection read the listeners again */
+		if (newstate == TCP_LISTEN || newstate == TCP_CLOSE) {
+			__u32 zero = 0;
+			__u64 *n = bpf_map_lookup_elem(&listen_changes, &zero);
+			if (n)
+				__sync_fetch_and_add(n, 1);
+		}
 		if (newstate != TCP_LISTEN)
 			return 0;
 		__u32 port = BPF_CORE_READ(sk, __sk_common.skc_num);
