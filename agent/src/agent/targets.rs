@@ -357,7 +357,7 @@ impl Targets {
             }
         };
         if !self.selector.selects(pid, &st.comm, parent_of) {
-            return false;
+                return false;
         }
         self.examine(pid, st, k, prof, m);
         self.export_dropped(m);
@@ -384,7 +384,15 @@ impl Targets {
         // renames itself meanwhile would be named from two different moments.
         let name = procfs::process_name(pid, &st.comm);
         // The process's memory map, read once for everything that looks at it here.
-        let maps = maps::read(&pid.to_string()).unwrap_or_else(|e| {
+        let maps = maps::read(&pid.to_string());
+        if maps.as_ref().is_ok_and(String::is_empty) || (maps.is_err() && procfs::exited(pid, st.start_time)) {
+            // a process per connection that has let go of its memory (exiting: an empty map
+            // is read before it is a zombie) or is gone: its events on their way are still
+            // its, not `unknown`, and it is not watched for a map that will not grow
+            self.exited_early(pid, name);
+            return;
+        }
+        let maps = maps.unwrap_or_else(|e| {
             log::debug!("cannot read the memory map of {pid} ({}): {e}", st.comm);
             String::new()
         });
