@@ -400,8 +400,13 @@ static __always_inline int conn_state_changed(const struct sock *sk, int oldstat
 	}
 	struct conn_state *c = conn_of(sk);
 	if (oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED) {
-		if (!c) /* else the hook's other program took it */
-			conn_accepted(sk);
+		/* the hook's other program took it; unless what is found is the state of a socket
+		 * that had this address and whose close came to neither (hash mode): replaced */
+		if (c && !(c->life.states & ~CONN_STATE_BIT(TCP_ESTABLISHED)))
+			return 0;
+		if (c)
+			stat_inc(STAT_CONN_STATE_MISSED);
+		conn_accepted(sk);
 		return 0;
 	}
 	if (!c || !conn_state_take(c, oldstate, newstate))
