@@ -17,7 +17,7 @@ settled: per server, the handshakes the client made against those tlsprof counte
 those with a CPU figure; the agent's RSS; its kernel errors. A row per phase; exit status 1
 when any count is not exact.
 
-Usage: bench/soak_faults.py [--seconds 3600] [--phase 60]
+Usage: bench/soak_faults.py [--seconds 3600] [--phase 60] [-- tlsprof run arguments, e.g. --exact]
 (bench/soak.py is the memory soak: one nginx, mixed load, RSS over time.)
 """
 import argparse
@@ -93,6 +93,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=3600)
     ap.add_argument("--phase", type=float, default=60)
+    ap.add_argument("agent", nargs="*", help="more arguments for tlsprof run (after --), e.g. --exact")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tlsprof-soak-"))
     libdir = library_copy(work)
@@ -105,7 +106,7 @@ def main():
         h3 = quic.NginxH3(work, "soak")
         h3.start()
     comms = ["nginx", "smtpd", "postgres", "java"]
-    agent_args = [a for c in comms for a in ("--comm", c)]
+    agent_args = [a for c in comms for a in ("--comm", c)] + args.agent
     agent = None
     rows, exact = [], True
     try:
