@@ -429,9 +429,9 @@ static __always_inline int conn_state_changed(const struct sock *sk, int oldstat
  * The hook has two programs, each taking every state change the other has not: the kernel
  * does not run a program where it runs already on the CPU, it counts the run missed
  * (recursion_misses). A state change comes in a program's middle from an interrupt (a
- * client's reset or FIN in softirq while the server's own close is in the program), or,
- * where a kernel runs tracepoint programs preemptible, from every task that runs on the CPU
- * while the program's task waits: measured here (bench/lost_ends.py under contention: 3-7
+ * client's reset or FIN in softirq while the server's own close is in the program) and,
+ * on a kernel that lets a tracepoint program's task be preempted (not shown), from any task
+ * that runs on the CPU meanwhile: measured here (bench/lost_ends.py under contention: 3-7
  * connections of 20,000 in half the runs, consecutive on one CPU), all their later state
  * changes skipped by the one program while it counted no run missed. Which of the two took
  * a change is kept per connection (conn_state_take): a socket's state changes come one at

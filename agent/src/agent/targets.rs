@@ -357,7 +357,7 @@ impl Targets {
             }
         };
         if !self.selector.selects(pid, &st.comm, parent_of) {
-                return false;
+            return false;
         }
         self.examine(pid, st, k, prof, m);
         self.export_dropped(m);

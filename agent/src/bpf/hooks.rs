@@ -95,7 +95,7 @@ pub const PROCESSES: Capability = Capability {
 };
 
 /// Whether the kernel's skipped runs of program `name` (a state change in the middle of
-/// one, from an interrupt or a task that ran while it waited) miss nothing: those of the
+/// one, from an interrupt) miss nothing: those of the
 /// connections capability, whose hooks each have two programs, each taking the state
 /// changes the other has not (bpf/conn.bpf.h conn_state_take). Not counted in
 /// tlsprof_kernel_errors_total{kind="program_skipped"}; a change neither took is
