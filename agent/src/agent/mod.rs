@@ -17,6 +17,7 @@ mod ports;
 mod probes;
 mod quic_join;
 mod ready;
+mod recent;
 mod sightings;
 mod targets;
 mod trap_cost;
@@ -467,8 +468,8 @@ fn event_loop(agent: &mut Agent) -> Result<()> {
             });
             next_scan = Instant::now() + every;
             if exits_cleared.elapsed() > Duration::from_secs(60) {
-                agent.targets.clear_recent_exits();
-                agent.ports.clear_names();
+                agent.targets.age_recent_exits();
+                agent.ports.age_names();
                 exits_cleared = Instant::now();
             }
         }

@@ -14,6 +14,7 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
+use super::recent::Recent;
 use crate::{
     bounds,
     bpf::{
@@ -31,8 +32,8 @@ use crate::{
 /// Beyond, the ports not watched yet are left out at each scan, counted:
 /// tlsprof_table_full_total{table="watched_ports"} (as is a port the kernel refused).
 pub const MAX_WATCHED_PORTS: usize = CONN_PORTS_ENTRIES as usize;
-/// Ports no longer listened on whose names are kept (cleared every minute), at most (as
-/// many as can be watched); beyond, counted: tlsprof_table_full_total{table="port_names"}
+/// Ports no longer listened on whose names are kept (one to two minutes: recent.rs), at most
+/// per minute (as many as can be watched); beyond, counted: tlsprof_table_full_total{table="port_names"}
 /// (a connection closing there later gets comm `unknown`).
 pub const MAX_PORT_NAMES: usize = MAX_WATCHED_PORTS;
 
@@ -53,7 +54,7 @@ pub struct Ports {
     /// connections are followed from their accept. Bounded by MAX_WATCHED_PORTS.
     learned: FxHashMap<conn_port, (String, u32)>,
     /// Names of ports no longer listened on, for connections that close afterwards.
-    port_names: HashMap<conn_port, String>,
+    port_names: Recent<conn_port, String>,
     /// Each traced process's listening sockets (listening_of); bounded by the traced set.
     owned: HashMap<u32, Owned>,
     /// Each traced namespace's listening sockets (port, inode) and when they were read:
@@ -120,7 +121,7 @@ impl Ports {
             metrics: metrics.clone(),
             ports: BTreeMap::new(),
             plain_seen: HashMap::new(),
-            port_names: HashMap::new(),
+            port_names: Recent::new(MAX_PORT_NAMES),
             owners: FxHashMap::default(),
             learned: FxHashMap::default(),
             owned: HashMap::new(),
@@ -476,17 +477,15 @@ impl Ports {
     }
 
     /// Names of ports gone are kept a while, for the connections that close after.
-    pub fn clear_names(&mut self) {
-        self.port_names.clear();
+    pub fn age_names(&mut self) {
+        self.port_names.age();
     }
 
     /// Keeps the name of a port gone, within MAX_PORT_NAMES.
     fn remember_name(&mut self, key: conn_port, name: String) {
-        if self.port_names.len() >= MAX_PORT_NAMES && !self.port_names.contains_key(&key) {
+        if !self.port_names.insert(key, name) {
             bounds::count(&self.metrics, "port_names", 1);
-            return;
         }
-        self.port_names.insert(key, name);
     }
 }
 

@@ -19,6 +19,7 @@ use super::{
     no_probes::NoProbes,
     probes::{Prober, Probes, Probing},
     ready::Ready,
+    recent::Recent,
     sightings::{Judges, Verdict},
 };
 use crate::{
@@ -73,8 +74,8 @@ pub const MAX_TRACED: usize = PROC_TRACED_ENTRIES as usize / 2;
 /// Selected processes without a TLS stack (yet), watched for their memory map to grow, at
 /// most; beyond, one is examined again at every scan, counted: {table="watched_processes"}.
 pub const MAX_WATCHED: usize = 16_384;
-/// Names of processes that exited lately (cleared every minute), at most; beyond, the late
-/// events of one more are named from /proc or `unknown`, counted: {table="recent_exits"}.
+/// Names of processes that exited lately (kept one to two minutes: recent.rs), at most per
+/// minute; beyond, the late events of one more are named from /proc or `unknown`, counted: {table="recent_exits"}.
 pub const MAX_RECENT_EXITS: usize = 16_384;
 /// Process names ever attached (their gauges go to 0 rather than away), at most; beyond, a
 /// new name's gauge stays at its last value when its processes are gone, counted:
@@ -106,7 +107,7 @@ pub struct Targets {
     /// Their handshake probes: what to attach, from what their files offer, and why none.
     prober: Prober,
     /// Names of processes that exited lately, for events that arrive after the exit.
-    recent_exits: FxHashMap<u32, String>,
+    recent_exits: Recent<u32, String>,
     /// Every process name attached so far: its gauges go to 0, not away, when the last goes.
     ever_attached: BTreeSet<String>,
     /// Processes forgotten since the kernel maps were last swept.
@@ -162,7 +163,7 @@ impl Targets {
             traced: FxHashMap::default(),
             watched: HashMap::new(),
             prober: Prober::new(args, mode, files),
-            recent_exits: FxHashMap::default(),
+            recent_exits: Recent::new(MAX_RECENT_EXITS),
             ever_attached: BTreeSet::new(),
             exited: Vec::new(),
             ready: Ready::new(args.ready_file.clone()),
@@ -560,11 +561,9 @@ impl Targets {
 
     /// The name of a process that exited, kept within MAX_RECENT_EXITS.
     fn remember_exit(&mut self, pid: u32, name: String) {
-        if self.recent_exits.len() >= MAX_RECENT_EXITS && !self.recent_exits.contains_key(&pid) {
+        if !self.recent_exits.insert(pid, name) {
             self.dropped.add("recent_exits", 1);
-            return;
         }
-        self.recent_exits.insert(pid, name);
     }
 
     /// A name attached for the first time: remembered within MAX_NAMES.
@@ -607,8 +606,8 @@ impl Targets {
     }
 
     /// Names of processes that exited are kept a while, for their late events.
-    pub fn clear_recent_exits(&mut self) {
-        self.recent_exits.clear();
+    pub fn age_recent_exits(&mut self) {
+        self.recent_exits.age();
     }
 
     /// Each traced process and its name.
@@ -669,7 +668,7 @@ impl ProcInfo for Targets {
     }
 
     fn known(&self, tgid: u32) -> bool {
-        self.traced.contains_key(&tgid) || self.recent_exits.contains_key(&tgid)
+        self.traced.contains_key(&tgid) || self.recent_exits.contains(&tgid)
     }
 
     fn window_start_ns(&self, tgid: u32) -> u64 {
