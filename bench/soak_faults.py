@@ -112,6 +112,8 @@ def main():
         h3 = quic.NginxH3(work, "soak")
         h3.start()
     comms = ["nginx", "smtpd", "postgres", "java"]
+    # a column per server and its client: (process name, transport); HTTP/3 is nginx over QUIC
+    columns = {c: (c, "tcp") for c in comms} | ({"h3": ("nginx", "quic")} if h3 else {})
     agent_args = [a for c in comms for a in ("--comm", c)] + args.agent
     agent = None
     rows, exact = [], True
@@ -138,7 +140,7 @@ def main():
                 "java": [Load("java", lambda: https_connections(jvm.port, 20, concurrency=2, timeout=60))],
             }
             if h3:
-                loads["nginx"].append(Load("h3", lambda: quic.h3_get(h3.port, 20, "soak")))
+                loads["h3"] = [Load("h3", lambda: quic.h3_get(h3.port, 20, "soak"))]
             threads = [threading.Thread(target=l.run, args=(until,)) for ls in loads.values() for l in ls]
             for t in threads:
                 t.start()
@@ -168,12 +170,12 @@ def main():
 
             def counted():
                 m = since(agent.scrape(), base)
-                return {c: (value(m, "tlsprof_handshakes_total", comm=c, role="server", result="ok"),
-                            value(m, "tlsprof_handshake_cpu_seconds_count", comm=c, role="server"))
-                        for c in comms}
+                return {c: (value(m, "tlsprof_handshakes_total", comm=n, role="server", result="ok", transport=t),
+                            value(m, "tlsprof_handshake_cpu_seconds_count", comm=n, role="server", transport=t))
+                        for c, (n, t) in columns.items()}
             deadline = time.monotonic() + SETTLE
             got = counted()
-            while time.monotonic() < deadline and any(got[c][0] < made[c] or got[c][1] < made[c] for c in comms):
+            while time.monotonic() < deadline and any(got[c][0] < made[c] or got[c][1] < made[c] for c in columns):
                 time.sleep(0.5)
                 got = counted()
             agent.settle()
@@ -193,10 +195,10 @@ def main():
             # the default mode times handshakes under the overhead budget (a sample); --exact times each
             timed_all = "--exact" in args.agent
             ok = all(made[c] <= got[c][0] <= made[c] + lost[c] and (got[c][1] == got[c][0] or not timed_all)
-                     for c in comms)
+                     for c in columns)
             exact &= ok
             row = (f"{phase:3d} {time.monotonic() - started:6.0f}s {fault:16s} "
-                   + " ".join(f"{c} {made[c]}/{int(got[c][0])}/{int(got[c][1])}" for c in comms)
+                   + " ".join(f"{c} {made[c]}/{int(got[c][0])}/{int(got[c][1])}" for c in columns)
                    + f" rss {rss:.1f} MiB errors {errors or 'none'} {'exact' if ok else 'NOT EXACT'}")
             if other:
                 row += f" also counted {other}"

@@ -123,14 +123,23 @@ pub fn proc_listeners(pid: u32) -> Vec<(u16, u64)> {
 }
 
 /// (local port, inode) of the UDP sockets bound and not connected (a server's, QUIC's)
-/// in a process's network namespace.
-pub fn proc_udp_bound(pid: u32) -> Vec<(u16, u64)> {
-    ["udp", "udp6"]
+/// in a process's network namespace; None when neither table can be read (the process is
+/// gone), which is not a namespace without such sockets.
+pub fn proc_udp_bound(pid: u32) -> Option<Vec<(u16, u64)>> {
+    let tables: Vec<String> = ["udp", "udp6"]
         .iter()
         .filter_map(|t| fs::read_to_string(format!("/proc/{pid}/net/{t}")).ok())
-        .flat_map(|text| parse_sockets(&text, "07").collect::<Vec<_>>())
-        .filter(|(port, _)| *port != 0)
-        .collect()
+        .collect();
+    if tables.is_empty() {
+        return None;
+    }
+    Some(
+        tables
+            .iter()
+            .flat_map(|text| parse_sockets(text, "07").collect::<Vec<_>>())
+            .filter(|(port, _)| *port != 0)
+            .collect(),
+    )
 }
 
 /// (local port, inode) of the LISTEN sockets in a /proc/net/tcp{,6} table.
