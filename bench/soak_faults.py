@@ -210,8 +210,16 @@ def main():
                 shutil.copy(agent.log_path, kept)
                 row += f" log {kept}"
             print(row, flush=True)
-            rows.append(row)
+            rows.append((fault, ok, {c: (made[c], int(got[c][0]), int(got[c][1])) for c in columns}))
             phase += 1
+        print("per fault: phases (exact), then per server client made / tlsprof ok / with CPU, summed")
+        for fault in faults:
+            mine = [r for r in rows if r[0] == fault]
+            if not mine:
+                continue
+            sums = {c: [sum(r[2][c][i] for r in mine) for i in range(3)] for c in columns}
+            print(f"  {fault:16s} {len(mine):3d} ({sum(r[1] for r in mine)}) "
+                  + " ".join(f"{c} {a}/{b}/{w}" for c, (a, b, w) in sums.items()), flush=True)
         print(f"phases {phase}; columns per server: client made/tlsprof ok/with CPU; agent RSS first "
               f"{first_rss:.1f} MiB, last {rss_mib(agent.proc.pid):.1f} MiB; "
               f"{'exact' if exact else 'NOT EXACT'}", flush=True)

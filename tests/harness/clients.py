@@ -73,13 +73,19 @@ def connect(port: int, source: str | None = None, source_port: int = 0) -> socke
 def https_request(ctx: ssl.SSLContext, port: int, source: str | None = None, source_port: int = 0) -> tuple[str, str]:
     """One new TLS connection (from the loopback address `source` and port `source_port`, if
     given) with one request (Connection: close), the response read to EOF. Returns the
-    version and cipher suite (OpenSSL name) it negotiated."""
+    version and cipher suite (OpenSSL name) it negotiated. A connection closed before any
+    response raises: in TLS 1.3 the client's handshake ends before the server's does (at
+    the client's Finished, which the server then reads), so a server gone meanwhile (a worker
+    killed) finished no handshake of its own."""
     with connect(port, source, source_port) as raw:
         with ctx.wrap_socket(raw, server_hostname="localhost") as s:
             negotiated = s.version(), s.cipher()[0]
             s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-            while s.recv(65536):
-                pass
+            got = 0
+            while chunk := s.recv(65536):
+                got += len(chunk)
+            if not got:
+                raise ConnectionResetError("closed before any response")
     return negotiated
 
 
