@@ -429,7 +429,7 @@ fn event_loop(agent: &mut Agent) -> Result<()> {
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     let mut next_scan = Instant::now() + every;
     let mut next_split = Instant::now() + Duration::from_secs(1);
-    let mut exits_cleared = Instant::now();
+    let mut names_aged = Instant::now();
     let mut next_duty: Option<Instant> = None;
     let mut memory = memory::Memory::new(Instant::now());
     while !stopping() {
@@ -467,10 +467,10 @@ fn event_loop(agent: &mut Agent) -> Result<()> {
                 t
             });
             next_scan = Instant::now() + every;
-            if exits_cleared.elapsed() > Duration::from_secs(60) {
+            if names_aged.elapsed() > Duration::from_secs(60) {
                 agent.targets.age_recent_exits();
                 agent.ports.age_names();
-                exits_cleared = Instant::now();
+                names_aged = Instant::now();
             }
         }
     }

@@ -33,8 +33,9 @@ use crate::{
 /// tlsprof_table_full_total{table="watched_ports"} (as is a port the kernel refused).
 pub const MAX_WATCHED_PORTS: usize = CONN_PORTS_ENTRIES as usize;
 /// Ports no longer listened on whose names are kept (one to two minutes: recent.rs), at most
-/// per minute (as many as can be watched); beyond, counted: tlsprof_table_full_total{table="port_names"}
-/// (a connection closing there later gets comm `unknown`).
+/// per minute (as many as can be watched); beyond, counted:
+/// tlsprof_table_full_total{table="port_names"} (a connection closing there later gets comm
+/// `unknown`).
 pub const MAX_PORT_NAMES: usize = MAX_WATCHED_PORTS;
 
 pub struct Ports {

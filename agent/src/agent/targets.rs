@@ -75,7 +75,8 @@ pub const MAX_TRACED: usize = PROC_TRACED_ENTRIES as usize / 2;
 /// most; beyond, one is examined again at every scan, counted: {table="watched_processes"}.
 pub const MAX_WATCHED: usize = 16_384;
 /// Names of processes that exited lately (kept one to two minutes: recent.rs), at most per
-/// minute; beyond, the late events of one more are named from /proc or `unknown`, counted: {table="recent_exits"}.
+/// minute; beyond, the late events of one more are named from /proc or `unknown`, counted:
+/// {table="recent_exits"}.
 pub const MAX_RECENT_EXITS: usize = 16_384;
 /// Process names ever attached (their gauges go to 0 rather than away), at most; beyond, a
 /// new name's gauge stays at its last value when its processes are gone, counted:

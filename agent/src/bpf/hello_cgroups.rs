@@ -239,14 +239,16 @@ impl HelloCgroups {
         if !new.is_empty() {
             for (pid, file) in read_cgroup_files(&new) {
                 let cg = self.cgroup_of(file.as_deref());
-                if cg.is_none() && crate::discovery::procfs::stat(pid).is_err() {
-                    // gone before it was read (a process per connection): nothing to read
-                    log::debug!("client hellos: process {pid} exited before its cgroup was read");
-                } else if cg.is_none() {
-                    log::warn!(
-                        "client hellos: cannot tell the cgroup (v2) of process {pid}: its ClientHellos will not \
-                         be read (--avoid-hook cgroup_skb reads them from the server's reads instead)"
-                    );
+                if cg.is_none() {
+                    if crate::discovery::procfs::stat(pid).is_err() {
+                        // gone before it was read (a process per connection): nothing to read
+                        log::debug!("client hellos: process {pid} exited before its cgroup was read");
+                    } else {
+                        log::warn!(
+                            "client hellos: cannot tell the cgroup (v2) of process {pid}: its ClientHellos will not \
+                             be read (--avoid-hook cgroup_skb reads them from the server's reads instead)"
+                        );
+                    }
                 }
                 self.of_pid.insert(pid, cg);
             }
