@@ -331,6 +331,7 @@ static __always_inline void conn_closed(const struct sock *sk, struct conn_state
 	__builtin_memset(e, 0, sizeof(*e));
 	e->conn_id = c->life.id;
 	e->duration_ns = bpf_ktime_get_ns() - c->life.start_ns;
+	e->start_ns = c->life.start_ns;
 	e->netns = c->life.netns;
 	e->port = c->life.port;
 	e->requests = req_count(c);

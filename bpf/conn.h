@@ -54,6 +54,8 @@ enum conn_by {
 	CONN_BY_SERVER = 1,         /* the server sent the first FIN, and no reset followed */
 	CONN_BY_CLIENT = 2,         /* the client sent the first FIN */
 	CONN_BY_RESET = 3,          /* a reset before any FIN or after the server's, or an abort */
+	CONN_BY_UNKNOWN = 4,        /* never sent by the kernel: a connection the agent found gone
+				     * whose close no program on the hook took (conns/unseen.rs) */
 };
 
 /* conn_event.time_wait: did the server's side enter TIME_WAIT? */
@@ -106,6 +108,8 @@ struct conn_state {
 struct conn_event {
 	__u64 conn_id;     /* conn_life.id */
 	__u64 duration_ns; /* ESTABLISHED -> CLOSE */
+	__u64 start_ns;    /* conn_life.start_ns: the agent reconciles a port's accepted count
+			    * with its ends and live connections by it (conns/unseen.rs) */
 	__u8 saddr[16];    /* local address: IPv4 in the first 4 bytes, or IPv6 */
 	__u8 daddr[16];    /* remote address */
 	__u32 netns;

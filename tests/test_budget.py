@@ -69,8 +69,11 @@ def figures(agent, port: int) -> dict:
         "hits": v("tlsprof_probe_hits_total", comm="nginx"),
         "accepted": v("tlsprof_tcp_connections_accepted_total", port=str(port)),
         # connections whose close the agent has processed (tlsprof_tcp_connections_total
-        # waits for sock_diag to settle a server-closed socket's TIME_WAIT, up to tcp_fin_timeout)
-        "ended": v("tlsprof_requests_per_connection_count", port=str(port)),
+        # waits for sock_diag to settle a server-closed socket's TIME_WAIT, up to
+        # tcp_fin_timeout), and those it found ended without the kernel reporting their close
+        "ended": v("tlsprof_requests_per_connection_count", port=str(port))
+        + v("tlsprof_tcp_connections_total", port=str(port), closed_by="unknown"),
+        "unknown": v("tlsprof_tcp_connections_total", port=str(port), closed_by="unknown"),
         "requests": v("tlsprof_requests_per_connection_sum", port=str(port)),
         # the same exchanges, counted as they happen (not at the connection's close)
         "exchanges": v("tlsprof_exchanges_total", port=str(port)),
@@ -89,32 +92,25 @@ def unreported(f: dict) -> float:
     return f["ok"] + f["failed"] + f["no_tls"] - f["ended"] - f["open"]
 
 
-def settle(agent, port: int, connections: float, aborted: float = 0, missing: float = 0) -> dict:
-    """Waits until every connection so far is counted: each has ended (counted by the agent)
-    or is still open on the server (ss), and each is one handshake; then two more agent scans
-    (anything still in flight is counted by then) and the same check again. `open` is ss's
-    count of server sockets not closed yet (harness.clients.ss_open: not the FIN_WAIT2
-    minisockets that outlive a closed one, which the agent has counted ended).
-    `aborted`: how many connections beyond `connections` a client abandoned at its exit may
-    end unreported (see the heavy phase below); tried only once the exact count has not come
-    in 20 s. `missing`: those unreported before, carried."""
-    def done(slack=0):
+def settle(agent, port: int, connections: float) -> dict:
+    """Waits until every connection so far is counted: each has ended (counted by the agent:
+    as the kernel reported its close, or found ended unreported) or is still open on the
+    server (ss), and each is one handshake or a connection without TLS; then two more agent
+    scans (anything still in flight is counted by then) and the same check again. `open` is
+    ss's count of server sockets not closed yet (harness.clients.ss_open: not the FIN_WAIT2
+    minisockets that outlive a closed one, which the agent has counted ended). An end the
+    kernel never reported is found at the agent's second reading of the port's sockets
+    after it (agent/src/conns/unseen.rs): 1-2 s apart here, at most 20 s on a host where
+    the readings cost more."""
+    def done():
         f = figures(agent, port)
         f["open"] = ss_open(port)
-        # ab's in-flight connections at the end of -t (aborted) end a moment after it: until
-        # they have, the handshakes are ahead of the connections seen
-        seen = f["ended"] + f["open"]
-        return f if seen >= connections and missing <= unreported(f) <= missing + slack else None
+        return f if f["ended"] + f["open"] >= connections and unreported(f) == 0 else None
     what = f"{connections} connections settled"
     try:
-        try:
-            wait_for(done, 20, what)
-        except AssertionError:
-            if not aborted:
-                raise
-            wait_for(lambda: done(aborted), 1, what)
+        wait_for(done, 45, what)
         agent.settle()
-        return wait_for(lambda: done(aborted), 10, what)
+        return wait_for(done, 10, what)
     except AssertionError as e:
         raise AssertionError(f"{e}; at the end: {figures(agent, port)}, open (ss): {ss_open(port)}") from None
 
@@ -170,7 +166,7 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
             span = time.monotonic() - t0
             sampler.join()
             # ab's in-flight connections at its exit: at most its concurrency (8)
-            f2 = settle(agent, nginx.port, f1["ended"] + f1["open"] + heavy, aborted=8)
+            f2 = settle(agent, nginx.port, f1["ended"] + f1["open"] + heavy)
             d2 = delta(f1, f2)
             # What the probes would cost if attached throughout, from the agent's own figures:
             # their CPU per timed connection at ab's rate. The budget over that is the duty
@@ -188,28 +184,25 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
                 f"the probes cost {d2['probe_cpu'] / span:.2%} of a CPU, budget {BUDGET:.1%}: {d2}"
             # Every connection is one handshake; ab's aborted in-flight connections at the end
             # of -t (at most its concurrency) may have finished theirs without a request.
-            # Each accepted connection has ended or is open, except that a few of those
-            # abandoned at ab's exit may end without the kernel reporting their close: seen
-            # here under CPU contention (a CI run: 4 of 17,699; a loaded repro: 1-6 per 40,000,
-            # the kernel's own close count short by as many, no hook run reported skipped); the
-            # cause is not found (docs/testing.md). Bounded by the connections ab abandoned.
+            # Each accepted connection has ended or is open, exactly: under this contention the
+            # kernel reports no close for a few (a CI run: 4 of 17,699), which the agent finds
+            # ended all the same (closed_by="unknown": agent/src/conns/unseen.rs).
             assert d2["ok"] + d2["failed"] + d2["no_tls"] == d2["accepted"], d2
-            lost = d2["accepted"] - d2["ended"] - d2["open"]
-            figure("budget_connections_unreported", lost)
-            assert 0 <= lost <= d2["accepted"] - heavy <= 8, (heavy, d2)
+            assert d2["accepted"] == d2["ended"] + f2["open"] - f1["open"], (d2, f1["open"], f2["open"])
+            figure("budget_connections_unreported", d2["unknown"])
             assert heavy <= d2["ok"] <= heavy + 8 and d2["failed"] + d2["no_tls"] <= 8, (heavy, d2)
             # Every request ab completed is one exchange, counted as it happened; the requests
             # summed at the connections' close lack those of a connection whose close went
-            # unreported (a CI run: lost 2, 7,535 requests for ab's 7,536).
+            # unreported (a CI run: 2 unreported, 7,535 requests for ab's 7,536).
             assert heavy <= d2["exchanges"] <= heavy + 8, (heavy, d2)
-            assert heavy - lost <= d2["requests"] <= d2["exchanges"], (heavy, lost, d2)
+            assert heavy - d2["unknown"] <= d2["requests"] <= d2["exchanges"], (heavy, d2)
 
             # Exact counts while the probes come and go (right after the heavy load, the
             # probes are away for the rest of the cycle, and back at the next): exactly N
             # connections from a client that counts its own.
             n = 600
             got = https_connections(nginx.port, n, concurrency=4)
-            f3 = settle(agent, nginx.port, f2["ended"] + f2["open"] + n, missing=unreported(f2))
+            f3 = settle(agent, nginx.port, f2["ended"] + f2["open"] + n)
             d3 = delta(f2, f3)
             assert (got["ok"], got["failed"]) == (n, 0), got
             assert (d3["ok"], d3["failed"], d3["accepted"], d3["ended"] + d3["open"], d3["requests"], d3["exchanges"]) \
@@ -222,7 +215,7 @@ def test_duty_cycle_follows_load_counts_stay_exact(workdir):
             # Light again: two full cycles under light load bring the duty back to 1 (the
             # heavy load may have left a debt of one cycle's allowance).
             light2 = paced_connections(nginx.port, LIGHT_RATE, 6.5)
-            f4 = settle(agent, nginx.port, f3["ended"] + f3["open"] + light2, missing=unreported(f3))
+            f4 = settle(agent, nginx.port, f3["ended"] + f3["open"] + light2)
             d4 = delta(f3, f4)
             assert (d4["ok"], d4["failed"]) == (light2, 0), d4
             assert f4["duty"] == 1.0, f"light load again, duty {f4['duty']}: {d4}"
@@ -245,13 +238,13 @@ def test_exact_times_every_handshake(workdir):
             t0 = time.monotonic()
             heavy = ab(nginx.port, seconds=5)
             span = time.monotonic() - t0
-            f1 = settle(agent, nginx.port, heavy, aborted=8)
+            f1 = settle(agent, nginx.port, heavy)
             d = delta(f0, f1)
-            # nothing was open before the load: what is open now is ss's count of it; a few of
-            # the connections ab abandoned may end unreported (the default-mode test above)
+            # nothing was open before the load: what is open now is ss's count of it; every
+            # connection ended or open, its close reported or found (the default-mode test above)
             counted = d["ok"] + d["failed"] + d["no_tls"]
-            lost = counted - d["ended"] - f1["open"]
-            assert 0 <= lost <= counted - heavy <= 8, (heavy, d, f1["open"])
+            assert counted == d["accepted"] == d["ended"] + f1["open"] and counted - heavy <= 8, \
+                (heavy, d, f1["open"])
             assert heavy <= d["ok"] <= heavy + 8 and d["measured"] == d["ok"], (heavy, d)
             assert f1["duty"] == 1.0, f1
             # about five hits per connection: two handshake calls (entry and return), SSL_free

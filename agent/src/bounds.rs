@@ -31,9 +31,10 @@ pub const TABLES: &[&str] = &[
     "client_offers",
     "estimate_parts",
     "sighting_checks",
-    // ports and connections (agent/ports.rs, conns/churn.rs)
+    // ports and connections (agent/ports.rs, conns/churn.rs, conns/unseen.rs)
     "port_names",
     "unsettled_connections",
+    "reconciled_connections",
     // processes (agent/targets.rs) and the files they map (discovery/files.rs)
     "watched_processes",
     "elf_files",

@@ -53,6 +53,8 @@ def churn(agent, port: int) -> dict:
         "server": v("tlsprof_tcp_connections_total", closed_by="server"),
         "client": v("tlsprof_tcp_connections_total", closed_by="client"),
         "reset": v("tlsprof_tcp_connections_total", closed_by="reset"),
+        # ended without the kernel reporting the close, found by the agent (conns/unseen.rs)
+        "unknown": v("tlsprof_tcp_connections_total", closed_by="unknown"),
         "time_wait": v("tlsprof_tcp_time_wait_total"),
         "time_wait_sockets": v("tlsprof_tcp_time_wait_sockets"),
         "requests": v("tlsprof_requests_per_connection_sum"),

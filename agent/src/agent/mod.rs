@@ -463,7 +463,7 @@ fn event_loop(agent: &mut Agent) -> Result<()> {
             agent.handshakes.expire(&agent.targets, Instant::now());
             memory.tick(Instant::now(), || {
                 let mut t = agent.handshakes.footprint();
-                t.push(agent.ports.churn.footprint());
+                t.extend(agent.ports.churn.footprint());
                 t
             });
             next_scan = Instant::now() + every;

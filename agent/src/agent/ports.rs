@@ -300,13 +300,19 @@ impl Ports {
         // Accepted connections and exchanges of the ports watched until now, read right
         // before any is removed: a port's count is lost with its kernel entry, and what was
         // accepted between an earlier read and the removal would be too.
+        // (between the kernel's monotonic times `before` and `after`: conns/unseen.rs)
+        let before = crate::clock::ktime_ns();
         let stats: HashMap<conn_port, conn_port_stats> =
             self.ports.keys().filter_map(|key| Some((*key, k.port(key)?))).collect();
+        let after = crate::clock::ktime_ns();
         let counts: HashMap<conn_port, (u64, u64)> = stats
             .iter()
             .map(|(key, p)| (*key, (p.accepted, k.exchanges(p))))
             .collect();
-        self.churn.sync_counts(&self.ports, &counts);
+        if !self.churn.reconciles() {
+            self.churn.reconcile_with(k.conn_store_fd());
+        }
+        self.churn.sync_counts(&self.ports, &counts, (before, after));
         let failed = self.closed_without_tls(&stats);
         let gone: Vec<(conn_port, String)> = self
             .ports

@@ -538,6 +538,18 @@ impl Kernel {
         }
     }
 
+    /// A descriptor of the connections' socket-storage map, for sock_diag to hand over each
+    /// socket's state (conns/unseen.rs); None in hash mode, where there is none.
+    pub fn conn_store_fd(&self) -> Option<std::os::fd::OwnedFd> {
+        if self.served.storage != Storage::Socket {
+            return None;
+        }
+        match self.ebpf.map("conn_store")? {
+            aya::maps::Map::SkStorage(m) => std::os::fd::AsFd::as_fd(m.fd()).try_clone_to_owned().ok(),
+            _ => None,
+        }
+    }
+
     /// A watched port's kernel-side state (flags, exchange slot, accepted count).
     pub fn port(&self, key: &conn_port) -> Option<conn_port_stats> {
         self.conn_ports.get(key, 0).ok()

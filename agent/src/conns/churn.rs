@@ -1,10 +1,13 @@
 //! Connection churn: turns the kernel's per-connection close events into metrics, reads
 //! TIME_WAIT sockets per port through sock_diag, and settles the connections whose
 //! TIME_WAIT the kernel could not tell at close time (an orphaned socket handed to a
-//! FIN_WAIT2 timewait socket: it reaches TIME_WAIT only if the client's FIN follows).
+//! FIN_WAIT2 timewait socket: it reaches TIME_WAIT only if the client's FIN follows). The
+//! same dumps hand over the open connections' state, from which the ends the kernel never
+//! reported are found (unseen.rs).
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     net::IpAddr,
+    os::fd::{AsFd as _, OwnedFd},
     path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, Instant},
@@ -12,7 +15,10 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
-use super::sockdiag::{self, SockDiag};
+use super::{
+    sockdiag::{self, SockDiag},
+    unseen::{Open, Unseen},
+};
 use crate::{
     bounds,
     bpf::{
@@ -61,6 +67,10 @@ pub struct Churn {
     gap: Duration,
     /// The series a closed connection counts in, found once per label set.
     series: Series,
+    /// The connections' socket-storage map, whose values the dumps ask for (None in hash
+    /// mode), once the kernel was asked; and the ledgers that find the ends never reported.
+    store: Option<Option<OwnedFd>>,
+    unseen: Unseen,
 }
 
 /// tlsprof_connections_total's (comm, port, closed_by), tlsprof_time_wait_total's,
@@ -144,6 +154,8 @@ impl Churn {
             next_dump: Instant::now(),
             gap: Duration::ZERO,
             series: Series::default(),
+            store: None,
+            unseen: Unseen::default(),
         }
     }
 
@@ -152,19 +164,37 @@ impl Churn {
         self.next_dump = Instant::now();
     }
 
+    /// Whether the kernel was asked for the connections' socket-storage map.
+    pub fn reconciles(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// The connections' socket-storage map (None in hash mode: nothing reconciled).
+    pub fn reconcile_with(&mut self, store: Option<OwnedFd>) {
+        if store.is_none() {
+            log::debug!("connection ends never reported are not looked for: no socket storage (hash mode)");
+        }
+        self.store = Some(store);
+    }
+
     fn ended(&mut self, comm: &str, port: u16, closed_by: ClosedBy, time_wait: bool) {
+        self.ended_n(comm, port, closed_by, time_wait, 1);
+    }
+
+    fn ended_n(&mut self, comm: &str, port: u16, closed_by: ClosedBy, time_wait: bool, n: u64) {
         let m = &self.metrics;
-        self.series.closed.inc(comm, (port, closed_by.label()), |comm, (port, by)| {
+        self.series.closed.get(comm, (port, closed_by.label()), |comm, (port, by)| {
             let labels = ClosedByLabels {
                 comm: comm.into(),
                 port: port.to_string(),
                 closed_by: by.into(),
             };
             m.connections.get_or_create(&labels).clone()
-        });
+        })
+            .inc_by(n);
         if time_wait {
             let find = |comm: &str, port| m.time_wait.get_or_create(&port_labels(comm, port)).clone();
-            self.series.time_wait.inc(comm, port, find);
+            self.series.time_wait.get(comm, port, find).inc_by(n);
         }
     }
 
@@ -176,6 +206,7 @@ impl Churn {
         ) else {
             return;
         };
+        self.unseen.ended(e);
         let m = &self.metrics;
         if e.adopted != 0 {
             // taken on at its first read or send, not at accept (bpf/conn.bpf.h conn_adopt):
@@ -230,16 +261,22 @@ impl Churn {
         }
     }
 
-    /// Connections accepted: the kernel's per-port counters, exported as deltas.
+    /// Connections accepted: the kernel's per-port counters, exported as deltas; read
+    /// between the kernel's monotonic times `read` (conns/unseen.rs).
     pub fn sync_counts(
         &mut self,
         ports: &BTreeMap<cn::conn_port, String>,
         counts: &HashMap<cn::conn_port, (u64, u64)>,
+        read: (u64, u64),
     ) {
+        let reconciled = matches!(self.store, Some(Some(_)));
         for (key, comm) in ports {
             let Some(&(accepted, exchanges)) = counts.get(key) else {
                 continue;
             };
+            if reconciled {
+                self.unseen.reading(*key, comm, read.0, read.1, accepted);
+            }
             let seen = self.counts_seen.entry(*key).or_default();
             // a port removed and added again starts from zero in the kernel
             let delta = |now: u64, seen: u64| if now >= seen { now - seen } else { now };
@@ -249,6 +286,7 @@ impl Churn {
             *seen = (accepted, exchanges);
         }
         self.counts_seen.retain(|k, _| ports.contains_key(k));
+        self.unseen.retain(|k| ports.contains_key(k) && counts.contains_key(k));
     }
 
     /// The sock_diag socket of a namespace, opened on first use through `ns_path`.
@@ -323,6 +361,21 @@ impl Churn {
     fn read_time_wait(&mut self, namespaces: &HashMap<u32, (PathBuf, Vec<u16>)>) {
         let mut per_port: BTreeMap<u16, i64> = BTreeMap::new();
         let mut found: HashMap<u32, (TupleSet, TupleSet)> = HashMap::new();
+        // the ends never reported since the last dump's reading, before this dump reads the
+        // open connections again (unseen.rs)
+        for (key, comm, n) in self.unseen.found() {
+            log::debug!(
+                "{n} connection(s) on port {} (netns {}) ended without the kernel reporting their close",
+                key.port,
+                key.netns
+            );
+            self.ended_n(&comm, key.port, ClosedBy::Unknown, false, n);
+        }
+        bounds::count(&self.metrics, "reconciled_connections", self.unseen.overflowed());
+        let store = match &self.store {
+            Some(Some(fd)) if self.unseen.any() => fd.try_clone().ok(),
+            _ => None,
+        };
         for (&netns, (path, ports)) in namespaces {
             let want_fw2 = self.pending.keys().any(|k| k.0 == netns);
             if self.diag_for(netns, path).is_none() {
@@ -333,6 +386,20 @@ impl Churn {
             if want_fw2 {
                 states |= 1 << sockdiag::TCP_FIN_WAIT2;
             }
+            if store.is_some() {
+                // every state a connection with state in socket storage can be in
+                states |= [
+                    sockdiag::TCP_ESTABLISHED,
+                    sockdiag::TCP_FIN_WAIT1,
+                    sockdiag::TCP_FIN_WAIT2,
+                    sockdiag::TCP_CLOSE_WAIT,
+                    sockdiag::TCP_LAST_ACK,
+                    sockdiag::TCP_CLOSING,
+                ]
+                .iter()
+                .fold(0, |a, s| a | 1 << s);
+            }
+            let mut open: Vec<Open> = Vec::new();
             // Counted as they come; only the unsettled connections' sockets are kept. Every
             // TIME_WAIT socket of the watched ports passes here (60 s of closes: 120,000 at
             // 2,000 a second), so each costs one lookup of its port, and one of its
@@ -353,6 +420,9 @@ impl Churn {
                 clients.insert(k.4);
             }
             let mut each = |s: sockdiag::DiagSocket| {
+                if let Some(o) = s.storage.as_deref().and_then(Open::of) {
+                    open.push(o);
+                }
                 let Some((fam, count)) = watched.get_mut(&s.sport) else {
                     return;
                 };
@@ -380,10 +450,15 @@ impl Churn {
             let dumped = [(V4, libc::AF_INET), (V6, libc::AF_INET6)]
                 .into_iter()
                 .filter(|(bit, _)| mask & bit != 0)
-                .try_for_each(|(_, family)| d.for_each(family as u8, states, ports, &mut each));
+                .try_for_each(|(_, family)| {
+                    d.for_each(family as u8, states, ports, store.as_ref().map(|f| f.as_fd()), &mut each)
+                });
             if let Err(e) = dumped {
                 log::debug!("sock_diag dump in namespace {netns} failed: {e}");
                 continue;
+            }
+            if store.is_some() {
+                self.unseen.dumped(netns, &open);
             }
             found.insert(netns, (tw, fw2));
             for (p, (_, n)) in watched {
@@ -438,8 +513,11 @@ impl Churn {
     }
 
     /// (table, entries, bytes of its room) for the -v log of the agent's memory.
-    pub fn footprint(&self) -> (&'static str, usize, usize) {
-        ("unsettled_connections", self.pending.len(), bounds::map_bytes(&self.pending))
+    pub fn footprint(&self) -> [(&'static str, usize, usize); 2] {
+        [
+            ("unsettled_connections", self.pending.len(), bounds::map_bytes(&self.pending)),
+            self.unseen.footprint(),
+        ]
     }
 
     /// Namespaces no traced process lives in any more: close their sock_diag sockets, and
@@ -475,6 +553,7 @@ mod tests {
         cn::conn_event {
             conn_id: 1,
             duration_ns: 1_000_000,
+            start_ns: 5_000_000,
             saddr,
             daddr: saddr,
             netns: 7,
@@ -601,11 +680,11 @@ mod tests {
             )
         };
         let kernel = |accepted, exchanges| HashMap::from([(key, (accepted, exchanges))]);
-        c.sync_counts(&ports, &kernel(10, 40));
-        c.sync_counts(&ports, &kernel(25, 100));
+        c.sync_counts(&ports, &kernel(10, 40), (0, 0));
+        c.sync_counts(&ports, &kernel(25, 100), (0, 0));
         assert_eq!(now(), (25, 100));
         // the port was removed and added again: the kernel counts from zero
-        c.sync_counts(&ports, &kernel(3, 7));
+        c.sync_counts(&ports, &kernel(3, 7), (0, 0));
         assert_eq!(now(), (28, 107));
     }
 }

@@ -1,20 +1,24 @@
 //! TCP sockets through the kernel's sock_diag netlink interface (what `ss` uses): the
-//! listening sockets of a network namespace, and its TIME_WAIT and FIN_WAIT2 sockets on
-//! given local ports. A netlink socket answers for the namespace it was created in, so
-//! one is opened per namespace, from a short-lived thread that enters it.
+//! listening sockets of a network namespace, and its sockets on given local ports in given
+//! states, each with its value in a socket-storage BPF map where asked (5.7+). A netlink
+//! socket answers for the namespace it was created in, so one is opened per namespace, from
+//! a short-lived thread that enters it.
 use std::{
     fs::File,
     io,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
     path::Path,
 };
 
-#[cfg(test)]
 pub const TCP_ESTABLISHED: u8 = 1;
+pub const TCP_FIN_WAIT1: u8 = 4;
 pub const TCP_FIN_WAIT2: u8 = 5;
 pub const TCP_TIME_WAIT: u8 = 6;
+pub const TCP_CLOSE_WAIT: u8 = 8;
+pub const TCP_LAST_ACK: u8 = 9;
 pub const TCP_LISTEN: u8 = 10;
+pub const TCP_CLOSING: u8 = 11;
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const NLMSG_ERROR: u16 = 2;
@@ -26,6 +30,15 @@ const INET_DIAG_BC_JMP: u8 = 1;
 const INET_DIAG_BC_S_EQ: u8 = 11;
 /// The socket's cgroup (v2) id, an attribute of every socket a dump hands over (5.10+).
 const INET_DIAG_CGROUP_ID: u16 = 21;
+/// A request's socket-storage maps (nested: one SK_DIAG_BPF_STORAGE_REQ_MAP_FD each), and a
+/// reply's values (nested: SK_DIAG_BPF_STORAGE, in it SK_DIAG_BPF_STORAGE_MAP_VALUE).
+const INET_DIAG_REQ_SK_BPF_STORAGES: u16 = 2;
+const SK_DIAG_BPF_STORAGE_REQ_MAP_FD: u16 = 1;
+const INET_DIAG_SK_BPF_STORAGES: u16 = 20;
+const SK_DIAG_BPF_STORAGE: u16 = 1;
+const SK_DIAG_BPF_STORAGE_MAP_VALUE: u16 = 3;
+const NLA_F_NESTED: u16 = 1 << 15;
+const NLA_TYPE_MASK: u16 = !(NLA_F_NESTED | (1 << 14));
 const NLMSG_HDR: usize = 16;
 const REQ_LEN: usize = 56; // struct inet_diag_req_v2
 const MSG_LEN: usize = 72; // struct inet_diag_msg
@@ -42,6 +55,8 @@ pub struct DiagSocket {
     /// The cgroup (v2) the socket belongs to (its creator's; an accepted connection its
     /// listener's), 0 where the kernel does not say.
     pub cgroup: u64,
+    /// Its value in the socket-storage map the dump asked for; None where it has none.
+    pub storage: Option<Box<[u8]>>,
 }
 
 /// A NETLINK_SOCK_DIAG socket bound to one network namespace.
@@ -104,11 +119,18 @@ impl SockDiag {
     }
 
     /// Hands each TCP socket of one address family in any of `states` (a bit mask,
-    /// 1 << state), restricted to local ports `ports` when given, to `each` as it is read: a
-    /// dump may hold every TIME_WAIT socket of a namespace (hundreds of thousands), which
-    /// is never kept whole.
-    pub fn for_each(&self, family: u8, states: u32, ports: &[u16], each: &mut dyn FnMut(DiagSocket)) -> io::Result<()> {
-        let req = request(family, states, ports);
+    /// 1 << state), restricted to local ports `ports` when given, with its value in the
+    /// socket-storage map `storage` when given, to `each` as it is read: a dump may hold every
+    /// TIME_WAIT socket of a namespace (hundreds of thousands), which is never kept whole.
+    pub fn for_each(
+        &self,
+        family: u8,
+        states: u32,
+        ports: &[u16],
+        storage: Option<BorrowedFd<'_>>,
+        each: &mut dyn FnMut(DiagSocket),
+    ) -> io::Result<()> {
+        let req = request(family, states, ports, storage.map(|fd| fd.as_raw_fd() as u32));
         // SAFETY: send reads req.len() bytes of req.
         let sent = unsafe { libc::send(self.fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
         if sent < 0 {
@@ -129,15 +151,15 @@ impl SockDiag {
 
     /// Both address families.
     pub fn for_each_all(&self, states: u32, ports: &[u16], each: &mut dyn FnMut(DiagSocket)) -> io::Result<()> {
-        self.for_each(libc::AF_INET as u8, states, ports, each)?;
-        self.for_each(libc::AF_INET6 as u8, states, ports, each)
+        self.for_each(libc::AF_INET as u8, states, ports, None, each)?;
+        self.for_each(libc::AF_INET6 as u8, states, ports, None, each)
     }
 
     /// The sockets `for_each` would hand over, kept (tests).
     #[cfg(test)]
     pub fn dump(&self, family: u8, states: u32, ports: &[u16]) -> io::Result<Vec<DiagSocket>> {
         let mut out = Vec::new();
-        self.for_each(family, states, ports, &mut |s| out.push(s))?;
+        self.for_each(family, states, ports, None, &mut |s| out.push(s))?;
         Ok(out)
     }
 
@@ -151,11 +173,13 @@ impl SockDiag {
 }
 
 /// A dump request: struct nlmsghdr + struct inet_diag_req_v2 (+ a bytecode filter that
-/// accepts a socket whose local port is one of `ports`).
-fn request(family: u8, states: u32, ports: &[u16]) -> Vec<u8> {
+/// accepts a socket whose local port is one of `ports`, + the socket-storage map whose
+/// values to hand over, by its descriptor in the agent).
+fn request(family: u8, states: u32, ports: &[u16], storage: Option<u32>) -> Vec<u8> {
     let bytecode = port_filter(ports);
     let attr_len = if bytecode.is_empty() { 0 } else { 4 + bytecode.len() };
-    let len = NLMSG_HDR + REQ_LEN + attr_len;
+    let storage_len = if storage.is_some() { 4 + 8 } else { 0 };
+    let len = NLMSG_HDR + REQ_LEN + attr_len + storage_len;
     let mut m = Vec::with_capacity(len);
     m.extend_from_slice(&(len as u32).to_ne_bytes());
     m.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
@@ -169,6 +193,13 @@ fn request(family: u8, states: u32, ports: &[u16]) -> Vec<u8> {
         m.extend_from_slice(&(attr_len as u16).to_ne_bytes());
         m.extend_from_slice(&INET_DIAG_REQ_BYTECODE.to_ne_bytes());
         m.extend_from_slice(&bytecode);
+    }
+    if let Some(fd) = storage {
+        m.extend_from_slice(&(storage_len as u16).to_ne_bytes());
+        m.extend_from_slice(&(INET_DIAG_REQ_SK_BPF_STORAGES | NLA_F_NESTED).to_ne_bytes());
+        m.extend_from_slice(&8u16.to_ne_bytes());
+        m.extend_from_slice(&SK_DIAG_BPF_STORAGE_REQ_MAP_FD.to_ne_bytes());
+        m.extend_from_slice(&fd.to_ne_bytes());
     }
     m
 }
@@ -217,22 +248,34 @@ fn address(family: u8, raw: &[u8]) -> IpAddr {
     }
 }
 
-/// The cgroup id among a socket's attributes (struct rtattr: length, type, 4-byte aligned),
-/// 0 if none.
-fn cgroup_attr(mut attrs: &[u8]) -> u64 {
+/// The payload of the first attribute of type `want` among `attrs` (struct rtattr/nlattr:
+/// length, type, 4-byte aligned; the nested and byte-order flags ignored).
+fn attr(mut attrs: &[u8], want: u16) -> Option<&[u8]> {
     while attrs.len() >= 4 {
-        let (len, kind) = (u16_ne(attrs, 0) as usize, u16_ne(attrs, 2));
+        let (len, kind) = (u16_ne(attrs, 0) as usize, u16_ne(attrs, 2) & NLA_TYPE_MASK);
         if len < 4 || len > attrs.len() {
             break;
         }
-        if kind == INET_DIAG_CGROUP_ID && len >= 12 {
-            let mut v = [0u8; 8];
-            v.copy_from_slice(&attrs[4..12]);
-            return u64::from_ne_bytes(v);
+        if kind == want {
+            return Some(&attrs[4..len]);
         }
         attrs = attrs.get((len + 3) & !3..).unwrap_or_default();
     }
-    0
+    None
+}
+
+/// The cgroup id among a socket's attributes, 0 if none.
+fn cgroup_attr(attrs: &[u8]) -> u64 {
+    attr(attrs, INET_DIAG_CGROUP_ID)
+        .and_then(|v| v.get(..8))
+        .map_or(0, |v| u64::from_ne_bytes(v.try_into().unwrap_or_default()))
+}
+
+/// The socket's value in the one socket-storage map the dump asked for, if it has one.
+fn storage_attr(attrs: &[u8]) -> Option<Box<[u8]>> {
+    let all = attr(attrs, INET_DIAG_SK_BPF_STORAGES)?;
+    let one = attr(all, SK_DIAG_BPF_STORAGE)?;
+    attr(one, SK_DIAG_BPF_STORAGE_MAP_VALUE).map(Box::from)
 }
 
 /// Parses one datagram of a dump, each socket to `out`; true once the dump is complete.
@@ -268,6 +311,7 @@ fn parse(mut buf: &[u8], family: u8, out: &mut dyn FnMut(DiagSocket)) -> io::Res
                     remote: address(f, &body[24..40]),
                     inode: u32_ne(body, 68),
                     cgroup: cgroup_attr(&body[MSG_LEN..]),
+                    storage: storage_attr(&body[MSG_LEN..]),
                 });
             }
             _ => {}
@@ -283,6 +327,41 @@ fn parse(mut buf: &[u8], family: u8, out: &mut dyn FnMut(DiagSocket)) -> io::Res
 mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
+
+    fn nla(kind: u16, payload: &[u8]) -> Vec<u8> {
+        let mut a = Vec::new();
+        a.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
+        a.extend_from_slice(&kind.to_ne_bytes());
+        a.extend_from_slice(payload);
+        a.resize((a.len() + 3) & !3, 0);
+        a
+    }
+
+    /// A socket's attributes as the kernel lays them out (bpf_sk_storage_diag_put): the
+    /// cgroup id, then the storages, nested twice, the map's id, a pad attribute that aligns
+    /// the value to 8 bytes, and the value.
+    #[test]
+    fn storage_and_cgroup_attributes() {
+        let value: Vec<u8> = (1..=20).collect();
+        let mut one = nla(2, &7u32.to_ne_bytes()); // SK_DIAG_BPF_STORAGE_MAP_ID
+        one.extend(nla(1, &[])); // SK_DIAG_BPF_STORAGE_PAD
+        one.extend(nla(SK_DIAG_BPF_STORAGE_MAP_VALUE, &value));
+        let stg = nla(SK_DIAG_BPF_STORAGE | NLA_F_NESTED, &one);
+        let mut attrs = nla(INET_DIAG_CGROUP_ID, &42u64.to_ne_bytes());
+        attrs.extend(nla(INET_DIAG_SK_BPF_STORAGES | NLA_F_NESTED, &stg));
+        assert_eq!(cgroup_attr(&attrs), 42);
+        assert_eq!(storage_attr(&attrs).as_deref(), Some(&value[..]));
+        // none, or cut short: nothing, no panic
+        assert_eq!(storage_attr(&attrs[..12]), None);
+        assert_eq!(storage_attr(&attrs[..attrs.len() - 8]), None);
+        assert_eq!(cgroup_attr(&[]), 0);
+        // the request carries the map's descriptor, nested
+        let req = request(libc::AF_INET as u8, 1 << TCP_ESTABLISHED, &[], Some(9));
+        assert_eq!(u32_ne(&req, 0) as usize, req.len());
+        let tail = &req[NLMSG_HDR + REQ_LEN..];
+        let maps = attr(tail, INET_DIAG_REQ_SK_BPF_STORAGES).unwrap();
+        assert_eq!(attr(maps, SK_DIAG_BPF_STORAGE_REQ_MAP_FD), Some(&9u32.to_ne_bytes()[..]));
+    }
 
     #[test]
     fn filter_layout() {

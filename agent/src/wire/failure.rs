@@ -142,7 +142,7 @@ impl Failure {
             Some(conn_by::Client) => Failure::new(By::Client, Reason::Closed),
             Some(conn_by::Reset) => Failure::new(By::Client, Reason::Reset),
             Some(conn_by::Server) => Failure::new(By::Server, Reason::Closed),
-            None => Failure::new(By::Server, Reason::Unknown),
+            Some(conn_by::Unknown) | None => Failure::new(By::Server, Reason::Unknown),
         }
     }
 
