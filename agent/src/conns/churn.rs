@@ -372,7 +372,7 @@ impl Churn {
             self.ended_n(&comm, key.port, ClosedBy::Unknown, false, n);
         }
         bounds::count(&self.metrics, "reconciled_connections", self.unseen.overflowed());
-        let store = match &self.store {
+        let mut store = match &self.store {
             Some(Some(fd)) if self.unseen.any() => fd.try_clone().ok(),
             _ => None,
         };
@@ -454,7 +454,18 @@ impl Churn {
                     d.for_each(family as u8, states, ports, store.as_ref().map(|f| f.as_fd()), &mut each)
                 });
             if let Err(e) = dumped {
-                log::debug!("sock_diag dump in namespace {netns} failed: {e}");
+                let refused = matches!(e.raw_os_error(), Some(libc::EPERM | libc::EINVAL | libc::EOPNOTSUPP));
+                if store.is_some() && refused {
+                    // a kernel that will not hand over socket storage: the TIME_WAIT readings
+                    // go on without it, from the next
+                    log::warn!(
+                        "sock_diag refused the connections' state ({e}): connection ends the kernel                          never reports are not looked for"
+                    );
+                    self.store = Some(None);
+                    store = None;
+                } else {
+                    log::debug!("sock_diag dump in namespace {netns} failed: {e}");
+                }
                 continue;
             }
             if store.is_some() {
