@@ -178,24 +178,26 @@ impl Churn {
     }
 
     fn ended(&mut self, comm: &str, port: u16, closed_by: ClosedBy, time_wait: bool) {
-        self.ended_n(comm, port, closed_by, time_wait, 1);
+        self.closed(comm, port, closed_by, 1);
+        if time_wait {
+            let m = &self.metrics;
+            let find = |comm: &str, port| m.time_wait.get_or_create(&port_labels(comm, port)).clone();
+            self.series.time_wait.get(comm, port, find).inc();
+        }
     }
 
-    fn ended_n(&mut self, comm: &str, port: u16, closed_by: ClosedBy, time_wait: bool, n: u64) {
+    /// `n` connections of `port` ended, closed by `closed_by`.
+    fn closed(&mut self, comm: &str, port: u16, closed_by: ClosedBy, n: u64) {
         let m = &self.metrics;
-        self.series.closed.get(comm, (port, closed_by.label()), |comm, (port, by)| {
+        let find = |comm: &str, (port, by): (u16, &str)| {
             let labels = ClosedByLabels {
                 comm: comm.into(),
                 port: port.to_string(),
                 closed_by: by.into(),
             };
             m.connections.get_or_create(&labels).clone()
-        })
-            .inc_by(n);
-        if time_wait {
-            let find = |comm: &str, port| m.time_wait.get_or_create(&port_labels(comm, port)).clone();
-            self.series.time_wait.get(comm, port, find).inc_by(n);
-        }
+        };
+        self.series.closed.get(comm, (port, closed_by.label()), find).inc_by(n);
     }
 
     /// A connection's full socket closed.
@@ -369,11 +371,12 @@ impl Churn {
                 key.port,
                 key.netns
             );
-            self.ended_n(&comm, key.port, ClosedBy::Unknown, false, n);
+            self.closed(&comm, key.port, ClosedBy::Unknown, n);
         }
         bounds::count(&self.metrics, "reconciled_connections", self.unseen.overflowed());
-        let mut store = match &self.store {
-            Some(Some(fd)) if self.unseen.any() => fd.try_clone().ok(),
+        // taken out for the dumps (they borrow self), put back after them
+        let mut store = match self.store.as_mut() {
+            Some(slot) if self.unseen.any() => slot.take(),
             _ => None,
         };
         for (&netns, (path, ports)) in namespaces {
@@ -459,7 +462,8 @@ impl Churn {
                     // a kernel that will not hand over socket storage: the TIME_WAIT readings
                     // go on without it, from the next
                     log::warn!(
-                        "sock_diag refused the connections' state ({e}): connection ends the kernel                          never reports are not looked for"
+                        "sock_diag refused the connections' state ({e}): connection ends the kernel \
+                         never reports are not looked for"
                     );
                     self.store = Some(None);
                     store = None;
@@ -475,6 +479,9 @@ impl Churn {
             for (p, (_, n)) in watched {
                 *per_port.entry(p).or_default() += n;
             }
+        }
+        if let (Some(fd), Some(slot)) = (store, self.store.as_mut()) {
+            *slot = Some(fd);
         }
         for (port, n) in &per_port {
             self.metrics

@@ -183,9 +183,9 @@ impl Unseen {
         for (key, l) in self.ports.iter_mut().filter(|(k, _)| k.netns == netns) {
             let cut = l.reading;
             let (at, _) = cut;
-            let (before, after): (Vec<u64>, Vec<u64>) = l.later.iter().partition(|s| **s <= at);
-            l.ended += before.len() as u64;
-            l.later = after;
+            let held = l.later.len();
+            l.later.retain(|s| *s > at);
+            l.ended += (held - l.later.len()) as u64;
             l.open.clear();
             let mine = by_port.get(&key.port).map_or(&[][..], Vec::as_slice);
             l.open.extend(mine.iter().filter(|o| o.start_ns > l.base && o.start_ns <= at).map(|o| o.id));
