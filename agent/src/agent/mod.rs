@@ -196,7 +196,7 @@ impl Agent {
                     self.kernel.needs_reads(n.parent);
                 }
                 self.targets
-                    .on_fork(n.pid, &name, &mut self.kernel, &mut self.profiler, &self.metrics)
+                    .on_fork(n.pid, n.parent, &name, &mut self.kernel, &mut self.profiler, &self.metrics)
             }
             proc_ev::Exec => self
                 .targets

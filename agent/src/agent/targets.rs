@@ -94,6 +94,26 @@ fn estimated(pid: u32, comm: &str, what: &str, why: NoProbes) -> String {
     )
 }
 
+/// What a process that is no longer traced leaves for its events still on their way: the
+/// name they are counted under, and when its probes' window began and when they were first
+/// attached (0: it had none), which say how its last handshakes were timed (handshakes.rs).
+/// A process started per connection often exits before its handshake's last events are read.
+struct Ended {
+    name: String,
+    window_start_ns: u64,
+    first_ns: u64,
+}
+
+impl Ended {
+    fn named(name: String) -> Self {
+        Ended {
+            name,
+            window_start_ns: 0,
+            first_ns: 0,
+        }
+    }
+}
+
 pub struct Targets {
     /// Which processes are traced: --pid, --comm and their descendants (none: every process
     /// found by what its connections carry).
@@ -107,8 +127,8 @@ pub struct Targets {
     watched: HashMap<u32, Watched>,
     /// Their handshake probes: what to attach, from what their files offer, and why none.
     prober: Prober,
-    /// Names of processes that exited lately, for events that arrive after the exit.
-    recent_exits: Recent<u32, String>,
+    /// Processes that exited lately, for events that arrive after the exit.
+    recent_exits: Recent<u32, Ended>,
     /// Every process name attached so far: its gauges go to 0, not away, when the last goes.
     ever_attached: BTreeSet<String>,
     /// Processes forgotten since the kernel maps were last swept.
@@ -249,7 +269,7 @@ impl Targets {
             if self.watched.get(&pid).is_some_and(|w| w.vsize == st.vsize) {
                 continue;
             }
-            self.examine(pid, st.clone(), k, prof, m);
+            self.examine(pid, st.clone(), None, k, prof, m);
         }
         self.early_exits.say(Instant::now());
         self.export_dropped(m);
@@ -271,10 +291,10 @@ impl Targets {
             // one, whose TLS library came with that first handshake) keeps its estimate, even
             // where the process is gone before its probes are attached.
             log::debug!("{pid} ({}) maps a TLS library now: attaching again", st.comm);
-            let Some(name) = self.untrack(pid, k, prof) else { return };
-            self.examine(pid, st.clone(), k, prof, m);
+            let Some(ended) = self.untrack(pid, k, prof) else { return };
+            self.examine(pid, st.clone(), None, k, prof, m);
             if !self.traced.contains_key(&pid) {
-                self.gone(pid, name, k); // gone meanwhile
+                self.gone(pid, ended, k); // gone meanwhile
             }
         }
     }
@@ -288,11 +308,23 @@ impl Targets {
     /// A traced process forked (the kernel traces the child from its fork: bpf/proc.bpf.h):
     /// the child is attached at once if it is selected (nginx -s reload, a PostgreSQL
     /// backend), else the kernel forgets it. Returns whether it was attached.
-    pub fn on_fork(&mut self, pid: u32, name: &str, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
+    /// The child runs its parent's program: it goes by its parent's name (a PostgreSQL
+    /// backend rewrites its argv, which process_name would read), else by `comm`.
+    pub fn on_fork(
+        &mut self,
+        pid: u32,
+        parent: u32,
+        comm: &str,
+        k: &mut Kernel,
+        prof: &mut Profiler,
+        m: &Metrics,
+    ) -> bool {
         if self.traced.contains_key(&pid) {
             return false;
         }
-        let attached = self.examine_new(pid, name, k, prof, m);
+        let inherited = self.traced_name(parent).map(str::to_string);
+        let name = inherited.clone().unwrap_or_else(|| comm.to_string());
+        let attached = self.examine_new(pid, &name, inherited, k, prof, m);
         if !attached {
             self.exited.push(pid); // the kernel's entry goes at the next sweep
         }
@@ -304,10 +336,10 @@ impl Targets {
     /// Examined afresh at once; the kernel forgets it if it is not traced after all.
     pub fn on_exec(&mut self, pid: u32, name: &str, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
         if let Some(old) = self.untrack(pid, k, prof) {
-            log::debug!("{pid} ({old}) executed a new program: examined again");
+            log::debug!("{pid} ({}) executed a new program: examined again", old.name);
         }
         self.watched.remove(&pid);
-        let attached = self.examine_new(pid, name, k, prof, m);
+        let attached = self.examine_new(pid, name, None, k, prof, m);
         if !attached {
             self.exited.push(pid);
         }
@@ -333,7 +365,7 @@ impl Targets {
             self.found.insert(pid, port);
         }
         self.watched.remove(&pid);
-        let attached = self.examine_new(pid, name, k, prof, m);
+        let attached = self.examine_new(pid, name, None, k, prof, m);
         if !attached {
             self.found.remove(&pid);
             self.exited.push(pid);
@@ -344,9 +376,18 @@ impl Targets {
     /// A process the kernel reported (fork, exec; `name`: its comm then): examined if
     /// selected. Whether it is traced now. One gone already is remembered by that name: its
     /// connections' events, still on their way, are its.
-    fn examine_new(&mut self, pid: u32, name: &str, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
+    /// `given`: the name it goes by (a forked child's, its parent's), else read now.
+    fn examine_new(
+        &mut self,
+        pid: u32,
+        name: &str,
+        given: Option<String>,
+        k: &mut Kernel,
+        prof: &mut Profiler,
+        m: &Metrics,
+    ) -> bool {
         let Ok(st) = procfs::stat(pid) else {
-            self.remember_exit(pid, name.to_string());
+            self.remember_exit(pid, Ended::named(name.to_string()));
             return false;
         };
         // The ancestry the selector walks: the child's stat is in hand, its ancestors' are read.
@@ -361,7 +402,7 @@ impl Targets {
         if !self.selector.selects(pid, &st.comm, parent_of) {
             return false;
         }
-        self.examine(pid, st, k, prof, m);
+        self.examine(pid, st, given, k, prof, m);
         self.export_dropped(m);
         self.traced.contains_key(&pid)
     }
@@ -378,20 +419,28 @@ impl Targets {
     }
 
     /// Attaches to a selected process if it carries a TLS stack, else watches it.
-    fn examine(&mut self, pid: u32, st: ProcStat, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) {
+    fn examine(
+        &mut self,
+        pid: u32,
+        st: ProcStat,
+        given: Option<String>,
+        k: &mut Kernel,
+        prof: &mut Profiler,
+        m: &Metrics,
+    ) {
         if !self.room_to_trace(pid, &st.comm) {
             return;
         }
         // Named now, beside the comm just read: attaching takes a while, and a process that
         // renames itself meanwhile would be named from two different moments.
-        let name = procfs::process_name(pid, &st.comm);
+        let name = given.unwrap_or_else(|| procfs::process_name(pid, &st.comm));
         // The process's memory map, read once for everything that looks at it here.
         let maps = maps::read(&pid.to_string());
         if maps.as_ref().is_ok_and(String::is_empty) || (maps.is_err() && procfs::exited(pid, st.start_time)) {
             // a process per connection that has let go of its memory (exiting: an empty map
             // is read before it is a zombie) or is gone: its events on their way are still
             // its, not `unknown`, and it is not watched for a map that will not grow
-            self.exited_early(pid, name);
+            self.exited_early(pid, Ended::named(name));
             return;
         }
         let maps = maps.unwrap_or_else(|e| {
@@ -401,7 +450,7 @@ impl Targets {
         let (planned, why_none) = self.prober.plan(pid, &st.comm, &maps);
         if matches!(why_none, Some((NoProbes::FileUnreadable, _))) && procfs::exited(pid, st.start_time) {
             // a process per connection, gone while its files were read: not a failure
-            self.exited_early(pid, name);
+            self.exited_early(pid, Ended::named(name));
             return;
         }
         let Some(mut planned) = planned else {
@@ -451,8 +500,15 @@ impl Targets {
         };
         self.watched.remove(&pid);
         let mut lines = std::mem::take(&mut planned.lines);
+        let attaching_ns = crate::clock::ktime_ns();
         let Some(probing) = self.prober.attach(k, pid, &name, &st, planned, m) else {
-            self.exited_early(pid, name);
+            // gone while its probes were attached: some may have timed a call meanwhile
+            let ended = Ended {
+                name,
+                window_start_ns: attaching_ns,
+                first_ns: attaching_ns,
+            };
+            self.exited_early(pid, ended);
             return;
         };
         if let Some(why) = probing.why_none() {
@@ -466,9 +522,9 @@ impl Targets {
 
     /// A process that exited while it was being attached: counted (said once a minute),
     /// named for its events still on their way, its kernel entries swept.
-    fn exited_early(&mut self, pid: u32, name: String) {
+    fn exited_early(&mut self, pid: u32, ended: Ended) {
         self.early_exits.add();
-        self.remember_exit(pid, name);
+        self.remember_exit(pid, ended);
         self.exited.push(pid);
     }
 
@@ -516,25 +572,31 @@ impl Targets {
 
     fn forget(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) {
         self.found.remove(&pid);
-        if let Some(name) = self.untrack(pid, k, prof) {
-            log::debug!("forgetting {pid} ({name})");
-            self.gone(pid, name, k);
+        if let Some(ended) = self.untrack(pid, k, prof) {
+            log::debug!("forgetting {pid} ({})", ended.name);
+            self.gone(pid, ended, k);
         }
     }
 
     /// Stops following a traced process here (its probes released, its CPU split ended)
     /// and returns its name; the kernel goes on tracing it until it is swept.
-    fn untrack(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) -> Option<String> {
+    fn untrack(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) -> Option<Ended> {
         let t = self.traced.remove(&pid)?;
+        let probes = t.probing.probes();
+        let ended = Ended {
+            window_start_ns: probes.map_or(0, Probes::window_start_ns),
+            first_ns: probes.map_or(0, Probes::first_ns),
+            name: t.name,
+        };
         t.probing.release(pid, k);
         prof.remove(pid, k.oncpu_ns(pid));
-        Some(t.name)
+        Some(ended)
     }
 
     /// A process no longer traced: named for its last events, and swept from the kernel's
     /// maps with the next exits (at once past MAX_UNSWEPT).
-    fn gone(&mut self, pid: u32, name: String, k: &mut Kernel) {
-        self.remember_exit(pid, name);
+    fn gone(&mut self, pid: u32, ended: Ended, k: &mut Kernel) {
+        self.remember_exit(pid, ended);
         self.exited.push(pid);
         if self.exited.len() >= MAX_UNSWEPT {
             k.sweep(&std::mem::take(&mut self.exited));
@@ -561,8 +623,8 @@ impl Targets {
     }
 
     /// The name of a process that exited, kept within MAX_RECENT_EXITS.
-    fn remember_exit(&mut self, pid: u32, name: String) {
-        if !self.recent_exits.insert(pid, name) {
+    fn remember_exit(&mut self, pid: u32, ended: Ended) {
+        if !self.recent_exits.insert(pid, ended) {
             self.dropped.add("recent_exits", 1);
         }
     }
@@ -620,7 +682,7 @@ impl Targets {
     /// The name of a process traced now or lately (None for any other).
     pub fn known_name(&self, pid: u32) -> Option<&str> {
         self.traced_name(pid)
-            .or_else(|| self.recent_exits.get(&pid).map(String::as_str))
+            .or_else(|| self.recent_exits.get(&pid).map(|e| e.name.as_str()))
     }
 
     pub fn named(&self) -> impl Iterator<Item = (u32, &str)> {
@@ -661,8 +723,8 @@ impl ProcInfo for Targets {
         if let Some(t) = self.traced.get(&tgid) {
             return Cow::Borrowed(&t.name);
         }
-        if let Some(c) = self.recent_exits.get(&tgid) {
-            return Cow::Borrowed(c);
+        if let Some(e) = self.recent_exits.get(&tgid) {
+            return Cow::Borrowed(&e.name);
         }
         procfs::stat(tgid)
             .map_or_else(|_| "unknown".into(), |s| procfs::process_name(tgid, &s.comm).into())
@@ -673,17 +735,17 @@ impl ProcInfo for Targets {
     }
 
     fn window_start_ns(&self, tgid: u32) -> u64 {
-        self.traced
-            .get(&tgid)
-            .and_then(|t| t.probing.probes())
-            .map_or(0, Probes::window_start_ns)
+        match self.traced.get(&tgid) {
+            Some(t) => t.probing.probes().map_or(0, Probes::window_start_ns),
+            None => self.recent_exits.get(&tgid).map_or(0, |e| e.window_start_ns),
+        }
     }
 
     fn probed_since_ns(&self, tgid: u32) -> u64 {
-        self.traced
-            .get(&tgid)
-            .and_then(|t| t.probing.probes())
-            .map_or(0, Probes::first_ns)
+        match self.traced.get(&tgid) {
+            Some(t) => t.probing.probes().map_or(0, Probes::first_ns),
+            None => self.recent_exits.get(&tgid).map_or(0, |e| e.first_ns),
+        }
     }
 
     fn judged_window(&self, tgid: u32) -> Option<u64> {
@@ -717,6 +779,29 @@ mod tests {
         }
     }
 
+    /// A process started per connection exits before its handshake's last events are read:
+    /// they are judged by the probes' window it had, not as a process that never had probes.
+    #[test]
+    fn an_exited_process_keeps_its_name_and_probes_window() {
+        let mut t = targets();
+        let pid = 4242;
+        assert_eq!((t.window_start_ns(pid), t.probed_since_ns(pid), t.known(pid)), (0, 0, false));
+        t.remember_exit(
+            pid,
+            Ended {
+                name: "postgres".into(),
+                window_start_ns: 900,
+                first_ns: 700,
+            },
+        );
+        assert_eq!((t.window_start_ns(pid), t.probed_since_ns(pid)), (900, 700));
+        assert_eq!((t.name(pid), t.known_name(pid)), ("postgres".into(), Some("postgres")));
+        t.age_recent_exits();
+        assert_eq!(t.window_start_ns(pid), 900, "kept one to two minutes");
+        t.age_recent_exits();
+        assert_eq!((t.window_start_ns(pid), t.probed_since_ns(pid), t.known(pid)), (0, 0, false));
+    }
+
     #[test]
     fn tables_of_processes_are_bounded() {
         let mut t = targets();
@@ -735,7 +820,7 @@ mod tests {
             );
         }
         for pid in 0..MAX_RECENT_EXITS as u32 + 4 {
-            t.remember_exit(pid, "nginx".into());
+            t.remember_exit(pid, Ended::named("nginx".into()));
         }
         for i in 0..MAX_NAMES + 5 {
             assert!(t.first_attach(&format!("name{i}")));
