@@ -104,7 +104,11 @@ impl Prober {
     /// a failure), whatever was attached released. Each failure is counted
     /// (tlsprof_attach_failures_total), the first said once, and with --strict kept to end
     /// the run (re-attaching in a later cycle may race the process's exit: that is only
-    /// logged).
+    /// logged). A file that vanished from the process's memory while its probes were
+    /// attached (its dynamic loader still mapping the library: a process examined right
+    /// after its exec, as Postfix's smtpd is) is planned and attached once more, from the
+    /// map as it is then: attached in part, a handshake call whose return probe is missing
+    /// never ends, and its process's handshakes had no CPU figure.
     pub fn attach(
         &mut self,
         k: &mut Kernel,
@@ -114,44 +118,59 @@ impl Prober {
         planned: Planned,
         m: &Metrics,
     ) -> Option<Probing> {
-        let Planned { plan, stepped, .. } = planned;
-        let duty = self.overhead_budget.map(|b| Duty::new(b, Instant::now(), 0.0));
-        let mut refused = None;
-        let mut exited_first = false;
-        let (strict, fatal) = (self.strict, &mut self.fatal);
-        let probes = Probes::attach(k, pid, plan, stepped, duty, |prog, e| {
-            // a process started per connection may be gone already: not a failure
-            if procfs::exited(pid, st.start_time) {
-                exited_first = true;
-                return;
-            }
-            m.attach_failures
-                .get_or_create(&ProbeLabels { probe: prog.into() })
-                .inc();
-            if strict {
-                fatal.get_or_insert(format!("{pid} ({}): {e:#}", st.comm));
-            }
-            refused.get_or_insert(format!("{e:#}"));
-        });
-        if exited_first {
-            if let Some(p) = probes {
-                Probing::Probes(Box::new(p)).release(pid, k);
-            }
-            return None;
-        }
-        Some(match (probes, refused) {
-            (Some(p), refused) => {
-                if let Some(e) = refused {
-                    log::warn!("{pid} ({}): some handshake probes refused: {e}", st.comm);
+        let mut planned = planned;
+        let mut again = true;
+        loop {
+            let Planned { plan, stepped, .. } = planned;
+            let duty = self.overhead_budget.map(|b| Duty::new(b, Instant::now(), 0.0));
+            let mut failed: Vec<(&'static str, anyhow::Error)> = Vec::new();
+            let probes = Probes::attach(k, pid, plan, stepped, duty, |prog, e| failed.push((prog, e)));
+            // a process started per connection may be gone already, or exiting (ESRCH while
+            // its /proc entry still reads as running): not a failure
+            let exiting = failed.iter().any(|(_, e)| errno(e) == Some(libc::ESRCH));
+            if !failed.is_empty() && (exiting || procfs::exited(pid, st.start_time)) {
+                if let Some(p) = probes {
+                    Probing::Probes(Box::new(p)).release(pid, k);
                 }
-                Probing::Probes(Box::new(p))
+                return None;
             }
-            (None, refused) => {
-                let e = refused.unwrap_or_default();
-                self.said.say(pid, name, NoProbes::AttachRefused, &e);
-                Probing::Without(NoProbes::AttachRefused)
+            if again && failed.iter().any(|(_, e)| errno(e) == Some(libc::ENOENT)) {
+                again = false;
+                if let Some(p) = probes {
+                    Probing::Probes(Box::new(p)).release(pid, k);
+                }
+                let maps = crate::discovery::maps::read(&pid.to_string()).unwrap_or_default();
+                if let (Some(p), _) = self.plan(pid, &st.comm, &maps) {
+                    log::debug!("{pid} ({}): a library's mapping changed while attached: once more", st.comm);
+                    planned = p;
+                    continue;
+                }
+                return None; // its library gone from its memory: exiting, or exec'd again
             }
-        })
+            let mut refused = None;
+            for (prog, e) in failed {
+                m.attach_failures
+                    .get_or_create(&ProbeLabels { probe: prog.into() })
+                    .inc();
+                if self.strict {
+                    self.fatal.get_or_insert(format!("{pid} ({}): {e:#}", st.comm));
+                }
+                refused.get_or_insert(format!("{e:#}"));
+            }
+            return Some(match (probes, refused) {
+                (Some(p), refused) => {
+                    if let Some(e) = refused {
+                        log::warn!("{pid} ({}): some handshake probes refused: {e}", st.comm);
+                    }
+                    Probing::Probes(Box::new(p))
+                }
+                (None, refused) => {
+                    let e = refused.unwrap_or_default();
+                    self.said.say(pid, name, NoProbes::AttachRefused, &e);
+                    Probing::Without(NoProbes::AttachRefused)
+                }
+            });
+        }
     }
 
     /// Says why a process has no probes (or, UnseenByProbes, why they miss its
@@ -169,4 +188,11 @@ impl Prober {
     pub fn take_dropped(&self, dropped: &mut Dropped) {
         self.files.take_dropped(dropped);
     }
+}
+
+/// The system's error an attach failed with (ENOENT: the file it named is no longer in the
+/// process's memory, its mapping changed under the attach; ESRCH: the process is exiting).
+fn errno(e: &anyhow::Error) -> Option<i32> {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<std::io::Error>()?.raw_os_error())
 }
