@@ -195,8 +195,14 @@ impl Agent {
                 if self.targets.traced_name(n.parent).is_some() {
                     self.kernel.needs_reads(n.parent);
                 }
-                self.targets
-                    .on_fork(n.pid, n.parent, &name, &mut self.kernel, &mut self.profiler, &self.metrics)
+                self.targets.on_fork(
+                    n.pid,
+                    n.parent,
+                    &name,
+                    &mut self.kernel,
+                    &mut self.profiler,
+                    &self.metrics,
+                )
             }
             proc_ev::Exec => self
                 .targets

@@ -579,7 +579,8 @@ impl Targets {
     }
 
     /// Stops following a traced process here (its probes released, its CPU split ended)
-    /// and returns its name; the kernel goes on tracing it until it is swept.
+    /// and returns what it leaves for its late events (Ended); the kernel goes on tracing
+    /// it until it is swept.
     fn untrack(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) -> Option<Ended> {
         let t = self.traced.remove(&pid)?;
         let probes = t.probing.probes();

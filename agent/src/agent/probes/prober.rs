@@ -141,7 +141,10 @@ impl Prober {
                 }
                 let maps = crate::discovery::maps::read(&pid.to_string()).unwrap_or_default();
                 if let (Some(p), _) = self.plan(pid, &st.comm, &maps) {
-                    log::debug!("{pid} ({}): a library's mapping changed while attached: once more", st.comm);
+                    log::debug!(
+                        "{pid} ({}): a library's mapping changed while attached: once more",
+                        st.comm
+                    );
                     planned = p;
                     continue;
                 }
