@@ -80,7 +80,7 @@ static __always_inline void req_accepted(struct req_conn *r, __u32 slot, __u32 m
 static __always_inline __u32 req_count(const struct conn_state *c);
 static __always_inline void req_sent(struct conn_state *c, __u32 copied);
 static __always_inline void req_handshake_over(struct conn_state *c, bool tls, __u32 mark, __u32 tail, __u32 copied);
-static __always_inline void req_process_started(void);
+static __always_inline __u32 req_process_started(void);
 static __always_inline void req_tls_starts(void);
 
 /* wire.bpf.h: the capture of the server's handshake output (conn_state.wire) */

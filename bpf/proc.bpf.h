@@ -36,7 +36,7 @@ static __always_inline struct proc_traced *proc_of(__u32 tgid)
 	return bpf_map_lookup_elem(&traced, &tgid);
 }
 
-static __always_inline void proc_notify(__u32 kind, __u32 pid, __u32 parent)
+static __always_inline void proc_notify(__u32 kind, __u32 pid, __u32 parent, __u32 seq)
 {
 	struct proc_notice *e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
 	if (!e) {
@@ -46,7 +46,7 @@ static __always_inline void proc_notify(__u32 kind, __u32 pid, __u32 parent)
 	e->kind = kind;
 	e->pid = pid;
 	e->parent = parent;
-	e->pad = 0;
+	e->seq = seq;
 	/* the current task: the parent at fork (the child has its name), the process at exec
 	 * (its new name) and at exit */
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
@@ -82,7 +82,7 @@ static __always_inline bool proc_listened(__u16 port)
 	struct proc_traced *p = proc_of(tgid);
 	if (!p || p->exited)
 		return false;
-	proc_notify(PROC_EV_LISTEN, tgid, port);
+	proc_notify(PROC_EV_LISTEN, tgid, port, 0);
 	return true;
 }
 
@@ -93,7 +93,7 @@ static __always_inline void proc_found(__u32 tgid, __u16 port)
 	if (!proc_find || proc_of(tgid))
 		return;
 	proc_trace_now(tgid);
-	proc_notify(PROC_EV_FOUND, tgid, port);
+	proc_notify(PROC_EV_FOUND, tgid, port, 0);
 }
 
 SEC("tp_btf/sched_process_fork")
@@ -107,8 +107,7 @@ int BPF_PROG(proc_fork, struct task_struct *parent, struct task_struct *child)
 	struct proc_traced *p = proc_of(ptgid);
 	if (p && !p->exited) {
 		proc_trace_now(ctgid);
-		req_process_started();
-		proc_notify(PROC_EV_FORK, ctgid, ptgid);
+		proc_notify(PROC_EV_FORK, ctgid, ptgid, req_process_started());
 	}
 	return 0;
 }
@@ -125,15 +124,18 @@ int BPF_PROG(proc_exec, struct task_struct *task, pid_t old_pid, struct linux_bi
 		if (p->exited)
 			return 0;
 		p->estimate = 1;
+		p->exec_ns = bpf_ktime_get_ns();
 	} else {
 		struct proc_comm key = {};
 		bpf_get_current_comm(key.name, sizeof(key.name));
 		if (!bpf_map_lookup_elem(&proc_comms, &key))
 			return 0;
 		proc_trace_now(tgid);
+		p = proc_of(tgid);
+		if (p)
+			p->exec_ns = bpf_ktime_get_ns();
 	}
-	req_process_started();
-	proc_notify(PROC_EV_EXEC, tgid, 0);
+	proc_notify(PROC_EV_EXEC, tgid, 0, req_process_started());
 	return 0;
 }
 
@@ -151,7 +153,7 @@ int BPF_PROG(proc_exit, struct task_struct *task)
 	struct proc_traced *p = proc_of(tgid);
 	if (p && !p->exited) {
 		p->exited = 1;
-		proc_notify(PROC_EV_EXIT, tgid, 0);
+		proc_notify(PROC_EV_EXIT, tgid, 0, 0);
 	}
 	return 0;
 }

@@ -41,6 +41,9 @@ struct proc_traced {
 	__u64 probed_ns; /* when its probes were attached (bpf_ktime_get_ns): a connection
 			  * accepted before is estimated all the same (the probes came in the
 			  * middle of it: a process forked or executed per connection) */
+	__u64 exec_ns;   /* when it last executed a program (bpf_ktime_get_ns), 0 if not since
+			  * traced: the agent tells an exec it examined the process after from a
+			  * new one */
 };
 
 /* Key of proc_comms: a program's name as the kernel keeps it (task comm, NUL-padded). */
@@ -52,7 +55,8 @@ struct proc_notice {
 	__u32 kind;   /* PROC_EV_* */
 	__u32 pid;    /* the new child (fork), the process (exec), or the exiting one (exit) */
 	__u32 parent; /* the traced parent (fork), 0 otherwise */
-	__u32 pad;
+	__u32 seq;    /* fork, exec: the process starts counted when it was sent (requests.bpf.h
+		       * req_starts), which the agent acknowledges once it has read it; else 0 */
 	__u8 comm[16]; /* its name (task comm): the child's at fork is its parent's; the new
 			* program's at exec; named so, a process gone before the agent read /proc */
 };

@@ -45,15 +45,36 @@ static __always_inline const struct req_ctl *req_switches(void)
 	return bpf_map_lookup_elem(&req_ctl, &zero);
 }
 
-/* A traced process forked, or a process is traced from its exec: where the mode asked
- * (reads_at_fork), the reads are on from here, before it runs. The agent hears of it later
- * and keeps them on while the process's parent is traced (agent/src/bpf/loader.rs). */
-static __always_inline void req_process_started(void)
+/* Process starts counted (reads_at_fork): the kernel's side of req_ctl.starts_seen. A
+ * counter of its own, not a field of req_ctl, which the agent writes whole. */
+__u32 req_starts = 0;
+
+/*
+ * A traced process forked, or a process is traced from its exec: where the mode asked
+ * (reads_at_fork), the reads are on from here, before it runs, until the agent has read
+ * this start's notice (its `seq`, the count returned here; 0 where not counted) and
+ * decided what the process needs (agent/src/bpf/loader.rs). The agent's own switch,
+ * written whole, cannot turn them off meanwhile: a process started for one connection has
+ * its handshake estimated whatever the agent is doing. Concurrent starts on other CPUs may
+ * be in the count read back: their notices come with theirs, in the same ring.
+ */
+static __always_inline __u32 req_process_started(void)
 {
 	__u32 zero = 0;
 	struct req_ctl *ctl = bpf_map_lookup_elem(&req_ctl, &zero);
-	if (ctl && ctl->reads_at_fork && ctl->reads != REQ_READS_ALL)
-		ctl->reads = REQ_READS_ALL;
+	if (!ctl || !ctl->reads_at_fork)
+		return 0;
+	__sync_fetch_and_add(&req_starts, 1);
+	return req_starts;
+}
+
+/* What the reads are for now: the agent's switch, or every read while a process start is
+ * not acknowledged (req_process_started). */
+static __always_inline __u32 req_reads_now(const struct req_ctl *ctl)
+{
+	if (ctl->reads_at_fork && ctl->starts_seen != req_starts)
+		return REQ_READS_ALL;
+	return ctl->reads;
 }
 
 /* TLS starts on a followed connection: its first handshake record (hello.bpf.h), from its
@@ -158,9 +179,12 @@ static __always_inline struct conn_state *app_io(struct conn_state *c, struct so
 static __always_inline int req_received(struct sock *sk, int ret, int flags, const bool typed)
 {
 	const struct req_ctl *ctl = req_switches();
-	if (!ctl || ctl->reads == REQ_READS_OFF)
+	if (!ctl)
 		return 0;
-	bool handshakes_only = ctl->reads == REQ_READS_HANDSHAKES;
+	__u32 reads = req_reads_now(ctl);
+	if (reads == REQ_READS_OFF)
+		return 0;
+	bool handshakes_only = reads == REQ_READS_HANDSHAKES;
 	if (handshakes_only && !est_gate_passed(sk, ret, flags, typed))
 		return 0; /* past a handshake's bytes: no lookup of the socket's storage */
 	struct conn_state *c = conn_of(sk);
@@ -234,7 +258,7 @@ SEC("kprobe/sock_recvmsg")
 int BPF_KPROBE(req_recv_entry, struct socket *sock, struct msghdr *msg, int flags)
 {
 	const struct req_ctl *ctl = req_switches();
-	if (!ctl || ctl->reads == REQ_READS_OFF)
+	if (!ctl || req_reads_now(ctl) == REQ_READS_OFF)
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct req_recv_call call = { .sock = (__u64)sock, .flags = flags };

@@ -35,11 +35,15 @@ struct req_ctl {
 			    * connection), no sends_captured, a traced process whose handshakes
 			    * the kernel estimates, or one with Go probes; HANDSHAKES: only
 			    * processes estimated beside their probes; else OFF */
-	__u32 reads_at_fork; /* --exact with a selector: the read side stays attached, `reads`
-			      * off until a traced process forks, or a process is traced from
-			      * its exec (proc.bpf.h): then on, in the kernel, before the new
-			      * process runs (it may live for one connection, its handshake
-			      * over before the agent hears of it) */
+	__u32 reads_at_fork; /* --exact with a selector: the read side stays attached; when a
+			      * traced process forks, or a process is traced from its exec
+			      * (proc.bpf.h), the reads are on, in the kernel, before the new
+			      * process runs (it may live for one connection, its handshake over
+			      * before the agent hears of it), until the agent has read of it
+			      * (starts_seen) and decided what it needs (`reads`) */
+	__u32 starts_seen; /* reads_at_fork: the process starts (req_starts) whose notices the
+			    * agent has read; while the kernel has counted more, the reads are
+			    * on, whatever `reads` says (req_reads_now) */
 	__u32 reads_at_hello; /* a process is estimated beside its probes, still judged, and the
 			       * packet program captures ClientHellos: the read side stays
 			       * attached, `reads` OFF until a ClientHello arrives on a followed

@@ -150,9 +150,15 @@ impl Agent {
             .filter_map(|n| Some((decode(n.kind)?, n)))
             .partition(|(kind, _)| *kind != proc_ev::Exit);
         let mut refresh = false;
+        let mut seq = 0u32; // the latest start read (counts wrap)
         for (kind, n) in started {
             refresh |= self.on_started(kind, &n);
+            if n.seq != 0 && (seq == 0 || n.seq.wrapping_sub(seq) as i32 > 0) {
+                seq = n.seq;
+            }
         }
+        // each examined: the kernel's reads for their sake give way to what they need
+        self.kernel.starts_read(seq);
         if refresh {
             self.refresh_ports(); // once for them all
         }

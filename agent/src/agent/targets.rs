@@ -50,14 +50,18 @@ pub struct Traced {
     /// last looked at, looked at again when it changes (a library loaded late, as DeleGate
     /// loads libssl with dlopen).
     regrow: Option<u64>,
+    /// When its memory map was read (bpf_ktime_get_ns clock): an exec the kernel saw before
+    /// is one this examination has seen (on_exec).
+    examined_ns: u64,
 }
 
-/// A selected process as examined: its stat, name and memory map.
+/// A selected process as examined: its stat, name and memory map, and when it was read.
 struct Examined {
     pid: u32,
     st: ProcStat,
     name: String,
     maps: String,
+    at_ns: u64,
 }
 
 /// A selected process with no TLS stack (yet): looked at again when its memory map grows.
@@ -335,6 +339,17 @@ impl Targets {
     /// memory), or one whose name `--comm` selects, which the kernel traces from its exec.
     /// Examined afresh at once; the kernel forgets it if it is not traced after all.
     pub fn on_exec(&mut self, pid: u32, name: &str, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
+        let exec_ns = k.exec_ns(pid);
+        if self
+            .traced
+            .get(&pid)
+            .is_some_and(|t| exec_ns != 0 && exec_ns < t.examined_ns)
+        {
+            // a scan found it first, running its new program: examined again, its probes
+            // would go in the middle of the handshake it may be making now
+            log::debug!("{pid} ({name}): examined after its exec already");
+            return true;
+        }
         if let Some(old) = self.untrack(pid, k, prof) {
             log::debug!("{pid} ({}) executed a new program: examined again", old.name);
         }
@@ -435,6 +450,7 @@ impl Targets {
         // renames itself meanwhile would be named from two different moments.
         let name = given.unwrap_or_else(|| procfs::process_name(pid, &st.comm));
         // The process's memory map, read once for everything that looks at it here.
+        let at_ns = crate::clock::ktime_ns();
         let maps = maps::read(&pid.to_string());
         if maps.as_ref().is_ok_and(String::is_empty) || (maps.is_err() && procfs::exited(pid, st.start_time)) {
             // a process per connection that has let go of its memory (exiting: an empty map
@@ -465,7 +481,14 @@ impl Targets {
                 });
                 let msg = estimated(pid, &st.comm, &format!("TLS stack {stack}, "), why);
                 self.prober.say_why_none(pid, &name, why, &detail);
-                if self.track(Examined { pid, st, name, maps }, Probing::Without(why), k, prof, m) {
+                let seen = Examined {
+                    pid,
+                    st,
+                    name,
+                    maps,
+                    at_ns,
+                };
+                if self.track(seen, Probing::Without(why), k, prof, m) {
                     self.ready.add(msg);
                 }
                 return;
@@ -486,7 +509,14 @@ impl Targets {
                 let detail = "no TLS library or TLS code found in its files: its handshakes are counted from what its \
                               connections carry";
                 self.prober.say_why_none(pid, &name, why, detail);
-                if self.track(Examined { pid, st, name, maps }, Probing::Without(why), k, prof, m) {
+                let seen = Examined {
+                    pid,
+                    st,
+                    name,
+                    maps,
+                    at_ns,
+                };
+                if self.track(seen, Probing::Without(why), k, prof, m) {
                     self.ready.add(msg);
                 }
                 return;
@@ -514,7 +544,14 @@ impl Targets {
         if let Some(why) = probing.why_none() {
             lines = vec![estimated(pid, &st.comm, "", why)];
         }
-        if self.track(Examined { pid, st, name, maps }, probing, k, prof, m) {
+        let seen = Examined {
+            pid,
+            st,
+            name,
+            maps,
+            at_ns,
+        };
+        if self.track(seen, probing, k, prof, m) {
             // logged once everything is in place: operators read it as "ready"
             self.ready.extend(lines);
         }
@@ -530,7 +567,13 @@ impl Targets {
 
     /// Starts following a process: forks, CPU, listening ports.
     fn track(&mut self, e: Examined, probing: Probing, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
-        let Examined { pid, st, name, maps } = e;
+        let Examined {
+            pid,
+            st,
+            name,
+            maps,
+            at_ns,
+        } = e;
         let probed = probing.attached();
         let probed_ns = probing.probes().map_or(0, Probes::first_ns);
         // with probes, estimated beside them while they are judged, or where they miss the
@@ -554,6 +597,7 @@ impl Targets {
                 start_time: st.start_time,
                 regrow: matches!(probing, Probing::Without(NoProbes::NoTlsLibrary)).then_some(st.vsize),
                 probing,
+                examined_ns: at_ns,
             },
         );
         self.export_gauges(m);
@@ -777,6 +821,7 @@ mod tests {
             start_time: 0,
             probing: Probing::Without(NoProbes::NoEntryPoint),
             regrow: None,
+            examined_ns: 0,
         }
     }
 

@@ -267,6 +267,7 @@ impl Kernel {
             sends_captured: served.sends_captured().into(),
             reads: if served.sends_captured() { req_reads::Off } else { req_reads::All } as u32,
             reads_at_fork: 0,
+            starts_seen: 0,
             reads_at_hello: 0,
         };
         req_ctl.set(0, ctl, 0).context("BPF map req_ctl")?;
@@ -327,8 +328,9 @@ impl Kernel {
     /// connection. Where processes are found by their TLS (no selector), any process's first
     /// read may be such a handshake's: the reads are on for the whole run. With a selector,
     /// such a process is a traced one's fork, or traced from its exec: the read side stays
-    /// attached, switched off, and the kernel switches it on at the first fork or exec
-    /// (`reads_at_fork`, bpf/proc.bpf.h), before the new process runs. Else, where the
+    /// attached, switched off, and the kernel switches it on at each fork or exec
+    /// (`reads_at_fork`, bpf/requests.bpf.h), before the new process runs, until the agent
+    /// has read of it (`starts_read`). Else, where the
     /// server's sends are captured, it is detached until something needs it (readside.rs).
     pub fn configure(&mut self, per_connection: bool, btf: &Btf) -> Result<()> {
         self.reads_all_along = per_connection && self.finding;
@@ -433,6 +435,31 @@ impl Kernel {
         if a || b.is_some() {
             self.sync_reads();
         }
+    }
+
+    /// The process starts the agent has read of (the largest `seq` of the fork and exec
+    /// notices just read, each examined: bpf/requests.bpf.h req_process_started): the
+    /// kernel kept the reads on since, for their sake; from here what the agent decided for
+    /// them rules. A start still on its way keeps them on (its count is higher).
+    pub fn starts_read(&mut self, seq: u32) {
+        let ahead = seq.wrapping_sub(self.ctl.starts_seen) as i32 > 0;
+        if self.ctl.reads_at_fork == 0 || seq == 0 || !ahead {
+            return;
+        }
+        let ctl = cn::req_ctl {
+            starts_seen: seq,
+            ..self.ctl
+        };
+        match self.req_ctl.set(0, ctl, 0) {
+            Ok(()) => self.ctl = ctl,
+            Err(e) => log::warn!("cannot switch the read side: {e}"),
+        }
+    }
+
+    /// When the kernel saw `pid` execute a program last (bpf_ktime_get_ns), 0 if it has not
+    /// since it is traced, or is not traced.
+    pub fn exec_ns(&self, pid: u32) -> u64 {
+        self.traced.get(&pid, 0).map_or(0, |v| v.exec_ns)
     }
 
     /// A traced process needs the read side for as long as it is traced (Go probes, a
