@@ -367,14 +367,25 @@ impl Proc {
     pub fn tls_cpu(&self) -> f64 {
         self.process_cpu * TLS_CATEGORIES.iter().map(|c| self.share(c)).sum::<f64>()
     }
-    /// CPU seconds per exchange, and of it in TLS (None without an exchange). None too for a
-    /// process that served QUIC in the window: exchanges are counted on TCP connections
-    /// only, and its CPU over them alone would overstate each.
+    /// CPU seconds per exchange, and of it in TLS (None without an exchange). Exchanges are
+    /// counted on TCP connections only: a process that served some of its handshakes over
+    /// QUIC (at most QUIC_MINOR of them) has its CPU taken in the TCP connections' part,
+    /// a QUIC connection costing what a TCP one does; one that served more has none, its
+    /// CPU over the TCP exchanges alone overstating each.
     pub fn cost_per_exchange(&self) -> Option<(f64, f64)> {
         let n = self.exchanges();
-        (n > 0.0 && !self.serves_quic()).then(|| (self.process_cpu / n, self.tls_cpu() / n))
+        let all = self.count(|_| true);
+        let quic = self.count(Config::over_quic);
+        let tcp = if all > 0.0 { 1.0 - quic / all } else { 1.0 };
+        (n > 0.0 && quic / all.max(1.0) <= QUIC_MINOR)
+            .then(|| (self.process_cpu * tcp / n, self.tls_cpu() * tcp / n))
     }
 }
+
+/// The largest share of a process's handshakes over QUIC with which its CPU per exchange is
+/// still given (cost_per_exchange): off by at most this share of how much dearer a QUIC
+/// connection is than a TCP one.
+pub const QUIC_MINOR: f64 = 0.05;
 
 /// What happened between two snapshots, per process name.
 #[derive(Debug, Clone, Default)]

@@ -123,6 +123,12 @@ pub enum Verdict {
     Small,
     /// Seen on one side only.
     NotComparable,
+    /// A rate of the load (handshakes or connections per second) that moved beyond its
+    /// noise: what the clients did, not a change of the server's.
+    Load,
+    /// An interval wider than the figure itself (a relative change's beyond ±100%, a
+    /// share's beyond ±50 points): too little behind it to say anything.
+    TooLittle,
 }
 
 impl Verdict {
@@ -133,6 +139,8 @@ impl Verdict {
             Verdict::NoChange => "no_change",
             Verdict::Small => "small",
             Verdict::NotComparable => "not_comparable",
+            Verdict::Load => "load",
+            Verdict::TooLittle => "too_little",
         }
     }
 }
@@ -226,6 +234,19 @@ pub fn change_runs(before: Option<Runs>, after: Option<Runs>, scale: Scale, min_
         // From nothing: no ratio, only whether the difference is beyond its noise.
         Scale::Relative => (None, None),
     };
+    // No bound past what is possible: a figure of costs or counts falls by 100% at most, a
+    // share moves by 100 points at most; an interval that spans all of it says nothing.
+    let widest = match scale {
+        Scale::Relative => 1.0,
+        Scale::Points => 0.5,
+    };
+    if interval.is_some_and(|i| i > widest) {
+        return Change {
+            change,
+            interval,
+            verdict: Verdict::TooLittle,
+        };
+    }
     let beyond = (b.value - a.value).abs() > half;
     let large = change.is_none_or(|c| c.abs() >= min_change);
     let verdict = match (beyond && large, b.value > a.value) {
@@ -310,7 +331,8 @@ mod tests {
         assert!((a.ss - 0.02).abs() < 1e-12 && (a.mean.se - 0.01 / 2f64.sqrt()).abs() < 1e-12);
         let b = Runs::one(e(1.3));
         let c = change_runs(Some(a), Some(b), Scale::Relative, 0.0);
-        assert_eq!(c.verdict, Verdict::NoChange);
+        // two runs that far apart leave an interval of ±200%: too little to say anything
+        assert_eq!(c.verdict, Verdict::TooLittle);
         // t(1) × √(0.02 × 1.5) ÷ 1.1
         assert!((c.interval.unwrap() - 12.706 * 0.03f64.sqrt() / 1.1).abs() < 1e-9, "{c:?}");
         assert!((t95(31.0) - 2.040).abs() < 0.001 && (t95(60.0) - 2.000).abs() < 0.001);
@@ -318,5 +340,26 @@ mod tests {
         let a = Runs::of(&[e(1.1), e(1.1), e(1.1)]).unwrap();
         assert_eq!(change_runs(Some(a), Some(b), Scale::Relative, 0.0).verdict, Verdict::Up);
         assert!((t95(30.0) - 2.042).abs() < 0.01 && t95(0.0).is_infinite());
+        // three runs each side, spread by 5%: an 18% rise within ±20% is no change
+        let a = Runs::of(&[e(1.05), e(1.1), e(1.15)]).unwrap();
+        let b = Runs::of(&[e(1.25), e(1.3), e(1.35)]).unwrap();
+        let c = change_runs(Some(a), Some(b), Scale::Relative, 0.0);
+        assert_eq!(c.verdict, Verdict::Up, "{c:?}");
+    }
+
+    #[test]
+    fn no_interval_past_what_is_possible() {
+        // 24.6 → 12.5 µs with errors of 60% each side: ±100% and more is too little to say
+        let a = Estimate { value: 24.6, se: 14.0 };
+        let b = Estimate { value: 12.5, se: 7.0 };
+        let c = change(Some(a), Some(b), Scale::Relative, 0.1);
+        assert_eq!(c.verdict, Verdict::TooLittle, "{c:?}");
+        assert!(c.interval.unwrap() > 1.0);
+        // the same with errors of 10%: a fall
+        let c = change(Some(Estimate { se: 2.46, ..a }), Some(Estimate { se: 1.25, ..b }), Scale::Relative, 0.1);
+        assert_eq!(c.verdict, Verdict::Down, "{c:?}");
+        // a share on 3 samples a side: an interval past 50 points
+        let few = change(Estimate::share(1.0, 3.0), Estimate::share(2.0, 3.0), Scale::Points, 0.1);
+        assert_eq!(few.verdict, Verdict::TooLittle, "{few:?}");
     }
 }

@@ -38,6 +38,15 @@ pub struct Figure {
     pub estimate: Option<Estimate>,
 }
 
+impl Figure {
+    /// A rate (handshakes, failures, connections per second) is what the load did: a load
+    /// that ran faster or slower moves it whatever the server's configuration. The costs
+    /// (per handshake, per exchange, shares) are what the server did with it.
+    pub fn of_the_load(&self) -> bool {
+        self.unit == Unit::PerSecond
+    }
+}
+
 /// A window's side of a process: its report figures, the window's length, the sample rate.
 pub struct Side<'a> {
     pub p: &'a ProcessDoc,
@@ -104,10 +113,13 @@ impl Side<'_> {
         (all > 0.0 && n >= MIN_SAMPLES).then(|| Estimate::share(some / all * n, n)).flatten()
     }
 
-    /// Exchanges on TCP connections, and whether they stand for the process's work (not
-    /// when it served QUIC: its exchanges are counted on TCP alone).
-    fn exchanges(&self) -> Option<f64> {
-        (self.p.exchanges > 0.0 && self.p.cpu_per_exchange_seconds.is_some()).then_some(self.p.exchanges)
+    /// Exchanges on TCP connections, and the process's CPU over them (its TCP connections'
+    /// part where a few handshakes came over QUIC: snapshot.rs cost_per_exchange); none
+    /// where they do not stand for its work.
+    fn exchanges(&self) -> Option<(f64, f64)> {
+        let n = self.p.exchanges;
+        (n > 0.0).then_some(())?;
+        self.p.cpu_per_exchange_seconds.map(|per| (n, per * n))
     }
 
     /// The process's figures, in the order they are shown.
@@ -115,7 +127,7 @@ impl Side<'_> {
         let hs = self.handshakes();
         let cpu = self.p.process_cpu_seconds;
         // An exchange's cost is not seen alone: taken to vary as much as its mean.
-        let per_exchange = self.exchanges().and_then(|n| Estimate::per_event(cpu, n, 1.0));
+        let per_exchange = self.exchanges().and_then(|(n, cpu)| Estimate::per_event(cpu, n, 1.0));
         // A connection's cost varies as its handshake's does, which is seen (1 without).
         let all = self.handshake_cpu(|_| true);
         let timed: f64 = self.p.configs.iter().map(|c| c.timed).sum();
@@ -155,7 +167,7 @@ impl Side<'_> {
     pub fn rate(&self, per: Per) -> Option<f64> {
         match per {
             Per::Handshake => Some(self.handshakes() / self.seconds),
-            Per::Exchange => self.exchanges().map(|n| n / self.seconds),
+            Per::Exchange => self.exchanges().map(|(n, _)| n / self.seconds),
         }
     }
 }

@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use self::{
     configs::{config_changes, offer_changes, wire_seen, ConfigChange, OfferChange},
-    estimate::{change_runs, Estimate, Runs, Scale},
+    estimate::{change_runs, Estimate, Runs, Scale, Verdict},
     figures::{port_figures, Figure, Side, Unit, ASSUMED_SAMPLE_HZ},
     findings::{carry, CarriedFinding},
     reasons::{reason_rates, ReasonRates},
@@ -105,7 +105,8 @@ pub struct Compared {
     /// The 95% half-width of the change, in its unit.
     pub interval: Option<f64>,
     /// up, down (called), no_change (within its interval), small (beyond it, under
-    /// --min-change), not_comparable (one side only).
+    /// --min-change), load (a rate of the load that moved: the clients' doing, not called),
+    /// too_little (an interval wider than the figure), not_comparable (one side only).
     pub verdict: &'static str,
     pub text: String,
     #[serde(skip)]
@@ -176,7 +177,10 @@ fn compared(a: &[Vec<Figure>], b: &[Vec<Figure>], name: &str, port: Option<&str>
     if [ea, eb].iter().all(|e| e.is_none_or(|e| e.value == 0.0)) {
         return None;
     }
-    let c = change_runs(ra, rb, f.scale, min_change);
+    let mut c = change_runs(ra, rb, f.scale, min_change);
+    if f.of_the_load() && matches!(c.verdict, Verdict::Up | Verdict::Down | Verdict::Small) {
+        c.verdict = Verdict::Load;
+    }
     let mut out = Compared {
         name: f.name,
         port: port.map(str::to_string),

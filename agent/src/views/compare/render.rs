@@ -98,6 +98,8 @@ pub fn sentence(f: &Compared) -> String {
         "up" | "down" => format!("{} {a} → {b}{u}{ch}", label(f)),
         "no_change" => format!("no measurable change in {} ({a} → {b}{u}{ch})", label(f)),
         "small" => format!("{} changed by less than the smallest change called one ({a} → {b}{u}{ch})", label(f)),
+        "load" => format!("{} {a} → {b}{u}{ch}: the load's doing", label(f)),
+        "too_little" => format!("too little behind {} to compare ({a} → {b}{u}{ch})", label(f)),
         _ => {
             let with = |v: &str| if v == "none" { v.to_string() } else { format!("{v}{u}") };
             format!("{}: {} before, {} after", label(f), with(&a), with(&b))
@@ -151,6 +153,8 @@ fn verdict_word(v: &str) -> &'static str {
         "down" => "lower",
         "no_change" => "no change",
         "small" => "under the threshold",
+        "load" => "the load",
+        "too_little" => "too little to say",
         _ => "one side only",
     }
 }
@@ -244,6 +248,15 @@ pub fn markdown(c: &Comparison, before: &str, after: &str) -> String {
             }
             o += "\n";
         }
+        let load: Vec<&Compared> = p.figures.iter().filter(|f| f.verdict == "load").collect();
+        if !load.is_empty() {
+            o += "What the load did (its rates moved; a load run faster or slower moves them whatever the \
+                  server's configuration, so they are not called a change of the server):\n\n";
+            for f in &load {
+                let _ = writeln!(o, "- {}", f.text);
+            }
+            o += "\n";
+        }
         let same: Vec<String> = p.figures.iter().filter(|f| f.verdict == "no_change").map(label).collect();
         if !same.is_empty() {
             let _ = writeln!(o, "No measurable change in: {}.\n", same.join("; "));
@@ -251,6 +264,14 @@ pub fn markdown(c: &Comparison, before: &str, after: &str) -> String {
         let small: Vec<String> = p.figures.iter().filter(|f| f.verdict == "small").map(label).collect();
         if !small.is_empty() {
             let _ = writeln!(o, "Changed by less than {}: {}.\n", pct(c.min_change), small.join("; "));
+        }
+        let little: Vec<String> = p.figures.iter().filter(|f| f.verdict == "too_little").map(label).collect();
+        if !little.is_empty() {
+            let _ = writeln!(
+                o,
+                "Too little behind these to compare (an interval wider than the figure): {}.\n",
+                little.join("; ")
+            );
         }
         o += "| Figure | Before | After | Change | |\n|---|---:|---:|---:|---|\n";
         for f in &p.figures {

@@ -4,10 +4,10 @@ use super::*;
 use crate::views::report::json::FindingDoc;
 use crate::views::{
     report::{
-        fixtures::{cfg, clients, failing, host, proc_with, seen_by},
+        fixtures::{cfg, clients, failing, host, proc_with, quic, seen_by},
         rules::findings,
     },
-    snapshot::{Proc, Window},
+    snapshot::{Config, Port, Proc, Window},
 };
 
 /// A window's report, written as JSON and read back, as `tlsprof compare` gets it.
@@ -216,4 +216,60 @@ fn what_the_clients_did_is_shown_side_by_side() {
         c.processes[0].failures[0].text,
         "port 443: failed: protocol_version (server) 3.0/s → none"
     );
+}
+
+#[test]
+fn a_faster_load_is_the_loads_doing_not_a_change() {
+    // the same configuration and cost under four times the rate (a fixed count run faster)
+    let before = doc(nginx("x25519", "ecdsa_p256", 1000.0, 0.5));
+    let after = doc(nginx("x25519", "ecdsa_p256", 4000.0, 0.5));
+    let c = compare(&before, &after, MIN_CHANGE);
+    let rate = figure(&c, "handshakes_per_second");
+    assert_eq!(rate.verdict, "load", "{rate:?}");
+    assert_eq!(rate.text, "successful handshakes 100.0 → 400.0/s, +300% ± 14%: the load's doing");
+    let called: Vec<&str> = c.processes[0]
+        .figures
+        .iter()
+        .filter(|f| matches!(f.verdict, "up" | "down"))
+        .map(|f| f.name)
+        .collect();
+    assert!(called.is_empty(), "{called:?}");
+    let md = markdown(&c, "a.json", "b.json");
+    assert!(!md.contains("Changed beyond the noise"), "{md}");
+    assert!(md.contains("What the load did"), "{md}");
+    assert!(md.contains("| successful handshakes | 100.0/s | 400.0/s | +300% ± 14% | the load |"), "{md}");
+}
+
+#[test]
+fn a_few_quic_handshakes_keep_the_figures_whole() {
+    // 5,003 over TCP and 22 over QUIC, 10,000 exchanges on TCP, each side: the CPU per
+    // exchange is the TCP connections' part of the process's CPU over them
+    let side = |ms: f64| {
+        let tcp = || cfg("x25519", "ecdsa_p256", "TLS_AES_256_GCM_SHA384", false, 5003.0, ms);
+        let mut p = proc_with(vec![
+            tcp(),
+            quic(Config {
+                handshakes: 22.0,
+                timed: 22.0,
+                cpu: 22.0 * ms / 1e3,
+                ..tcp()
+            }),
+        ]);
+        p.full = 5025.0;
+        p.process_cpu = 5025.0 * ms / 1e3 * 2.0;
+        p.ports.insert(
+            "443".into(),
+            Port {
+                exchanges: 10_000.0,
+                ..Default::default()
+            },
+        );
+        doc(p)
+    };
+    let c = compare(&side(0.5), &side(0.25), MIN_CHANGE);
+    let per = figure(&c, "process_cpu_per_exchange_seconds");
+    assert_eq!(per.verdict, "down", "{per:?}");
+    // 5,025 × 1 ms × 5,003/5,025 over 10,000 exchanges
+    assert!((per.before.unwrap() - 5003.0e-3 / 10_000.0).abs() < 1e-12, "{per:?}");
+    assert!((per.change.unwrap() + 0.5).abs() < 1e-9, "{per:?}");
 }
