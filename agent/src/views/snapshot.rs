@@ -377,8 +377,7 @@ impl Proc {
         let all = self.count(|_| true);
         let quic = self.count(Config::over_quic);
         let tcp = if all > 0.0 { 1.0 - quic / all } else { 1.0 };
-        (n > 0.0 && quic / all.max(1.0) <= QUIC_MINOR)
-            .then(|| (self.process_cpu * tcp / n, self.tls_cpu() * tcp / n))
+        (n > 0.0 && quic / all.max(1.0) <= QUIC_MINOR).then(|| (self.process_cpu * tcp / n, self.tls_cpu() * tcp / n))
     }
 }
 

@@ -126,8 +126,8 @@ pub enum Verdict {
     /// A rate of the load (handshakes or connections per second) that moved beyond its
     /// noise: what the clients did, not a change of the server's.
     Load,
-    /// An interval wider than the figure itself (a relative change's beyond ±100%, a
-    /// share's beyond ±50 points): too little behind it to say anything.
+    /// An interval wider than the figure on both sides (the larger of the two): too little
+    /// behind it to say anything.
     TooLittle,
 }
 
@@ -234,13 +234,9 @@ pub fn change_runs(before: Option<Runs>, after: Option<Runs>, scale: Scale, min_
         // From nothing: no ratio, only whether the difference is beyond its noise.
         Scale::Relative => (None, None),
     };
-    // No bound past what is possible: a figure of costs or counts falls by 100% at most, a
-    // share moves by 100 points at most; an interval that spans all of it says nothing.
-    let widest = match scale {
-        Scale::Relative => 1.0,
-        Scale::Points => 0.5,
-    };
-    if interval.is_some_and(|i| i > widest) {
+    // An interval wider than the figure on either side reaches past what is possible (a
+    // cost, a count or a share below nothing): too little behind it to say anything.
+    if half > a.value.abs().max(b.value.abs()) {
         return Change {
             change,
             interval,
@@ -317,8 +313,9 @@ mod tests {
         // from nothing: up when beyond the noise, with no ratio
         let c = change(Some(Estimate::rate(0.0, 10.0)), Some(Estimate::rate(100.0, 10.0)), Scale::Relative, 0.05);
         assert_eq!((c.verdict, c.change), (Verdict::Up, None));
+        // from nothing to one: too little to say
         let c = change(Some(Estimate::rate(0.0, 10.0)), Some(Estimate::rate(1.0, 10.0)), Scale::Relative, 0.05);
-        assert_eq!(c.verdict, Verdict::NoChange);
+        assert_eq!(c.verdict, Verdict::TooLittle);
     }
 
     #[test]
@@ -358,8 +355,13 @@ mod tests {
         // the same with errors of 10%: a fall
         let c = change(Some(Estimate { se: 2.46, ..a }), Some(Estimate { se: 1.25, ..b }), Scale::Relative, 0.1);
         assert_eq!(c.verdict, Verdict::Down, "{c:?}");
-        // a share on 3 samples a side: an interval past 50 points
-        let few = change(Estimate::share(1.0, 3.0), Estimate::share(2.0, 3.0), Scale::Points, 0.1);
+        // a share on 3 samples a side, 0% then 33%: an interval of ±50 points
+        let few = change(Estimate::share(0.0, 3.0), Estimate::share(1.0, 3.0), Scale::Points, 0.1);
         assert_eq!(few.verdict, Verdict::TooLittle, "{few:?}");
+        // a count that rose twentyfold, its interval ±320% of the figure before but well
+        // within the figure after: a rise
+        let a = Estimate { value: 5.0, se: 0.0 };
+        let b = Estimate { value: 100.0, se: 8.2 };
+        assert_eq!(change(Some(a), Some(b), Scale::Relative, 0.1).verdict, Verdict::Up);
     }
 }

@@ -2,10 +2,12 @@
 //! its standard error from what it is made of: rates from their counts, shares from their
 //! counts or the CPU split's samples, costs per handshake from the timed handshakes and
 //! their histogram, costs per exchange from the exchanges counted.
-use super::estimate::{Estimate, Scale};
+use std::collections::BTreeMap;
+
+use super::estimate::{t95, Estimate, Scale, Z95};
 use crate::views::{
-    report::json::{PortDoc, ProcessDoc},
-    snapshot::TLS_CATEGORIES,
+    report::json::{PortDoc, ProcessDoc, ReportDoc},
+    snapshot::{Window, TLS_CATEGORIES},
 };
 
 /// What the agent samples the CPU split at unless told otherwise (cli.rs SAMPLE_HZ): the
@@ -16,6 +18,9 @@ pub const ASSUMED_SAMPLE_HZ: f64 = crate::cli::SAMPLE_HZ as f64;
 pub const MIN_SAMPLES: f64 = 20.0;
 /// A CPU per handshake needs this many timed handshakes behind it to be compared.
 pub const MIN_TIMED: f64 = 20.0;
+/// A figure's parts (ProcessDoc::batches) say how much it moves within its window from this
+/// many on.
+pub const MIN_PARTS: usize = 3;
 
 /// How a figure is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,8 +127,42 @@ impl Side<'_> {
         self.p.cpu_per_exchange_seconds.map(|per| (n, per * n))
     }
 
-    /// The process's figures, in the order they are shown.
+    /// The process's figures, each with an error no smaller than what the window's parts
+    /// say of it (held).
     pub fn figures(&self) -> Vec<Figure> {
+        self.measured().into_iter().map(|f| self.held(f)).collect()
+    }
+
+    /// A figure's error widened to how much it moved from one part of the window to the
+    /// next (batch means: the parts' values' standard deviation over √parts, at Student's
+    /// t on their degrees of freedom, said at the normal's 1.96 the change is judged by).
+    /// What varies within a window the count, the histogram and the samples do not hold:
+    /// the host's other work, the server's own drift.
+    fn held(&self, f: Figure) -> Figure {
+        let Some(e) = f.estimate else { return f };
+        let values: Vec<f64> = self
+            .p
+            .batches
+            .iter()
+            .filter_map(|b| b.get(f.name).copied())
+            .filter(|v| v.is_finite())
+            .collect();
+        if values.len() < MIN_PARTS {
+            return f;
+        }
+        let k = values.len() as f64;
+        let mean = values.iter().sum::<f64>() / k;
+        let sd = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (k - 1.0)).sqrt();
+        let se = sd / k.sqrt() * t95(k - 1.0) / Z95;
+        Figure {
+            estimate: Some(Estimate { se: e.se.max(se), ..e }),
+            ..f
+        }
+    }
+
+    /// The process's figures as its window's counts, histograms and samples make them, in
+    /// the order they are shown.
+    fn measured(&self) -> Vec<Figure> {
         let hs = self.handshakes();
         let cpu = self.p.process_cpu_seconds;
         // An exchange's cost is not seen alone: taken to vary as much as its mean.
@@ -177,6 +216,30 @@ impl Side<'_> {
 pub enum Per {
     Handshake,
     Exchange,
+}
+
+/// Each process's figures in each part of a window (observe.rs), by process name: what
+/// ProcessDoc::batches holds.
+pub fn part_figures(parts: &[Window], sample_hz: Option<f64>) -> BTreeMap<String, Vec<BTreeMap<String, f64>>> {
+    let mut out: BTreeMap<String, Vec<BTreeMap<String, f64>>> = BTreeMap::new();
+    for w in parts.iter().filter(|w| w.seconds > 0.0) {
+        let doc = ReportDoc::of(w, &[], None, sample_hz);
+        for p in &doc.processes {
+            let side = Side {
+                p,
+                seconds: w.seconds,
+                sample_hz: sample_hz.unwrap_or(ASSUMED_SAMPLE_HZ),
+            };
+            let values = side
+                .measured()
+                .into_iter()
+                .filter_map(|f| Some((f.name.to_string(), f.estimate?.value)))
+                .filter(|(_, v)| v.is_finite())
+                .collect();
+            out.entry(p.comm.clone()).or_default().push(values);
+        }
+    }
+    out
 }
 
 /// A port's figures.

@@ -27,7 +27,10 @@ use self::{
     findings::{carry, CarriedFinding},
     reasons::{reason_rates, ReasonRates},
 };
-pub use self::render::{html, markdown};
+pub use self::{
+    figures::part_figures,
+    render::{html, markdown},
+};
 use crate::views::report::{
     check_writable,
     json::{to_json, ReportDoc},
@@ -106,7 +109,8 @@ pub struct Compared {
     pub interval: Option<f64>,
     /// up, down (called), no_change (within its interval), small (beyond it, under
     /// --min-change), load (a rate of the load that moved: the clients' doing, not called),
-    /// too_little (an interval wider than the figure), not_comparable (one side only).
+    /// too_little (an interval wider than the figure on both sides), not_comparable (one
+    /// side only).
     pub verdict: &'static str,
     pub text: String,
     #[serde(skip)]

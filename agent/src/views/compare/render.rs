@@ -265,7 +265,12 @@ pub fn markdown(c: &Comparison, before: &str, after: &str) -> String {
         if !small.is_empty() {
             let _ = writeln!(o, "Changed by less than {}: {}.\n", pct(c.min_change), small.join("; "));
         }
-        let little: Vec<String> = p.figures.iter().filter(|f| f.verdict == "too_little").map(label).collect();
+        let little: Vec<String> = p
+            .figures
+            .iter()
+            .filter(|f| f.verdict == "too_little")
+            .map(label)
+            .collect();
         if !little.is_empty() {
             let _ = writeln!(
                 o,

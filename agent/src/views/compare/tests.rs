@@ -273,3 +273,44 @@ fn a_few_quic_handshakes_keep_the_figures_whole() {
     assert!((per.before.unwrap() - 5003.0e-3 / 10_000.0).abs() < 1e-12, "{per:?}");
     assert!((per.change.unwrap() + 0.5).abs() < 1e-9, "{per:?}");
 }
+
+#[test]
+fn a_figure_that_moves_within_its_window_holds_that_noise() {
+    // 1,000 handshakes each side, 0.30 then 0.26 ms: −13%, its sample's interval ±1%
+    let before = doc(nginx("x25519", "ecdsa_p256", 1000.0, 0.30));
+    let after = doc(nginx("x25519", "ecdsa_p256", 1000.0, 0.26));
+    assert_eq!(figure(&compare(&before, &after, MIN_CHANGE), "cpu_per_handshake_seconds").verdict, "down");
+    // the same windows, whose parts moved by ±20% (a busy host): within that noise
+    let parts = |doc: &mut ReportDoc, mean: f64| {
+        doc.processes[0].batches = [0.8, 1.2, 1.0, 0.9, 1.1]
+            .iter()
+            .map(|k| [("cpu_per_handshake_seconds".to_string(), mean * k)].into_iter().collect())
+            .collect();
+    };
+    let (mut b, mut a) = (before.clone(), after.clone());
+    parts(&mut b, 0.30e-3);
+    parts(&mut a, 0.26e-3);
+    let c = compare(&b, &a, MIN_CHANGE);
+    let f = figure(&c, "cpu_per_handshake_seconds");
+    assert_eq!(f.verdict, "no_change", "{f:?}");
+    // each side's error: sd 0.158 × mean over √5, at t(4) 2.776 over 1.96
+    let se = 0.158_113_9 * 0.30e-3 / 5f64.sqrt() * 2.776 / 1.96;
+    assert!((f.before_se.unwrap() - se).abs() < 1e-9, "{f:?}");
+    // parts that agree leave the sample's interval
+    let steady = |doc: &mut ReportDoc, mean: f64| {
+        doc.processes[0].batches = (0..5)
+            .map(|_| [("cpu_per_handshake_seconds".to_string(), mean)].into_iter().collect())
+            .collect();
+    };
+    let (mut b, mut a) = (before.clone(), after.clone());
+    steady(&mut b, 0.30e-3);
+    steady(&mut a, 0.26e-3);
+    assert_eq!(figure(&compare(&b, &a, MIN_CHANGE), "cpu_per_handshake_seconds").verdict, "down");
+    // fewer than MIN_PARTS parts say nothing of it
+    let (mut b, mut a) = (before, after);
+    parts(&mut b, 0.30e-3);
+    parts(&mut a, 0.26e-3);
+    b.processes[0].batches.truncate(2);
+    a.processes[0].batches.truncate(2);
+    assert_eq!(figure(&compare(&b, &a, MIN_CHANGE), "cpu_per_handshake_seconds").verdict, "down");
+}

@@ -85,6 +85,12 @@ pub struct ProcessDoc {
     /// ClientHello lacked (tlsprof_client_failures_total), each port's most first: who the
     /// failing clients are. Empty from an older agent, and in an older report.
     pub client_failures: Vec<ClientFailureDoc>,
+    /// The process's compared figures in each part of the window (observe.rs: 10 to 20
+    /// parts of one length, 2 s at least), by name: how much each moved from one part to the next,
+    /// which widens its interval in a comparison (compare/figures.rs). Empty in an older
+    /// report, or a window too short to part.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub batches: Vec<BTreeMap<String, f64>>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
@@ -356,6 +362,7 @@ impl ReportDoc {
                     failures: failure_docs(p),
                     without_tls: without_tls_docs(p),
                     client_failures: client_failure_docs(p),
+                    batches: Vec::new(),
                 })
                 .collect(),
             host: host.map(|h| HostDoc {

@@ -97,7 +97,12 @@ pub fn run(args: ReportArgs) -> Result<()> {
             .ok()
     };
     let found = findings(&window, host.as_ref());
-    let doc = ReportDoc::of(&window, &found, host.as_ref(), sample_hz);
+    let mut doc = ReportDoc::of(&window, &found, host.as_ref(), sample_hz);
+    let parts: Vec<Window> = seen.parts.windows(2).map(|p| Window::between(&p[0], &p[1], &comms)).collect();
+    let mut by_part = compare::part_figures(&parts, sample_hz);
+    for p in &mut doc.processes {
+        p.batches = by_part.remove(&p.comm).unwrap_or_default();
+    }
     let mut md = markdown(&window, &found, host.as_ref());
     if let (Some(before_doc), Some(path)) = (baseline, &args.baseline) {
         let c = compare::compare_runs(&[before_doc], std::slice::from_ref(&doc), args.min.min_change);

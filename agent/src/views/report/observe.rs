@@ -29,11 +29,50 @@ pub struct Series {
 /// The categories of the CPU split, in chart order.
 pub const CATEGORIES: [&str; 6] = Category::ALL_LABELS;
 
-/// What was observed: the first and last snapshots and the series between.
+/// What was observed: the first and last snapshots and the series between, and the
+/// snapshots that part the window (the first and the last among them).
 pub struct Observed {
     pub first: Snapshot,
     pub last: Snapshot,
     pub series: Vec<Series>,
+    pub parts: Vec<Snapshot>,
+}
+
+/// The window is parted in parts of PART_SECONDS while they are at most 2 × PARTS (two
+/// snapshots: the process's CPU is read at the agent's scans, a second apart, so a part's
+/// CPU may be off by a part of a scan, a half of a 1 s part's, a fourth of this one's); beyond, two by two into parts twice as long: PARTS to 2 × PARTS parts of
+/// one length, however long the window turns out (SIGINT, --until-eof), a snapshot kept
+/// per part. A part shorter than half of one at the end joins the one before. How much a
+/// figure moves from one part to the next is the noise a comparison holds
+/// (compare/figures.rs).
+pub const PARTS: usize = 10;
+pub const PART_SECONDS: Duration = Duration::from_secs(2);
+
+/// Keeps `now` as the end of a part when the part has lasted `len`; `last`: the window's
+/// end, which ends the last part (joining a short one to the one before).
+fn part(parts: &mut Vec<Snapshot>, now: &Snapshot, len: &mut Duration, last: bool) {
+    let Some(start) = parts.last() else {
+        parts.push(now.clone());
+        return;
+    };
+    let lasted = now.at.saturating_duration_since(start.at);
+    if lasted >= *len {
+        parts.push(now.clone());
+    } else if last && parts.len() >= 2 {
+        if lasted < *len / 2 {
+            parts.pop();
+        }
+        parts.push(now.clone());
+    }
+    if !last && parts.len() > 2 * PARTS + 1 {
+        // the ends of every other part go: half as many parts, twice as long
+        let mut i = 0;
+        parts.retain(|_| {
+            i += 1;
+            i % 2 == 1
+        });
+        *len *= 2;
+    }
 }
 
 /// Why the window ended.
@@ -69,6 +108,8 @@ pub fn observe(live: &mut Live, seconds: f64, until_eof: bool) -> Result<Observe
     let first = live.snapshot()?;
     let mut last = first.clone();
     let mut series: Vec<Series> = Vec::new();
+    let mut len = PART_SECONDS;
+    let mut parts = vec![first.clone()];
     let end = first.at + Duration::from_secs_f64(seconds);
     let mut ended = End::Seconds;
     while last.at < end {
@@ -80,6 +121,7 @@ pub fn observe(live: &mut Live, seconds: f64, until_eof: bool) -> Result<Observe
         }
         let now = live.snapshot()?;
         add_point(&mut series, &first, &last, &now, &live.comms);
+        part(&mut parts, &now, &mut len, false);
         last = now;
         if ended != End::Seconds {
             break;
@@ -93,7 +135,15 @@ pub fn observe(live: &mut Live, seconds: f64, until_eof: bool) -> Result<Observe
             last = settle(live, &first, last, &mut series)?;
         }
     }
-    Ok(Observed { first, last, series })
+    if parts.last().is_none_or(|p| p.at != last.at) {
+        part(&mut parts, &last, &mut len, true);
+    }
+    Ok(Observed {
+        first,
+        last,
+        series,
+        parts,
+    })
 }
 
 /// Goes on until the agent has completed two scans since standard input closed and its
@@ -156,4 +206,45 @@ fn watch_stdin() -> Arc<AtomicBool> {
         closed.store(true, Ordering::SeqCst);
     }
     closed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_is_parted_evenly_its_short_end_joined() {
+        let t0 = Instant::now();
+        let at = |s: f64| Snapshot {
+            at: t0 + Duration::from_secs_f64(s),
+            figures: Default::default(),
+        };
+        let ends = |parts: &[Snapshot]| -> Vec<f64> { parts.iter().map(|p| (p.at - t0).as_secs_f64()).collect() };
+        let run = |seconds: &[f64], end: f64| {
+            let mut len = PART_SECONDS;
+            let mut parts = vec![at(0.0)];
+            for &s in seconds {
+                part(&mut parts, &at(s), &mut len, false);
+            }
+            part(&mut parts, &at(end), &mut len, true);
+            (ends(&parts), len)
+        };
+        // snapshots a second apart, then the end 0.8 s after the last: under half a part,
+        // joined to the one before
+        let (e, len) = run(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 6.8);
+        assert_eq!((e, len), (vec![0.0, 2.0, 4.0, 6.8], PART_SECONDS));
+        // the end 1 s after: a part of its own
+        assert_eq!(run(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 7.0).0, [0.0, 2.0, 4.0, 6.0, 7.0]);
+        // 21 parts of 2 s: 10 of 4 s, then of 4 s on; 90 s: 11 of 8 s and the last 2 s
+        // joined (under half a part)
+        let seconds: Vec<f64> = (1..=90).map(f64::from).collect();
+        let (e, len) = run(&seconds, 90.0);
+        assert_eq!(len, PART_SECONDS * 4);
+        assert_eq!(
+            e,
+            [0.0, 8.0, 16.0, 24.0, 32.0, 40.0, 48.0, 56.0, 64.0, 72.0, 80.0, 90.0]
+        );
+        // shorter than one part: none
+        assert_eq!(run(&[1.0], 1.5).0, [0.0]);
+    }
 }
