@@ -18,6 +18,7 @@ as before the parts), in the column "called without parts".
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,8 @@ def main():
     ap.add_argument("--runs", action="store_true")
     ap.add_argument("--busy", type=int, default=0)
     args = ap.parse_args()
+    # SIGTERM (timeout, kill) ends it through its `finally`: its nginx and copiers stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(args.busy)]
     if args.pin:
         os.sched_setaffinity(0, {1})
