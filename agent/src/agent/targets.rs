@@ -339,12 +339,11 @@ impl Targets {
     /// memory), or one whose name `--comm` selects, which the kernel traces from its exec.
     /// Examined afresh at once; the kernel forgets it if it is not traced after all.
     pub fn on_exec(&mut self, pid: u32, name: &str, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
-        let exec_ns = k.exec_ns(pid);
-        if self
-            .traced
-            .get(&pid)
-            .is_some_and(|t| exec_ns != 0 && exec_ns < t.examined_ns)
-        {
+        let seen_since = |t: &Traced| {
+            let exec_ns = k.exec_ns(pid);
+            exec_ns != 0 && exec_ns < t.examined_ns
+        };
+        if self.traced.get(&pid).is_some_and(seen_since) {
             // a scan found it first, running its new program: examined again, its probes
             // would go in the middle of the handshake it may be making now
             log::debug!("{pid} ({name}): examined after its exec already");
@@ -463,31 +462,31 @@ impl Targets {
             log::debug!("cannot read the memory map of {pid} ({}): {e}", st.comm);
             String::new()
         });
-        let (planned, why_none) = self.prober.plan(pid, &st.comm, &maps);
-        if matches!(why_none, Some((NoProbes::FileUnreadable, _))) && procfs::exited(pid, st.start_time) {
+        let seen = Examined {
+            pid,
+            st,
+            name,
+            maps,
+            at_ns,
+        };
+        let (planned, why_none) = self.prober.plan(pid, &seen.st.comm, &seen.maps);
+        if matches!(why_none, Some((NoProbes::FileUnreadable, _))) && procfs::exited(pid, seen.st.start_time) {
             // a process per connection, gone while its files were read: not a failure
-            self.exited_early(pid, Ended::named(name));
+            self.exited_early(pid, Ended::named(seen.name));
             return;
         }
         let Some(mut planned) = planned else {
             // A TLS stack without an entry point to probe (NSS, Go, a server's own), a TLS
             // library that cannot be read or has lost its symbols, or --no-handshake-probes:
             // CPU and connections, handshake CPU from the kernel.
-            if let Some(stack) = self.prober.stack(pid, &maps) {
+            if let Some(stack) = self.prober.stack(pid, &seen.maps) {
                 self.watched.remove(&pid);
                 let (why, detail) = why_none.unwrap_or_else(|| {
                     let detail = format!("its TLS stack ({stack}) has no entry point tlsprof probes");
                     (NoProbes::NoEntryPoint, detail)
                 });
-                let msg = estimated(pid, &st.comm, &format!("TLS stack {stack}, "), why);
-                self.prober.say_why_none(pid, &name, why, &detail);
-                let seen = Examined {
-                    pid,
-                    st,
-                    name,
-                    maps,
-                    at_ns,
-                };
+                let msg = estimated(pid, &seen.st.comm, &format!("TLS stack {stack}, "), why);
+                self.prober.say_why_none(pid, &seen.name, why, &detail);
                 if self.track(seen, Probing::Without(why), k, prof, m) {
                     self.ready.add(msg);
                 }
@@ -505,25 +504,18 @@ impl Targets {
                     Some(port) => format!("found by its connections (TLS on port {port}), no TLS library found, "),
                     None => "no TLS library found, counted from its connections, ".to_string(),
                 };
-                let msg = estimated(pid, &st.comm, &how, why);
+                let msg = estimated(pid, &seen.st.comm, &how, why);
                 let detail = "no TLS library or TLS code found in its files: its handshakes are counted from what its \
                               connections carry";
-                self.prober.say_why_none(pid, &name, why, detail);
-                let seen = Examined {
-                    pid,
-                    st,
-                    name,
-                    maps,
-                    at_ns,
-                };
+                self.prober.say_why_none(pid, &seen.name, why, detail);
                 if self.track(seen, Probing::Without(why), k, prof, m) {
                     self.ready.add(msg);
                 }
                 return;
             }
             let watched = Watched {
-                start_time: st.start_time,
-                vsize: st.vsize,
+                start_time: seen.st.start_time,
+                vsize: seen.st.vsize,
             };
             self.watch(pid, watched);
             return;
@@ -531,10 +523,10 @@ impl Targets {
         self.watched.remove(&pid);
         let mut lines = std::mem::take(&mut planned.lines);
         let attaching_ns = crate::clock::ktime_ns();
-        let Some(probing) = self.prober.attach(k, pid, &name, &st, planned, m) else {
+        let Some(probing) = self.prober.attach(k, pid, &seen.name, &seen.st, planned, m) else {
             // gone while its probes were attached: some may have timed a call meanwhile
             let ended = Ended {
-                name,
+                name: seen.name,
                 window_start_ns: attaching_ns,
                 first_ns: attaching_ns,
             };
@@ -542,15 +534,8 @@ impl Targets {
             return;
         };
         if let Some(why) = probing.why_none() {
-            lines = vec![estimated(pid, &st.comm, "", why)];
+            lines = vec![estimated(pid, &seen.st.comm, "", why)];
         }
-        let seen = Examined {
-            pid,
-            st,
-            name,
-            maps,
-            at_ns,
-        };
         if self.track(seen, probing, k, prof, m) {
             // logged once everything is in place: operators read it as "ready"
             self.ready.extend(lines);

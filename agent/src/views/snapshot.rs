@@ -374,10 +374,9 @@ impl Proc {
     /// CPU over the TCP exchanges alone overstating each.
     pub fn cost_per_exchange(&self) -> Option<(f64, f64)> {
         let n = self.exchanges();
-        let all = self.count(|_| true);
-        let quic = self.count(Config::over_quic);
-        let tcp = if all > 0.0 { 1.0 - quic / all } else { 1.0 };
-        (n > 0.0 && quic / all.max(1.0) <= QUIC_MINOR).then(|| (self.process_cpu * tcp / n, self.tls_cpu() * tcp / n))
+        let quic = self.quic_share().unwrap_or(0.0);
+        let tcp = 1.0 - quic;
+        (n > 0.0 && quic <= QUIC_MINOR).then(|| (self.process_cpu * tcp / n, self.tls_cpu() * tcp / n))
     }
 }
 

@@ -4,7 +4,7 @@
 //! their histogram, costs per exchange from the exchanges counted.
 use std::collections::BTreeMap;
 
-use super::estimate::{t95, Estimate, Scale, Z95};
+use super::estimate::{t95, Estimate, Runs, Scale, Z95};
 use crate::views::{
     report::json::{PortDoc, ProcessDoc, ReportDoc},
     snapshot::{Window, TLS_CATEGORIES},
@@ -123,8 +123,8 @@ impl Side<'_> {
     /// where they do not stand for its work.
     fn exchanges(&self) -> Option<(f64, f64)> {
         let n = self.p.exchanges;
-        (n > 0.0).then_some(())?;
-        self.p.cpu_per_exchange_seconds.map(|per| (n, per * n))
+        let per = self.p.cpu_per_exchange_seconds.filter(|_| n > 0.0)?;
+        Some((n, per * n))
     }
 
     /// The process's figures, each with an error no smaller than what the window's parts
@@ -140,20 +140,20 @@ impl Side<'_> {
     /// the host's other work, the server's own drift.
     fn held(&self, f: Figure) -> Figure {
         let Some(e) = f.estimate else { return f };
-        let values: Vec<f64> = self
+        let parts: Vec<Estimate> = self
             .p
             .batches
             .iter()
             .filter_map(|b| b.get(f.name).copied())
             .filter(|v| v.is_finite())
+            .map(|value| Estimate { value, se: 0.0 })
             .collect();
-        if values.len() < MIN_PARTS {
+        let Some(runs) = Runs::of(&parts).filter(|_| parts.len() >= MIN_PARTS) else {
             return f;
-        }
-        let k = values.len() as f64;
-        let mean = values.iter().sum::<f64>() / k;
-        let sd = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (k - 1.0)).sqrt();
-        let se = sd / k.sqrt() * t95(k - 1.0) / Z95;
+        };
+        // the parts' spread, as repeated runs' (estimate.rs Runs)
+        let k = runs.k;
+        let se = (runs.ss / (k - 1.0)).sqrt() / k.sqrt() * t95(k - 1.0) / Z95;
         Figure {
             estimate: Some(Estimate { se: e.se.max(se), ..e }),
             ..f

@@ -257,20 +257,18 @@ pub fn markdown(c: &Comparison, before: &str, after: &str) -> String {
             }
             o += "\n";
         }
-        let same: Vec<String> = p.figures.iter().filter(|f| f.verdict == "no_change").map(label).collect();
+        let labels = |verdict: &str| -> Vec<String> {
+            p.figures.iter().filter(|f| f.verdict == verdict).map(label).collect()
+        };
+        let same = labels("no_change");
         if !same.is_empty() {
             let _ = writeln!(o, "No measurable change in: {}.\n", same.join("; "));
         }
-        let small: Vec<String> = p.figures.iter().filter(|f| f.verdict == "small").map(label).collect();
+        let small = labels("small");
         if !small.is_empty() {
             let _ = writeln!(o, "Changed by less than {}: {}.\n", pct(c.min_change), small.join("; "));
         }
-        let little: Vec<String> = p
-            .figures
-            .iter()
-            .filter(|f| f.verdict == "too_little")
-            .map(label)
-            .collect();
+        let little = labels("too_little");
         if !little.is_empty() {
             let _ = writeln!(
                 o,

@@ -33,6 +33,16 @@ fn nginx(group: &str, cert: &str, n: f64, ms: f64) -> Proc {
     p
 }
 
+/// The figures called changed (up or down).
+fn called(c: &Comparison) -> Vec<&str> {
+    c.processes[0]
+        .figures
+        .iter()
+        .filter(|f| matches!(f.verdict, "up" | "down"))
+        .map(|f| f.name)
+        .collect()
+}
+
 fn figure<'a>(c: &'a Comparison, name: &str) -> &'a Compared {
     c.processes[0].figures.iter().find(|f| f.name == name).unwrap_or_else(|| panic!("no {name}"))
 }
@@ -88,12 +98,7 @@ fn one_configuration_twice_is_no_change() {
     p.cpu.insert("other".into(), 0.09);
     let b = doc(seen_by(p, clients(510.0, &[("group", "x25519", 510.0)], &[], &[])));
     let c = compare(&a, &b, MIN_CHANGE);
-    let called: Vec<&str> = c.processes[0]
-        .figures
-        .iter()
-        .filter(|f| matches!(f.verdict, "up" | "down"))
-        .map(|f| f.name)
-        .collect();
+    let called = called(&c);
     assert!(called.is_empty(), "{called:?}");
     // the 2% of CPU per handshake is beyond its interval, under the 10% called a change
     assert_eq!(figure(&c, "cpu_per_full_handshake_seconds").verdict, "small");
@@ -227,12 +232,7 @@ fn a_faster_load_is_the_loads_doing_not_a_change() {
     let rate = figure(&c, "handshakes_per_second");
     assert_eq!(rate.verdict, "load", "{rate:?}");
     assert_eq!(rate.text, "successful handshakes 100.0 → 400.0/s, +300% ± 14%: the load's doing");
-    let called: Vec<&str> = c.processes[0]
-        .figures
-        .iter()
-        .filter(|f| matches!(f.verdict, "up" | "down"))
-        .map(|f| f.name)
-        .collect();
+    let called = called(&c);
     assert!(called.is_empty(), "{called:?}");
     let md = markdown(&c, "a.json", "b.json");
     assert!(!md.contains("Changed beyond the noise"), "{md}");

@@ -86,9 +86,9 @@ pub struct ProcessDoc {
     /// failing clients are. Empty from an older agent, and in an older report.
     pub client_failures: Vec<ClientFailureDoc>,
     /// The process's compared figures in each part of the window (observe.rs: 10 to 20
-    /// parts of one length, 2 s at least), by name: how much each moved from one part to the next,
-    /// which widens its interval in a comparison (compare/figures.rs). Empty in an older
-    /// report, or a window too short to part.
+    /// parts of one length, 2 s at least), by name: how much each moved from one part to
+    /// the next, which widens its interval in a comparison (compare/figures.rs). Empty in an
+    /// older report, or a window too short to part.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub batches: Vec<BTreeMap<String, f64>>,
 }

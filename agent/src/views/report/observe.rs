@@ -38,13 +38,13 @@ pub struct Observed {
     pub parts: Vec<Snapshot>,
 }
 
-/// The window is parted in parts of PART_SECONDS while they are at most 2 × PARTS (two
-/// snapshots: the process's CPU is read at the agent's scans, a second apart, so a part's
-/// CPU may be off by a part of a scan, a half of a 1 s part's, a fourth of this one's); beyond, two by two into parts twice as long: PARTS to 2 × PARTS parts of
-/// one length, however long the window turns out (SIGINT, --until-eof), a snapshot kept
-/// per part. A part shorter than half of one at the end joins the one before. How much a
-/// figure moves from one part to the next is the noise a comparison holds
-/// (compare/figures.rs).
+/// The window is parted in parts of PART_SECONDS while they are at most 2 × PARTS, then
+/// two by two into parts twice as long: PARTS to 2 × PARTS parts of one length, however long
+/// the window turns out (SIGINT, --until-eof), a snapshot kept per part. A part shorter than
+/// half of one at the end joins the one before. Not shorter than two snapshots: the agent
+/// reads a process's CPU at its scans, a second apart, and a part's CPU may be off by up to
+/// a scan. How much a figure moves from one part to the next is the noise a comparison
+/// holds (compare/figures.rs).
 pub const PARTS: usize = 10;
 pub const PART_SECONDS: Duration = Duration::from_secs(2);
 
