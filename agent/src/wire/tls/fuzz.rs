@@ -15,7 +15,7 @@ use std::{
 use proptest::{collection::vec, prelude::*, sample::Index, test_runner::TestCaseError};
 
 use super::{
-    cert, cert_from_signature, group_name, parse, suite, version_name, Parsed, DHE_BY_SIZE, NONE, OTHER, PROTOCOLS,
+    cert, cert_from_signature, group_name, parse, suite, version_name, Parsed, DHE_BY_SIZE, NAMED_DH, NONE, OTHER, PROTOCOLS,
 };
 use crate::wire::fixtures::{self, Flight};
 
@@ -110,6 +110,7 @@ fn label_values() -> &'static HashSet<&'static str> {
     SET.get_or_init(|| {
         let mut s: HashSet<&'static str> = [OTHER, NONE, "rsa"].into();
         s.extend(DHE_BY_SIZE.map(|(_, name)| name));
+        s.extend(NAMED_DH.map(|(_, _, modp)| modp));
         for c in 0..=u16::MAX {
             s.extend([version_name(c), group_name(c), cert_from_signature(c)]);
             s.extend(suite(c).map(|s| s.name));

@@ -367,6 +367,16 @@ pub(super) const DHE_BY_SIZE: [(usize, &str); 7] = [
     (8192, "dhe8192"),
 ];
 
+/// DHE primes by size in bits, RFC 7919's and RFC 3526's (1536 bits is RFC 3526's alone).
+pub(super) const NAMED_DH: [(usize, &str, &str); 6] = [
+    (1536, OTHER, "modp1536"),
+    (2048, "ffdhe2048", "modp2048"),
+    (3072, "ffdhe3072", "modp3072"),
+    (4096, "ffdhe4096", "modp4096"),
+    (6144, "ffdhe6144", "modp6144"),
+    (8192, "ffdhe8192", "modp8192"),
+];
+
 /// TLS 1.2 ServerKeyExchange: the named curve (ECDHE) or the prime's size (DHE).
 fn ske_group(b: &[u8], kx: Option<Kx>) -> &'static str {
     let mut r = Rd(b);
@@ -385,19 +395,20 @@ fn ske_group(b: &[u8], kx: Option<Kx>) -> &'static str {
                 Some(i) => &p[i..],
                 None => return OTHER,
             };
-            // RFC 7919's primes: 2^b - 2^(b-64) + {[2^(b-130) e] + X} * 2^64 - 1
-            const TOP: [u8; 16] = [
-                0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xAD, 0xF8, 0x54, 0x58, 0xA2, 0xBB, 0x4A, 0x9A,
-            ];
-            if p.starts_with(&TOP) && p.ends_with(&[0xFF; 8]) {
-                return match p.len() * 8 {
-                    2048 => "ffdhe2048",
-                    3072 => "ffdhe3072",
-                    4096 => "ffdhe4096",
-                    6144 => "ffdhe6144",
-                    8192 => "ffdhe8192",
-                    _ => OTHER,
-                };
+            // RFC 7919's primes: 2^b - 2^(b-64) + {[2^(b-130) e] + X} * 2^64 - 1; RFC 3526's
+            // the same with pi: OpenSSL 3 knows both, which changes what an exchange costs
+            // (a short private key, and the peer's key checked), so each is named.
+            const E: [u8; 8] = [0xAD, 0xF8, 0x54, 0x58, 0xA2, 0xBB, 0x4A, 0x9A];
+            const PI: [u8; 8] = [0xC9, 0x0F, 0xDA, 0xA2, 0x21, 0x68, 0xC2, 0x34];
+            if p.len() > 16 && p[..8] == [0xFF; 8] && p.ends_with(&[0xFF; 8]) {
+                let by_size = NAMED_DH.iter().find(|(bits, _, _)| *bits == p.len() * 8);
+                if let Some(&(_, ffdhe, modp)) = by_size {
+                    match &p[8..16] {
+                        top if top == E => return ffdhe,
+                        top if top == PI => return modp,
+                        _ => {}
+                    }
+                }
             }
             // The server's own prime (a dhparam file, a library default): by its size, a
             // handful of values so that the label stays bounded.

@@ -148,6 +148,13 @@ fn dhe_groups_by_prime() {
     let mut ffdhe = vec![0xFF; 256];
     ffdhe[8..16].copy_from_slice(&[0xAD, 0xF8, 0x54, 0x58, 0xA2, 0xBB, 0x4A, 0x9A]);
     assert_eq!(ske_group(&ske(&ffdhe), dhe), "ffdhe2048");
+    // RFC 3526's (OpenSSL's automatic DH parameters) likewise
+    let mut modp = vec![0xFF; 384];
+    modp[8..16].copy_from_slice(&[0xC9, 0x0F, 0xDA, 0xA2, 0x21, 0x68, 0xC2, 0x34]);
+    assert_eq!(ske_group(&ske(&modp), dhe), "modp3072");
+    // RFC 2409's 1024-bit prime has RFC 3526's form, but no group of OpenSSL's: by its size
+    modp.truncate(128);
+    assert_eq!(ske_group(&ske(&modp), dhe), "dhe1024");
     assert_eq!(ske_group(&ske(&[0, 0]), dhe), OTHER);
 }
 

@@ -330,6 +330,9 @@ pub fn groups(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Finding> {
         }
         // Resumed TLS 1.3 handshakes with a key share pay for the group too.
         let rate = p.count(|c| c.group == g) / secs;
+        // TLS 1.2 DHE with the server's parameters: its own (dhe2048), or RFC 3526's
+        // (modp2048, OpenSSL's automatic ones); not a group the client names (ffdhe2048)
+        let own_prime = g.starts_with("dhe") || g.starts_with("modp");
         out.push(with_clients(
             finish(
             Finding {
@@ -347,10 +350,7 @@ pub fn groups(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Finding> {
                     ms(diff),
                     diff / mean_g * 100.0
                 ),
-                fix: "Prefer X25519 in the server's group list, with secp256r1 after it for clients without \
-                      it (nginx `ssl_ecdh_curve X25519:prime256v1;`, Apache `SSLOpenSSLConfCmd Groups \
-                      X25519:P-256`, HAProxy `curves X25519:P-256`, node `ecdhCurve: 'X25519:P-256'`)."
-                    .into(),
+                fix: if own_prime { DHE_FIX } else { GROUP_FIX }.into(),
                 saving_cpu: Some(rate * diff),
                 saving_share: None,
                 clients: None,
@@ -364,11 +364,28 @@ pub fn groups(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Finding> {
             p,
             secs,
         ),
-            would_fail(p, &["x25519_p256_only"], true),
+            if own_prime {
+                // no policy of the what-if model takes DHE away
+                ("clients: those that offer no ECDHE suite (none of today's browsers or \
+                  libraries) would fall back to RSA key exchange, or fail without it; not counted"
+                    .into(), vec![])
+            } else {
+                would_fail(p, &["x25519_p256_only"], true)
+            },
         ));
     }
     out
 }
+
+const GROUP_FIX: &str = "Prefer X25519 in the server's group list, with secp256r1 after it for clients without \
+     it (nginx `ssl_ecdh_curve X25519:prime256v1;`, Apache `SSLOpenSSLConfCmd Groups \
+     X25519:P-256`, HAProxy `curves X25519:P-256`, node `ecdhCurve: 'X25519:P-256'`).";
+
+/// A TLS 1.2 DHE suite with the server's own prime: the suite decides, not the group list.
+const DHE_FIX: &str = "Prefer ECDHE suites to DHE ones: list them first and let the server's order decide \
+     (nginx `ssl_prefer_server_ciphers on;`, Apache `SSLHonorCipherOrder on`, HAProxy \
+     `prefer-client-ciphers` off, its default), or leave DHE out (`!kDHE` in the cipher \
+     list); with X25519 first in the group list.";
 
 /// The certificate: an RSA (or large ECDSA) key's signature cost over ECDSA P-256.
 pub fn certificates(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Finding> {
