@@ -27,12 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from harness.agent import TLSPROF  # noqa: E402
+from harness.busy import Copiers  # noqa: E402
 from harness.clients import https_connections  # noqa: E402
 from harness.report import Report, timed_report  # noqa: E402
 from harness.servers import Nginx  # noqa: E402
-
-
-HOG = "import time\nb=bytearray(64<<20)\nt=time.time()\nwhile time.time()-t<3600:\n    c=bytes(b)\n"
 
 
 def without_parts(r: Report, out: Path) -> Path:
@@ -59,7 +57,7 @@ def main():
     args = ap.parse_args()
     # SIGTERM (timeout, kill) ends it through its `finally`: its nginx and copiers stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(args.busy)]
+    copiers = Copiers(args.busy, seconds=3600)
     if args.pin:
         os.sched_setaffinity(0, {1})
     work = Path(tempfile.mkdtemp(prefix="tlsprof-noise-"))
@@ -102,9 +100,7 @@ def main():
             print(line, flush=True)
     finally:
         srv.stop()
-        for h in hogs:
-            h.kill()
-            h.wait()
+        copiers.stop()
     mags = sorted(abs(x) for x in changes)
     print(f"# truth |change|: under 5% in {sum(m < 0.05 for m in mags)}, 5-10% in "
           f"{sum(0.05 <= m < 0.10 for m in mags)}, 10% or more in {sum(m >= 0.10 for m in mags)} "

@@ -16,6 +16,13 @@ pub const ASSUMED_SAMPLE_HZ: f64 = crate::cli::SAMPLE_HZ as f64;
 
 /// A share of the CPU split needs this many samples behind it to be compared.
 pub const MIN_SAMPLES: f64 = 20.0;
+/// How much more a sampled share moves between windows than its samples' binomial error
+/// says: the agent splits each second's CPU by that second's samples, and credits the CPU at
+/// context switches. nginx beside two memory copiers, four windows of one configuration
+/// (~220 samples each, 2026-11-30): the record crypto share's standard deviation was 1.8
+/// times its binomial error, the handshake share's 3.4 times (which is why the TLS share
+/// takes the handshakes' CPU from the probes where they clock it).
+pub const SAMPLED_SPREAD: f64 = 2.0;
 /// A CPU per handshake needs this many timed handshakes behind it to be compared.
 pub const MIN_TIMED: f64 = 20.0;
 /// A figure's parts (ProcessDoc::batches) say how much it moves within its window from this
@@ -110,12 +117,36 @@ impl Side<'_> {
     }
 
     /// The share of the process's sampled CPU in these categories; none on fewer than
-    /// MIN_SAMPLES samples, which say little (raise --sample-hz for short windows).
+    /// MIN_SAMPLES samples, which say little (raise --sample-hz for short windows). Its error
+    /// is the samples' binomial one times SAMPLED_SPREAD.
     fn cpu_share(&self, categories: &[&str]) -> Option<Estimate> {
         let all: f64 = self.p.cpu_seconds.values().sum();
         let some: f64 = categories.iter().filter_map(|c| self.p.cpu_seconds.get(*c)).sum();
         let n = self.samples();
-        (all > 0.0 && n >= MIN_SAMPLES).then(|| Estimate::share(some / all * n, n)).flatten()
+        let share = (all > 0.0 && n >= MIN_SAMPLES).then(|| Estimate::share(some / all * n, n)).flatten()?;
+        Some(Estimate {
+            se: share.se * SAMPLED_SPREAD,
+            ..share
+        })
+    }
+
+    /// The TLS share of the process's CPU. Where the probes clock its handshakes: their CPU
+    /// (the timed ones' mean times every handshake) with the sampled record crypto and TLS
+    /// library, over the process's CPU; else the samples alone. The samples' handshake share
+    /// moves far beyond its samples' error between windows of one configuration on a busy
+    /// host (2026-11-30, nginx beside two memory copiers, eight pairs of ~550 samples: by
+    /// up to 0.16, where a binomial error is 0.026), the clocked CPU per handshake by 4%.
+    fn tls_share(&self) -> Option<Estimate> {
+        let cpu = self.p.process_cpu_seconds;
+        let Some(hs) = self.handshake_cpu(|_| true).filter(|_| cpu > 0.0) else {
+            return self.cpu_share(&TLS_CATEGORIES);
+        };
+        let rest = self.cpu_share(&["crypto", "tls_library"])?;
+        let per_cpu = self.handshakes() / cpu;
+        Some(Estimate {
+            value: (hs.value * per_cpu + rest.value).min(1.0),
+            se: ((hs.se * per_cpu).powi(2) + rest.se.powi(2)).sqrt(),
+        })
     }
 
     /// Exchanges on TCP connections, and the process's CPU over them (its TCP connections'
@@ -139,7 +170,9 @@ impl Side<'_> {
     /// What varies within a window the count, the histogram and the samples do not hold:
     /// the host's other work, the server's own drift.
     fn held(&self, f: Figure) -> Figure {
-        let Some(e) = f.estimate else { return f };
+        let Some(e) = f.estimate.filter(|_| !FROM_PROCESS_CPU.contains(&f.name)) else {
+            return f;
+        };
         let parts: Vec<Estimate> = self
             .p
             .batches
@@ -186,7 +219,7 @@ impl Side<'_> {
                 Estimate::per_event(cpu, hs, cv),
             ),
             fig("process_cpu_per_exchange_seconds", "process CPU per exchange", Unit::Seconds, per_exchange),
-            fig("tls_cpu_share", "TLS share of the process's CPU", Unit::Share, self.cpu_share(&TLS_CATEGORIES)),
+            fig("tls_cpu_share", "TLS share of the process's CPU", Unit::Share, self.tls_share()),
             fig(
                 "record_crypto_cpu_per_exchange_seconds",
                 "TLS record crypto per exchange",
@@ -218,6 +251,18 @@ pub enum Per {
     Exchange,
 }
 
+/// The figures made with the process's CPU, which a part of a window does not hold: the
+/// kernel credits a process's CPU time at its context switches and the agent splits it once
+/// a second, so a 2 s part gets CPU of the part before or after it (nginx beside two memory
+/// copiers, 2026-11-30: process CPU per handshake 0.21, 0.41, 0.40 then 1.23 ms in the four
+/// parts of one window, 0.41 ms over the whole). Their window's own errors stand.
+const FROM_PROCESS_CPU: [&str; 4] = [
+    "process_cpu_per_handshake_seconds",
+    "process_cpu_per_exchange_seconds",
+    "tls_cpu_share",
+    "record_crypto_cpu_per_exchange_seconds",
+];
+
 /// Each process's figures in each part of a window (observe.rs), by process name: what
 /// ProcessDoc::batches holds.
 pub fn part_figures(parts: &[Window], sample_hz: Option<f64>) -> BTreeMap<String, Vec<BTreeMap<String, f64>>> {
@@ -233,6 +278,7 @@ pub fn part_figures(parts: &[Window], sample_hz: Option<f64>) -> BTreeMap<String
             let values = side
                 .measured()
                 .into_iter()
+                .filter(|f| !FROM_PROCESS_CPU.contains(&f.name))
                 .filter_map(|f| Some((f.name.to_string(), f.estimate?.value)))
                 .filter(|(_, v)| v.is_finite())
                 .collect();
