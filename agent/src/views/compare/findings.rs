@@ -170,10 +170,14 @@ pub fn carry(
             continue;
         };
         if let Some(g) = after.findings.iter().find(|g| same(f, g)) {
-            let text = match (&estimated, g.saving_cpu_cores) {
+            let mut text = match (&estimated, g.saving_cpu_cores) {
                 (Some(e), Some(n)) => format!("remains: estimated to save {e} before, {} now", cores(n)),
                 _ => "remains".into(),
             };
+            // what it says now, where that moved (a group or certificate of another size)
+            if g.title != f.title {
+                text += &format!("; now: {}", g.title);
+            }
             out.push(CarriedFinding {
                 estimated_saving_cpu_cores: f.saving_cpu_cores,
                 estimated_saving_now_cpu_cores: g.saving_cpu_cores,
