@@ -149,8 +149,8 @@ static __always_inline __u64 received_before(const struct sock *sk, int ret, con
 			return tp->bytes_received - (__u64)(__u32)(tp->rcv_nxt - tp->copied_seq) - (__u64)ret;
 	}
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
-	return BPF_CORE_READ(tp, bytes_received) - (__u64)(__u32)(BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq)) -
-	       (__u64)ret;
+	return BPF_CORE_READ(tp, bytes_received) -
+	        (__u64)(__u32)(BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq)) - (__u64)ret;
 }
 
 /* tcp bytes_sent of `sk`; `typed` as data_read_typed. */

@@ -52,7 +52,7 @@ static __always_inline const struct iovec *iter_iovecs(const struct msghdr *msg)
 static __always_inline bool iter_is_ubuf(__u32 type)
 {
 	return bpf_core_enum_value_exists(enum iter_type, ITER_UBUF) &&
-	       type == bpf_core_enum_value(enum iter_type, ITER_UBUF);
+	        type == bpf_core_enum_value(enum iter_type, ITER_UBUF);
 }
 
 /* An array of user buffers (every kernel). */

@@ -18,9 +18,9 @@
 struct cpu_sample {
 	__u32 tgid;
 	__u32 tid;
-	__u32 flags;  /* CPU_SAMPLE_* */
-	__u16 kdepth; /* frames in kstack */
-	__u16 udepth; /* frames in ustack; ustack[0] is the user-mode instruction pointer */
+	__u32 flags;   /* CPU_SAMPLE_* */
+	__u16 kdepth;  /* frames in kstack */
+	__u16 udepth;  /* frames in ustack; ustack[0] is the user-mode instruction pointer */
 	__u64 sp_word; /* user mode: the word at the stack pointer (a leaf function's return
 			* address, unless it pushed something), 0 if unreadable */
 	__u64 kstack[CPU_KSTACK_MAX];

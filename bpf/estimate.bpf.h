@@ -29,7 +29,6 @@
 #include "handshake.h"
 #include "wire.h"
 
-
 /* Closes the thread's window: its on-CPU time since the read is one part of its connection's
  * handshake, sent to the agent (hs_events, estimate set). */
 static __always_inline void est_close(__u32 tid, struct hs_thread *t)
@@ -73,8 +72,6 @@ static __always_inline void est_before_send(const struct sock *sk)
 	if (t && t->ssl != (__u64)sk)
 		est_close(tid, t);
 }
-
-
 
 /*
  * Beside probes still judged, the read side looks only at reads that begin within a

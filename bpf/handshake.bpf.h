@@ -326,7 +326,7 @@ static __always_inline bool hs_thread_start(__u32 tid, const struct hs_thread *n
 /* The thread enters a handshake call on `ssl` at `now` in its entry `e` (kept, or NULL:
  * none), no call of its own open (the caller checked). */
 static __always_inline void hs_open_in(__u32 tid, struct hs_thread *e, __u32 tgid, __u64 ssl, __u8 role, __u8 go,
-				       __u64 now)
+                                       __u64 now)
 {
 	struct hs_thread nt = {
 		.ssl = ssl,
@@ -429,8 +429,8 @@ static __always_inline void hs_link_membio(__u32 tid, __u32 tgid, __u64 conn_id,
  * its connection's handshake, which is reported when done or failed. `membio`: a server
  * call without socket I/O of its own may have left its flight for the thread's next write
  * (a library call; not a Go goroutine's part, whose next write may be another's). */
-static __always_inline void hs_call_end_by(__u32 tid, struct hs_thread *t, __u8 outcome, bool membio,
-					    const bool own, __u64 now)
+static __always_inline void hs_call_end_by(__u32 tid, struct hs_thread *t, __u8 outcome, bool membio, const bool own,
+                                           __u64 now)
 {
 	__u64 cpu = t->cpu_ns + (t->oncpu_ns ? now - t->oncpu_ns : 0);
 	struct hs_key key = { .ssl = t->ssl, .tgid = t->tgid };

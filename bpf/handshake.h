@@ -42,25 +42,25 @@ struct hs_event {
 	__u8 result;       /* HS_RESULT_* */
 	__u8 estimate;     /* a part of the kernel-only estimate (estimate.bpf.h), not a probed call */
 	__u8 pad[5];
-	__u64 conn_id;     /* the connection it ran on (conn_life.id), 0 if unknown */
-	__u64 conn_start;  /* when that connection was accepted (conn_life.start_ns) */
-	__u64 end_ns;      /* the last call returned (bpf_ktime_get_ns) */
+	__u64 conn_id;    /* the connection it ran on (conn_life.id), 0 if unknown */
+	__u64 conn_start; /* when that connection was accepted (conn_life.start_ns) */
+	__u64 end_ns;     /* the last call returned (bpf_ktime_get_ns) */
 };
 
 /* Per-thread state while a thread is inside a handshake call (key: thread id). */
 struct hs_thread {
-	__u64 ssl;       /* SSL * of the outermost call */
-	__u64 enter_ns;  /* outermost call entered */
-	__u64 oncpu_ns;  /* last time the thread went on CPU, 0 while switched out */
-	__u64 cpu_ns;    /* on-CPU time accumulated before the last switch-out */
+	__u64 ssl;      /* SSL * of the outermost call */
+	__u64 enter_ns; /* outermost call entered */
+	__u64 oncpu_ns; /* last time the thread went on CPU, 0 while switched out */
+	__u64 cpu_ns;   /* on-CPU time accumulated before the last switch-out */
 	__u32 tgid;
-	__u32 depth;     /* nesting: SSL_accept -> SSL_do_handshake -> ossl_statem_accept */
+	__u32 depth; /* nesting: SSL_accept -> SSL_do_handshake -> ossl_statem_accept */
 	__u8 role;
-	__u8 io;         /* the call read or wrote a watched connection's socket itself */
-	__u8 est;        /* not a library call: the kernel estimate's window (estimate.bpf.h) */
-	__u8 go;         /* a Go goroutine's part of its handshake (gotls.bpf.h) */
+	__u8 io;  /* the call read or wrote a watched connection's socket itself */
+	__u8 est; /* not a library call: the kernel estimate's window (estimate.bpf.h) */
+	__u8 go;  /* a Go goroutine's part of its handshake (gotls.bpf.h) */
 	__u8 pad[4];
-	__u64 conn_id;   /* that connection (conn_life.id), and when it was accepted */
+	__u64 conn_id; /* that connection (conn_life.id), and when it was accepted */
 	__u64 conn_start;
 };
 
@@ -78,9 +78,9 @@ struct hs_state {
 	__u64 cpu_ns;
 	__u32 calls;
 	__u8 role;
-	__u8 done;      /* the handshake finished; later calls (post-handshake) are not counted */
+	__u8 done; /* the handshake finished; later calls (post-handshake) are not counted */
 	__u8 pad[2];
-	__u64 conn_id;  /* the connection it runs on (conn_life.id), 0 until known */
+	__u64 conn_id; /* the connection it runs on (conn_life.id), 0 until known */
 	__u64 conn_start;
 };
 

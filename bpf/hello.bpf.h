@@ -98,9 +98,15 @@ static __always_inline __u8 hello_untls_first(const __u8 *b, __u32 n)
 	__u32 w = (__u32)b[0] << 16 | (__u32)b[1] << 8 | b[2];
 #define HELLO_W(a, b_, c) ((__u32)(a) << 16 | (__u32)(b_) << 8 | (c))
 	switch (w) {
-	case HELLO_W('G', 'E', 'T'): case HELLO_W('P', 'O', 'S'): case HELLO_W('H', 'E', 'A'):
-	case HELLO_W('P', 'U', 'T'): case HELLO_W('D', 'E', 'L'): case HELLO_W('O', 'P', 'T'):
-	case HELLO_W('P', 'A', 'T'): case HELLO_W('C', 'O', 'N'): case HELLO_W('T', 'R', 'A'):
+	case HELLO_W('G', 'E', 'T'):
+	case HELLO_W('P', 'O', 'S'):
+	case HELLO_W('H', 'E', 'A'):
+	case HELLO_W('P', 'U', 'T'):
+	case HELLO_W('D', 'E', 'L'):
+	case HELLO_W('O', 'P', 'T'):
+	case HELLO_W('P', 'A', 'T'):
+	case HELLO_W('C', 'O', 'N'):
+	case HELLO_W('T', 'R', 'A'):
 		return HELLO_UNTLS_HTTP;
 	case HELLO_W('P', 'R', 'I'):
 		return HELLO_UNTLS_HTTP2;
@@ -170,7 +176,7 @@ static __always_inline struct conn_state *hello_wanted(struct sock *sk, int ret,
  * 6.1's does not).
  */
 static __always_inline long hello_load(struct __sk_buff *skb, const bool pkt, void *to, __u64 n, __u64 at,
-				       const __u64 max)
+                                       const __u64 max)
 {
 	if (pkt) {
 		/* 1 to max bytes, in a form every verifier follows (6.1's learns nothing from a
@@ -188,8 +194,8 @@ static __always_inline long hello_load(struct __sk_buff *skb, const bool pkt, vo
  * `flags` (HELLO_*) on the last event; false if they could not be read. Never through a
  * map: read straight into ring-buffer reservations. An event from a packet carries tgid 0:
  * it runs where the packet arrives, not in the server (the agent takes the port's owner). */
-static __always_inline bool hello_send(const struct conn_state *c, struct __sk_buff *skb, const bool pkt, __u64 ptr, __u32 n,
-				       __u32 at, __u8 flags)
+static __always_inline bool hello_send(const struct conn_state *c, struct __sk_buff *skb, const bool pkt, __u64 ptr,
+                                       __u32 n, __u32 at, __u8 flags)
 {
 	for (int i = 0; i < HELLO_MAX / WIRE_CHUNK; i++) {
 		__u32 k = n < WIRE_CHUNK ? n : WIRE_CHUNK;
@@ -233,7 +239,8 @@ static __always_inline void hello_stop(struct conn_state *c, struct __sk_buff *s
 }
 
 /* Reads n (at most 5) bytes at ptr into the state's array `to` (8 bytes) from index `have`. */
-static __always_inline bool hello_take_bytes(struct __sk_buff *skb, const bool pkt, __u8 *to, __u8 have, __u64 ptr, __u32 n)
+static __always_inline bool hello_take_bytes(struct __sk_buff *skb, const bool pkt, __u8 *to, __u8 have, __u64 ptr,
+                                             __u32 n)
 {
 	__u8 tmp[8] = {};
 	__u64 sz = n;
@@ -254,8 +261,8 @@ static __always_inline bool hello_take_bytes(struct __sk_buff *skb, const bool p
  * belong to the ClientHello's records (the rest is never looked at); *why: HELLO_* when the
  * capture ends (HELLO_LAST: complete).
  */
-static __always_inline __u32 hello_walk_from(struct hello_conn *h, struct __sk_buff *skb, const bool pkt, __u64 ptr, __u32 avail,
-					     __u8 *why)
+static __always_inline __u32 hello_walk_from(struct hello_conn *h, struct __sk_buff *skb, const bool pkt, __u64 ptr,
+                                             __u32 avail, __u8 *why)
 {
 	__u32 take = 0;
 	for (int i = 0; i < HELLO_STEPS; i++) {
@@ -330,8 +337,7 @@ static __noinline __u32 hello_walk(struct hello_conn *h, __u64 ptr, __u32 avail,
 	return hello_walk_from(h, NULL, false, ptr, avail, why);
 }
 
-static __noinline __u32 hello_walk_skb(struct hello_conn *h, struct __sk_buff *skb, __u32 off, __u32 avail,
-				       __u8 *why)
+static __noinline __u32 hello_walk_skb(struct hello_conn *h, struct __sk_buff *skb, __u32 off, __u32 avail, __u8 *why)
 {
 	return hello_walk_from(h, skb, true, off, avail, why);
 }
@@ -344,7 +350,7 @@ static __noinline __u32 hello_walk_skb(struct hello_conn *h, struct __sk_buff *s
  * change_cipher_spec or an encrypted record): nothing of it but the header is read.
  */
 static __always_inline void hello_next_from(struct conn_state *c, struct __sk_buff *skb, const bool pkt, __u64 ptr,
-					    __u32 avail)
+                                            __u32 avail)
 {
 	struct hello_conn *h = &c->hello;
 	__u32 have = h->hdr_have & 7;
@@ -411,7 +417,7 @@ static __noinline void hello_next_skb(struct conn_state *c, struct __sk_buff *sk
  * whose ClientHello is being captured: those not looked at yet are walked and sent.
  */
 static __always_inline void hello_bytes(struct conn_state *c, struct __sk_buff *skb, const bool pkt, __u32 pos, __u32 n,
-					__u64 ptr)
+                                        __u64 ptr)
 {
 	struct hello_conn *h = &c->hello;
 	__s32 off = (__s32)(pos - h->start);

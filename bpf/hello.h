@@ -32,18 +32,19 @@
 #define HELLO_NEXT 3 /* complete: the next record's header is looked at, for an alert */
 
 /* wire_event.flags of WIRE_EV_HELLO: HELLO_LAST, and in the high nibble why it gave up */
-#define HELLO_LAST 0x01       /* these bytes complete the ClientHello */
-#define HELLO_ALERT 0x02      /* data[0..2] is the alert (level, description) the client sent in
+#define HELLO_LAST 0x01 /* these bytes complete the ClientHello */
+#define HELLO_ALERT \
+	0x02 /* data[0..2] is the alert (level, description) the client sent in
 			       * the clear right after its ClientHello: nothing else is sent */
 #define HELLO_WHY_MASK 0xf0
 enum hello_why {
-	HELLO_WHY_NONE = 0,          /* not given up (HELLO_LAST: complete; else more to come) */
-	HELLO_UNREADABLE = 0x10,     /* a read the hook cannot follow (io_uring, several iovec
+	HELLO_WHY_NONE = 0,      /* not given up (HELLO_LAST: complete; else more to come) */
+	HELLO_UNREADABLE = 0x10, /* a read the hook cannot follow (io_uring, several iovec
 				      * segments, a user buffer it cannot find or read) */
-	HELLO_CUT = 0x20,            /* the ClientHello's records run past HELLO_MAX bytes, or it
+	HELLO_CUT = 0x20,        /* the ClientHello's records run past HELLO_MAX bytes, or it
 				      * takes more than HELLO_MAX_RECORDS records */
-	HELLO_GAP = 0x30,            /* bytes of the stream were read where the hook did not see it */
-	HELLO_BAD = 0x40,            /* a record that cannot continue a ClientHello (not a
+	HELLO_GAP = 0x30,        /* bytes of the stream were read where the hook did not see it */
+	HELLO_BAD = 0x40,        /* a record that cannot continue a ClientHello (not a
 				      * handshake record, bad version or length, not a ClientHello) */
 };
 
@@ -65,8 +66,8 @@ enum hello_untls {
 };
 #define HELLO_UNTLS_KINDS 8
 
-#define HELLO_MAX 8192        /* bytes of the client's stream read at most */
-#define HELLO_MAX_RECORDS 16  /* records a ClientHello may span */
+#define HELLO_MAX 8192                 /* bytes of the client's stream read at most */
+#define HELLO_MAX_RECORDS 16           /* records a ClientHello may span */
 #define HELLO_MAX_RECORD (16384 + 256) /* a plaintext record body (2^14), with slack */
 
 /* hello.bpf.h's part of a connection's state (conn_state.hello). */
@@ -84,9 +85,9 @@ struct hello_conn {
 	__u8 first;     /* the client's first bytes, where they began no TLS record: HELLO_UNTLS_*
 			 * (0: none seen, or TLS) */
 	__u8 pad[3];
-	__u8 hdr[8];    /* the record header being read (5 bytes used; HELLO_NEXT: the record
+	__u8 hdr[8]; /* the record header being read (5 bytes used; HELLO_NEXT: the record
 			 * after the ClientHello, and an alert's 2 bytes after it) */
-	__u8 msg[4];    /* the ClientHello's message header: type, 24-bit length */
+	__u8 msg[4]; /* the ClientHello's message header: type, 24-bit length */
 };
 
 #endif

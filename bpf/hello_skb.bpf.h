@@ -73,7 +73,8 @@ static __always_inline bool hello_segment(struct __sk_buff *skb, struct hello_se
 	__u32 th;
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		__u8 vihl, proto;
-		if (bpf_skb_load_bytes(skb, 0, &vihl, 1) || bpf_skb_load_bytes(skb, 9, &proto, 1) || proto != IPPROTO_TCP)
+		if (bpf_skb_load_bytes(skb, 0, &vihl, 1) || bpf_skb_load_bytes(skb, 9, &proto, 1) ||
+		    proto != IPPROTO_TCP)
 			return false;
 		th = (vihl & 0xf) * 4;
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {

@@ -24,19 +24,19 @@
 enum proc_ev {
 	PROC_EV_FORK = 1,
 	PROC_EV_EXIT = 2,
-	PROC_EV_EXEC = 3,           /* a traced process executed a new program, or one selected by name */
-	PROC_EV_FOUND = 4,          /* without --pid/--comm: a process not traced sent TLS on a connection
+	PROC_EV_EXEC = 3,   /* a traced process executed a new program, or one selected by name */
+	PROC_EV_FOUND = 4,  /* without --pid/--comm: a process not traced sent TLS on a connection
 				 * it accepted (found by what its connections carry); parent: the port */
-	PROC_EV_LISTEN = 5,         /* a traced process started listening (parent: the port): its ports
+	PROC_EV_LISTEN = 5, /* a traced process started listening (parent: the port): its ports
 				 * are read again now, not at the next scan */
 };
 
 /* Value of traced (key: tgid). */
 struct proc_traced {
-	__u64 oncpu_ns; /* exact on-CPU time (sched.bpf.h), summed at every switch-out and at
+	__u64 oncpu_ns;  /* exact on-CPU time (sched.bpf.h), summed at every switch-out and at
 			 * each sample while it runs; 0 when CPU attribution is off */
-	__u32 exited;   /* the process exited (the agent removes the entry after its last read) */
-	__u32 estimate; /* no handshake probes: its handshakes' CPU is estimated from the kernel
+	__u32 exited;    /* the process exited (the agent removes the entry after its last read) */
+	__u32 estimate;  /* no handshake probes: its handshakes' CPU is estimated from the kernel
 			 * alone (estimate.bpf.h) */
 	__u64 probed_ns; /* when its probes were attached (bpf_ktime_get_ns): a connection
 			  * accepted before is estimated all the same (the probes came in the
@@ -52,10 +52,10 @@ struct proc_comm {
 };
 
 struct proc_notice {
-	__u32 kind;   /* PROC_EV_* */
-	__u32 pid;    /* the new child (fork), the process (exec), or the exiting one (exit) */
-	__u32 parent; /* the traced parent (fork), 0 otherwise */
-	__u32 seq;    /* fork, exec: the process starts counted when it was sent (requests.bpf.h
+	__u32 kind;    /* PROC_EV_* */
+	__u32 pid;     /* the new child (fork), the process (exec), or the exiting one (exit) */
+	__u32 parent;  /* the traced parent (fork), 0 otherwise */
+	__u32 seq;     /* fork, exec: the process starts counted when it was sent (requests.bpf.h
 		       * req_starts), which the agent acknowledges once it has read it; else 0 */
 	__u8 comm[16]; /* its name (task comm): the child's at fork is its parent's; the new
 			* program's at exec; named so, a process gone before the agent read /proc */

@@ -172,7 +172,7 @@ static __always_inline bool quic_key_cid(struct __sk_buff *skb, __u32 at, __u8 l
 
 /* Sends a datagram's Initial packet (bytes [from, from + n) of the packet; none if n is 0). */
 static __always_inline void quic_emit(struct __sk_buff *skb, __u64 id, __u16 port, __u8 flags, __u32 from, __u32 n,
-				      __u16 hs_len, __u32 dgram)
+                                      __u16 hs_len, __u32 dgram)
 {
 	struct wire_event *e = wire_event_new();
 	if (!e) {
@@ -240,7 +240,7 @@ static __always_inline void quic_in(struct __sk_buff *skb, __u16 port)
 	if (!f) {
 		if (!ini_end || d.end - d.off < QUIC_MIN_INITIAL)
 			return; /* a connection whose start was not seen, or no start at all */
-		struct quic_flow nf = {.id = conn_new_id()};
+		struct quic_flow nf = { .id = conn_new_id() };
 		if (!nf.id || bpf_map_update_elem(&quic_flows, &d.k, &nf, BPF_NOEXIST))
 			return;
 		f = bpf_map_lookup_elem(&quic_flows, &d.k);
@@ -255,8 +255,8 @@ static __always_inline void quic_in(struct __sk_buff *skb, __u16 port)
 	if (done)
 		f->done = 1;
 	if (send || done)
-		quic_emit(skb, f->id, port, QUIC_F_CLIENT | (done ? QUIC_F_DONE : 0), ini, send ? ini_end - ini : 0, hs_len,
-			  d.end - d.off);
+		quic_emit(skb, f->id, port, QUIC_F_CLIENT | (done ? QUIC_F_DONE : 0), ini, send ? ini_end - ini : 0,
+		          hs_len, d.end - d.off);
 }
 
 /* A datagram a traced process sends from its UDP socket bound to `port`: the server's first

@@ -23,19 +23,22 @@
 
 /* wire_event.flags of WIRE_EV_QUIC */
 #define QUIC_F_CLIENT 0x01 /* the client's datagram (else the server's) */
-#define QUIC_F_DONE 0x02   /* the client's first datagram with a Handshake packet that can
+#define QUIC_F_DONE \
+	0x02              /* the client's first datagram with a Handshake packet that can
 			    * hold its Finished, or with a 1-RTT packet */
-#define QUIC_F_RETRY 0x04  /* the server answered with a Retry packet */
+#define QUIC_F_RETRY 0x04 /* the server answered with a Retry packet */
 
-#define QUIC_MAX_CLIENT 4   /* client datagrams with an Initial sent per connection, at most
+#define QUIC_MAX_CLIENT \
+	4                                  /* client datagrams with an Initial sent per connection, at most
 			     * (a ClientHello with a post-quantum key share takes two) */
-#define QUIC_MAX_SERVER 2   /* server datagrams with an Initial sent per connection, at most */
-#define QUIC_HEAD 16        /* sizeof(struct quic_head) */
+#define QUIC_MAX_SERVER 2                  /* server datagrams with an Initial sent per connection, at most */
+#define QUIC_HEAD 16                       /* sizeof(struct quic_head) */
 #define QUIC_MAX_PACKET (4096 - QUIC_HEAD) /* an Initial packet's bytes sent at most (WIRE_CHUNK) */
-#define QUIC_FLOWS 32768    /* connections followed at once (LRU: the oldest make room) */
-#define QUIC_MIN_INITIAL 1200 /* a client's first Initial datagram is at least this long (RFC 9000
+#define QUIC_FLOWS 32768                   /* connections followed at once (LRU: the oldest make room) */
+#define QUIC_MIN_INITIAL \
+	1200        /* a client's first Initial datagram is at least this long (RFC 9000
 			       * §14.1: servers drop shorter ones): shorter ones begin nothing */
-#define QUIC_WALK 4         /* coalesced packets walked per datagram */
+#define QUIC_WALK 4 /* coalesced packets walked per datagram */
 /* The shortest Length of a Handshake packet that carries a client's Finished: a packet
  * number (1 byte), a CRYPTO frame's header (3), a Finished of SHA-256 (4 + 32), the AEAD tag
  * (16). A shorter one holds an ACK alone, or the client's CONNECTION_CLOSE refusing the
@@ -61,14 +64,14 @@ struct quic_key {
 	__u16 lport;   /* the server's port, host order */
 	__u8 cid_len;  /* the client's connection ID: its length (0-20) */
 	__u8 pad[3];
-	__u8 cid[8];   /* ... and its first 8 bytes (zeros past its length) */
+	__u8 cid[8]; /* ... and its first 8 bytes (zeros past its length) */
 };
 
 struct quic_flow {
-	__u64 id;      /* the connection's identity in the events (conn.bpf.h conn_new_id) */
-	__u8 client;   /* client datagrams with an Initial sent */
-	__u8 server;   /* server datagrams with an Initial sent */
-	__u8 done;     /* the client's Handshake or 1-RTT packet was seen: nothing more is sent */
+	__u64 id;    /* the connection's identity in the events (conn.bpf.h conn_new_id) */
+	__u8 client; /* client datagrams with an Initial sent */
+	__u8 server; /* server datagrams with an Initial sent */
+	__u8 done;   /* the client's Handshake or 1-RTT packet was seen: nothing more is sent */
 	__u8 pad[5];
 };
 

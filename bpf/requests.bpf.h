@@ -19,7 +19,6 @@
 
 #include "requests.h"
 
-
 /* Exchanges per watched port as they happen (conn.h: CONN_EXCHANGE_SLOTS; the agent gives
  * each port its slot). */
 struct {

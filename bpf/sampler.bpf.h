@@ -15,10 +15,10 @@
  */
 #if defined(__TARGET_ARCH_arm64)
 #define SAMPLE_MODE_REG pstate
-#define SAMPLE_IN_USER(mode) (((mode) & 0xf) == 0)
+#define SAMPLE_IN_USER(mode) (((mode)&0xf) == 0)
 #else
 #define SAMPLE_MODE_REG cs
-#define SAMPLE_IN_USER(mode) (((mode) & 3) == 3)
+#define SAMPLE_IN_USER(mode) (((mode)&3) == 3)
 #endif
 
 /* Resized by the agent to the number of CPUs and the sampling frequency. */

@@ -22,9 +22,9 @@
 #define STAT_PROC_EVENTS_FULL 9     /* proc_events full: a fork or exit was not reported */
 #define STAT_REQ_RECV_CALLS_FULL 10 /* req_recv_calls: a read's arguments could not be kept */
 #define STAT_GO_MAP_FULL 11         /* go_goroutines/go_socks: a Go handshake could not be followed */
-#define STAT_HELLO_CALLS_FULL 12    /* hello_calls: a read's arguments could not be kept (kretprobe ClientHello capture) */
-#define STAT_CONN_STATE_MISSED 13  /* a connection's state change reached neither program on the hook */
-#define STAT_FAILURES 14            /* the failure counters are those below */
+#define STAT_HELLO_CALLS_FULL 12 /* hello_calls: a read's arguments could not be kept (kretprobe ClientHello capture) */
+#define STAT_CONN_STATE_MISSED 13 /* a connection's state change reached neither program on the hook */
+#define STAT_FAILURES 14          /* the failure counters are those below */
 
 /*
  * Counts of normal events, after the failure counters in the same array and exported apart

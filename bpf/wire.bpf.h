@@ -90,7 +90,8 @@ struct {
 } wire_window SEC(".maps");
 
 #define WIRE_STEPS 24 /* record headers and bodies walked per chunk of output */
-#define WIRE_SEGS 8   /* iovec segments looked at per send (GnuTLS: one per record of its flight; after a HelloRetryRequest the ServerHello too) */
+#define WIRE_SEGS \
+	8 /* iovec segments looked at per send (GnuTLS: one per record of its flight; after a HelloRetryRequest the ServerHello too) */
 #define WIRE_MAX_RECORD (16384 + 2048)
 
 /* An event's header: connection `c`'s, of `kind`, `len` bytes of data. */
@@ -289,11 +290,10 @@ static __always_inline bool wire_tls_prefix(const __u8 *h, __u32 have)
 	return have < 3 || h[2] <= 4;
 }
 
-
 /* A complete record header: what it means for the capture. Returns why the capture ends
  * (WIRE_END_*, WIRE_NOT_TLS), 0 to go on. */
-static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state *c, const __u8 *h,
-					__u64 body, __u32 avail)
+static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state *c, const __u8 *h, __u64 body,
+                                        __u32 avail)
 {
 	__u8 type = h[0];
 	__u32 len = (__u32)h[3] << 8 | h[4];
@@ -352,11 +352,11 @@ static __always_inline __u8 wire_header(const struct sock *sk, struct conn_state
 struct wire_walk_ctx {
 	const struct sock *sk;
 	struct conn_state *c;
-	__u64 ptr;      /* user address of the bytes */
-	__u32 n;        /* how many */
-	__u32 off;      /* walked so far */
+	__u64 ptr;       /* user address of the bytes */
+	__u32 n;         /* how many */
+	__u32 off;       /* walked so far */
 	__u32 plain_end; /* end of the plaintext-phase bytes among them */
-	__u8 why;       /* the capture ends: WIRE_END_*, WIRE_NOT_TLS */
+	__u8 why;        /* the capture ends: WIRE_END_*, WIRE_NOT_TLS */
 };
 
 /* Reads the walk's bytes into wire_window when they are TLS: the connection's output is
@@ -375,7 +375,8 @@ static __noinline int wire_window_read(const struct conn_state *c, __u64 ptr, __
 		return 0;
 	if (!(c->wire.flags & WIRE_F_TLS) && !tls_start) {
 		__u8 h[8] = {};
-		if (c->wire.left || c->wire.hdr_have || bpf_probe_read_user(h, 5, (void *)ptr) || !wire_tls_prefix(h, 5))
+		if (c->wire.left || c->wire.hdr_have || bpf_probe_read_user(h, 5, (void *)ptr) ||
+		    !wire_tls_prefix(h, 5))
 			return 0;
 	}
 	__u64 len = n < WIRE_CHUNK ? n : WIRE_CHUNK;
@@ -561,8 +562,8 @@ static __noinline int wire_walk_bounded(const struct sock *sk, struct conn_state
 }
 
 /* `tls_start`: the bytes at ptr were just seen to begin a TLS record (wire_preamble_send). */
-static __always_inline void wire_walk(const struct sock *sk, struct conn_state *c, __u64 ptr, __u64 n, const bool bounded,
-				      bool tls_start)
+static __always_inline void wire_walk(const struct sock *sk, struct conn_state *c, __u64 ptr, __u64 n,
+                                      const bool bounded, bool tls_start)
 {
 	__u32 len = n > 0xffffffff ? 0xffffffff : n;
 	if (bounded)
@@ -635,10 +636,11 @@ static __always_inline void wire_after_send(struct conn_state *c, __u32 copied)
 		wire_hand_over(c, copied);
 }
 
-#define WIRE_PRE_UNREAD 0 /* its first bytes could not be read, or a send shorter than 5 bytes may begin TLS
+#define WIRE_PRE_UNREAD \
+	0                /* its first bytes could not be read, or a send shorter than 5 bytes may begin TLS
 			   * (the walk says what it finds) */
-#define WIRE_PRE_PLAIN 1  /* a preamble send */
-#define WIRE_PRE_TLS 2    /* its first 5 bytes begin a TLS record */
+#define WIRE_PRE_PLAIN 1 /* a preamble send */
+#define WIRE_PRE_TLS 2   /* its first 5 bytes begin a TLS record */
 
 /*
  * A send while nothing of TLS was sent yet (wire_preamble): its first bytes (5, or 1 of a
@@ -649,7 +651,7 @@ static __always_inline void wire_after_send(struct conn_state *c, __u32 copied)
  * verifier finds the walk after it in states it has seen.
  */
 static __noinline int wire_preamble_send(const struct sock *sk, struct conn_state *c, const struct msg_bufs *m,
-					 __u32 copied)
+                                         __u32 copied)
 {
 	__u8 b[8] = {};
 	__u32 n = m->count >= 5 ? 5 : 1;
@@ -672,7 +674,7 @@ static __noinline int wire_preamble_send(const struct sock *sk, struct conn_stat
  * (requests.bpf.h), while the capture is not over (wire_on_send counts the sends after it).
  * `bounded`: walk without bpf_loop. */
 static __always_inline int wire_capture_send(const struct sock *sk, struct conn_state *c, const struct msghdr *msg,
-					     const bool bounded)
+                                             const bool bounded)
 {
 	__u32 copied = data_read(sk);
 
@@ -776,7 +778,7 @@ static __always_inline int wire_capture_send(const struct sock *sk, struct conn_
  * count (requests.bpf.h), and the kernel estimate's windows around it (estimate.bpf.h).
  */
 static __always_inline int wire_on_send(const struct sock *sk, const struct msghdr *msg, const bool bounded,
-					const bool typed)
+                                        const bool typed)
 {
 	struct conn_state *c = conn_of(sk);
 	if (c && c->wire.state == WIRE_DONE) {
@@ -817,25 +819,25 @@ static __always_inline int wire_on_send(const struct sock *sk, const struct msgh
  * it is in a program, reachable or not, and bpf_loop itself is unknown before 5.17; the
  * bounded walk, verified step by step, is what such kernels load.
  */
-#define WIRE_SEND_PROGRAMS(suffix, bounded)                                                              \
-	SEC("tp_btf/tcp_sendmsg_locked")                                                                  \
-	int BPF_PROG(wire_send##suffix, const struct sock *sk, const struct msghdr *msg,                  \
-		     const struct sk_buff *skb, int size_goal)                                            \
-	{                                                                                                 \
-		return wire_on_send(sk, msg, bounded, true);                                              \
-	}                                                                                                 \
-	SEC("fentry/tcp_sendmsg_locked")                                                                  \
-	int BPF_PROG(wire_send_fentry##suffix, struct sock *sk, struct msghdr *msg, size_t size)          \
-	{                                                                                                 \
-		return wire_on_send(sk, msg, bounded, true);                                              \
-	}                                                                                                 \
-	SEC("kprobe/tcp_sendmsg_locked")                                                                  \
-	int BPF_KPROBE(wire_send_kprobe##suffix, struct sock *sk, struct msghdr *msg)                     \
-	{                                                                                                 \
-		return wire_on_send(sk, msg, bounded, false);                                             \
+#define WIRE_SEND_PROGRAMS(suffix, bounded)                                                                         \
+	SEC("tp_btf/tcp_sendmsg_locked")                                                                            \
+	int BPF_PROG(wire_send##suffix, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, \
+	             int size_goal)                                                                                 \
+	{                                                                                                           \
+		return wire_on_send(sk, msg, bounded, true);                                                        \
+	}                                                                                                           \
+	SEC("fentry/tcp_sendmsg_locked")                                                                            \
+	int BPF_PROG(wire_send_fentry##suffix, struct sock *sk, struct msghdr *msg, size_t size)                    \
+	{                                                                                                           \
+		return wire_on_send(sk, msg, bounded, true);                                                        \
+	}                                                                                                           \
+	SEC("kprobe/tcp_sendmsg_locked")                                                                            \
+	int BPF_KPROBE(wire_send_kprobe##suffix, struct sock *sk, struct msghdr *msg)                               \
+	{                                                                                                           \
+		return wire_on_send(sk, msg, bounded, false);                                                       \
 	}
 
-WIRE_SEND_PROGRAMS(, false)         /* wire_send, wire_send_fentry, wire_send_kprobe */
-WIRE_SEND_PROGRAMS(_bounded, true)  /* wire_send_bounded, wire_send_fentry_bounded, ... */
+WIRE_SEND_PROGRAMS(, false)        /* wire_send, wire_send_fentry, wire_send_kprobe */
+WIRE_SEND_PROGRAMS(_bounded, true) /* wire_send_bounded, wire_send_fentry_bounded, ... */
 
 #endif

@@ -195,7 +195,12 @@ impl Lib {
     fn named_dh(&self, group: &CStr) -> Ptr {
         let mut key: Ptr = std::ptr::null_mut();
         let p = [
-            OsslParam::new(c"group", OsslParam::UTF8_STRING, group.as_ptr().cast(), group.to_bytes().len()),
+            OsslParam::new(
+                c"group",
+                OsslParam::UTF8_STRING,
+                group.as_ptr().cast(),
+                group.to_bytes().len(),
+            ),
             OsslParam::end(),
         ];
         // SAFETY: the context from this library, freed once; the OSSL_PARAM array is ended by
@@ -251,7 +256,9 @@ impl Lib {
         unsafe {
             let ctx = (self.ctx_new_from_name)(std::ptr::null_mut(), c"DH".as_ptr(), std::ptr::null());
             // EVP_PKEY_KEY_PARAMETERS
-            if !ctx.is_null() && (self.fromdata_init)(ctx) == 1 && (self.fromdata)(ctx, &mut domain, 0x84, p.as_ptr()) == 1
+            if !ctx.is_null()
+                && (self.fromdata_init)(ctx) == 1
+                && (self.fromdata)(ctx, &mut domain, 0x84, p.as_ptr()) == 1
             {
                 let gen = (self.ctx_new)(domain, std::ptr::null_mut());
                 if gen.is_null() || (self.keygen_init)(gen) != 1 || (self.keygen_from)(gen, &mut key) != 1 {
@@ -408,10 +415,22 @@ fn group_kind(group: &str) -> Option<Kind> {
         "modp6144" => Kind::Dh(DhParams::Named(c"modp_6144")),
         "modp8192" => Kind::Dh(DhParams::Named(c"modp_8192")),
         "dhe1024" => Kind::Dh(DhParams::Oakley1024),
-        "dhe1536" => Kind::Dh(DhParams::Own { like: c"modp_1536", bits: 1536 }),
-        "dhe2048" => Kind::Dh(DhParams::Own { like: c"modp_2048", bits: 2048 }),
-        "dhe3072" => Kind::Dh(DhParams::Own { like: c"modp_3072", bits: 3072 }),
-        "dhe4096" => Kind::Dh(DhParams::Own { like: c"modp_4096", bits: 4096 }),
+        "dhe1536" => Kind::Dh(DhParams::Own {
+            like: c"modp_1536",
+            bits: 1536,
+        }),
+        "dhe2048" => Kind::Dh(DhParams::Own {
+            like: c"modp_2048",
+            bits: 2048,
+        }),
+        "dhe3072" => Kind::Dh(DhParams::Own {
+            like: c"modp_3072",
+            bits: 3072,
+        }),
+        "dhe4096" => Kind::Dh(DhParams::Own {
+            like: c"modp_4096",
+            bits: 4096,
+        }),
         _ => return None,
     })
 }

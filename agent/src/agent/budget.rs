@@ -52,7 +52,9 @@ impl Budget {
                 m.probe_cpu.get_or_create(&c).inc_by(cpu);
                 m.probe_program.get_or_create(&c).inc_by(programs);
             }
-            let Some((due, moved)) = p.step_duty(now, pid, comm, k, prof) else { continue };
+            let Some((due, moved)) = p.step_duty(now, pid, comm, k, prof) else {
+                continue;
+            };
             next = Some(next.map_or(due, |n: Instant| n.min(due)));
             changed |= moved;
         }

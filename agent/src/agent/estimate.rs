@@ -130,7 +130,11 @@ impl Estimates {
 
     /// A connection's handshake capture ended (`probed`: its process has handshake probes).
     pub fn capture_ended(&mut self, id: ConnId, ok: bool, probed: bool, now: Instant) {
-        let q = if probed { &mut self.ended_probed } else { &mut self.ended };
+        let q = if probed {
+            &mut self.ended_probed
+        } else {
+            &mut self.ended
+        };
         if q.len() < MAX_OPEN {
             q.push_back((id, ok, now));
         }
@@ -139,7 +143,11 @@ impl Estimates {
     /// Whether a probe timed the handshake on connection `id` of process `tgid`, accepted at
     /// `conn_start`: tied to it, or (a memory-BIO server's) timed by the process after it came.
     pub fn probe_timed(&self, id: ConnId, tgid: u32, conn_start: u64) -> bool {
-        self.timed.contains_key(&id) || self.timed_unlinked.get(&tgid).is_some_and(|&(_, last)| last >= conn_start)
+        self.timed.contains_key(&id)
+            || self
+                .timed_unlinked
+                .get(&tgid)
+                .is_some_and(|&(_, last)| last >= conn_start)
     }
 
     /// The handshakes whose capture ended SETTLE ago or more (`all`: every one, at exit),

@@ -8,12 +8,15 @@ use std::{borrow::Cow, collections::VecDeque, sync::Arc, time::Instant};
 
 use super::{
     estimate::{Estimates, SETTLE},
-    mode::Mode, quic_join::QuicJoin, sightings::Checks};
+    mode::Mode,
+    quic_join::QuicJoin,
+    sightings::Checks,
+};
 use crate::{
     bounds,
+    bpf::abi::hello_untls,
     bpf::{abi::decode, handshake as hs, wire::WireEvent},
     clients::join::Clients,
-    bpf::abi::hello_untls,
     metrics::{
         found::Found, histogram::Histogram, FailureLabels, KindPortLabels, LabelValue, Metrics, ParamLabels,
         ProtocolLabels, ReasonLabels, RoleLabels,
@@ -178,7 +181,8 @@ impl Handshakes {
                 };
                 m.protocols.get_or_create(&labels).clone()
             };
-            self.protocol_series.inc(&procs.name(h.tgid), (h.port, h.protocol), find);
+            self.protocol_series
+                .inc(&procs.name(h.tgid), (h.port, h.protocol), find);
         }
         if !self.mode.wire_counts() {
             return; // the probes count the handshakes
@@ -390,7 +394,11 @@ impl Handshakes {
     /// (table, entries, bytes of its room) of the join's tables, for the -v log of the
     /// agent's memory.
     pub fn footprint(&self) -> Vec<(&'static str, usize, usize)> {
-        let mut out = vec![("pending_handshakes", self.pending.len(), bounds::deque_bytes(&self.pending))];
+        let mut out = vec![(
+            "pending_handshakes",
+            self.pending.len(),
+            bounds::deque_bytes(&self.pending),
+        )];
         out.extend(self.wire.footprint());
         out.extend(self.clients.footprint());
         out.extend(self.estimates.footprint());
@@ -408,7 +416,9 @@ impl Handshakes {
         let comm = procs.name(e.tgid);
         let cpu = e.cpu_ns as f64 / 1e9;
         let m = &self.metrics;
-        let counts = self.mode.probes_count(e.role == hs::hs_role::Client as u8, e.estimate != 0);
+        let counts = self
+            .mode
+            .probes_count(e.role == hs::hs_role::Client as u8, e.estimate != 0);
         if counts {
             let find = |comm: &str, (role, result, n): (&str, &str, Negotiated)| {
                 m.handshakes
@@ -436,7 +446,9 @@ impl Handshakes {
                 .observe(cpu);
             self.duration_series
                 .get(&comm, (role, *n), |comm, (role, n)| {
-                    m.handshake_duration.get_or_create(&ParamLabels::new(comm, role, &n)).clone()
+                    m.handshake_duration
+                        .get_or_create(&ParamLabels::new(comm, role, &n))
+                        .clone()
                 })
                 .observe(e.duration_ns as f64 / 1e9);
         } else {
@@ -831,7 +843,11 @@ mod tests {
             })
             .get();
         assert!((failed_cpu - 1e-4).abs() < 1e-12);
-        assert_eq!(count(&m, "nginx", "server", "ok", &RESUMED), 1, "counted by the wire alone");
+        assert_eq!(
+            count(&m, "nginx", "server", "ok", &RESUMED),
+            1,
+            "counted by the wire alone"
+        );
     }
 
     #[test]

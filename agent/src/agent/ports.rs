@@ -281,7 +281,12 @@ impl Ports {
             // its listener's cgroup: the processes started per connection there come and go
             // between two scans, and their next connections are in it
             let table = listeners.get(&key.netns).map_or(&[][..], |t| t.as_slice());
-            cgroups.extend(table.iter().filter(|(port, _)| *port == key.port).map(|(_, ino)| (key.netns, *ino)));
+            cgroups.extend(
+                table
+                    .iter()
+                    .filter(|(port, _)| *port == key.port)
+                    .map(|(_, ino)| (key.netns, *ino)),
+            );
         }
         let mut cgroups: Vec<u64> = cgroups
             .into_iter()
@@ -450,7 +455,9 @@ impl Ports {
                     }
                 }
             }
-            let Some((table, _, _)) = self.udp_read.get(&netns) else { continue };
+            let Some((table, _, _)) = self.udp_read.get(&netns) else {
+                continue;
+            };
             out.insert(netns, table.clone());
         }
         out

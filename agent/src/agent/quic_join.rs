@@ -214,7 +214,10 @@ mod tests {
         j.wait(figure(100_000_000, 600_000_000), "nginx".into(), t);
         j.wait(figure(400_000_000, 502_000_000), "nginx".into(), t);
         let (joined, alone) = j.take(true, t, 0);
-        assert!(joined.is_empty(), "began before the handshake's first datagram, or ended before its last");
+        assert!(
+            joined.is_empty(),
+            "began before the handshake's first datagram, or ended before its last"
+        );
         assert_eq!(alone.len(), 2);
         // failed handshakes get no figure of an ok one; they mark the name as serving
         let mut failed = quic(2, 1, 2);
@@ -234,7 +237,10 @@ mod tests {
         j.on_handshake("nginx", &quic(1, 100_000_000, 110_000_000), t);
         j.wait(figure(105_500_000, 115_500_000), "nginx".into(), t);
         let (joined, alone) = j.take(false, t, 110_000_000);
-        assert!(joined.is_empty() && alone.is_empty(), "waits: the wire is behind its end");
+        assert!(
+            joined.is_empty() && alone.is_empty(),
+            "waits: the wire is behind its end"
+        );
         j.on_handshake("nginx", &quic(2, 105_000_000, 115_000_000), t);
         j.wait(figure(100_200_000, 110_300_000), "nginx".into(), t);
         let (joined, _) = j.take(false, t, 116_000_000);

@@ -129,7 +129,11 @@ impl Checks {
     }
 
     pub fn footprint(&self) -> (&'static str, usize, usize) {
-        ("sighting_checks", self.waiting.len(), bounds::deque_bytes(&self.waiting))
+        (
+            "sighting_checks",
+            self.waiting.len(),
+            bounds::deque_bytes(&self.waiting),
+        )
     }
 }
 
@@ -225,12 +229,20 @@ mod tests {
     fn one_handshake_a_probe_reports_and_the_probes_are_trusted() {
         let mut j = Judges::new(true);
         assert_eq!(j.verdict("nginx"), Verdict::Judging);
-        assert_eq!(j.traced("nginx"), Estimate::BesideProbes, "estimated beside the probes while judged");
+        assert_eq!(
+            j.traced("nginx"),
+            Estimate::BesideProbes,
+            "estimated beside the probes while judged"
+        );
         assert_eq!(j.sighted("nginx", false), None, "one slow client is not a verdict");
         assert_eq!(j.sighted("nginx", true), Some(Verdict::Seen));
         assert_eq!(j.verdict("nginx"), Verdict::Seen);
         assert_eq!(j.sighted("nginx", false), None, "judged once");
-        assert_eq!(j.traced("nginx"), Estimate::Off, "a later process of the name starts without the estimate");
+        assert_eq!(
+            j.traced("nginx"),
+            Estimate::Off,
+            "a later process of the name starts without the estimate"
+        );
     }
 
     #[test]

@@ -202,7 +202,11 @@ impl Targets {
     /// Sets the kernel estimate of every process of `name` with probes (attached or not,
     /// the budget's off part: a name's verdict is its processes').
     fn estimate_probed(&self, name: &str, estimate: Estimate, k: &mut Kernel) {
-        for (pid, _) in self.traced.iter().filter(|(_, t)| t.name == name && t.probing.probes().is_some()) {
+        for (pid, _) in self
+            .traced
+            .iter()
+            .filter(|(_, t)| t.name == name && t.probing.probes().is_some())
+        {
             k.set_estimate(*pid, estimate);
         }
     }
@@ -212,8 +216,12 @@ impl Targets {
     /// kernel estimate; probes that miss the handshakes leave them to it, said once.
     pub fn on_sightings(&mut self, looked: Vec<(u32, bool)>, k: &mut Kernel, m: &Metrics) {
         for (pid, seen) in looked {
-            let Some(name) = self.traced_name(pid).map(str::to_string) else { continue };
-            let Some(verdict) = self.judges.sighted(&name, seen) else { continue };
+            let Some(name) = self.traced_name(pid).map(str::to_string) else {
+                continue;
+            };
+            let Some(verdict) = self.judges.sighted(&name, seen) else {
+                continue;
+            };
             let (timed, missed) = self.judges.tally(&name);
             self.estimate_probed(&name, verdict.estimate(), k);
             if verdict == Verdict::Unseen {
@@ -224,10 +232,13 @@ impl Targets {
                 self.prober.say_why_none(pid, &name, NoProbes::UnseenByProbes, &detail);
                 self.export_gauges(m);
             } else {
-                log::debug!("{name}: its probes reported a server handshake ({timed} looked at, {missed} missed): trusted");
+                log::debug!(
+                    "{name}: its probes reported a server handshake ({timed} looked at, {missed} missed): trusted"
+                );
             }
         }
-        self.dropped.add("sighting_names", std::mem::take(&mut self.judges.dropped));
+        self.dropped
+            .add("sighting_names", std::mem::take(&mut self.judges.dropped));
     }
 
     /// Forgets the processes gone or changed, and attaches to the selected ones that carry
@@ -295,7 +306,9 @@ impl Targets {
             // one, whose TLS library came with that first handshake) keeps its estimate, even
             // where the process is gone before its probes are attached.
             log::debug!("{pid} ({}) maps a TLS library now: attaching again", st.comm);
-            let Some(ended) = self.untrack(pid, k, prof) else { return };
+            let Some(ended) = self.untrack(pid, k, prof) else {
+                return;
+            };
             self.examine(pid, st.clone(), None, k, prof, m);
             if !self.traced.contains_key(&pid) {
                 self.gone(pid, ended, k); // gone meanwhile
@@ -563,7 +576,11 @@ impl Targets {
         let probed_ns = probing.probes().map_or(0, Probes::first_ns);
         // with probes, estimated beside them while they are judged, or where they miss the
         // handshakes (sightings.rs)
-        let estimate = if probed { self.judges.traced(&name) } else { Estimate::Alone };
+        let estimate = if probed {
+            self.judges.traced(&name)
+        } else {
+            Estimate::Alone
+        };
         if !k.trace(pid, estimate, probed_ns) {
             // the kernel's traced map is full (Kernel counts it): not attached after all
             probing.release(pid, k);
@@ -689,10 +706,9 @@ impl Targets {
     pub fn export_gauges(&self, m: &Metrics) {
         let traced = self.traced.values().map(|t| Attached {
             name: &t.name,
-            why_no_probes: t.probing.why_none().or(
-                (t.probing.probes().is_some() && self.judges.verdict(&t.name) == Verdict::Unseen)
-                    .then_some(NoProbes::UnseenByProbes),
-            ),
+            why_no_probes: t.probing.why_none().or((t.probing.probes().is_some()
+                && self.judges.verdict(&t.name) == Verdict::Unseen)
+                .then_some(NoProbes::UnseenByProbes)),
             probes: t.probing.probes().map_or(0, Probes::count),
         });
         gauges::export(m, traced, &self.ever_attached);
@@ -756,8 +772,7 @@ impl ProcInfo for Targets {
         if let Some(e) = self.recent_exits.get(&tgid) {
             return Cow::Borrowed(&e.name);
         }
-        procfs::stat(tgid)
-            .map_or_else(|_| "unknown".into(), |s| procfs::process_name(tgid, &s.comm).into())
+        procfs::stat(tgid).map_or_else(|_| "unknown".into(), |s| procfs::process_name(tgid, &s.comm).into())
     }
 
     fn known(&self, tgid: u32) -> bool {
@@ -816,7 +831,10 @@ mod tests {
     fn an_exited_process_keeps_its_name_and_probes_window() {
         let mut t = targets();
         let pid = 4242;
-        assert_eq!((t.window_start_ns(pid), t.probed_since_ns(pid), t.known(pid)), (0, 0, false));
+        assert_eq!(
+            (t.window_start_ns(pid), t.probed_since_ns(pid), t.known(pid)),
+            (0, 0, false)
+        );
         t.remember_exit(
             pid,
             Ended {
@@ -830,7 +848,10 @@ mod tests {
         t.age_recent_exits();
         assert_eq!(t.window_start_ns(pid), 900, "kept one to two minutes");
         t.age_recent_exits();
-        assert_eq!((t.window_start_ns(pid), t.probed_since_ns(pid), t.known(pid)), (0, 0, false));
+        assert_eq!(
+            (t.window_start_ns(pid), t.probed_since_ns(pid), t.known(pid)),
+            (0, 0, false)
+        );
     }
 
     #[test]

@@ -3,8 +3,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use super::abi::{
-    conn_by, conn_event, conn_port, conn_port_stats, conn_state, conn_tw, req_ctl, CONN_EXCHANGE_SLOTS, CONN_NUM_TCP, CONN_NUM_UDP,
-    CONN_PORTS_ENTRIES, CONN_PORT_LISTEN, CONN_PORT_TLS,
+    conn_by, conn_event, conn_port, conn_port_stats, conn_state, conn_tw, req_ctl, CONN_EXCHANGE_SLOTS, CONN_NUM_TCP,
+    CONN_NUM_UDP, CONN_PORTS_ENTRIES, CONN_PORT_LISTEN, CONN_PORT_TLS,
 };
 
 pub const AF_INET: u16 = libc::AF_INET as u16;
@@ -72,7 +72,10 @@ mod tests {
         raw.extend_from_slice(&AF_INET.to_le_bytes());
         raw.extend_from_slice(&[conn_by::Server as u8, conn_tw::Maybe as u8, 1, 1, 0, 0, 0, 0, 0, 0]);
         let e: conn_event = read_record(&raw).unwrap();
-        assert_eq!((e.conn_id, e.duration_ns, e.start_ns), (0x0001_0000_0000_0007, 2_000_000, 9_000_000));
+        assert_eq!(
+            (e.conn_id, e.duration_ns, e.start_ns),
+            (0x0001_0000_0000_0007, 2_000_000, 9_000_000)
+        );
         assert_eq!((e.netns, e.requests, e.port, e.dport), (4026531840, 5, 8443, 50000));
         assert_eq!(e.local(), IpAddr::V4(Ipv4Addr::LOCALHOST));
         assert_eq!(e.remote(), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));

@@ -4,10 +4,10 @@
 pub use super::abi::{hs_event, hs_hits, hs_key, hs_result, hs_role, hs_state, HS_DETACHING};
 use crate::metrics::LabelValue;
 
-/// A handshake's side (the `role` label).
-pub use super::abi::hs_role as Role;
 /// How a handshake ended (the `result` label).
 pub use super::abi::hs_result as HandshakeResult;
+/// A handshake's side (the `role` label).
+pub use super::abi::hs_role as Role;
 
 impl LabelValue for Role {
     const ALL: &'static [Role] = &[Role::Server, Role::Client, Role::Unknown];

@@ -379,7 +379,12 @@ impl HelloCgroups {
             .filter(|(_, (dir, _))| dirs.iter().any(|d| d.starts_with(dir)))
             .map(|(ino, (dir, _))| (*ino, dir.clone()))
             .collect();
-        let gone: Vec<u64> = self.egress.keys().filter(|i| !wanted.contains_key(i)).copied().collect();
+        let gone: Vec<u64> = self
+            .egress
+            .keys()
+            .filter(|i| !wanted.contains_key(i))
+            .copied()
+            .collect();
         for ino in gone {
             if let Some(links) = self.egress.remove(&ino) {
                 detach_quic(ebpf, links);

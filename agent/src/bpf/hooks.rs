@@ -101,7 +101,10 @@ pub const PROCESSES: Capability = Capability {
 /// tlsprof_kernel_errors_total{kind="program_skipped"}; a change neither took is
 /// `conn_state_missed`.
 pub fn skips_taken(name: &str) -> bool {
-    CONNECTIONS.hooks.iter().any(|h| h.programs.iter().any(|(p, _)| *p == name))
+    CONNECTIONS
+        .hooks
+        .iter()
+        .any(|h| h.programs.iter().any(|(p, _)| *p == name))
 }
 
 /// Connection lifecycle: accepted, who closed, TIME_WAIT. Wire capture and requests keep
@@ -589,7 +592,11 @@ mod tests {
 
     #[test]
     fn only_the_connections_programs_have_their_skips_taken() {
-        for name in ["conn_state_change", "conn_state_change_twin", "conn_state_change_twin_raw"] {
+        for name in [
+            "conn_state_change",
+            "conn_state_change_twin",
+            "conn_state_change_twin_raw",
+        ] {
             assert!(skips_taken(name), "{name}");
         }
         for name in ["wire_send", "cpu_sched_switch", "hs_exit", "conn_rcv_reset"] {

@@ -265,7 +265,11 @@ impl Kernel {
         // itself needs it (no send capture)
         let ctl = cn::req_ctl {
             sends_captured: served.sends_captured().into(),
-            reads: if served.sends_captured() { req_reads::Off } else { req_reads::All } as u32,
+            reads: if served.sends_captured() {
+                req_reads::Off
+            } else {
+                req_reads::All
+            } as u32,
             reads_at_fork: 0,
             starts_seen: 0,
             reads_at_hello: 0,
@@ -513,7 +517,11 @@ impl Kernel {
         match self.req_ctl.set(0, ctl, 0) {
             Ok(()) => {
                 self.ctl = ctl;
-                log::debug!("kernel: read side {} (at a ClientHello: {})", ctl.reads, ctl.reads_at_hello);
+                log::debug!(
+                    "kernel: read side {} (at a ClientHello: {})",
+                    ctl.reads,
+                    ctl.reads_at_hello
+                );
             }
             Err(e) => log::warn!("cannot switch the read side: {e}"),
         }
@@ -651,8 +659,16 @@ impl Kernel {
 
     /// A port number's conn_port_nums value: whether it is watched for TCP, for UDP.
     fn write_port_num(&mut self, port: u16) {
-        let tcp = if self.port_nums.contains_key(&port) { cn::CONN_NUM_TCP as u8 } else { 0 };
-        let udp = if self.quic_nums.contains(&port) { cn::CONN_NUM_UDP as u8 } else { 0 };
+        let tcp = if self.port_nums.contains_key(&port) {
+            cn::CONN_NUM_TCP as u8
+        } else {
+            0
+        };
+        let udp = if self.quic_nums.contains(&port) {
+            cn::CONN_NUM_UDP as u8
+        } else {
+            0
+        };
         let _ = self.conn_port_nums.set(u32::from(port), tcp | udp, 0);
     }
 

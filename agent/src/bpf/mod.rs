@@ -27,7 +27,9 @@ pub const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "
 /// again, they come from the executable's file again.
 pub fn release_object(object: &'static [u8]) {
     // SAFETY: sysconf has no preconditions.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(4096);
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .unwrap_or(4096)
+        .max(4096);
     let start = (object.as_ptr() as usize).next_multiple_of(page);
     let end = (object.as_ptr() as usize + object.len()) / page * page;
     if end > start {

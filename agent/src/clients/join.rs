@@ -230,7 +230,9 @@ impl Clients {
     /// loop flushes at every turn: the counters are at most one turn behind).
     pub fn flush(&mut self) {
         for kind in self.unflushed.drain(..) {
-            let Some(k) = self.hello_kinds.get_mut(&kind) else { continue };
+            let Some(k) = self.hello_kinds.get_mut(&kind) else {
+                continue;
+            };
             for c in &k.counters {
                 c.inc_by(k.unflushed);
             }
@@ -322,7 +324,11 @@ impl Clients {
     pub fn footprint(&self) -> [(&'static str, usize, usize); 2] {
         [
             ("client_offers", self.kept.len(), bounds::map_bytes(&self.kept)),
-            ("client_offers_order", self.order.len(), bounds::deque_bytes(&self.order)),
+            (
+                "client_offers_order",
+                self.order.len(),
+                bounds::deque_bytes(&self.order),
+            ),
         ]
     }
 

@@ -226,7 +226,9 @@ impl Churn {
         self.series
             .requests
             .get(comm, e.port, |comm, port| {
-                m.requests_per_connection.get_or_create(&port_labels(comm, port)).clone()
+                m.requests_per_connection
+                    .get_or_create(&port_labels(comm, port))
+                    .clone()
             })
             .observe(f64::from(e.requests));
         if tw == cn::conn_tw::Maybe && self.diag.get(&e.netns).is_some_and(Option::is_some) {
@@ -454,7 +456,13 @@ impl Churn {
                 .into_iter()
                 .filter(|(bit, _)| mask & bit != 0)
                 .try_for_each(|(_, family)| {
-                    d.for_each(family as u8, states, ports, store.as_ref().map(|f| f.as_fd()), &mut each)
+                    d.for_each(
+                        family as u8,
+                        states,
+                        ports,
+                        store.as_ref().map(|f| f.as_fd()),
+                        &mut each,
+                    )
                 });
             if let Err(e) = dumped {
                 let refused = matches!(e.raw_os_error(), Some(libc::EPERM | libc::EINVAL | libc::EOPNOTSUPP));
@@ -533,7 +541,11 @@ impl Churn {
     /// (table, entries, bytes of its room) for the -v log of the agent's memory.
     pub fn footprint(&self) -> [(&'static str, usize, usize); 2] {
         [
-            ("unsettled_connections", self.pending.len(), bounds::map_bytes(&self.pending)),
+            (
+                "unsettled_connections",
+                self.pending.len(),
+                bounds::map_bytes(&self.pending),
+            ),
             self.unseen.footprint(),
         ]
     }

@@ -360,7 +360,10 @@ mod tests {
         assert_eq!(u32_ne(&req, 0) as usize, req.len());
         let tail = &req[NLMSG_HDR + REQ_LEN..];
         let maps = attr(tail, INET_DIAG_REQ_SK_BPF_STORAGES).unwrap();
-        assert_eq!(attr(maps, SK_DIAG_BPF_STORAGE_REQ_MAP_FD), Some(&9u32.to_ne_bytes()[..]));
+        assert_eq!(
+            attr(maps, SK_DIAG_BPF_STORAGE_REQ_MAP_FD),
+            Some(&9u32.to_ne_bytes()[..])
+        );
     }
 
     #[test]
@@ -401,7 +404,10 @@ mod tests {
         if let Some(root) = crate::bpf::hello_cgroups::cgroup2_root() {
             let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
             let dir = root.join(crate::bpf::hello_cgroups::cgroup_path(&own).unwrap());
-            assert_eq!(listening[0].cgroup, std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(dir).unwrap()));
+            assert_eq!(
+                listening[0].cgroup,
+                std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(dir).unwrap())
+            );
         }
 
         let all = d.dump_all(1 << TCP_LISTEN, &[]).unwrap();

@@ -188,7 +188,11 @@ impl Unseen {
             l.ended += (held - l.later.len()) as u64;
             l.open.clear();
             let mine = by_port.get(&key.port).map_or(&[][..], Vec::as_slice);
-            l.open.extend(mine.iter().filter(|o| o.start_ns > l.base && o.start_ns <= at).map(|o| o.id));
+            l.open.extend(
+                mine.iter()
+                    .filter(|o| o.start_ns > l.base && o.start_ns <= at)
+                    .map(|o| o.id),
+            );
             l.cut = Some(cut);
             if l.open.len() > MAX_HELD {
                 over.push(*key);

@@ -94,7 +94,9 @@ mod tests {
     fn histograms_observed_in_the_family() {
         let f: Family<Labels, Histogram> = Family::new_with_constructor(|| Histogram::new([1.0, 2.0]));
         let mut found: Found<u16, Histogram> = Found::default();
-        found.get("a", 7, |c, k| f.get_or_create(&labels(c, k)).clone()).observe(1.5);
+        found
+            .get("a", 7, |c, k| f.get_or_create(&labels(c, k)).clone())
+            .observe(1.5);
         found.get("a", 7, |_, _| unreachable!("found once")).observe(0.5);
         let mut text = String::new();
         let mut reg = prometheus_client::registry::Registry::default();

@@ -23,7 +23,10 @@ pub struct Labels {
 impl Labels {
     pub fn pack(&mut self, n: &Negotiated) -> Packed {
         let mut idx = [0; 5];
-        for (i, value) in [n.version, n.cipher, n.group, n.cert, n.transport].into_iter().enumerate() {
+        for (i, value) in [n.version, n.cipher, n.group, n.cert, n.transport]
+            .into_iter()
+            .enumerate()
+        {
             idx[i] = self.index(i, value);
         }
         Packed {

@@ -145,7 +145,9 @@ struct Sealed {
 impl Sealed {
     fn extend(&mut self, lens: impl Iterator<Item = u16>) {
         for len in lens {
-            let Some(slot) = self.lens.get_mut(usize::from(self.n)) else { return };
+            let Some(slot) = self.lens.get_mut(usize::from(self.n)) else {
+                return;
+            };
             *slot = len;
             self.n += 1;
         }
@@ -485,11 +487,27 @@ impl Tracker {
     /// (table, entries, bytes of its room) for the -v log of the agent's memory.
     pub fn footprint(&self) -> [(&'static str, usize, usize); 5] {
         [
-            ("client_alerts", self.client_alerts.len(), bounds::map_bytes(&self.client_alerts)),
-            ("wire_captures", self.caps.len(), bounds::map_bytes(&self.caps) + self.plain_bytes),
-            ("client_hellos", self.hellos.len(), bounds::map_bytes(&self.hellos) + self.hello_bytes),
+            (
+                "client_alerts",
+                self.client_alerts.len(),
+                bounds::map_bytes(&self.client_alerts),
+            ),
+            (
+                "wire_captures",
+                self.caps.len(),
+                bounds::map_bytes(&self.caps) + self.plain_bytes,
+            ),
+            (
+                "client_hellos",
+                self.hellos.len(),
+                bounds::map_bytes(&self.hellos) + self.hello_bytes,
+            ),
             ("wire_ended", self.ended.len(), bounds::map_bytes(&self.ended)),
-            ("wire_ended_order", self.ended_order.len(), bounds::deque_bytes(&self.ended_order)),
+            (
+                "wire_ended_order",
+                self.ended_order.len(),
+                bounds::deque_bytes(&self.ended_order),
+            ),
         ]
     }
 

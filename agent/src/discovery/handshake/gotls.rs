@@ -42,7 +42,9 @@ pub const LIBRARY: Library = Library {
 
 fn find(image: &Image, _: HookMode) -> Option<HandshakeHooks> {
     let mut probes = Vec::new();
-    let roles = FUNCTIONS.chunks(2).flat_map(|f| [(f[0], Role::Server), (f[1], Role::Client)]);
+    let roles = FUNCTIONS
+        .chunks(2)
+        .flat_map(|f| [(f[0], Role::Server), (f[1], Role::Client)]);
     for (sym, role) in roles {
         let Some((addr, code)) = image.sym_code(sym) else {
             continue;

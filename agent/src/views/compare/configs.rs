@@ -67,7 +67,9 @@ pub fn wire_seen(p: &ProcessDoc) -> bool {
 
 fn shifted(a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>) -> bool {
     let get = |m: &BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
-    a.keys().chain(b.keys()).any(|k| (get(a, k) - get(b, k)).abs() >= MIN_SHIFT)
+    a.keys()
+        .chain(b.keys())
+        .any(|k| (get(a, k) - get(b, k)).abs() >= MIN_SHIFT)
 }
 
 fn listed(m: &BTreeMap<String, f64>) -> String {

@@ -183,7 +183,11 @@ impl Runs {
 
     #[cfg(test)]
     pub fn one(e: Estimate) -> Runs {
-        Runs { mean: e, k: 1.0, ss: 0.0 }
+        Runs {
+            mean: e,
+            k: 1.0,
+            ss: 0.0,
+        }
     }
 }
 
@@ -296,14 +300,26 @@ mod tests {
         let c = change(Some(a), Some(Estimate { value: 0.0, se: 0.0 }), Scale::Relative, 0.05);
         assert!((c.interval.unwrap() - 1.96 * 0.01).abs() < 1e-12 && c.verdict == Verdict::Down);
         // 3% with a 1% error each: beyond the noise, below the smallest change asked for
-        let near = Estimate { value: 1.03, se: 0.0103 };
-        assert_eq!(change(Some(a), Some(near), Scale::Relative, 0.05).verdict, Verdict::Small);
+        let near = Estimate {
+            value: 1.03,
+            se: 0.0103,
+        };
+        assert_eq!(
+            change(Some(a), Some(near), Scale::Relative, 0.05).verdict,
+            Verdict::Small
+        );
         assert_eq!(change(Some(a), Some(near), Scale::Relative, 0.0).verdict, Verdict::Up);
         // 10% with a 10% error each: within the noise
         let noisy = Estimate { value: 1.0, se: 0.1 };
         let up = Estimate { value: 1.1, se: 0.11 };
-        assert_eq!(change(Some(noisy), Some(up), Scale::Relative, 0.0).verdict, Verdict::NoChange);
-        assert_eq!(change(None, Some(a), Scale::Relative, 0.0).verdict, Verdict::NotComparable);
+        assert_eq!(
+            change(Some(noisy), Some(up), Scale::Relative, 0.0).verdict,
+            Verdict::NoChange
+        );
+        assert_eq!(
+            change(None, Some(a), Scale::Relative, 0.0).verdict,
+            Verdict::NotComparable
+        );
         // shares in points
         let s0 = Estimate::share(0.0, 100.0).unwrap();
         assert!((s0.se - (2.0f64 / 104.0 * (102.0 / 104.0) / 104.0).sqrt()).abs() < 1e-12);
@@ -311,10 +327,20 @@ mod tests {
         let c = change(Some(s0), Some(s1), Scale::Points, 0.05);
         assert_eq!((c.verdict, c.change), (Verdict::Up, Some(0.95)));
         // from nothing: up when beyond the noise, with no ratio
-        let c = change(Some(Estimate::rate(0.0, 10.0)), Some(Estimate::rate(100.0, 10.0)), Scale::Relative, 0.05);
+        let c = change(
+            Some(Estimate::rate(0.0, 10.0)),
+            Some(Estimate::rate(100.0, 10.0)),
+            Scale::Relative,
+            0.05,
+        );
         assert_eq!((c.verdict, c.change), (Verdict::Up, None));
         // from nothing to one: too little to say
-        let c = change(Some(Estimate::rate(0.0, 10.0)), Some(Estimate::rate(1.0, 10.0)), Scale::Relative, 0.05);
+        let c = change(
+            Some(Estimate::rate(0.0, 10.0)),
+            Some(Estimate::rate(1.0, 10.0)),
+            Scale::Relative,
+            0.05,
+        );
         assert_eq!(c.verdict, Verdict::TooLittle);
     }
 
@@ -331,7 +357,10 @@ mod tests {
         // two runs that far apart leave an interval of ±200%: too little to say anything
         assert_eq!(c.verdict, Verdict::TooLittle);
         // t(1) × √(0.02 × 1.5) ÷ 1.1
-        assert!((c.interval.unwrap() - 12.706 * 0.03f64.sqrt() / 1.1).abs() < 1e-9, "{c:?}");
+        assert!(
+            (c.interval.unwrap() - 12.706 * 0.03f64.sqrt() / 1.1).abs() < 1e-9,
+            "{c:?}"
+        );
         assert!((t95(31.0) - 2.040).abs() < 0.001 && (t95(60.0) - 2.000).abs() < 0.001);
         // runs that agree: the same 18% is a change
         let a = Runs::of(&[e(1.1), e(1.1), e(1.1)]).unwrap();
@@ -353,7 +382,12 @@ mod tests {
         assert_eq!(c.verdict, Verdict::TooLittle, "{c:?}");
         assert!(c.interval.unwrap() > 1.0);
         // the same with errors of 10%: a fall
-        let c = change(Some(Estimate { se: 2.46, ..a }), Some(Estimate { se: 1.25, ..b }), Scale::Relative, 0.1);
+        let c = change(
+            Some(Estimate { se: 2.46, ..a }),
+            Some(Estimate { se: 1.25, ..b }),
+            Scale::Relative,
+            0.1,
+        );
         assert_eq!(c.verdict, Verdict::Down, "{c:?}");
         // a share on 3 samples a side, 0% then 33%: an interval of ±50 points
         let few = change(Estimate::share(0.0, 3.0), Estimate::share(1.0, 3.0), Scale::Points, 0.1);

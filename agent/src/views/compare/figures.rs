@@ -89,7 +89,12 @@ impl Side<'_> {
     /// The mean CPU of the timed handshakes that match, from their summed histograms; none
     /// on fewer than MIN_TIMED, whose spread a histogram cannot say.
     fn handshake_cpu(&self, keep: impl Fn(bool) -> bool) -> Option<Estimate> {
-        let cs: Vec<_> = self.p.configs.iter().filter(|c| keep(c.resumed) && c.timed > 0.0).collect();
+        let cs: Vec<_> = self
+            .p
+            .configs
+            .iter()
+            .filter(|c| keep(c.resumed) && c.timed > 0.0)
+            .collect();
         let n: f64 = cs.iter().map(|c| c.timed).sum();
         let sum: f64 = cs.iter().map(|c| c.cpu_seconds).sum();
         // The configurations' histograms share their bounds: summed bucket by bucket.
@@ -123,7 +128,9 @@ impl Side<'_> {
         let all: f64 = self.p.cpu_seconds.values().sum();
         let some: f64 = categories.iter().filter_map(|c| self.p.cpu_seconds.get(*c)).sum();
         let n = self.samples();
-        let share = (all > 0.0 && n >= MIN_SAMPLES).then(|| Estimate::share(some / all * n, n)).flatten()?;
+        let share = (all > 0.0 && n >= MIN_SAMPLES)
+            .then(|| Estimate::share(some / all * n, n))
+            .flatten()?;
         Some(Estimate {
             se: share.se * SAMPLED_SPREAD,
             ..share
@@ -206,20 +213,55 @@ impl Side<'_> {
         let cv = all.and_then(|e| e.cv(timed)).unwrap_or(1.0);
         let crypto = self.cpu_share(&["crypto"]);
         vec![
-            fig("handshakes_per_second", "successful handshakes", Unit::PerSecond, Some(Estimate::rate(hs, self.seconds))),
-            fig("failed_per_second", "failed handshakes", Unit::PerSecond, Some(Estimate::rate(self.p.failed, self.seconds))),
-            fig("resumed_share", "resumed handshakes", Unit::Share, Estimate::share(self.p.resumed, hs)),
+            fig(
+                "handshakes_per_second",
+                "successful handshakes",
+                Unit::PerSecond,
+                Some(Estimate::rate(hs, self.seconds)),
+            ),
+            fig(
+                "failed_per_second",
+                "failed handshakes",
+                Unit::PerSecond,
+                Some(Estimate::rate(self.p.failed, self.seconds)),
+            ),
+            fig(
+                "resumed_share",
+                "resumed handshakes",
+                Unit::Share,
+                Estimate::share(self.p.resumed, hs),
+            ),
             fig("cpu_per_handshake_seconds", "CPU per handshake", Unit::Seconds, all),
-            fig("cpu_per_full_handshake_seconds", "CPU per full handshake", Unit::Seconds, self.handshake_cpu(|r| !r)),
-            fig("cpu_per_resumed_handshake_seconds", "CPU per resumed handshake", Unit::Seconds, self.handshake_cpu(|r| r)),
+            fig(
+                "cpu_per_full_handshake_seconds",
+                "CPU per full handshake",
+                Unit::Seconds,
+                self.handshake_cpu(|r| !r),
+            ),
+            fig(
+                "cpu_per_resumed_handshake_seconds",
+                "CPU per resumed handshake",
+                Unit::Seconds,
+                self.handshake_cpu(|r| r),
+            ),
             fig(
                 "process_cpu_per_handshake_seconds",
                 "process CPU per handshake",
                 Unit::Seconds,
                 Estimate::per_event(cpu, hs, cv),
             ),
-            fig("process_cpu_per_exchange_seconds", "process CPU per exchange", Unit::Seconds, per_exchange),
-            fig("tls_cpu_share", "TLS share of the process's CPU", Unit::Share, self.tls_share()),
+            fig(
+                "process_cpu_per_exchange_seconds",
+                "process CPU per exchange",
+                Unit::Seconds,
+                per_exchange,
+            ),
+            fig(
+                "tls_cpu_share",
+                "TLS share of the process's CPU",
+                Unit::Share,
+                self.tls_share(),
+            ),
             fig(
                 "record_crypto_cpu_per_exchange_seconds",
                 "TLS record crypto per exchange",
@@ -230,7 +272,10 @@ impl Side<'_> {
                 "quic_share",
                 "handshakes over QUIC (HTTP/3)",
                 Unit::Share,
-                self.p.transports.get("quic").and_then(|q| Estimate::share(q.handshakes, hs)),
+                self.p
+                    .transports
+                    .get("quic")
+                    .and_then(|q| Estimate::share(q.handshakes, hs)),
             ),
         ]
     }
@@ -298,7 +343,12 @@ pub fn port_figures(port: &PortDoc, seconds: f64) -> Vec<Figure> {
         ..e
     });
     vec![
-        fig("connections_per_second", "connections ended", Unit::PerSecond, Some(Estimate::rate(port.ended, seconds))),
+        fig(
+            "connections_per_second",
+            "connections ended",
+            Unit::PerSecond,
+            Some(Estimate::rate(port.ended, seconds)),
+        ),
         fig(
             "requests_per_connection",
             "requests per connection",
@@ -307,7 +357,12 @@ pub fn port_figures(port: &PortDoc, seconds: f64) -> Vec<Figure> {
         ),
         Figure {
             scale: Scale::Points,
-            ..fig("time_wait_per_request", "TIME_WAIT entries per request", Unit::Number, time_wait)
+            ..fig(
+                "time_wait_per_request",
+                "TIME_WAIT entries per request",
+                Unit::Number,
+                time_wait,
+            )
         },
     ]
 }

@@ -163,7 +163,10 @@ fn side<'a>(r: &'a ReportDoc, comm: &str) -> Option<Side<'a>> {
 
 /// One figure of every run of one side: their mean and spread (None when no run has it).
 fn runs_of(runs: &[Vec<Figure>], name: &str) -> (Option<Figure>, Option<Runs>) {
-    let found: Vec<Figure> = runs.iter().filter_map(|r| r.iter().find(|f| f.name == name).copied()).collect();
+    let found: Vec<Figure> = runs
+        .iter()
+        .filter_map(|r| r.iter().find(|f| f.name == name).copied())
+        .collect();
     // A figure that is not a finite number (counts too large to divide) is not compared.
     let estimates: Vec<Estimate> = found
         .iter()
@@ -212,7 +215,10 @@ fn compare_figures(a: &[Vec<Figure>], b: &[Vec<Figure>], port: Option<&str>, min
             names.push(f.name);
         }
     }
-    names.into_iter().filter_map(|n| compared(a, b, n, port, min_change)).collect()
+    names
+        .into_iter()
+        .filter_map(|n| compared(a, b, n, port, min_change))
+        .collect()
 }
 
 /// The comparison of two reports, one window each.
@@ -253,7 +259,10 @@ pub fn compare_runs(before: &[ReportDoc], after: &[ReportDoc], min_change: f64) 
                 (Some(a), Some(b)) => (config_changes(a.p, b.p), offer_changes(a.p, b.p, 10)),
                 _ => Default::default(),
             };
-            let wire_compared = a.first().zip(b.first()).is_some_and(|(a, b)| wire_seen(a.p) && wire_seen(b.p));
+            let wire_compared = a
+                .first()
+                .zip(b.first())
+                .is_some_and(|(a, b)| wire_seen(a.p) && wire_seen(b.p));
             let failures = reason_rates(a.first(), b.first());
             ProcessComparison {
                 comm: comm.to_string(),
@@ -322,7 +331,10 @@ pub fn write(c: &Comparison, to: &Outputs, before: &str, after: &str) -> Result<
 pub fn run(args: CompareArgs) -> Result<()> {
     check_min_change(&args.out.min)?;
     let read = |first: &PathBuf, more: &[PathBuf]| {
-        std::iter::once(first).chain(more).map(|p| ReportDoc::read(p)).collect::<Result<Vec<_>>>()
+        std::iter::once(first)
+            .chain(more)
+            .map(|p| ReportDoc::read(p))
+            .collect::<Result<Vec<_>>>()
     };
     let before = read(&args.before, &args.also_before)?;
     let after = read(&args.after, &args.also_after)?;
@@ -333,7 +345,12 @@ pub fn run(args: CompareArgs) -> Result<()> {
         html: args.out.html.as_deref(),
         json: args.out.json.as_deref(),
     };
-    if let Some(md) = write(&c, &to, &args.before.display().to_string(), &args.after.display().to_string())? {
+    if let Some(md) = write(
+        &c,
+        &to,
+        &args.before.display().to_string(),
+        &args.after.display().to_string(),
+    )? {
         print!("{md}");
     }
     let called = c

@@ -97,7 +97,10 @@ pub fn sentence(f: &Compared) -> String {
     match f.verdict {
         "up" | "down" => format!("{} {a} → {b}{u}{ch}", label(f)),
         "no_change" => format!("no measurable change in {} ({a} → {b}{u}{ch})", label(f)),
-        "small" => format!("{} changed by less than the smallest change called one ({a} → {b}{u}{ch})", label(f)),
+        "small" => format!(
+            "{} changed by less than the smallest change called one ({a} → {b}{u}{ch})",
+            label(f)
+        ),
         "load" => format!("{} {a} → {b}{u}{ch}: the load's doing", label(f)),
         "too_little" => format!("too little behind {} to compare ({a} → {b}{u}{ch})", label(f)),
         _ => {
@@ -257,9 +260,8 @@ pub fn markdown(c: &Comparison, before: &str, after: &str) -> String {
             }
             o += "\n";
         }
-        let labels = |verdict: &str| -> Vec<String> {
-            p.figures.iter().filter(|f| f.verdict == verdict).map(label).collect()
-        };
+        let labels =
+            |verdict: &str| -> Vec<String> { p.figures.iter().filter(|f| f.verdict == verdict).map(label).collect() };
         let same = labels("no_change");
         if !same.is_empty() {
             let _ = writeln!(o, "No measurable change in: {}.\n", same.join("; "));
@@ -303,7 +305,10 @@ pub fn markdown(c: &Comparison, before: &str, after: &str) -> String {
 fn chart(f: &Compared) -> String {
     let (w, h, bottom) = (280.0, 150.0, 22.0);
     let (k, u) = scale(f);
-    let sides = [("before", f.before, f.before_se, "#7f7f7f"), ("after", f.after, f.after_se, "#1f77b4")];
+    let sides = [
+        ("before", f.before, f.before_se, "#7f7f7f"),
+        ("after", f.after, f.after_se, "#1f77b4"),
+    ];
     let top = sides
         .iter()
         .map(|s| (s.1.unwrap_or(0.0) + Z95 * s.2.unwrap_or(0.0)) * k)

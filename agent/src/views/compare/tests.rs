@@ -48,7 +48,11 @@ fn called(c: &Comparison) -> Vec<&str> {
 }
 
 fn figure<'a>(c: &'a Comparison, name: &str) -> &'a Compared {
-    c.processes[0].figures.iter().find(|f| f.name == name).unwrap_or_else(|| panic!("no {name}"))
+    c.processes[0]
+        .figures
+        .iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no {name}"))
 }
 
 #[test]
@@ -60,7 +64,10 @@ fn a_cheaper_configuration_is_measured_and_its_findings_resolved() {
     let wire: Vec<&str> = p.config_changes.iter().map(|x| x.text.as_str()).collect();
     assert_eq!(
         wire,
-        ["the group went from secp384r1 to x25519", "the certificate went from rsa2048 to ecdsa_p256"]
+        [
+            "the group went from secp384r1 to x25519",
+            "the certificate went from rsa2048 to ecdsa_p256"
+        ]
     );
     let full = figure(&c, "cpu_per_full_handshake_seconds");
     assert_eq!(full.verdict, "down");
@@ -82,13 +89,25 @@ fn a_cheaper_configuration_is_measured_and_its_findings_resolved() {
         assert!(f.text.contains("(measured) against"), "{}", f.text);
     }
     let md = markdown(&c, "a.json", "b.json");
-    assert!(md.contains("- the certificate went from rsa2048 to ecdsa_p256\n"), "{md}");
-    assert!(md.contains("| CPU per full handshake | 2.500 ms | 0.500 ms | −80% ± 1% | lower |"), "{md}");
+    assert!(
+        md.contains("- the certificate went from rsa2048 to ecdsa_p256\n"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| CPU per full handshake | 2.500 ms | 0.500 ms | −80% ± 1% | lower |"),
+        "{md}"
+    );
     let html = html(&c, "a.json", "b.json");
     assert!(html.contains("<rect class=\"after\""), "{html}");
-    assert!(html.contains("<li>the group went from secp384r1 to x25519</li>"), "{html}");
+    assert!(
+        html.contains("<li>the group went from secp384r1 to x25519</li>"),
+        "{html}"
+    );
     let j: serde_json::Value = serde_json::from_str(&to_json(&c)).unwrap();
-    assert_eq!(j["processes"][0]["config_changes"][1]["after"]["ecdsa_p256"], 1.0, "{j}");
+    assert_eq!(
+        j["processes"][0]["config_changes"][1]["after"]["ecdsa_p256"], 1.0,
+        "{j}"
+    );
     assert_eq!(j["findings"][0]["status"], "remains", "{j}");
 }
 
@@ -105,7 +124,10 @@ fn a_larger_dhe_prime_is_explained_by_its_finding() {
     assert_eq!(figure(&c, "cpu_per_full_handshake_seconds").verdict, "up");
     let group = c.findings.iter().find(|f| f.rule == "group").expect("a group finding");
     assert_eq!(group.status, "remains", "{group:?}");
-    assert!(group.title.contains("dhe1024") && group.text.contains("now: nginx: the dhe2048 key exchange costs"), "{group:?}");
+    assert!(
+        group.title.contains("dhe1024") && group.text.contains("now: nginx: the dhe2048 key exchange costs"),
+        "{group:?}"
+    );
 }
 
 #[test]
@@ -127,7 +149,10 @@ fn one_configuration_twice_is_no_change() {
     let md = markdown(&c, "a", "b");
     assert!(md.contains("The wire shows no change"), "{md}");
     assert!(md.contains("No measurable change in: successful handshakes.\n"), "{md}");
-    assert!(md.contains("Changed by less than 10%: CPU per handshake; CPU per full handshake;"), "{md}");
+    assert!(
+        md.contains("Changed by less than 10%: CPU per handshake; CPU per full handshake;"),
+        "{md}"
+    );
     // A 2% change beyond its interval is still no change at 5%, and a change at 1%.
     let c1 = compare(&a, &b, 0.01);
     assert_eq!(figure(&c1, "cpu_per_full_handshake_seconds").verdict, "up");
@@ -142,9 +167,20 @@ fn a_process_seen_on_one_side_is_not_compared() {
     assert_eq!(c.processes.len(), 2);
     assert_eq!(c.processes[0].seen, "before");
     assert!(c.processes[0].figures.iter().all(|f| f.verdict == "not_comparable"));
-    assert_eq!(figure(&c, "cpu_per_handshake_seconds").text, "CPU per handshake: 0.500 ms before, none after");
-    assert!(c.findings.iter().filter(|f| f.comm == "nginx").all(|f| f.status == "unseen"));
-    assert!(c.findings.iter().filter(|f| f.comm == "haproxy").all(|f| f.status == "new"));
+    assert_eq!(
+        figure(&c, "cpu_per_handshake_seconds").text,
+        "CPU per handshake: 0.500 ms before, none after"
+    );
+    assert!(c
+        .findings
+        .iter()
+        .filter(|f| f.comm == "nginx")
+        .all(|f| f.status == "unseen"));
+    assert!(c
+        .findings
+        .iter()
+        .filter(|f| f.comm == "haproxy")
+        .all(|f| f.status == "new"));
 }
 
 #[test]
@@ -251,13 +287,19 @@ fn a_faster_load_is_the_loads_doing_not_a_change() {
     let c = compare(&before, &after, MIN_CHANGE);
     let rate = figure(&c, "handshakes_per_second");
     assert_eq!(rate.verdict, "load", "{rate:?}");
-    assert_eq!(rate.text, "successful handshakes 100.0 → 400.0/s, +300% ± 14%: the load's doing");
+    assert_eq!(
+        rate.text,
+        "successful handshakes 100.0 → 400.0/s, +300% ± 14%: the load's doing"
+    );
     let called = called(&c);
     assert!(called.is_empty(), "{called:?}");
     let md = markdown(&c, "a.json", "b.json");
     assert!(!md.contains("Changed beyond the noise"), "{md}");
     assert!(md.contains("What the load did"), "{md}");
-    assert!(md.contains("| successful handshakes | 100.0/s | 400.0/s | +300% ± 14% | the load |"), "{md}");
+    assert!(
+        md.contains("| successful handshakes | 100.0/s | 400.0/s | +300% ± 14% | the load |"),
+        "{md}"
+    );
 }
 
 #[test]
@@ -299,12 +341,19 @@ fn a_figure_that_moves_within_its_window_holds_that_noise() {
     // 1,000 handshakes each side, 0.30 then 0.26 ms: −13%, its sample's interval ±1%
     let before = doc(nginx("x25519", "ecdsa_p256", 1000.0, 0.30));
     let after = doc(nginx("x25519", "ecdsa_p256", 1000.0, 0.26));
-    assert_eq!(figure(&compare(&before, &after, MIN_CHANGE), "cpu_per_handshake_seconds").verdict, "down");
+    assert_eq!(
+        figure(&compare(&before, &after, MIN_CHANGE), "cpu_per_handshake_seconds").verdict,
+        "down"
+    );
     // the same windows, whose parts moved by ±20% (a busy host): within that noise
     let parts = |doc: &mut ReportDoc, mean: f64| {
         doc.processes[0].batches = [0.8, 1.2, 1.0, 0.9, 1.1]
             .iter()
-            .map(|k| [("cpu_per_handshake_seconds".to_string(), mean * k)].into_iter().collect())
+            .map(|k| {
+                [("cpu_per_handshake_seconds".to_string(), mean * k)]
+                    .into_iter()
+                    .collect()
+            })
             .collect();
     };
     let (mut b, mut a) = (before.clone(), after.clone());
@@ -325,12 +374,18 @@ fn a_figure_that_moves_within_its_window_holds_that_noise() {
     let (mut b, mut a) = (before.clone(), after.clone());
     steady(&mut b, 0.30e-3);
     steady(&mut a, 0.26e-3);
-    assert_eq!(figure(&compare(&b, &a, MIN_CHANGE), "cpu_per_handshake_seconds").verdict, "down");
+    assert_eq!(
+        figure(&compare(&b, &a, MIN_CHANGE), "cpu_per_handshake_seconds").verdict,
+        "down"
+    );
     // fewer than MIN_PARTS parts say nothing of it
     let (mut b, mut a) = (before, after);
     parts(&mut b, 0.30e-3);
     parts(&mut a, 0.26e-3);
     b.processes[0].batches.truncate(2);
     a.processes[0].batches.truncate(2);
-    assert_eq!(figure(&compare(&b, &a, MIN_CHANGE), "cpu_per_handshake_seconds").verdict, "down");
+    assert_eq!(
+        figure(&compare(&b, &a, MIN_CHANGE), "cpu_per_handshake_seconds").verdict,
+        "down"
+    );
 }

@@ -396,24 +396,39 @@ impl ReportDoc {
         }
         for p in &doc.processes {
             let configs = p.configs.iter().flat_map(|c| [c.handshakes, c.timed, c.cpu_seconds]);
-            let ports = p.ports.values().flat_map(|x| [x.ended, x.requests, x.exchanges, x.time_wait]);
+            let ports = p
+                .ports
+                .values()
+                .flat_map(|x| [x.ended, x.requests, x.exchanges, x.time_wait]);
             let buckets = p.configs.iter().flat_map(|c| c.cpu_buckets.iter().flatten().copied());
             let split = p.cpu_seconds.values().copied();
             let failures = p.failures.iter().map(|f| f.handshakes);
             let without_tls = p.without_tls.iter().map(|w| w.connections);
             let client_failures = p.client_failures.iter().map(|c| c.handshakes);
-            if ![p.full, p.resumed, p.failed, p.process_cpu_seconds, p.exchanges, p.clients.hellos, p.clients.returning]
-                .into_iter()
-                .chain(configs)
-                .chain(ports)
-                .chain(buckets)
-                .chain(split)
-                .chain(failures)
-                .chain(without_tls)
-                .chain(client_failures)
-                .all(count)
+            if ![
+                p.full,
+                p.resumed,
+                p.failed,
+                p.process_cpu_seconds,
+                p.exchanges,
+                p.clients.hellos,
+                p.clients.returning,
+            ]
+            .into_iter()
+            .chain(configs)
+            .chain(ports)
+            .chain(buckets)
+            .chain(split)
+            .chain(failures)
+            .chain(without_tls)
+            .chain(client_failures)
+            .all(count)
             {
-                bail!("{}: process {:?} has a count that is negative or not a number", path.display(), p.comm);
+                bail!(
+                    "{}: process {:?} has a count that is negative or not a number",
+                    path.display(),
+                    p.comm
+                );
             }
         }
         Ok(doc)

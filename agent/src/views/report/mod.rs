@@ -15,7 +15,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context as _, Result};
 
 pub use self::html::esc;
-use self::{html::html, json::{to_json, ReportDoc}, markdown::markdown, observe::observe, rules::findings};
+use self::{
+    html::html,
+    json::{to_json, ReportDoc},
+    markdown::markdown,
+    observe::observe,
+    rules::findings,
+};
 use crate::hostcost::{self, HostCosts};
 use crate::views::{
     compare::{self, check_min_change, MinChange},
@@ -83,7 +89,12 @@ pub fn run(args: ReportArgs) -> Result<()> {
     ])?;
     // The rate the CPU split is sampled at: the number of samples behind a share. An
     // agent read through --url does not say its own.
-    let sample_hz = args.view.remote.url.is_none().then(|| args.view.targets.sample_hz() as f64);
+    let sample_hz = args
+        .view
+        .remote
+        .url
+        .is_none()
+        .then(|| args.view.targets.sample_hz() as f64);
     let mut live = Live::start(&args.view)?;
     let seen = observe(&mut live, args.seconds, args.until_eof)?;
     let comms = live.comms.clone();
@@ -98,7 +109,11 @@ pub fn run(args: ReportArgs) -> Result<()> {
     };
     let found = findings(&window, host.as_ref());
     let mut doc = ReportDoc::of(&window, &found, host.as_ref(), sample_hz);
-    let parts: Vec<Window> = seen.parts.windows(2).map(|p| Window::between(&p[0], &p[1], &comms)).collect();
+    let parts: Vec<Window> = seen
+        .parts
+        .windows(2)
+        .map(|p| Window::between(&p[0], &p[1], &comms))
+        .collect();
     let mut by_part = compare::part_figures(&parts, sample_hz);
     for p in &mut doc.processes {
         p.batches = by_part.remove(&p.comm).unwrap_or_default();
@@ -107,7 +122,10 @@ pub fn run(args: ReportArgs) -> Result<()> {
     if let (Some(before_doc), Some(path)) = (baseline, &args.baseline) {
         let c = compare::compare_runs(&[before_doc], std::slice::from_ref(&doc), args.min.min_change);
         let before = path.display().to_string();
-        let after = args.json.as_ref().map_or("this window".into(), |j| j.display().to_string());
+        let after = args
+            .json
+            .as_ref()
+            .map_or("this window".into(), |j| j.display().to_string());
         let to = compare::Outputs {
             markdown: args.compare_md.as_deref(),
             html: args.compare_html.as_deref(),

@@ -15,7 +15,8 @@ use std::{
 use proptest::{collection::vec, prelude::*, sample::Index, test_runner::TestCaseError};
 
 use super::{
-    cert, cert_from_signature, group_name, parse, suite, version_name, Parsed, DHE_BY_SIZE, NAMED_DH, NONE, OTHER, PROTOCOLS,
+    cert, cert_from_signature, group_name, parse, suite, version_name, Parsed, DHE_BY_SIZE, NAMED_DH, NONE, OTHER,
+    PROTOCOLS,
 };
 use crate::wire::fixtures::{self, Flight};
 

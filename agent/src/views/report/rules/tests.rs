@@ -51,19 +51,56 @@ fn finite_field_groups_are_explained_by_their_host_cost() {
     let mut h = host();
     h.group.insert("dhe2048".into(), 3.9e-3);
     h.group.insert("ffdhe2048".into(), 2.35e-3);
-    let mut c = cfg("dhe2048", "rsa2048", "TLS_DHE_RSA_WITH_AES_128_GCM_SHA256", false, 300.0, 4.7);
+    let mut c = cfg(
+        "dhe2048",
+        "rsa2048",
+        "TLS_DHE_RSA_WITH_AES_128_GCM_SHA256",
+        false,
+        300.0,
+        4.7,
+    );
     c.version = "TLSv1.2".into();
     let g = groups(&proc_with(vec![c]), 10.0, Some(&h));
     assert_eq!(g.len(), 1, "{g:?}");
     assert!((g[0].number("extra_cpu_per_handshake_seconds").unwrap() - (3.9e-3 - 50e-6)).abs() < 1e-9);
-    assert!(g[0].title.contains("dhe2048") && g[0].fix.contains("ECDHE"), "{:?}", g[0]);
-    assert!(g[0].clients.as_deref().unwrap().contains("no ECDHE suite"), "{:?}", g[0]);
+    assert!(
+        g[0].title.contains("dhe2048") && g[0].fix.contains("ECDHE"),
+        "{:?}",
+        g[0]
+    );
+    assert!(
+        g[0].clients.as_deref().unwrap().contains("no ECDHE suite"),
+        "{:?}",
+        g[0]
+    );
     // RFC 7919's group (TLS 1.3): the group list is the fix
-    let f = groups(&proc_with(vec![cfg("ffdhe2048", "ecdsa_p256", "TLS_AES_128_GCM_SHA256", false, 300.0, 2.6)]), 10.0, Some(&h));
+    let f = groups(
+        &proc_with(vec![cfg(
+            "ffdhe2048",
+            "ecdsa_p256",
+            "TLS_AES_128_GCM_SHA256",
+            false,
+            300.0,
+            2.6,
+        )]),
+        10.0,
+        Some(&h),
+    );
     assert_eq!(f.len(), 1, "{f:?}");
     assert!(f[0].fix.contains("X25519 in the server's group list"), "{:?}", f[0]);
     // a size the host did not measure: no finding rather than a guess
-    let n = groups(&proc_with(vec![cfg("dhe8192", "rsa2048", "TLS_DHE_RSA_WITH_AES_128_GCM_SHA256", false, 300.0, 40.0)]), 10.0, Some(&h));
+    let n = groups(
+        &proc_with(vec![cfg(
+            "dhe8192",
+            "rsa2048",
+            "TLS_DHE_RSA_WITH_AES_128_GCM_SHA256",
+            false,
+            300.0,
+            40.0,
+        )]),
+        10.0,
+        Some(&h),
+    );
     assert!(n.is_empty(), "{n:?}");
 }
 
