@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what tlsprof needs on Debian 12, through apt, for one purpose:
-#   deps.sh build   the build and the unit tests (make build, make unit): compilers, headers
+#   deps.sh build   the build, the style gate and the unit tests (make build, lint, unit)
 #   deps.sh dist    that and the cross toolchains of the release build (make dist)
 #   deps.sh demo    that and one server and its clients (make demo)
 #   deps.sh test    that and every server, client and tool the integration tests use (make test)
@@ -12,6 +12,7 @@ PURPOSE=${1:-test}
 BUILD=(
   clang llvm libbpf-dev                  # kernel side: compiler, libbpf headers (bpf/vmlinux.h is in the tree)
   libc6-dev gcc                          # the layout printer (bpf/layout.c, host C)
+  clang-format-14                        # make lint: the kernel side's format (bpf/.clang-format)
 )
 DIST=(
   musl-tools                             # make dist: ring's C for x86_64-unknown-linux-musl (musl-gcc)
@@ -101,8 +102,16 @@ rust_targets() {
     rustup target list --installed | grep -qx "$t" || rustup target add "$t"
   done
 }
+# rustfmt and clippy, for make lint
+rust_components() {
+  command -v rustup >/dev/null || return 0
+  for c in rustfmt clippy; do
+    rustup component list --installed | grep -q "^$c" || rustup component add "$c"
+  done
+}
 if [ "$PURPOSE" != test ]; then
   rust_check
+  rust_components
   if [ "$PURPOSE" = dist ]; then
     rust_targets x86_64-unknown-linux-musl aarch64-unknown-linux-musl
   fi
@@ -224,5 +233,6 @@ if [ ! -x "$QUIC/aioquic/bin/python" ] || ! "$QUIC/aioquic/bin/python" -c 'impor
 fi
 
 rust_check
+rust_components
 rust_targets x86_64-unknown-linux-musl aarch64-unknown-linux-musl
 echo "deps ($PURPOSE): ok"
