@@ -38,6 +38,23 @@ struct {
 	__type(value, struct conn_port_stats);
 } conn_ports SEC(".maps");
 
+/* A socket's key in conn_ports: its network namespace and local port. */
+static __always_inline struct conn_port conn_port_of(const struct sock *sk)
+{
+	struct conn_port p = {
+		.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum),
+		.port = BPF_CORE_READ(sk, __sk_common.skc_num),
+	};
+	return p;
+}
+
+/* The conn_ports entry of a connection's port; NULL where the port is no longer watched. */
+static __always_inline struct conn_port_stats *conn_port_stats(const struct conn_life *life)
+{
+	struct conn_port p = { .netns = life->netns, .port = life->port };
+	return bpf_map_lookup_elem(&conn_ports, &p);
+}
+
 /*
  * The port numbers watched in any namespace, kept by the agent beside conn_ports: CONN_NUM_TCP
  * (a listening port of conn_ports) and CONN_NUM_UDP (a UDP port a traced process bound:
@@ -176,15 +193,22 @@ static __always_inline __u64 conn_new_id(void)
 	return (__u64)bpf_get_smp_processor_id() << 48 | (seq & ((1ULL << 48) - 1));
 }
 
+/* A connection's state from its start, established now on the port `p` (its identity is
+ * the caller's to mint or take over). */
+static __always_inline void conn_init(struct conn_state *c, struct conn_port p)
+{
+	c->life.start_ns = bpf_ktime_get_ns();
+	c->life.netns = p.netns;
+	c->life.port = p.port;
+	c->life.states = CONN_STATE_BIT(TCP_ESTABLISHED);
+}
+
 /* A connection's first data, seen on its listening socket `listener` before accept
  * (hello_skb.bpf.h): where its port is watched, its identity in `life`, minted here as at
  * accept (conn_accepted takes it over), and true; else `life` untouched, and false. */
 static __always_inline bool conn_early(const struct sock *listener, struct conn_life *life)
 {
-	struct conn_port p = {
-		.netns = BPF_CORE_READ(listener, __sk_common.skc_net.net, ns.inum),
-		.port = BPF_CORE_READ(listener, __sk_common.skc_num),
-	};
+	struct conn_port p = conn_port_of(listener);
 	if (!bpf_map_lookup_elem(&conn_ports, &p))
 		return false;
 	__u64 id = conn_new_id();
@@ -198,21 +222,12 @@ static __always_inline bool conn_early(const struct sock *listener, struct conn_
 
 static __always_inline void conn_accepted(const struct sock *sk)
 {
-	struct conn_port p = {
-		.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum),
-		.port = BPF_CORE_READ(sk, __sk_common.skc_num),
-	};
+	struct conn_port p = conn_port_of(sk);
 	struct conn_port_stats *ps = bpf_map_lookup_elem(&conn_ports, &p);
 	if (!ps)
 		return;
-	struct conn_state init = {
-		.life = {
-			.start_ns = bpf_ktime_get_ns(),
-			.netns = p.netns,
-			.port = p.port,
-			.states = CONN_STATE_BIT(TCP_ESTABLISHED),
-		},
-	};
+	struct conn_state init = {};
+	conn_init(&init, p);
 	__u32 start = data_read(sk);
 	/* its first data may have been walked on the listening socket already, under an
 	 * identity taken then (hello_skb.bpf.h) */
@@ -259,17 +274,11 @@ static __always_inline struct conn_state *conn_adopt(const struct sock *sk, __u6
 	struct proc_traced *p = proc_of(bpf_get_current_pid_tgid() >> 32);
 	if (!any && (!p || p->exited))
 		return NULL;
-	struct conn_state init = {
-		.life = {
-			.id = conn_new_id(),
-			.start_ns = bpf_ktime_get_ns(),
-			.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum),
-			.port = port,
-			.late = rx != 0,
-			.adopted = 1,
-			.states = CONN_STATE_BIT(TCP_ESTABLISHED),
-		},
-	};
+	struct conn_state init = {};
+	conn_init(&init, conn_port_of(sk));
+	init.life.id = conn_new_id();
+	init.life.late = rx != 0;
+	init.life.adopted = 1;
 	if (!init.life.id)
 		return NULL;
 	req_accepted(&init.req, 0, data_read(sk));
@@ -311,8 +320,7 @@ static __always_inline void conn_closed(const struct sock *sk, struct conn_state
 		/* closed before the server's TLS: a handshake the client began (after a STARTTLS
 		 * preamble too), or a connection whose server said nothing in the clear (a session
 		 * that stayed plaintext on a STARTTLS port is neither) */
-		struct conn_port p = { .netns = c->life.netns, .port = c->life.port };
-		struct conn_port_stats *ps = bpf_map_lookup_elem(&conn_ports, &p);
+		struct conn_port_stats *ps = conn_port_stats(&c->life);
 		if (ps) {
 			/* the client's data: tcp bytes_received counts its FIN too */
 			__u64 rx = BPF_CORE_READ((const struct tcp_sock *)sk, bytes_received);
@@ -468,52 +476,13 @@ int conn_state_change_twin_raw(void *ctx)
 	return conn_state_changed((const struct sock *)RAW_ARG(ctx, 0), (int)RAW_ARG(ctx, 1), (int)RAW_ARG(ctx, 2));
 }
 
-static __always_inline void conn_reset(const struct sock *sk)
-{
-	struct conn_state *c = conn_of(sk);
-	if (c)
-		c->life.reset = 1;
-}
-
-/* The resets capability: typed tracepoints, or raw ones (hash mode). tcp_send_reset also
- * fires for resets answering packets that match no full socket: then sk is NULL or a
- * timewait/request socket, which has no state. */
-SEC("tp_btf/tcp_receive_reset")
-int BPF_PROG(conn_rcv_reset, const struct sock *sk)
-{
-	conn_reset(sk);
-	return 0;
-}
-
-SEC("tp_btf/tcp_send_reset")
-int BPF_PROG(conn_send_reset, const struct sock *sk)
-{
-	conn_reset(sk);
-	return 0;
-}
-
-SEC("raw_tp/tcp_receive_reset")
-int conn_rcv_reset_raw(void *ctx)
-{
-	conn_reset((const struct sock *)RAW_ARG(ctx, 0));
-	return 0;
-}
-
-SEC("raw_tp/tcp_send_reset")
-int conn_send_reset_raw(void *ctx)
-{
-	conn_reset((const struct sock *)RAW_ARG(ctx, 0));
-	return 0;
-}
-
 /* The connection carries TLS, and so does its port. */
 static __always_inline void conn_mark_tls(struct conn_state *c)
 {
 	if (c->life.tls)
 		return;
 	c->life.tls = 1;
-	struct conn_port p = { .netns = c->life.netns, .port = c->life.port };
-	struct conn_port_stats *ps = bpf_map_lookup_elem(&conn_ports, &p);
+	struct conn_port_stats *ps = conn_port_stats(&c->life);
 	if (ps)
 		ps->flags |= CONN_PORT_TLS;
 }

@@ -18,21 +18,22 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-#include "common.bpf.h"     /* failure counters, ring-buffer and map helpers, per-CPU state */
-#include "core_fixes.bpf.h" /* kernel-version shims: structures that changed across kernels */
-#include "iface.h"          /* what one feature asks of another */
-#include "handshake.bpf.h"  /* handshake probes: state, and what they do */
-#include "hs_calls.bpf.h"   /* ... the probes on handshake calls: entries and returns */
-#include "hs_objects.bpf.h" /* ... and on connection objects: role, reset, free */
-#include "proc.bpf.h"       /* the traced set; forks and exits */
-#include "estimate.bpf.h"   /* handshake CPU from the kernel alone, where no probe times it */
-#include "gotls.bpf.h"      /* Go crypto/tls: a handshake followed across its goroutine's threads */
-#include "sched.bpf.h"      /* on-CPU time per traced process; the handshake clock */
-#include "conn.bpf.h"       /* connection lifecycle, who closed, TIME_WAIT */
-#include "requests.bpf.h"   /* requests per connection */
-#include "wire.bpf.h"       /* the server's handshake output: what was negotiated */
-#include "hello.bpf.h"      /* the client's ClientHello: what it offered */
-#include "quic.bpf.h"       /* QUIC handshakes: the Initial packets of traced UDP ports */
-#include "hello_skb.bpf.h"  /* ... read from its packets, where the agent can attach there */
-#include "sampler.bpf.h"    /* CPU samples of traced processes */
-#include "calib.bpf.h"      /* no-op probes that measure what a probe hit costs */
+#include "common.bpf.h"      /* failure counters, ring-buffer and map helpers, per-CPU state */
+#include "core_fixes.bpf.h"  /* kernel-version shims: structures that changed across kernels */
+#include "iface.h"           /* what one feature asks of another */
+#include "handshake.bpf.h"   /* handshake probes: state, and what they do */
+#include "hs_calls.bpf.h"    /* ... the probes on handshake calls: entries and returns */
+#include "hs_objects.bpf.h"  /* ... and on connection objects: role, reset, free */
+#include "proc.bpf.h"        /* the traced set; forks and exits */
+#include "estimate.bpf.h"    /* handshake CPU from the kernel alone, where no probe times it */
+#include "gotls.bpf.h"       /* Go crypto/tls: a handshake followed across its goroutine's threads */
+#include "sched.bpf.h"       /* on-CPU time per traced process; the handshake clock */
+#include "conn.bpf.h"        /* connection lifecycle, who closed, TIME_WAIT */
+#include "conn_resets.bpf.h" /* ... and the resets each connection received or sent */
+#include "requests.bpf.h"    /* requests per connection */
+#include "wire.bpf.h"        /* the server's handshake output: what was negotiated */
+#include "hello.bpf.h"       /* the client's ClientHello: what it offered */
+#include "quic.bpf.h"        /* QUIC handshakes: the Initial packets of traced UDP ports */
+#include "hello_skb.bpf.h"   /* ... read from its packets, where the agent can attach there */
+#include "sampler.bpf.h"     /* CPU samples of traced processes */
+#include "calib.bpf.h"       /* no-op probes that measure what a probe hit costs */
