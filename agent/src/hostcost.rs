@@ -48,6 +48,7 @@ type CtxNewFromName = unsafe extern "C" fn(Ptr, *const c_char, *const c_char) ->
 type SetParams = unsafe extern "C" fn(Ptr, *const OsslParam) -> c_int;
 type FromData = unsafe extern "C" fn(Ptr, *mut Ptr, c_int, *const OsslParam) -> c_int;
 type GetParams = unsafe extern "C" fn(Ptr, *mut OsslParam) -> c_int;
+type GetBits = unsafe extern "C" fn(Ptr) -> c_int;
 
 /// OpenSSL 3's `OSSL_PARAM`: one named argument of a provider call, an array of them ended
 /// by a null key.
@@ -109,6 +110,7 @@ struct Lib {
     fromdata_init: Init,
     fromdata: FromData,
     get_params: GetParams,
+    get_bits: GetBits,
 }
 
 fn sym<T: Copy>(handle: Ptr, name: &str) -> Result<T> {
@@ -172,6 +174,7 @@ impl Lib {
             fromdata_init: sym(h, "EVP_PKEY_fromdata_init")?,
             fromdata: sym(h, "EVP_PKEY_fromdata")?,
             get_params: sym(h, "EVP_PKEY_get_params")?,
+            get_bits: sym(h, "EVP_PKEY_get_bits")?,
         })
     }
 
@@ -220,7 +223,12 @@ impl Lib {
     }
 
     /// A DH key's prime, big-endian.
-    fn dh_prime(&self, key: Ptr, bytes: usize) -> Option<Vec<u8>> {
+    fn dh_prime(&self, key: Ptr) -> Option<Vec<u8>> {
+        // SAFETY: a key from this library.
+        let bytes = usize::try_from(unsafe { (self.get_bits)(key) })
+            .ok()
+            .filter(|b| *b > 0)?
+            / 8;
         let mut prime = vec![0u8; bytes];
         let mut p = [
             OsslParam::new(c"p", OsslParam::UNSIGNED_INTEGER, prime.as_mut_ptr().cast(), bytes),
@@ -276,12 +284,12 @@ impl Lib {
         match params {
             DhParams::Named(group) => self.named_dh(group),
             DhParams::Oakley1024 => self.dh_of_prime(&OAKLEY_1024),
-            DhParams::Own { like, bits } => {
+            DhParams::Own(like) => {
                 let named = self.named_dh(like);
                 if named.is_null() {
                     return named;
                 }
-                let prime = self.dh_prime(named, bits / 8);
+                let prime = self.dh_prime(named);
                 // SAFETY: the key from named_dh, freed once.
                 unsafe { (self.pkey_free)(named) };
                 prime.map_or(std::ptr::null_mut(), |mut p| {
@@ -351,8 +359,8 @@ enum DhParams {
     Named(&'static CStr),
     /// RFC 2409's second Oakley group: a 1024-bit safe prime OpenSSL has no name for.
     Oakley1024,
-    /// A prime of `bits` like the named group `like`'s, given as p and g alone.
-    Own { like: &'static CStr, bits: usize },
+    /// A prime of the size of the named group's, given as p and g alone.
+    Own(&'static CStr),
 }
 
 /// RFC 2409 section 6.2, big-endian.
@@ -415,22 +423,10 @@ fn group_kind(group: &str) -> Option<Kind> {
         "modp6144" => Kind::Dh(DhParams::Named(c"modp_6144")),
         "modp8192" => Kind::Dh(DhParams::Named(c"modp_8192")),
         "dhe1024" => Kind::Dh(DhParams::Oakley1024),
-        "dhe1536" => Kind::Dh(DhParams::Own {
-            like: c"modp_1536",
-            bits: 1536,
-        }),
-        "dhe2048" => Kind::Dh(DhParams::Own {
-            like: c"modp_2048",
-            bits: 2048,
-        }),
-        "dhe3072" => Kind::Dh(DhParams::Own {
-            like: c"modp_3072",
-            bits: 3072,
-        }),
-        "dhe4096" => Kind::Dh(DhParams::Own {
-            like: c"modp_4096",
-            bits: 4096,
-        }),
+        "dhe1536" => Kind::Dh(DhParams::Own(c"modp_1536")),
+        "dhe2048" => Kind::Dh(DhParams::Own(c"modp_2048")),
+        "dhe3072" => Kind::Dh(DhParams::Own(c"modp_3072")),
+        "dhe4096" => Kind::Dh(DhParams::Own(c"modp_4096")),
         _ => return None,
     })
 }

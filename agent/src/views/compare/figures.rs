@@ -147,8 +147,12 @@ impl Side<'_> {
     /// two copiers, its probes away two thirds of the time, once read 0.116 ms of record
     /// crypto per exchange in a window between two of 0.000 and 0.011 ms.
     fn all_timed(&self) -> bool {
-        let timed: f64 = self.p.configs.iter().map(|c| c.timed).sum();
-        self.handshakes() > 0.0 && timed >= 0.99 * self.handshakes()
+        self.handshakes() > 0.0 && self.timed() >= 0.99 * self.handshakes()
+    }
+
+    /// The handshakes the probes timed.
+    fn timed(&self) -> f64 {
+        self.p.configs.iter().map(|c| c.timed).sum()
     }
 
     /// The TLS share of the process's CPU. Where the probes timed every handshake: their CPU
@@ -223,8 +227,7 @@ impl Side<'_> {
         let per_exchange = self.exchanges().and_then(|(n, cpu)| Estimate::per_event(cpu, n, 1.0));
         // A connection's cost varies as its handshake's does, which is seen (1 without).
         let all = self.handshake_cpu(|_| true);
-        let timed: f64 = self.p.configs.iter().map(|c| c.timed).sum();
-        let cv = all.and_then(|e| e.cv(timed)).unwrap_or(1.0);
+        let cv = all.and_then(|e| e.cv(self.timed())).unwrap_or(1.0);
         // record crypto only where no handshake work can hide in it
         let crypto = self
             .all_timed()
