@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::no_probes::{self, NoProbes};
-use crate::metrics::{CommLabels, MethodLabels, Metrics};
+use crate::metrics::{CommLabels, LabelValue, MethodLabels, Metrics};
 
 /// A traced process, as the gauges see it.
 pub struct Attached<'a> {
@@ -36,7 +36,7 @@ pub fn export<'a>(m: &Metrics, traced: impl Iterator<Item = Attached<'a>>, ever_
                 let (method, reason) = no_probes::labels(why);
                 let labels = MethodLabels {
                     comm: comm.clone(),
-                    method: method.into(),
+                    method: method.label().into(),
                     reason: reason.into(),
                 };
                 // only where it was ever set: a name gets one series per method it had
@@ -51,7 +51,7 @@ pub fn export<'a>(m: &Metrics, traced: impl Iterator<Item = Attached<'a>>, ever_
         m.handshake_cpu_method
             .get_or_create(&MethodLabels {
                 comm: comm.into(),
-                method: method.into(),
+                method: method.label().into(),
                 reason: reason.into(),
             })
             .set(n);

@@ -15,16 +15,19 @@ use super::{
 use crate::{
     bounds,
     bpf::abi::hello_untls,
-    bpf::{abi::decode, handshake as hs, wire::WireEvent},
-    clients::join::Clients,
+    bpf::{
+        handshake::{self as hs, HandshakeResult, Role},
+        wire::WireEvent,
+    },
+    clients::join::HelloJoin,
     metrics::{
-        found::Found, histogram::Histogram, FailureLabels, KindPortLabels, LabelValue, Metrics, ParamLabels,
-        ProtocolLabels, ReasonLabels, RoleLabels,
+        found::Found, histogram::Histogram, FailureLabels, HandshakeLabels, KindPortLabels, LabelValue, Metrics,
+        ParamLabels, ProtocolLabels, ReasonLabels, RoleLabels,
     },
     wire::{
         failure::{By, Failure, Reason},
         tracker::{self, ClientHello, Seen},
-        Lookup, Negotiated, Tracker, WireHandshake, TRANSPORT_QUIC,
+        AppProtocol, Lookup, Negotiated, Tracker, Transport, WireHandshake,
     },
 };
 
@@ -91,7 +94,7 @@ pub struct Handshakes {
     /// Handshakes looked at: (process, a probe timed it), for the targets' judges.
     pub sightings: Vec<(u32, bool)>,
     /// What each connection's client offered, joined with what its server did.
-    clients: Clients,
+    clients: HelloJoin,
     /// The probes' figures of QUIC handshakes, waiting for their connection.
     quic: QuicJoin,
     /// Who counts a handshake, and whether the wire is captured (handshakes can be
@@ -100,14 +103,14 @@ pub struct Handshakes {
     /// The series a wire-counted handshake increments, found once per label set:
     /// tlsprof_protocol_handshakes_total's (comm, port, protocol) and tlsprof_handshakes_total's
     /// (comm, parameters, ok).
-    protocol_series: Found<(u16, &'static str)>,
+    protocol_series: Found<(u16, AppProtocol)>,
     wire_series: Found<(Negotiated, bool)>,
     /// A probe-timed handshake's series: tlsprof_handshakes_total's (comm, role, result,
     /// parameters), tlsprof_handshake_cpu_seconds' and _duration_seconds' (comm, role,
     /// parameters).
-    probe_series: Found<(&'static str, &'static str, Negotiated)>,
-    cpu_series: Found<(&'static str, Negotiated), Histogram>,
-    duration_series: Found<(&'static str, Negotiated), Histogram>,
+    probe_series: Found<(Role, HandshakeResult, Negotiated)>,
+    cpu_series: Found<(Role, Negotiated), Histogram>,
+    duration_series: Found<(Role, Negotiated), Histogram>,
 }
 
 impl Handshakes {
@@ -120,7 +123,7 @@ impl Handshakes {
             unlinked: VecDeque::new(),
             checks: Checks::default(),
             sightings: Vec::new(),
-            clients: Clients::new(metrics.clone()),
+            clients: HelloJoin::new(metrics.clone()),
             protocol_series: Found::default(),
             wire_series: Found::default(),
             probe_series: Found::default(),
@@ -149,7 +152,7 @@ impl Handshakes {
     /// ServerHello was sent (or a fatal alert instead), and the server finished its part.
     /// In the default mode this counts every server's handshakes, with or without probes.
     fn on_wire_handshake(&mut self, h: WireHandshake, procs: &impl ProcInfo, now: Instant) {
-        if h.labels.transport == TRANSPORT_QUIC {
+        if h.negotiated.transport == Transport::Quic {
             // no connection of its own in the kernel: neither estimated nor looked at for
             // the probes' sightings; its figure is joined by time (quic_join.rs)
             if procs.known(h.tgid) {
@@ -163,21 +166,21 @@ impl Handshakes {
             }
         }
         if h.hello {
-            self.clients.on_server_hello(h.conn, h.labels.resumed);
+            self.clients.on_server_hello(h.conn, h.negotiated.resumed);
         }
         if let Some(f) = h.failure {
             self.clients.on_failed(h.conn, f);
         }
         if h.ok && procs.known(h.tgid) {
             if h.complete {
-                self.clients.on_served(&procs.name(h.tgid), h.port, &h.labels);
+                self.clients.on_served(&procs.name(h.tgid), h.port, &h.negotiated);
             }
             let m = &self.metrics;
-            let find = |comm: &str, (port, protocol): (u16, &str)| {
+            let find = |comm: &str, (port, protocol): (u16, AppProtocol)| {
                 let labels = ProtocolLabels {
                     comm: comm.into(),
                     port: port.to_string(),
-                    protocol: protocol.into(),
+                    protocol: protocol.label().into(),
                 };
                 m.protocols.get_or_create(&labels).clone()
             };
@@ -194,16 +197,20 @@ impl Handshakes {
         if let Some(f) = h.failure {
             self.count_failures(&comm, &h.port.to_string(), f, 1);
         }
-        let result = if h.ok { "ok" } else { "failed" };
+        let result = if h.ok {
+            HandshakeResult::Ok
+        } else {
+            HandshakeResult::Failed
+        };
         let m = &self.metrics;
-        let find = |comm: &str, (labels, _): (Negotiated, bool)| {
-            let p = ParamLabels::new(comm, "server", &labels);
-            m.handshakes.get_or_create(&p.with_result(result)).clone()
+        let find = |comm: &str, (n, _): (Negotiated, bool)| {
+            let labels = HandshakeLabels::new(comm, Role::Server, result, n);
+            m.handshakes.get_or_create(&labels).clone()
         };
         if h.hello && !h.complete {
             self.count_unlabelled(&comm, UNLABELLED_INCOMPLETE);
         }
-        self.wire_series.inc(&comm, (h.labels, h.ok), find);
+        self.wire_series.inc(&comm, (h.negotiated, h.ok), find);
     }
 
     /// A connection's ClientHello, as the server read it: what it offered (clients/join.rs),
@@ -241,11 +248,11 @@ impl Handshakes {
         if e.estimate != 0 {
             return self.estimates.add(&e, now); // measured once its capture ends (flush)
         }
-        if e.role == hs::hs_role::Server as u8 && procs.judged_window(e.tgid).is_some() {
+        if e.server() && procs.judged_window(e.tgid).is_some() {
             self.sightings.push((e.tgid, true)); // its probes see server handshakes
         }
         if !self.mode.measures_before_window()
-            && e.role != hs::hs_role::Client as u8
+            && !e.client()
             && e.conn_start != 0
             && e.conn_start < procs.window_start_ns(e.tgid)
         {
@@ -260,7 +267,7 @@ impl Handshakes {
             }
             return;
         }
-        if e.role != hs::hs_role::Client as u8 {
+        if !e.client() {
             // the probe's figure is this handshake's: not the kernel estimate's too
             match e.conn_id {
                 0 => {
@@ -292,7 +299,7 @@ impl Handshakes {
 
     /// A probe's figure, counted with its connection's parameters (or waiting for them).
     fn probe_figure(&mut self, e: hs::hs_event, procs: &impl ProcInfo, now: Instant) {
-        if e.conn_id == 0 && e.role != hs::hs_role::Client as u8 && self.mode.sends_captured() {
+        if e.conn_id == 0 && !e.client() && self.mode.sends_captured() {
             let name = procs.name(e.tgid);
             if self.quic.serves(&name) {
                 self.quic.wait(e, name.into_owned(), now);
@@ -306,9 +313,7 @@ impl Handshakes {
         match self.wire.lookup(id) {
             Lookup::Ready(l, complete) => self.count(&e, &l, (!complete).then_some(UNLABELLED_INCOMPLETE), procs),
             // a failed handshake may have sent nothing: take what is known
-            Lookup::Wait if e.result != hs::hs_result::Ok as u8 => {
-                self.count(&e, &self.wire.give_up(id).0, None, procs)
-            }
+            Lookup::Wait if !e.ok() => self.count(&e, &self.wire.give_up(id).0, None, procs),
             Lookup::Wait => self.wait(e, procs, now),
         }
     }
@@ -408,53 +413,49 @@ impl Handshakes {
 
     /// A handshake the probes timed, counted too where the mode says the probes count.
     fn count(&mut self, e: &hs::hs_event, n: &Negotiated, unlabelled: Option<&str>, procs: &impl ProcInfo) {
-        let (Some(role), Some(result)) = (decode::<hs::hs_role, _>(e.role), decode::<hs::hs_result, _>(e.result))
-        else {
+        let Some((role, result)) = e.decoded() else {
             return;
         };
-        let (role, result) = (role.label(), result.label());
         let comm = procs.name(e.tgid);
         let cpu = e.cpu_ns as f64 / 1e9;
         let m = &self.metrics;
-        let counts = self
-            .mode
-            .probes_count(e.role == hs::hs_role::Client as u8, e.estimate != 0);
+        let counts = self.mode.probes_count(e.client(), e.estimate != 0);
         if counts {
-            let find = |comm: &str, (role, result, n): (&str, &str, Negotiated)| {
+            let find = |comm: &str, (role, result, n): (Role, HandshakeResult, Negotiated)| {
                 m.handshakes
-                    .get_or_create(&ParamLabels::new(comm, role, &n).with_result(result))
+                    .get_or_create(&HandshakeLabels::new(comm, role, result, n))
                     .clone()
             };
             self.probe_series.inc(&comm, (role, result, *n), find);
             if let Some(reason) = unlabelled {
                 self.count_unlabelled(&comm, reason);
             }
-            if e.result != hs::hs_result::Ok as u8 && e.role == hs::hs_role::Server as u8 {
+            if !e.ok() && e.server() {
                 // no wire says more (the probes count where the sends are not captured)
                 let f = Failure::new(By::Server, Reason::LibraryError);
                 self.count_failures(&comm, crate::wire::tls::OTHER, f, 1);
             }
         }
-        if e.result == hs::hs_result::Ok as u8 {
-            if e.conn_id != 0 && e.role != hs::hs_role::Client as u8 {
+        if e.ok() {
+            if e.conn_id != 0 && !e.client() {
                 self.clients.on_timed(e.conn_id, cpu);
             }
             self.cpu_series
                 .get(&comm, (role, *n), |comm, (role, n)| {
-                    m.handshake_cpu.get_or_create(&ParamLabels::new(comm, role, &n)).clone()
+                    m.handshake_cpu.get_or_create(&ParamLabels::new(comm, role, n)).clone()
                 })
                 .observe(cpu);
             self.duration_series
                 .get(&comm, (role, *n), |comm, (role, n)| {
                     m.handshake_duration
-                        .get_or_create(&ParamLabels::new(comm, role, &n))
+                        .get_or_create(&ParamLabels::new(comm, role, n))
                         .clone()
                 })
                 .observe(e.duration_ns as f64 / 1e9);
         } else {
             let rl = RoleLabels {
                 comm: comm.into_owned(),
-                role: role.into(),
+                role: role.label().into(),
             };
             self.metrics.failed_handshake_cpu.get_or_create(&rl).inc_by(cpu);
         }
@@ -480,7 +481,12 @@ impl Handshakes {
         };
         self.metrics
             .handshakes
-            .get_or_create(&ParamLabels::new(comm, "server", &Negotiated::UNKNOWN_TCP).with_result("failed"))
+            .get_or_create(&HandshakeLabels::new(
+                comm,
+                Role::Server,
+                HandshakeResult::Failed,
+                Negotiated::UNKNOWN_TCP,
+            ))
             .inc_by(n);
         self.count_failures(comm, &port, failure, n);
     }
@@ -513,6 +519,7 @@ mod tests {
 
     use super::*;
     use crate::agent::mode::ExactWhy;
+    use crate::wire::tls::{Cert, Cipher, Group, Version};
     use crate::{
         bpf::wire::{wire_end, wire_ev},
         metrics::HandshakeLabels,
@@ -598,26 +605,27 @@ mod tests {
     }
 
     const RESUMED: Negotiated = Negotiated {
-        version: "TLSv1.2",
-        cipher: "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-        group: "none",
-        cert: "none",
+        version: Version::TLS12,
+        cipher: Cipher::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        group: Group::None,
+        cert: Cert::None,
         resumed: true,
-        transport: "tcp",
+        transport: Transport::Tcp,
     };
 
     fn count(m: &Metrics, comm: &str, role: &str, result: &str, n: &Negotiated) -> u64 {
-        let l: HandshakeLabels = ParamLabels::new(comm, role, n).with_result(result);
-        m.handshakes.get_or_create(&l).get()
+        let (role, result) = (Role::parse(role).unwrap(), HandshakeResult::parse(result).unwrap());
+        m.handshakes
+            .get_or_create(&HandshakeLabels::new(comm, role, result, *n))
+            .get()
     }
 
     fn timed(m: &Metrics, comm: &str, role: &str, n: &Negotiated) -> (u64, f64) {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &m.registry).unwrap();
-        let labels = ParamLabels::new(comm, role, n);
+        let [version, cipher, group, cert, resumed, _] = n.label_values();
         let want = format!(
-            "comm=\"{}\",role=\"{}\",version=\"{}\",cipher=\"{}\",group=\"{}\",cert=\"{}\",resumed=\"{}\"",
-            labels.comm, labels.role, labels.version, labels.cipher, labels.group, labels.cert, labels.resumed
+            "comm=\"{comm}\",role=\"{role}\",version=\"{version}\",cipher=\"{cipher}\",group=\"{group}\",cert=\"{cert}\",resumed=\"{resumed}\""
         );
         let find = |series: &str| {
             text.lines()

@@ -12,7 +12,7 @@ mod health;
 mod inspect;
 mod memory;
 mod mode;
-mod no_probes;
+pub mod no_probes;
 mod ports;
 mod probes;
 mod quic_join;

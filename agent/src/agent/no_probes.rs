@@ -60,11 +60,19 @@ impl NoProbes {
     }
 }
 
+crate::metrics::label_enum!(
+    /// How a process's handshake CPU is measured (the `method` label).
+    Method {
+        Probes = "probes",
+        KernelEstimate = "kernel_estimate",
+    }
+);
+
 /// The `method` and `reason` labels of a process: probes, or the estimate and why.
-pub fn labels(why: Option<NoProbes>) -> (&'static str, &'static str) {
+pub fn labels(why: Option<NoProbes>) -> (Method, &'static str) {
     match why {
-        None => ("probes", ""),
-        Some(w) => ("kernel_estimate", w.label()),
+        None => (Method::Probes, ""),
+        Some(w) => (Method::KernelEstimate, w.label()),
     }
 }
 
@@ -102,12 +110,17 @@ impl Said {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::LabelValue;
 
     #[test]
     fn labels_are_distinct_and_said_once_per_name() {
         let mut l: Vec<&str> = NoProbes::ALL.iter().map(|w| w.label()).collect();
         l.dedup();
         assert_eq!(l.len(), NoProbes::ALL.len());
+        let labels = |why| {
+            let (method, reason) = labels(why);
+            (method.label(), reason)
+        };
         assert_eq!(labels(None), ("probes", ""));
         assert_eq!(
             labels(Some(NoProbes::AttachRefused)),

@@ -40,7 +40,7 @@ struct Ended {
     conn: ConnId,
     start_ns: u64,
     end_ns: u64,
-    labels: Negotiated,
+    negotiated: Negotiated,
     at: Instant,
 }
 
@@ -76,7 +76,7 @@ impl QuicJoin {
             conn: h.conn,
             start_ns: h.conn_start,
             end_ns: h.end_ns,
-            labels: h.labels,
+            negotiated: h.negotiated,
             at: now,
         });
     }
@@ -119,7 +119,7 @@ impl QuicJoin {
                 Some(h) => {
                     e.conn_id = h.conn;
                     e.role = hs::hs_role::Server as u8;
-                    joined.push((e, h.labels));
+                    joined.push((e, h.negotiated));
                 }
                 None if all || now.duration_since(since) >= tracker::WAIT => alone.push(e),
                 None => self.waiting.push_back((e, name, since)),
@@ -139,7 +139,7 @@ impl QuicJoin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::TRANSPORT_QUIC;
+    use crate::wire::Transport;
 
     fn quic(conn: ConnId, start_ns: u64, end_ns: u64) -> WireHandshake {
         WireHandshake {
@@ -147,8 +147,8 @@ mod tests {
             tgid: 1,
             netns: 1,
             port: 443,
-            labels: Negotiated {
-                transport: TRANSPORT_QUIC,
+            negotiated: Negotiated {
+                transport: Transport::Quic,
                 ..Negotiated::UNKNOWN
             },
             ok: true,
@@ -156,7 +156,7 @@ mod tests {
             alert: false,
             failure: None,
             complete: true,
-            protocol: "quic",
+            protocol: crate::wire::AppProtocol::Quic,
             conn_start: start_ns,
             end_ns,
         }
@@ -195,7 +195,7 @@ mod tests {
         assert_eq!(conns, [2, 1, 4, 3]);
         assert!(joined
             .iter()
-            .all(|(e, l)| e.role == hs::hs_role::Server as u8 && l.transport == TRANSPORT_QUIC));
+            .all(|(e, l)| e.role == hs::hs_role::Server as u8 && l.transport == Transport::Quic));
         assert!(alone.is_empty());
         j.on_handshake("nginx", &quic(5, 129_900_000, 130_800_000), t);
         let (joined, _) = j.take(false, t, u64::MAX);

@@ -30,6 +30,24 @@ impl LabelValue for HandshakeResult {
     }
 }
 
+/// An event's role and result, read from its raw bytes here and nowhere else.
+impl hs_event {
+    /// Its role and result; None (counted by `decode`) for a value this build does not
+    /// write.
+    pub fn decoded(&self) -> Option<(Role, HandshakeResult)> {
+        Some((super::abi::decode(self.role)?, super::abi::decode(self.result)?))
+    }
+    pub fn client(&self) -> bool {
+        self.role == Role::Client as u8
+    }
+    pub fn server(&self) -> bool {
+        self.role == Role::Server as u8
+    }
+    pub fn ok(&self) -> bool {
+        self.result == HandshakeResult::Ok as u8
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

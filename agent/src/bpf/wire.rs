@@ -5,6 +5,8 @@ pub use super::abi::{
     conn_by, hello_why, quic_head, wire_end, wire_ev, wire_event, wire_proto, HELLO_ALERT, HELLO_LAST, HELLO_MAX,
     HELLO_WHY_MASK, QUIC_F_CLIENT, QUIC_F_DONE, QUIC_F_RETRY,
 };
+use crate::wire::AppProtocol;
+
 use super::abi::{decode, wire_end_data, QUIC_HEAD, WIRE_END_CLOSED_LEN, WIRE_END_LEN, WIRE_EVENT_HEADER};
 
 // The sizes bpf/wire.h and quic.h state as numbers, checked against the types they size.
@@ -28,19 +30,19 @@ pub struct QuicDatagram<'a> {
 
 impl wire_proto {
     /// A preamble's protocol as a `protocol` label value (None: TLS from the first byte).
-    pub fn label(self) -> Option<&'static str> {
+    pub fn protocol(self) -> Option<AppProtocol> {
         Some(match self {
             wire_proto::None => return None,
-            wire_proto::Other => "starttls_other",
-            wire_proto::Smtp => "smtp",
-            wire_proto::Ftp => "ftp",
-            wire_proto::Imap => "imap",
-            wire_proto::Pop3 => "pop3",
-            wire_proto::Ldap => "ldap",
-            wire_proto::Xmpp => "xmpp",
-            wire_proto::Nntp => "nntp",
-            wire_proto::Postgresql => "postgresql",
-            wire_proto::Mysql => "mysql",
+            wire_proto::Other => AppProtocol::StarttlsOther,
+            wire_proto::Smtp => AppProtocol::Smtp,
+            wire_proto::Ftp => AppProtocol::Ftp,
+            wire_proto::Imap => AppProtocol::Imap,
+            wire_proto::Pop3 => AppProtocol::Pop3,
+            wire_proto::Ldap => AppProtocol::Ldap,
+            wire_proto::Xmpp => AppProtocol::Xmpp,
+            wire_proto::Nntp => AppProtocol::Nntp,
+            wire_proto::Postgresql => AppProtocol::Postgresql,
+            wire_proto::Mysql => AppProtocol::Mysql,
         })
     }
 }

@@ -116,14 +116,16 @@ fn hello_counters(m: &Metrics, offer: &Offer, site: &SniLabels) -> Vec<Counter> 
     out
 }
 
-/// A server's key in Clients::served: a hash of its process name and port.
+/// A server's key in HelloJoin::served: a hash of its process name and port.
 fn server_key(comm: &str, port: u16) -> u64 {
     let mut h = rustc_hash::FxHasher::default();
     (comm, port).hash(&mut h);
     h.finish()
 }
 
-pub struct Clients {
+/// Joins each connection's ClientHello to how its handshake ended: the offers counted by
+/// outcome, the failing clients by what they lacked, the CPU by site.
+pub struct HelloJoin {
     metrics: Arc<Metrics>,
     kept: FxHashMap<ConnId, Kept>,
     order: VecDeque<(ConnId, Instant)>,
@@ -143,7 +145,7 @@ pub struct Clients {
     pub evicted: u64,
 }
 
-impl Clients {
+impl HelloJoin {
     pub fn new(metrics: Arc<Metrics>) -> Self {
         Self {
             metrics,
@@ -351,7 +353,7 @@ mod tests {
     #[test]
     fn kept_offers_are_small_and_shrink() {
         assert_eq!(std::mem::size_of::<(ConnId, Kept)>(), 24);
-        let mut c = Clients::new(Arc::new(Metrics::new()));
+        let mut c = HelloJoin::new(Arc::new(Metrics::new()));
         let t0 = Instant::now();
         let offer = Offer::default();
         for conn in 0..10_000 {

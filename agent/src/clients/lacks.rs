@@ -8,7 +8,7 @@ use crate::{
     metrics::LabelValue,
     wire::{
         failure::Reason,
-        tls::{group_name, hello::Offer, suite, version_name, NONE, OTHER},
+        tls::{hello::Offer, Cipher, Group, Version, NONE, OTHER},
         Negotiated,
     },
 };
@@ -52,25 +52,19 @@ impl LabelValue for Lacks {
 /// Distinct values kept per kind at most (a server negotiates a handful).
 const MAX_VALUES: usize = 32;
 
-/// The protocol versions in order, oldest first.
-const VERSIONS: [&str; 5] = ["SSLv3", "TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"];
-
-fn version_rank(name: &str) -> Option<usize> {
-    VERSIONS.iter().position(|v| *v == name)
-}
-
 /// What a server (a process name's port) negotiated in its successful handshakes.
 #[derive(Debug, Default)]
 pub struct Served {
-    versions: Vec<&'static str>,
-    ciphers: Vec<&'static str>,
-    groups: Vec<&'static str>,
+    versions: Vec<Version>,
+    ciphers: Vec<Cipher>,
+    groups: Vec<Group>,
     /// Moves at every value added: an offer measured at an older one is measured again.
     pub generation: u32,
 }
 
-fn add(values: &mut Vec<&'static str>, v: &'static str) -> bool {
-    if v == OTHER || v == NONE || values.contains(&v) || values.len() >= MAX_VALUES {
+/// Adds a value this server negotiated, unless it is `other`, `none` or already there.
+fn add<T: LabelValue + PartialEq>(values: &mut Vec<T>, v: T) -> bool {
+    if v.label() == OTHER || v.label() == NONE || values.contains(&v) || values.len() >= MAX_VALUES {
         return false;
     }
     values.push(v);
@@ -90,19 +84,21 @@ impl Served {
     /// What `offer` lacked of what this server negotiates, each kind it lacked (a failure's
     /// reason then says which mattered: `Lacking::for_reason`).
     pub fn lacking(&self, offer: &Offer) -> Lacking {
-        let Some(oldest) = self.versions.iter().filter_map(|v| version_rank(v)).min() else {
+        // (the versions' codes are in order, oldest first; every one kept is named)
+        let Some(oldest) = self.versions.iter().map(|v| v.code()).min() else {
             return Lacking::UNKNOWN;
         };
         let mut out = Lacking(0);
-        if version_rank(version_name(offer.max_version)).is_some_and(|v| v < oldest) {
+        let newest = Version::of(offer.max_version);
+        if newest != Version::OTHER && newest.code() < oldest {
             out.0 |= Lacking::VERSION;
         }
-        let suites = offer.suites.iter().map(|c| suite(*c).map_or(OTHER, |s| s.name));
-        if !self.ciphers.is_empty() && !suites.clone().any(|s| self.ciphers.contains(&s)) {
+        let mut suites = offer.suites.iter().map(|c| Cipher::of(*c));
+        if !self.ciphers.is_empty() && !suites.any(|s| self.ciphers.contains(&s)) {
             out.0 |= Lacking::CIPHER;
         }
-        let groups = offer.groups.iter().map(|c| group_name(*c));
-        if !self.groups.is_empty() && !groups.clone().any(|g| self.groups.contains(&g)) {
+        let mut groups = offer.groups.iter().map(|c| Group::iana(*c));
+        if !self.groups.is_empty() && !groups.any(|g| self.groups.contains(&g)) {
             out.0 |= Lacking::GROUP;
         }
         out
@@ -143,13 +139,13 @@ impl Lacking {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::TRANSPORT_QUIC;
+    use crate::wire::Transport;
 
     fn negotiated(version: &'static str, cipher: &'static str, group: &'static str) -> Negotiated {
         Negotiated {
-            version,
-            cipher,
-            group,
+            version: version.into(),
+            cipher: cipher.into(),
+            group: group.into(),
             ..Negotiated::UNKNOWN
         }
     }
@@ -216,7 +212,7 @@ mod tests {
         // a value no name stands for is never one the server negotiated
         let mut q = Served::default();
         q.add(&Negotiated {
-            transport: TRANSPORT_QUIC,
+            transport: Transport::Quic,
             ..Negotiated::UNKNOWN
         });
         assert_eq!(why(&q, &any, Reason::HandshakeFailure), Lacks::Unknown);

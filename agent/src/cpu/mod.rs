@@ -24,47 +24,21 @@ pub mod symbols;
 pub use profiler::{Profiler, TrapTime};
 use symbols::Prim;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Category {
-    Handshake,
-    Crypto,
-    TlsLibrary,
-    KernelNet,
-    Probes,
-    Other,
-}
+use crate::metrics::{label_enum, label_text};
 
-impl Category {
-    pub const ALL: [Category; 6] = [
-        Category::Handshake,
-        Category::Crypto,
-        Category::TlsLibrary,
-        Category::KernelNet,
-        Category::Probes,
-        Category::Other,
-    ];
-
-    /// Every category's label, in the order of ALL.
-    pub const ALL_LABELS: [&'static str; 6] = [
-        Category::Handshake.label(),
-        Category::Crypto.label(),
-        Category::TlsLibrary.label(),
-        Category::KernelNet.label(),
-        Category::Probes.label(),
-        Category::Other.label(),
-    ];
-
-    pub const fn label(self) -> &'static str {
-        match self {
-            Category::Handshake => "handshake",
-            Category::Crypto => "crypto",
-            Category::TlsLibrary => "tls_library",
-            Category::KernelNet => "kernel_net",
-            Category::Probes => "probes",
-            Category::Other => "other",
-        }
+label_enum!(
+    /// Where a CPU sample's time goes (the `category` label), in the order the views show
+    /// them.
+    Category {
+        Handshake = "handshake",
+        Crypto = "crypto",
+        TlsLibrary = "tls_library",
+        KernelNet = "kernel_net",
+        Probes = "probes",
+        Other = "other",
     }
-}
+);
+label_text!(Category => Category::Other);
 
 /// What one sample was doing.
 #[derive(Debug, Clone, PartialEq, Eq)]

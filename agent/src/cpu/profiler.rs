@@ -15,6 +15,7 @@ use super::{
     Category,
 };
 use crate::discovery::files::ElfFiles;
+use crate::metrics::LabelValue;
 use crate::{
     bounds,
     bpf::{cpu as pc, read_record},
@@ -122,7 +123,7 @@ impl Profiler {
         if self.enabled {
             // Every category is exported from the start, at zero until a sample lands in it
             // (the probes' share may take a while at a low sampling rate).
-            for category in Category::ALL {
+            for category in Category::ALL.iter().copied() {
                 let _ = self.metrics.cpu.get_or_create(&CategoryLabels {
                     comm: comm.to_string(),
                     category: category.label().to_string(),

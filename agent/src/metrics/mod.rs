@@ -283,12 +283,15 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf::handshake::{HandshakeResult, Role};
 
     #[test]
     fn text_format_names_counters_like_their_samples() {
         let m = Metrics::new();
-        let p = ParamLabels::new("nginx", "server", &crate::wire::Negotiated::UNKNOWN);
-        m.handshakes.get_or_create(&p.with_result("ok")).inc_by(3);
+        let p = ParamLabels::new("nginx", Role::Server, crate::wire::Negotiated::UNKNOWN);
+        m.handshakes
+            .get_or_create(&p.with_result(HandshakeResult::Ok))
+            .inc_by(3);
         m.handshake_cpu.get_or_create(&p).observe(0.0004);
         let text = m.render_text();
         assert!(text.contains("# TYPE tlsprof_handshakes_total counter\n"), "{text}");

@@ -22,12 +22,14 @@ use super::{
     failures::{ClientFailure, Failures},
 };
 use crate::{
+    agent::no_probes::Method,
     bpf::{
         abi::hello_untls,
         conn::ClosedBy,
         handshake::{HandshakeResult, Role},
     },
     clients::{join::Answer, lacks::Lacks, policy::Outcome},
+    cpu::Category,
     metrics::{
         defs::{self, Kind},
         histogram::{Histogram, HistogramValue},
@@ -36,22 +38,10 @@ use crate::{
     },
     wire::{
         failure::{By, Failure, Reason},
-        quic::flows::PROTOCOL_QUIC,
         tls::hello::Resumption,
+        AppProtocol, Negotiated,
     },
 };
-
-/// A negotiated configuration, as a handshake series' labels name it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ConfigKey {
-    pub version: String,
-    pub cipher: String,
-    pub group: String,
-    pub cert: String,
-    pub resumed: bool,
-    /// What carried it: `tcp`, `quic`, `other` (no connection seen).
-    pub transport: String,
-}
 
 /// The agent's figures at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -74,17 +64,17 @@ pub struct Figures {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProcFigures {
     /// How its handshakes' CPU is measured now: `probes`, `kernel_estimate`.
-    pub cpu_methods: BTreeSet<String>,
+    pub cpu_methods: BTreeSet<Method>,
     /// TLS libraries it maps: (library, symbols).
     pub libraries: BTreeSet<(String, String)>,
     /// Server handshakes by result and negotiated configuration (with its transport).
-    pub handshakes: BTreeMap<(HandshakeResult, ConfigKey), f64>,
+    pub handshakes: BTreeMap<(HandshakeResult, Negotiated), f64>,
     /// Server handshakes timed (count), their summed CPU seconds (sum) and how they spread
     /// (buckets), by configuration.
-    pub handshake_cpu: BTreeMap<ConfigKey, HistogramValue>,
+    pub handshake_cpu: BTreeMap<Negotiated, HistogramValue>,
     pub process_cpu: f64,
     /// CPU seconds by category (handshake, crypto, tls_library, kernel_net, probes, other).
-    pub cpu: BTreeMap<String, f64>,
+    pub cpu: BTreeMap<Category, f64>,
     pub ports: BTreeMap<String, PortFigures>,
     /// Connections whose ClientHello could not be read, by reason (unreadable, cut,
     /// malformed, lost).
@@ -116,7 +106,7 @@ pub struct PortFigures {
     /// Ended connections by who closed first.
     pub closed_by: BTreeMap<ClosedBy, f64>,
     /// TLS handshakes on its TCP connections by the application protocol they carry.
-    pub protocols: BTreeMap<String, f64>,
+    pub protocols: BTreeMap<AppProtocol, f64>,
     /// QUIC connections whose handshake ended well on the UDP port of the same number
     /// (the `protocol="quic"` series, kept apart: the TCP figures are not theirs).
     pub quic: f64,
@@ -228,7 +218,10 @@ macro_rules! read {
             /// Gives a decoded series of the metric `spec` to the method that takes it.
             fn take(&mut self, spec: &defs::Spec, s: &Series) {
                 $( if spec.name == defs::$def.name {
-                    return self.$method(&FromLabels::from_labels(|k| s.label(k)), FromSeries::from_series(s));
+                    return match FromLabels::from_labels(|k| s.label(k)) {
+                        Some(labels) => self.$method(&labels, FromSeries::from_series(s)),
+                        None => self.skipped += 1.0,
+                    };
                 } )*
             }
         }
@@ -263,26 +256,6 @@ read! {
     HANDSHAKE_FAILURES: handshake_failures => failure,
     CLIENT_FAILURES: client_failures => client_failure,
     CONNECTIONS_WITHOUT_TLS: connections_without_tls => without_tls,
-}
-
-/// The configuration a handshake series names: its labels but comm, role and result; None
-/// when `resumed` is neither `true` nor `false`.
-fn config_key(
-    version: &str,
-    cipher: &str,
-    group: &str,
-    cert: &str,
-    resumed: &str,
-    transport: &str,
-) -> Option<ConfigKey> {
-    Some(ConfigKey {
-        version: version.into(),
-        cipher: cipher.into(),
-        group: group.into(),
-        cert: cert.into(),
-        resumed: resumed.parse().ok()?,
-        transport: transport.into(),
-    })
 }
 
 fn add(by: &mut BTreeMap<String, f64>, key: &str, v: f64) {
@@ -320,10 +293,10 @@ impl Figures {
         self.activity += v;
         let role = Role::parse(&l.role);
         let result = HandshakeResult::parse(&l.result);
-        let key = config_key(&l.version, &l.cipher, &l.group, &l.cert, &l.resumed, &l.transport);
-        let (Some(role), Some(result), Some(key)) = (self.known(role), self.known(result), self.known(key)) else {
+        let (Some(role), Some(result)) = (self.known(role), self.known(result)) else {
             return;
         };
+        let key = l.negotiated;
         let p = self.proc(&l.comm);
         add2(&mut p.roles.entry(role).or_default().handshakes, result, v);
         if role == Role::Server {
@@ -332,11 +305,10 @@ impl Figures {
     }
 
     fn handshake_cpu(&mut self, l: &ParamLabels, h: HistogramValue) {
-        let role = Role::parse(&l.role);
-        let key = config_key(&l.version, &l.cipher, &l.group, &l.cert, &l.resumed, &l.transport);
-        let (Some(role), Some(key)) = (self.known(role), self.known(key)) else {
+        let Some(role) = self.known(Role::parse(&l.role)) else {
             return;
         };
+        let key = l.negotiated;
         let p = self.proc(&l.comm);
         p.roles.entry(role).or_default().cpu.add(&h);
         if role == Role::Server {
@@ -364,9 +336,12 @@ impl Figures {
     }
 
     fn cpu_method(&mut self, l: &MethodLabels, v: f64) {
+        let Some(method) = self.known(Method::parse(&l.method)) else {
+            return;
+        };
         let p = self.proc(&l.comm);
         if v > 0.0 {
-            p.cpu_methods.insert(l.method.clone());
+            p.cpu_methods.insert(method);
         }
     }
 
@@ -381,7 +356,10 @@ impl Figures {
     }
 
     fn cpu(&mut self, l: &CategoryLabels, v: f64) {
-        add(&mut self.proc(&l.comm).cpu, &l.category, v);
+        let Some(category) = self.known(Category::parse(&l.category)) else {
+            return;
+        };
+        add2(&mut self.proc(&l.comm).cpu, category, v);
     }
 
     /// Connections accepted on a port (the port shows); only their activity is read.
@@ -407,11 +385,14 @@ impl Figures {
             comm: l.comm.clone(),
             port: l.port.clone(),
         };
+        let Some(protocol) = self.known(AppProtocol::parse(&l.protocol)) else {
+            return;
+        };
         let p = self.port(&port);
-        if l.protocol == PROTOCOL_QUIC {
+        if protocol == AppProtocol::Quic {
             p.quic += v;
         } else {
-            add(&mut p.protocols, &l.protocol, v);
+            add2(&mut p.protocols, protocol, v);
         }
     }
 
@@ -587,11 +568,15 @@ mod tests {
         let m = Metrics::new();
         let n = crate::wire::Negotiated::UNKNOWN;
         for (comm, k) in [("nginx", 1), ("we ird, x", 3)] {
-            let p = ParamLabels::new(comm, "server", &n);
-            m.handshakes.get_or_create(&p.with_result("ok")).inc_by(10 * k);
-            m.handshakes.get_or_create(&p.with_result("failed")).inc_by(k);
+            let p = ParamLabels::new(comm, Role::Server, n);
             m.handshakes
-                .get_or_create(&ParamLabels::new(comm, "client", &n).with_result("ok"))
+                .get_or_create(&p.with_result(HandshakeResult::Ok))
+                .inc_by(10 * k);
+            m.handshakes
+                .get_or_create(&p.with_result(HandshakeResult::Failed))
+                .inc_by(k);
+            m.handshakes
+                .get_or_create(&ParamLabels::new(comm, Role::Client, n).with_result(HandshakeResult::Ok))
                 .inc_by(7);
             m.handshake_cpu.get_or_create(&p).observe(0.001 * k as f64);
             m.handshake_cpu.get_or_create(&p).observe(0.0025);
@@ -745,7 +730,7 @@ mod tests {
         assert_eq!(cpu.count, 2.0);
         assert!((cpu.sum - 0.0035).abs() < 1e-12);
         assert!(cpu.buckets.contains(&(2.5e-3, 2.0)), "{cpu:?}");
-        assert!(p.cpu_methods.contains("probes"));
+        assert!(p.cpu_methods.contains(&Method::Probes));
         let port = &p.ports["443"];
         assert_eq!((port.requests.sum, port.requests.count), (12.0, 3.0));
         assert!(port.requests.buckets.contains(&(5.0, 3.0)));

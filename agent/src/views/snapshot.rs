@@ -12,13 +12,15 @@ pub use super::{
     failures::Failures,
 };
 use super::{
-    model::{ConfigKey, Figures, PortFigures, ProcFigures},
+    model::{Figures, PortFigures, ProcFigures},
     reading::Reading,
     remote::Source,
 };
 use crate::{
+    agent::no_probes::Method,
     bpf::{conn::ClosedBy, handshake::HandshakeResult},
-    wire::{quic::flows::PROTOCOL_QUIC, tls::TRANSPORT_TCP, TRANSPORT_QUIC},
+    cpu::Category,
+    wire::{AppProtocol, Negotiated, Transport},
 };
 
 /// The agent's figures at one moment.
@@ -52,13 +54,7 @@ impl Snapshot {
 /// Handshakes of one negotiated configuration (server role) in a window.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
-    pub version: String,
-    pub cipher: String,
-    pub group: String,
-    pub cert: String,
-    pub resumed: bool,
-    /// What carried its handshakes: `tcp`, `quic` (HTTP/3), `other` (no connection seen).
-    pub transport: String,
+    pub negotiated: Negotiated,
     /// Successful handshakes that negotiated it (tlsprof_handshakes_total: every one, in
     /// every mode): the figure rates and shares come from.
     pub handshakes: f64,
@@ -76,9 +72,7 @@ impl Config {
     /// Handshakes whose negotiated parameters tlsprof did not see (all labels `other`:
     /// begun before it attached, or not on a watched connection).
     pub fn unlabelled(&self) -> bool {
-        [&self.version, &self.cipher, &self.group, &self.cert]
-            .iter()
-            .all(|v| *v == "other")
+        self.negotiated.unlabelled()
     }
 
     pub fn mean_cpu(&self) -> Option<f64> {
@@ -87,25 +81,25 @@ impl Config {
 
     /// Its handshakes went over QUIC: no TCP connection, no TIME_WAIT, no keep-alive.
     pub fn over_quic(&self) -> bool {
-        self.transport == TRANSPORT_QUIC
+        self.negotiated.transport == Transport::Quic
     }
 }
 
 /// The transports a window's handshakes are shown by, in this order: TCP, QUIC, and the
 /// handshakes whose connection was not seen.
-pub const TRANSPORTS: [&str; 3] = [TRANSPORT_TCP, TRANSPORT_QUIC, crate::wire::tls::OTHER];
+pub const TRANSPORTS: [Transport; 3] = [Transport::Tcp, Transport::Quic, Transport::Other];
 
 /// One transport's successful handshakes in a window (the sum of its configurations).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Transport {
-    pub name: &'static str,
+pub struct ByTransport {
+    pub transport: Transport,
     pub handshakes: f64,
     /// Of them, those timed, and their summed CPU seconds.
     pub timed: f64,
     pub cpu: f64,
 }
 
-impl Transport {
+impl ByTransport {
     pub fn mean_cpu(&self) -> Option<f64> {
         (self.timed > 0.0).then(|| self.cpu / self.timed)
     }
@@ -130,7 +124,7 @@ pub struct Port {
     /// TLS handshakes on its TCP connections by the application protocol: the plaintext
     /// preamble's (smtp, imap, postgresql...), else the one the server chose (h2, http/1.1,
     /// other, none, encrypted).
-    pub protocols: BTreeMap<String, f64>,
+    pub protocols: BTreeMap<AppProtocol, f64>,
     /// QUIC connections on the UDP port of the same number whose handshake ended well: none
     /// of the other figures (all TCP's) counts them.
     pub quic: f64,
@@ -141,18 +135,14 @@ pub struct Port {
     pub clients: Clients,
 }
 
-/// Values of tlsprof_tls_connections_by_protocol_total's `protocol` that name no protocol:
-/// TLS 1.3 encrypts the server's choice, or it chose none or one tlsprof does not name.
-const UNNAMED_PROTOCOLS: [&str; 3] = ["encrypted", "none", "other"];
-
 /// The protocol most of these TLS connections were named by (`protocol` label: count),
 /// those that name none aside; None when none was named.
-pub fn named_protocol(protocols: &BTreeMap<String, f64>) -> Option<&str> {
+pub fn named_protocol(protocols: &BTreeMap<AppProtocol, f64>) -> Option<AppProtocol> {
     protocols
         .iter()
-        .filter(|(k, n)| **n > 0.0 && !UNNAMED_PROTOCOLS.contains(&k.as_str()))
+        .filter(|(k, n)| **n > 0.0 && k.named())
         .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(k, _)| k.as_str())
+        .map(|(k, _)| *k)
 }
 
 impl Port {
@@ -162,12 +152,12 @@ impl Port {
     /// (TLS from the first byte, its application protocol not shown: TLS 1.3 encrypts the
     /// server's choice, or it chose none); `quic` on a port that served QUIC alone; `-` while
     /// no TLS connection was seen.
-    pub fn protocol_name(&self) -> &str {
+    pub fn protocol_name(&self) -> &'static str {
         match named_protocol(&self.protocols) {
-            Some("starttls_other") => "starttls",
-            Some(p) => p,
+            Some(AppProtocol::StarttlsOther) => "starttls",
+            Some(p) => p.label(),
             None if self.protocols.values().any(|n| *n > 0.0) => "tls",
-            None if self.quic > 0.0 => PROTOCOL_QUIC,
+            None if self.quic > 0.0 => AppProtocol::Quic.label(),
             None => "-",
         }
     }
@@ -180,7 +170,7 @@ impl Port {
     pub fn h2_share(&self) -> f64 {
         let all: f64 = self.protocols.values().sum();
         if all > 0.0 {
-            self.protocols.get("h2").copied().unwrap_or(0.0) / all
+            self.protocols.get(&AppProtocol::H2).copied().unwrap_or(0.0) / all
         } else {
             0.0
         }
@@ -210,7 +200,7 @@ impl Port {
     pub fn hidden_protocol_share(&self) -> f64 {
         let all: f64 = self.protocols.values().sum();
         if all > 0.0 {
-            self.protocols.get("encrypted").copied().unwrap_or(0.0) / all
+            self.protocols.get(&AppProtocol::Encrypted).copied().unwrap_or(0.0) / all
         } else {
             0.0
         }
@@ -246,7 +236,7 @@ impl Port {
 }
 
 /// The CPU categories that are TLS's part of a process's work.
-pub const TLS_CATEGORIES: [&str; 3] = ["handshake", "crypto", "tls_library"];
+pub const TLS_CATEGORIES: [Category; 3] = [Category::Handshake, Category::Crypto, Category::TlsLibrary];
 
 /// One process name over a window: counts (not rates) of what happened in it.
 #[derive(Debug, Clone, Default)]
@@ -257,14 +247,14 @@ pub struct Proc {
     pub failed: f64,
     pub process_cpu: f64,
     /// CPU seconds by category (handshake, crypto, tls_library, kernel_net, probes, other).
-    pub cpu: BTreeMap<String, f64>,
+    pub cpu: BTreeMap<Category, f64>,
     pub configs: Vec<Config>,
     pub ports: BTreeMap<String, Port>,
     /// TLS libraries the process maps: (library, symbols).
     pub libraries: BTreeSet<(String, String)>,
     /// How its handshakes' CPU is measured now (tlsprof_handshake_cpu_method_info):
     /// `probes`, `kernel_estimate`.
-    pub cpu_methods: BTreeSet<String>,
+    pub cpu_methods: BTreeSet<Method>,
     /// Connections whose ClientHello could not be read, by reason.
     pub hellos_unread: BTreeMap<String, f64>,
     /// Its failed server handshakes by port and reason (of the `failed` ones), and its
@@ -285,17 +275,17 @@ impl Proc {
         self.full + self.resumed
     }
     /// Its successful handshakes by transport (TRANSPORTS' order), those with none left out.
-    pub fn transports(&self) -> Vec<Transport> {
+    pub fn transports(&self) -> Vec<ByTransport> {
         TRANSPORTS
             .iter()
-            .map(|&name| Transport {
-                name,
-                handshakes: self.count(|c| c.transport == name),
-                timed: self.timed(|c| c.transport == name),
+            .map(|&transport| ByTransport {
+                transport,
+                handshakes: self.count(|c| c.negotiated.transport == transport),
+                timed: self.timed(|c| c.negotiated.transport == transport),
                 cpu: self
                     .configs
                     .iter()
-                    .filter(|c| c.transport == name)
+                    .filter(|c| c.negotiated.transport == transport)
                     .map(|c| c.cpu)
                     .sum::<f64>()
                     + 0.0,
@@ -313,11 +303,11 @@ impl Proc {
     pub fn serves_quic(&self) -> bool {
         self.count(Config::over_quic) > 0.0
     }
-    pub fn cpu_in(&self, category: &str) -> f64 {
-        self.cpu.get(category).copied().unwrap_or(0.0)
+    pub fn cpu_in(&self, category: Category) -> f64 {
+        self.cpu.get(&category).copied().unwrap_or(0.0)
     }
     /// The share of the process's CPU in a category (0 when no CPU was seen).
-    pub fn share(&self, category: &str) -> f64 {
+    pub fn share(&self, category: Category) -> f64 {
         let all: f64 = self.cpu.values().sum();
         if all > 0.0 {
             self.cpu_in(category) / all
@@ -365,7 +355,7 @@ impl Proc {
     /// The process's CPU seconds in TLS: handshakes, record crypto and the rest of the TLS
     /// library, by the sampled split of its exact CPU time.
     pub fn tls_cpu(&self) -> f64 {
-        self.process_cpu * TLS_CATEGORIES.iter().map(|c| self.share(c)).sum::<f64>()
+        self.process_cpu * TLS_CATEGORIES.iter().map(|c| self.share(*c)).sum::<f64>()
     }
     /// CPU seconds per exchange, and of it in TLS (None without an exchange). Exchanges are
     /// counted on TCP connections only: a process that served some of its handshakes over
@@ -398,14 +388,9 @@ pub fn wanted(comms: &[String], comm: &str) -> bool {
 }
 
 /// The configuration a handshake series names, in a process's table.
-fn config<'a>(configs: &'a mut BTreeMap<ConfigKey, Config>, key: &ConfigKey) -> &'a mut Config {
-    configs.entry(key.clone()).or_insert_with(|| Config {
-        version: key.version.clone(),
-        cipher: key.cipher.clone(),
-        group: key.group.clone(),
-        cert: key.cert.clone(),
-        resumed: key.resumed,
-        transport: key.transport.clone(),
+fn config<'a>(configs: &'a mut BTreeMap<Negotiated, Config>, key: &Negotiated) -> &'a mut Config {
+    configs.entry(*key).or_insert_with(|| Config {
+        negotiated: *key,
         ..Default::default()
     })
 }
@@ -499,6 +484,7 @@ impl Window {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf::handshake::{HandshakeResult, Role};
 
     #[test]
     fn window_takes_increases_from_the_agents_own_metrics() {
@@ -507,15 +493,21 @@ mod tests {
         use crate::metrics::{ClosedByLabels, Metrics, ParamLabels, PortLabels};
         let m = Metrics::new();
         let n = crate::wire::Negotiated::UNKNOWN;
-        let p = ParamLabels::new("nginx", "server", &n);
-        m.handshakes.get_or_create(&p.with_result("ok")).inc_by(10);
+        let p = ParamLabels::new("nginx", Role::Server, n);
+        m.handshakes
+            .get_or_create(&p.with_result(HandshakeResult::Ok))
+            .inc_by(10);
         m.handshake_cpu.get_or_create(&p).observe(0.001);
         let a = Snapshot {
             at: Instant::now(),
             figures: Figures::of(&m),
         };
-        m.handshakes.get_or_create(&p.with_result("ok")).inc_by(4);
-        m.handshakes.get_or_create(&p.with_result("failed")).inc_by(2);
+        m.handshakes
+            .get_or_create(&p.with_result(HandshakeResult::Ok))
+            .inc_by(4);
+        m.handshakes
+            .get_or_create(&p.with_result(HandshakeResult::Failed))
+            .inc_by(2);
         m.handshake_cpu.get_or_create(&p).observe(0.002);
         m.handshake_cpu.get_or_create(&p).observe(0.004);
         let port = PortLabels {
@@ -570,15 +562,15 @@ mod tests {
         };
         let m = Metrics::new();
         let tls13 = |transport| Negotiated {
-            version: "TLSv1.3",
-            cipher: "TLS_AES_128_GCM_SHA256",
-            group: "x25519",
-            cert: "ecdsa_p256",
+            version: "TLSv1.3".into(),
+            cipher: "TLS_AES_128_GCM_SHA256".into(),
+            group: "x25519".into(),
+            cert: "ecdsa_p256".into(),
             resumed: false,
             transport,
         };
-        let tcp = ParamLabels::new("nginx", "server", &tls13("tcp"));
-        let quic = ParamLabels::new("nginx", "server", &tls13("quic"));
+        let tcp = ParamLabels::new("nginx", Role::Server, tls13(Transport::Tcp));
+        let quic = ParamLabels::new("nginx", Role::Server, tls13(Transport::Quic));
         let protocol = |protocol: &str| ProtocolLabels {
             comm: "nginx".into(),
             port: "443".into(),
@@ -588,9 +580,15 @@ mod tests {
             at: Instant::now(),
             figures: Figures::of(&m),
         };
-        m.handshakes.get_or_create(&tcp.with_result("ok")).inc_by(30);
-        m.handshakes.get_or_create(&quic.with_result("ok")).inc_by(10);
-        m.handshakes.get_or_create(&quic.with_result("failed")).inc_by(5);
+        m.handshakes
+            .get_or_create(&tcp.with_result(HandshakeResult::Ok))
+            .inc_by(30);
+        m.handshakes
+            .get_or_create(&quic.with_result(HandshakeResult::Ok))
+            .inc_by(10);
+        m.handshakes
+            .get_or_create(&quic.with_result(HandshakeResult::Failed))
+            .inc_by(5);
         for _ in 0..3 {
             m.handshake_cpu.get_or_create(&tcp).observe(0.001);
         }
@@ -606,7 +604,9 @@ mod tests {
         let p = w.proc("nginx").unwrap();
         let t = p.transports();
         assert_eq!(
-            t.iter().map(|t| (t.name, t.handshakes, t.timed)).collect::<Vec<_>>(),
+            t.iter()
+                .map(|t| (t.transport.label(), t.handshakes, t.timed))
+                .collect::<Vec<_>>(),
             [("tcp", 30.0, 3.0), ("quic", 10.0, 1.0)]
         );
         assert!((t[0].mean_cpu().unwrap() - 0.001).abs() < 1e-12);
@@ -615,7 +615,7 @@ mod tests {
         assert_eq!(p.failed, 5.0);
         assert_eq!(p.configs.iter().filter(|c| c.over_quic()).count(), 1);
         let port = &p.ports["443"];
-        assert_eq!((port.quic, port.protocols.get("quic")), (10.0, None));
+        assert_eq!((port.quic, port.protocols.get(&AppProtocol::Quic)), (10.0, None));
         assert_eq!((port.protocol_name(), port.hidden_protocol_share()), ("tls", 1.0));
     }
 

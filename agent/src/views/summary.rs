@@ -54,6 +54,7 @@ pub fn table(f: &Figures) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf::handshake::{HandshakeResult, Role};
     use crate::metrics::{Metrics, ParamLabels, RoleLabels};
 
     /// A row per process, role and result, from the metrics: the count of every handshake
@@ -62,11 +63,17 @@ mod tests {
     fn the_summary_reads_the_metrics() {
         let m = Metrics::new();
         let n = crate::wire::Negotiated::UNKNOWN;
-        let server = ParamLabels::new("nginx", "server", &n);
-        let client = ParamLabels::new("curl", "client", &n);
-        m.handshakes.get_or_create(&server.with_result("ok")).inc_by(3);
-        m.handshakes.get_or_create(&server.with_result("failed")).inc_by(2);
-        m.handshakes.get_or_create(&client.with_result("ok")).inc_by(1);
+        let server = ParamLabels::new("nginx", Role::Server, n);
+        let client = ParamLabels::new("curl", Role::Client, n);
+        m.handshakes
+            .get_or_create(&server.with_result(HandshakeResult::Ok))
+            .inc_by(3);
+        m.handshakes
+            .get_or_create(&server.with_result(HandshakeResult::Failed))
+            .inc_by(2);
+        m.handshakes
+            .get_or_create(&client.with_result(HandshakeResult::Ok))
+            .inc_by(1);
         for cpu in [0.0001, 0.0003] {
             m.handshake_cpu.get_or_create(&server).observe(cpu);
             m.handshake_duration.get_or_create(&server).observe(cpu * 10.0);

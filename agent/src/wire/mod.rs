@@ -6,10 +6,11 @@ pub mod failure;
 pub mod fixtures;
 #[cfg(test)]
 mod fuzz;
-mod packed;
+pub mod protocol;
 pub mod quic;
 pub mod tls;
 pub mod tracker;
 
-pub use tls::{Negotiated, TRANSPORT_QUIC};
+pub use protocol::AppProtocol;
+pub use tls::{Negotiated, Transport};
 pub use tracker::{ConnId, Lookup, Tracker, WireHandshake};

@@ -18,7 +18,6 @@ use std::{
 
 use super::{
     failure::Failure,
-    packed::{Labels, Packed},
     quic::flows::Flows,
     tls::{self, hello::Offer, Negotiated},
 };
@@ -166,7 +165,7 @@ pub struct WireHandshake {
     pub tgid: u32,
     pub netns: u32,
     pub port: u16,
-    pub labels: Negotiated,
+    pub negotiated: Negotiated,
     /// The server completed its part (TLS 1.2 Finished sent, or the client answered the
     /// server's TLS 1.3 flight).
     pub ok: bool,
@@ -179,8 +178,8 @@ pub struct WireHandshake {
     /// Every label is known.
     pub complete: bool,
     /// The application protocol: its plaintext preamble's (STARTTLS, an SSLRequest:
-    /// bpf/wire.h WIRE_PROTO_*), else as far as the output shows it (tls::PROTOCOLS).
-    pub protocol: &'static str,
+    /// bpf/wire.h WIRE_PROTO_*), else as far as the output shows it.
+    pub protocol: super::AppProtocol,
     /// When the connection was accepted (bpf_ktime_get_ns; 0 if the kernel did not say);
     /// QUIC: when the client's first Initial came.
     pub conn_start: u64,
@@ -200,9 +199,8 @@ pub enum Lookup {
 #[derive(Default)]
 pub struct Tracker {
     caps: FxHashMap<ConnId, Capture>,
-    /// Ended captures: their labels (packed: 40 bytes an entry), settled, when.
-    ended: FxHashMap<ConnId, (Packed, bool, Instant)>,
-    labels: Labels,
+    /// Ended captures: what they negotiated (40 bytes an entry), settled, when.
+    ended: FxHashMap<ConnId, (Negotiated, bool, Instant)>,
     /// QUIC connections' handshakes under way.
     quic: Flows,
     ended_order: VecDeque<(ConnId, Instant)>,
@@ -369,7 +367,7 @@ impl Tracker {
                     tgid: e.tgid,
                     netns: c.netns,
                     port: c.port,
-                    labels: p.labels(),
+                    negotiated: p.negotiated(),
                     ok,
                     hello: p.hello,
                     alert: p.alert.is_some() || why == Some(wire_end::Alert),
@@ -377,7 +375,7 @@ impl Tracker {
                     complete: p.complete,
                     protocol: end
                         .proto
-                        .and_then(crate::bpf::wire::wire_proto::label)
+                        .and_then(crate::bpf::wire::wire_proto::protocol)
                         .unwrap_or(p.protocol),
                     conn_start: end.conn_start,
                     end_ns: 0,
@@ -385,7 +383,7 @@ impl Tracker {
                 // nothing was negotiated (an alert, or closed before a ServerHello): the
                 // labels are other, and that is all there is to know
                 let settled = p.complete || (!p.hello && (h.alert || why == Some(wire_end::Closed)));
-                self.end(id, p.labels(), settled, now);
+                self.end(id, p.negotiated(), settled, now);
                 Some(h)
             }
             wire_ev::Hello | wire_ev::Quic => None,
@@ -395,8 +393,7 @@ impl Tracker {
     /// A capture ended: its labels kept KEEP for the handshake events that ask for them.
     fn end(&mut self, id: ConnId, labels: Negotiated, settled: bool, now: Instant) {
         self.make_room_ended(now);
-        let packed = self.labels.pack(&labels);
-        self.ended.insert(id, (packed, settled, now));
+        self.ended.insert(id, (labels, settled, now));
         self.ended_order.push_back((id, now));
     }
 
@@ -407,7 +404,7 @@ impl Tracker {
         }
         let seen = self.quic.on_event(&e, now);
         if let Some(Seen::Handshake(h)) = &seen {
-            self.end(h.conn, h.labels, true, now);
+            self.end(h.conn, h.negotiated, true, now);
         }
         seen
     }
@@ -420,12 +417,12 @@ impl Tracker {
     /// The parameters of a connection's handshake, as far as known.
     pub fn lookup(&self, id: ConnId) -> Lookup {
         if let Some((labels, settled, _)) = self.ended.get(&id) {
-            return Lookup::Ready(self.labels.unpack(*labels), *settled);
+            return Lookup::Ready(*labels, *settled);
         }
         if let Some(c) = self.caps.get(&id) {
             let p = tls::parse(&c.plain, c.sealed.as_slice(), false);
             if p.complete {
-                return Lookup::Ready(p.labels(), true);
+                return Lookup::Ready(p.negotiated(), true);
             }
         }
         Lookup::Wait
@@ -436,7 +433,7 @@ impl Tracker {
         match self.lookup(id) {
             Lookup::Ready(l, complete) => (l, complete),
             Lookup::Wait => match self.caps.get(&id) {
-                Some(c) => (tls::parse(&c.plain, c.sealed.as_slice(), true).labels(), false),
+                Some(c) => (tls::parse(&c.plain, c.sealed.as_slice(), true).negotiated(), false),
                 None => (Negotiated::UNKNOWN_TCP, false),
             },
         }
@@ -447,7 +444,7 @@ impl Tracker {
     pub fn expire(&mut self, now: Instant) -> Vec<WireHandshake> {
         let stale = self.quic.expire(now);
         for h in &stale {
-            self.end(h.conn, h.labels, true, now);
+            self.end(h.conn, h.negotiated, true, now);
         }
         if self.quic.unopened > 0 {
             log::debug!("quic: {} datagrams did not open as Initial packets", self.quic.unopened);
@@ -582,13 +579,16 @@ mod tests {
         let Lookup::Ready(l, true) = t.lookup(id) else {
             panic!("{:?}", t.lookup(id))
         };
-        assert_eq!((l.version, l.resumed, l.cert), ("TLSv1.2", true, tls::NONE));
+        assert_eq!(
+            (l.version.label(), l.resumed, l.cert.label()),
+            ("TLSv1.2", true, tls::NONE)
+        );
         let h = t
             .on_event(ev(wire_ev::End, wire_end::Finished as u8, &[]), t0)
             .and_then(Seen::handshake)
             .unwrap();
         assert!(h.ok && h.hello && h.complete);
-        assert_eq!((h.tgid, h.port, h.labels), (7, 8443, l));
+        assert_eq!((h.tgid, h.port, h.negotiated), (7, 8443, l));
         assert_eq!(t.in_flight(), 0);
         // kept for a late handshake event, then dropped
         assert!(matches!(t.lookup(id), Lookup::Ready(..)));
@@ -606,7 +606,7 @@ mod tests {
             .and_then(Seen::handshake)
             .unwrap();
         assert!(!h.ok && !h.hello);
-        assert_eq!(h.labels, Negotiated::UNKNOWN_TCP);
+        assert_eq!(h.negotiated, Negotiated::UNKNOWN_TCP);
         // closed after the ServerHello: the server's part did not finish
         let bytes = resumed12();
         t.on_event(ev(wire_ev::Data, 0, &bytes[..79]), t0);
@@ -711,7 +711,7 @@ mod tests {
     /// it), and a table emptied by expiry gives its room back.
     #[test]
     fn ended_captures_are_small_and_shrink() {
-        assert_eq!(std::mem::size_of::<(ConnId, (Packed, bool, Instant))>(), 40);
+        assert_eq!(std::mem::size_of::<(ConnId, (Negotiated, bool, Instant))>(), 40);
         let t0 = Instant::now();
         let mut t = Tracker::default();
         for sk in 0..20_000 {
@@ -736,7 +736,7 @@ mod tests {
         t.on_event(ev(wire_ev::Data, 0, &bytes[..80]), t0);
         let (l, complete) = t.give_up(id);
         assert_eq!(
-            (l.version, l.cipher, complete),
+            (l.version.label(), l.cipher.label(), complete),
             ("TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", false)
         );
         t.expire(t0 + STALE);

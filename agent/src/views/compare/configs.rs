@@ -5,7 +5,13 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::views::report::json::ProcessDoc;
+use crate::{
+    views::report::json::ProcessDoc,
+    wire::{
+        tls::{NONE, OTHER},
+        Negotiated,
+    },
+};
 
 /// A value's share must move by this much (10 points) to be said.
 pub const MIN_SHIFT: f64 = 0.10;
@@ -43,16 +49,13 @@ const PARAMETERS: [(&str, &str); 5] = [
 /// and `none` (a resumed handshake's certificate) are left out.
 fn mix(p: &ProcessDoc, what: &str) -> BTreeMap<String, f64> {
     let mut by: BTreeMap<String, f64> = BTreeMap::new();
+    let Some(label) = Negotiated::LABELS.iter().position(|l| *l == what) else {
+        return by;
+    };
     for c in &p.configs {
-        let v = match what {
-            "version" => &c.version,
-            "cipher" => &c.cipher,
-            "group" => &c.group,
-            "cert" => &c.cert,
-            _ => &c.transport,
-        };
-        if v != "other" && v != "none" && c.handshakes > 0.0 {
-            *by.entry(v.clone()).or_default() += c.handshakes;
+        let v = c.negotiated.label_values()[label];
+        if v != OTHER && v != NONE && c.handshakes > 0.0 {
+            *by.entry(v.into()).or_default() += c.handshakes;
         }
     }
     let all: f64 = by.values().sum();

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::estimate::{t95, Estimate, Runs, Scale, Z95};
+use crate::cpu::Category;
 use crate::views::{
     report::json::{PortDoc, ProcessDoc, ReportDoc},
     snapshot::{Window, TLS_CATEGORIES},
@@ -96,7 +97,7 @@ impl Side<'_> {
             .p
             .configs
             .iter()
-            .filter(|c| keep(c.resumed) && c.timed > 0.0)
+            .filter(|c| keep(c.negotiated.resumed) && c.timed > 0.0)
             .collect();
         let n: f64 = cs.iter().map(|c| c.timed).sum();
         let sum: f64 = cs.iter().map(|c| c.cpu_seconds).sum();
@@ -127,9 +128,9 @@ impl Side<'_> {
     /// The share of the process's sampled CPU in these categories; none on fewer than
     /// MIN_SAMPLES samples, which say little (raise --sample-hz for short windows). Its error
     /// is the samples' binomial one times SAMPLED_SPREAD.
-    fn cpu_share(&self, categories: &[&str], spread: f64) -> Option<Estimate> {
+    fn cpu_share(&self, categories: &[Category], spread: f64) -> Option<Estimate> {
         let all: f64 = self.p.cpu_seconds.values().sum();
-        let some: f64 = categories.iter().filter_map(|c| self.p.cpu_seconds.get(*c)).sum();
+        let some: f64 = categories.iter().filter_map(|c| self.p.cpu_seconds.get(c)).sum();
         let n = self.samples();
         let share = (all > 0.0 && n >= MIN_SAMPLES)
             .then(|| Estimate::share(some / all * n, n))
@@ -166,7 +167,7 @@ impl Side<'_> {
         let Some(hs) = self.handshake_cpu(|_| true).filter(|_| cpu > 0.0 && self.all_timed()) else {
             return self.cpu_share(&TLS_CATEGORIES, SAMPLED_TLS_SPREAD);
         };
-        let rest = self.cpu_share(&["crypto", "tls_library"], SAMPLED_SPREAD)?;
+        let rest = self.cpu_share(&[Category::Crypto, Category::TlsLibrary], SAMPLED_SPREAD)?;
         let per_cpu = self.handshakes() / cpu;
         Some(Estimate {
             value: (hs.value * per_cpu + rest.value).min(1.0),
@@ -231,7 +232,7 @@ impl Side<'_> {
         // record crypto only where no handshake work can hide in it
         let crypto = self
             .all_timed()
-            .then(|| self.cpu_share(&["crypto"], SAMPLED_SPREAD))
+            .then(|| self.cpu_share(&[Category::Crypto], SAMPLED_SPREAD))
             .flatten();
         vec![
             fig(

@@ -5,17 +5,19 @@ use crate::{
     hostcost::HostCosts,
     metrics::LabelValue,
     views::snapshot::{Clients, Config, Port, Proc},
-    wire::tls::hello::Resumption,
+    wire::{tls::hello::Resumption, Negotiated, Transport},
 };
 
 pub fn cfg(group: &str, cert: &str, cipher: &str, resumed: bool, count: f64, ms_each: f64) -> Config {
     Config {
-        version: "TLSv1.3".into(),
-        cipher: cipher.into(),
-        group: group.into(),
-        cert: cert.into(),
-        resumed,
-        transport: "tcp".into(),
+        negotiated: Negotiated {
+            version: "TLSv1.3".into(),
+            cipher: cipher.into(),
+            group: group.into(),
+            cert: cert.into(),
+            resumed,
+            transport: Transport::Tcp,
+        },
         handshakes: count,
         timed: count,
         cpu: count * ms_each / 1e3,
@@ -31,8 +33,11 @@ pub fn cfg(group: &str, cert: &str, cipher: &str, resumed: bool, count: f64, ms_
 /// The same configuration's handshakes over QUIC (HTTP/3): their certificate not seen.
 pub fn quic(c: Config) -> Config {
     Config {
-        transport: "quic".into(),
-        cert: if c.resumed { "none" } else { "other" }.into(),
+        negotiated: Negotiated {
+            transport: Transport::Quic,
+            cert: if c.negotiated.resumed { "none" } else { "other" }.into(),
+            ..c.negotiated
+        },
         ..c
     }
 }

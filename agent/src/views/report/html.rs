@@ -4,10 +4,11 @@ use std::fmt::Write as _;
 
 use super::{
     markdown::{config_label, fmt_saving, transport_rows, FAILURES_INTRO, NO_QUIC, TRANSPORT_INTRO, WITHOUT_TLS_INTRO},
-    observe::{Series, CATEGORIES},
+    observe::Series,
     rules::{ms, Finding},
 };
 use crate::bpf::conn::ClosedBy;
+use crate::cpu::Category;
 use crate::hostcost::HostCosts;
 use crate::metrics::LabelValue;
 use crate::views::snapshot::{Proc, Window};
@@ -34,14 +35,14 @@ fn esc_code(s: &str) -> String {
 }
 
 /// Category colours, the same in every chart.
-pub fn colour(category: &str) -> &'static str {
+pub fn colour(category: Category) -> &'static str {
     match category {
-        "handshake" => "#d62728",
-        "crypto" => "#ff7f0e",
-        "tls_library" => "#9467bd",
-        "kernel_net" => "#1f77b4",
-        "probes" => "#7f7f7f",
-        _ => "#2ca02c",
+        Category::Handshake => "#d62728",
+        Category::Crypto => "#ff7f0e",
+        Category::TlsLibrary => "#9467bd",
+        Category::KernelNet => "#1f77b4",
+        Category::Probes => "#7f7f7f",
+        Category::Other => "#2ca02c",
     }
 }
 
@@ -49,7 +50,7 @@ pub fn colour(category: &str) -> &'static str {
 fn split_chart(s: &Series) -> String {
     let (w, h, left, bottom) = (640.0, 220.0, 50.0, 24.0);
     let t_max = s.points.last().map(|p| p.0).unwrap_or(1.0).max(1.0);
-    let total = |p: &(f64, Vec<(String, f64)>)| p.1.iter().map(|x| x.1).sum::<f64>();
+    let total = |p: &(f64, Vec<(Category, f64)>)| p.1.iter().map(|x| x.1).sum::<f64>();
     let y_max = s.points.iter().map(total).fold(0.0f64, f64::max).max(0.01) * 1.1;
     let x = |t: f64| left + (t / t_max) * (w - left - 10.0);
     let y = |v: f64| (h - bottom) - v / y_max * (h - bottom - 10.0);
@@ -59,7 +60,7 @@ fn split_chart(s: &Series) -> String {
         esc(&s.comm)
     );
     let mut base = vec![0.0; s.points.len()];
-    for (ci, cat) in CATEGORIES.iter().enumerate() {
+    for (ci, cat) in Category::ALL.iter().enumerate() {
         let top: Vec<f64> = s.points.iter().enumerate().map(|(i, p)| base[i] + p.1[ci].1).collect();
         if top.iter().zip(&base).all(|(t, b)| t - b <= 0.0) {
             continue;
@@ -84,7 +85,7 @@ fn split_chart(s: &Series) -> String {
         let _ = write!(
             svg,
             "<path class=\"cat-{cat}\" d=\"{d}Z\" fill=\"{}\" stroke=\"none\"><title>{cat}</title></path>",
-            colour(cat)
+            colour(*cat)
         );
         base = top;
     }
@@ -130,7 +131,7 @@ fn cost_chart(p: &Proc) -> String {
             y0 + 15.0,
             esc(&config_label(c)),
             row - 6.0,
-            if c.resumed { "#98df8a" } else { "#d62728" },
+            if c.negotiated.resumed { "#98df8a" } else { "#d62728" },
             label_w + bw + 4.0,
             y0 + 15.0,
             ms(m)
@@ -285,7 +286,7 @@ pub fn html(w: &Window, found: &[Finding], host: Option<&HostCosts>, series: &[S
         );
     }
     o.push_str("<h2>CPU split over time</h2><p class=\"legend\">");
-    for c in CATEGORIES {
+    for &c in Category::ALL {
         let _ = write!(o, "<span><i style=\"background:{}\"></i>{c}</span>", colour(c));
     }
     o.push_str("</p>");
@@ -314,7 +315,7 @@ pub fn html(w: &Window, found: &[Finding], host: Option<&HostCosts>, series: &[S
                 o,
                 "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.0}%</td><td>{}</td><td>{:.0}</td></tr>",
                 esc(&p.comm),
-                t.name,
+                t.transport.label(),
                 t.handshakes / w.seconds,
                 share * 100.0,
                 t.mean_cpu().map(ms).unwrap_or_else(|| "not timed".into()),

@@ -9,13 +9,14 @@ use serde::{Deserialize, Serialize};
 use super::rules::Finding;
 use crate::{
     bpf::{abi::hello_untls, conn::ClosedBy},
+    cpu::Category,
     hostcost::HostCosts,
     metrics::LabelValue,
     views::{
         failures::ClientFailure,
         snapshot::{Proc, Window},
     },
-    wire::failure::Failure,
+    wire::{failure::Failure, AppProtocol, Negotiated},
 };
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
@@ -60,7 +61,7 @@ pub struct ProcessDoc {
     pub resumed: f64,
     pub failed: f64,
     pub process_cpu_seconds: f64,
-    pub cpu_seconds: BTreeMap<String, f64>,
+    pub cpu_seconds: BTreeMap<Category, f64>,
     /// Application data exchanges in the window, as they happened.
     pub exchanges: f64,
     /// process_cpu_seconds per exchange, and its TLS part (null without an exchange).
@@ -158,13 +159,9 @@ pub struct TransportDoc {
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
 #[serde(default)]
 pub struct ConfigDoc {
-    pub version: String,
-    pub cipher: String,
-    pub group: String,
-    pub cert: String,
-    pub resumed: bool,
-    /// What carried them: tcp, quic, other.
-    pub transport: String,
+    /// What they negotiated, and what carried them (tcp, quic, other): its labels.
+    #[serde(flatten)]
+    pub negotiated: Negotiated,
     /// Every successful handshake with these parameters.
     pub handshakes: f64,
     /// Of them, those whose CPU was measured; cpu_seconds is theirs.
@@ -183,7 +180,7 @@ pub struct PortDoc {
     pub protocol: String,
     /// TLS handshakes on its TCP connections in the window by
     /// tlsprof_tls_connections_by_protocol_total's `protocol`.
-    pub protocols: BTreeMap<String, f64>,
+    pub protocols: BTreeMap<AppProtocol, f64>,
     /// QUIC connections (`protocol="quic"`) on the UDP port of the same number: the other
     /// figures are its TCP connections'.
     pub quic_connections: f64,
@@ -295,12 +292,7 @@ impl ReportDoc {
                         .configs
                         .iter()
                         .map(|c| ConfigDoc {
-                            version: c.version.clone(),
-                            cipher: c.cipher.clone(),
-                            group: c.group.clone(),
-                            cert: c.cert.clone(),
-                            resumed: c.resumed,
-                            transport: c.transport.clone(),
+                            negotiated: c.negotiated,
                             handshakes: c.handshakes,
                             timed: c.timed,
                             cpu_seconds: c.cpu,
@@ -317,7 +309,7 @@ impl ReportDoc {
                                 cpu_seconds: t.cpu,
                                 cpu_per_handshake_seconds: t.mean_cpu(),
                             };
-                            (t.name.to_string(), doc)
+                            (t.transport.label().to_string(), doc)
                         })
                         .collect(),
                     quic_share: p.quic_share(),

@@ -4,10 +4,12 @@ use std::fmt::Write as _;
 use super::rules::{capitalized, ms, Finding, MIN_EVENTS};
 use crate::bpf::conn::ClosedBy;
 use crate::{
+    agent::no_probes::Method,
+    cpu::Category,
     hostcost::HostCosts,
     metrics::LabelValue,
     views::{
-        snapshot::{Config, Proc, Transport, Window},
+        snapshot::{ByTransport, Config, Proc, Window},
         top::short_cipher,
     },
 };
@@ -23,15 +25,18 @@ pub(super) fn fmt_saving(f: &Finding) -> String {
 pub(super) fn config_label(c: &Config) -> String {
     let quic = if c.over_quic() { " over QUIC" } else { "" };
     if c.unlabelled() {
-        return format!("labels not seen{}{quic}", if c.resumed { " (resumed)" } else { "" });
+        return format!(
+            "labels not seen{}{quic}",
+            if c.negotiated.resumed { " (resumed)" } else { "" }
+        );
     }
     format!(
         "{} {} {} {}{}{quic}",
-        c.version,
-        c.group,
-        c.cert,
-        short_cipher(&c.cipher),
-        if c.resumed { " (resumed)" } else { "" }
+        c.negotiated.version,
+        c.negotiated.group,
+        c.negotiated.cert,
+        short_cipher(c.negotiated.cipher.label()),
+        if c.negotiated.resumed { " (resumed)" } else { "" }
     )
 }
 
@@ -45,7 +50,7 @@ pub(super) const NO_QUIC: &str = "No handshake over QUIC (HTTP/3) in the window.
 
 /// The Transport part's rows when a process served QUIC in the window (else none): each
 /// process with handshakes, each of its transports with its share of them.
-pub(super) fn transport_rows(w: &Window) -> Vec<(&Proc, Transport, f64)> {
+pub(super) fn transport_rows(w: &Window) -> Vec<(&Proc, ByTransport, f64)> {
     if !w.procs.iter().any(Proc::serves_quic) {
         return Vec::new();
     }
@@ -77,7 +82,7 @@ fn transport(o: &mut String, w: &Window) {
             o,
             "| {} | {} | {:.1} | {:.0}% | {} | {:.0} |",
             p.comm,
-            t.name,
+            t.transport.label(),
             t.handshakes / w.seconds,
             share * 100.0,
             t.mean_cpu().map(ms).unwrap_or_else(|| "not timed".into()),
@@ -134,21 +139,21 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
             p.resumed / s,
             p.failed / s,
             p.process_cpu / s * 100.0,
-            p.share("handshake") * 100.0,
-            p.share("crypto") * 100.0,
-            p.share("tls_library") * 100.0,
-            p.share("kernel_net") * 100.0,
-            p.share("probes") * 100.0,
-            p.share("other") * 100.0
+            p.share(Category::Handshake) * 100.0,
+            p.share(Category::Crypto) * 100.0,
+            p.share(Category::TlsLibrary) * 100.0,
+            p.share(Category::KernelNet) * 100.0,
+            p.share(Category::Probes) * 100.0,
+            p.share(Category::Other) * 100.0
         );
         if !p.configs.is_empty() {
-            if p.cpu_methods.contains("kernel_estimate") {
+            if p.cpu_methods.contains(&Method::KernelEstimate) {
                 let _ = writeln!(
                     o,
                     "CPU per handshake{}: the kernel's estimate (no handshake entry point probed: the server \
                      thread's on-CPU time from reading the client's handshake messages to answering them; \
                      docs/metrics.md).\n",
-                    if p.cpu_methods.contains("probes") {
+                    if p.cpu_methods.contains(&Method::Probes) {
                         " of some of these processes"
                     } else {
                         ""
@@ -176,15 +181,27 @@ pub fn markdown(w: &Window, found: &[Finding], host: Option<&HostCosts>) -> Stri
                 let _ = writeln!(
                     o,
                     "| {} | {} | {} | {} | {} | {:.1} | {} | {:.0} | {} |",
-                    if c.unlabelled() { "labels not seen" } else { &c.version },
-                    if c.unlabelled() { "-" } else { &c.group },
-                    if c.unlabelled() { "-" } else { &c.cert },
-                    if c.unlabelled() { "-" } else { &c.cipher },
-                    c.resumed,
+                    if c.unlabelled() {
+                        "labels not seen"
+                    } else {
+                        c.negotiated.version.label()
+                    },
+                    if c.unlabelled() {
+                        "-"
+                    } else {
+                        c.negotiated.group.label()
+                    },
+                    if c.unlabelled() { "-" } else { c.negotiated.cert.label() },
+                    if c.unlabelled() {
+                        "-"
+                    } else {
+                        c.negotiated.cipher.label()
+                    },
+                    c.negotiated.resumed,
                     c.handshakes / s,
                     c.mean_cpu().map(ms).unwrap_or_else(|| "not timed".into()),
                     c.timed,
-                    c.transport
+                    c.negotiated.transport
                 );
             }
             let _ = writeln!(o);

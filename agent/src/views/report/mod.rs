@@ -176,8 +176,8 @@ fn calibrate_for(w: &Window) -> Result<HostCosts> {
     let mut lib = None;
     for p in &w.procs {
         for c in &p.configs {
-            groups.push(c.group.clone());
-            certs.push(c.cert.clone());
+            groups.push(c.negotiated.group.label().to_string());
+            certs.push(c.negotiated.cert.label().to_string());
         }
         lib = lib.or_else(|| {
             p.libraries
@@ -191,12 +191,8 @@ fn calibrate_for(w: &Window) -> Result<HostCosts> {
 
 #[cfg(test)]
 mod tests {
-    use super::{
-        fixtures::*,
-        json::json,
-        observe::{Series, CATEGORIES},
-        *,
-    };
+    use super::{fixtures::*, json::json, observe::Series, *};
+    use crate::{cpu::Category, metrics::LabelValue};
 
     #[test]
     fn reports_are_well_formed() {
@@ -267,7 +263,7 @@ mod tests {
             .any(|f| f["clients"] == format!("c{line}").as_str() && f["numbers"]["would_fail_clients"] == 5.0));
         let series = vec![Series {
             comm: "nginx<x>".into(),
-            points: vec![(1.0, CATEGORIES.iter().map(|c| (c.to_string(), 0.1)).collect())],
+            points: vec![(1.0, Category::ALL.iter().map(|c| (*c, 0.1)).collect())],
         }];
         let html = html(&w, &f, Some(&h), &series);
         assert!(

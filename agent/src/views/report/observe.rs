@@ -13,6 +13,7 @@ use anyhow::Result;
 
 use crate::{
     cpu::Category,
+    metrics::LabelValue,
     views::{
         live::Live,
         snapshot::{Snapshot, Window},
@@ -23,11 +24,8 @@ use crate::{
 pub struct Series {
     pub comm: String,
     /// (seconds since the start, CPU cores by category)
-    pub points: Vec<(f64, Vec<(String, f64)>)>,
+    pub points: Vec<(f64, Vec<(Category, f64)>)>,
 }
-
-/// The categories of the CPU split, in chart order.
-pub const CATEGORIES: [&str; 6] = Category::ALL_LABELS;
 
 /// What was observed: the first and last snapshots and the series between, and the
 /// snapshots that part the window (the first and the last among them).
@@ -179,10 +177,7 @@ fn add_point(series: &mut Vec<Series>, first: &Snapshot, last: &Snapshot, now: &
     // updated once a second.
     let points = if w.seconds >= 0.5 { &w.procs[..] } else { &[] };
     for p in points {
-        let point = CATEGORIES
-            .iter()
-            .map(|c| (c.to_string(), p.cpu_in(c) / w.seconds))
-            .collect();
+        let point = Category::ALL.iter().map(|c| (*c, p.cpu_in(*c) / w.seconds)).collect();
         match series.iter_mut().find(|s| s.comm == p.comm) {
             Some(s) => s.points.push((t, point)),
             None => series.push(Series {

@@ -39,7 +39,6 @@ pub const STALE: Duration = Duration::from_secs(10);
 /// sixteenth go, counted: tlsprof_table_full_total{table="quic_flows"}.
 pub const MAX_FLOWS: usize = 32_768;
 /// The `protocol` label of a QUIC connection (tlsprof_connections_by_protocol_total).
-pub const PROTOCOL_QUIC: &str = "quic";
 /// ClientHello and ServerHello bytes kept per connection at most.
 const MAX_HELLO: usize = 16 * 1024;
 
@@ -207,7 +206,7 @@ fn handshake(conn: ConnId, f: &Flow, ok: bool, end_ns: u64) -> WireHandshake {
         tgid: f.tgid,
         netns: f.netns,
         port: f.port,
-        labels: p.labels(),
+        negotiated: p.negotiated(),
         ok,
         // a handshake took place (its ServerHello unseen where the server's datagrams are
         // not read); one that failed is counted as one the server refused
@@ -215,7 +214,7 @@ fn handshake(conn: ConnId, f: &Flow, ok: bool, end_ns: u64) -> WireHandshake {
         alert: !ok,
         failure: (!ok).then_some(Failure::new(By::Client, Reason::Unfinished)),
         complete: p.hello,
-        protocol: PROTOCOL_QUIC,
+        protocol: crate::wire::AppProtocol::Quic,
         conn_start: f.start_ns,
         end_ns,
     }

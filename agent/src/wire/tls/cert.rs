@@ -1,23 +1,23 @@
 //! The server certificate's key, as a label: from the leaf certificate (TLS 1.2) or from
 //! the length of the signature it made (TLS 1.3, where the certificate is encrypted).
-use super::{Rd, OTHER};
+use super::{Cert, Rd};
 
 /// The key behind a signature of this length (DER for ECDSA).
-pub fn cert_from_signature(len: u16) -> &'static str {
+pub fn cert_from_signature(len: u16) -> Cert {
     match len {
-        64 => "ed25519",
-        114 => "ed448",
-        66..=72 => "ecdsa_p256",
-        98..=104 => "ecdsa_p384",
-        132..=139 => "ecdsa_p521",
-        128 => "rsa1024",
-        256 => "rsa2048",
-        384 => "rsa3072",
-        512 => "rsa4096",
-        2420 => "mldsa44",
-        3309 => "mldsa65",
-        4627 => "mldsa87",
-        _ => OTHER,
+        64 => Cert::Ed25519,
+        114 => Cert::Ed448,
+        66..=72 => Cert::EcdsaP256,
+        98..=104 => Cert::EcdsaP384,
+        132..=139 => Cert::EcdsaP521,
+        128 => Cert::Rsa1024,
+        256 => Cert::Rsa2048,
+        384 => Cert::Rsa3072,
+        512 => Cert::Rsa4096,
+        2420 => Cert::Mldsa44,
+        3309 => Cert::Mldsa65,
+        4627 => Cert::Mldsa87,
+        _ => Cert::Other,
     }
 }
 
@@ -51,18 +51,18 @@ const OID_ED25519: &[u8] = &[0x2B, 0x65, 0x70];
 const OID_ED448: &[u8] = &[0x2B, 0x65, 0x71];
 
 /// TLS 1.2 Certificate message: the leaf certificate's key.
-pub(super) fn cert_from_chain(b: &[u8]) -> &'static str {
+pub(super) fn cert_from_chain(b: &[u8]) -> Cert {
     let mut r = Rd(b);
     let leaf = (|| {
         r.u24()?;
         let n = r.u24()?;
         r.take(n)
     })();
-    leaf.and_then(spki_label).unwrap_or(OTHER)
+    leaf.and_then(spki_label).unwrap_or(Cert::Other)
 }
 
-/// The subjectPublicKeyInfo of an X.509 certificate, as a label.
-pub fn spki_label(cert: &[u8]) -> Option<&'static str> {
+/// The key of an X.509 certificate's subjectPublicKeyInfo.
+pub fn spki_label(cert: &[u8]) -> Option<Cert> {
     let (_, c) = der(&mut Rd(cert))?;
     let (_, tbs) = der(&mut Rd(c))?;
     let mut t = Rd(tbs);
@@ -87,24 +87,24 @@ pub fn spki_label(cert: &[u8]) -> Option<&'static str> {
         let (_, n) = der(&mut Rd(seq))?;
         let n = &n[n.iter().position(|&b| b != 0).unwrap_or(n.len())..];
         match n.len() * 8 {
-            1024 => "rsa1024",
-            2048 => "rsa2048",
-            3072 => "rsa3072",
-            4096 => "rsa4096",
-            _ => OTHER,
+            1024 => Cert::Rsa1024,
+            2048 => Cert::Rsa2048,
+            3072 => Cert::Rsa3072,
+            4096 => Cert::Rsa4096,
+            _ => Cert::Other,
         }
     } else if oid == OID_EC {
         match params {
-            Some(OID_P256) => "ecdsa_p256",
-            Some(OID_P384) => "ecdsa_p384",
-            Some(OID_P521) => "ecdsa_p521",
-            _ => OTHER,
+            Some(OID_P256) => Cert::EcdsaP256,
+            Some(OID_P384) => Cert::EcdsaP384,
+            Some(OID_P521) => Cert::EcdsaP521,
+            _ => Cert::Other,
         }
     } else if oid == OID_ED25519 {
-        "ed25519"
+        Cert::Ed25519
     } else if oid == OID_ED448 {
-        "ed448"
+        Cert::Ed448
     } else {
-        OTHER
+        Cert::Other
     })
 }

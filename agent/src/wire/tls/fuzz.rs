@@ -14,9 +14,9 @@ use std::{
 
 use proptest::{collection::vec, prelude::*, sample::Index, test_runner::TestCaseError};
 
+use super::super::AppProtocol;
 use super::{
     cert, cert_from_signature, group_name, parse, suite, version_name, Parsed, DHE_BY_SIZE, NAMED_DH, NONE, OTHER,
-    PROTOCOLS,
 };
 use crate::wire::fixtures::{self, Flight};
 
@@ -113,7 +113,7 @@ fn label_values() -> &'static HashSet<&'static str> {
         s.extend(DHE_BY_SIZE.map(|(_, name)| name));
         s.extend(NAMED_DH.map(|(_, _, modp)| modp));
         for c in 0..=u16::MAX {
-            s.extend([version_name(c), group_name(c), cert_from_signature(c)]);
+            s.extend([version_name(c), group_name(c), cert_from_signature(c).label()]);
             s.extend(suite(c).map(|s| s.name));
         }
         s
@@ -131,15 +131,22 @@ fn check(plain: &[u8], sealed: &[u16], ended: bool) -> Result<Parsed, TestCaseEr
     };
     let input = plain.len() + 2 * sealed.len();
     prop_assert!(peak <= heap_bound(input), "{peak} bytes of heap for {input} of input");
-    let l = p.labels();
-    for v in [l.version, l.cipher, l.group, l.cert] {
+    let l = p.negotiated();
+    for v in [l.version.label(), l.cipher.label(), l.group.label(), l.cert.label()] {
         prop_assert!(label_values().contains(v), "label {v:?} not from a table");
     }
     if !p.hello {
         prop_assert_eq!(l, super::Negotiated::UNKNOWN_TCP);
     }
     prop_assert!(
-        PROTOCOLS.contains(&p.protocol),
+        [
+            AppProtocol::H2,
+            AppProtocol::Http1,
+            AppProtocol::Other,
+            AppProtocol::None,
+            AppProtocol::Encrypted
+        ]
+        .contains(&p.protocol),
         "protocol {:?} not from the table",
         p.protocol
     );
@@ -418,8 +425,8 @@ proptest! {
                 run_case(move || format!("{d:02x?}"), || (cert::spki_label(der), cert::cert_from_chain(&chain)))
             };
             prop_assert!(peak <= heap_bound(chain.len()));
-            prop_assert!(label_values().contains(label.1), "{:?}", label);
-            prop_assert!(label.0.is_none_or(|l| label_values().contains(l)));
+            prop_assert!(label_values().contains(label.1.label()), "{:?}", label);
+            prop_assert!(label.0.is_none_or(|l| label_values().contains(l.label())));
         }
     }
 }
@@ -430,19 +437,19 @@ proptest! {
 #[test]
 fn truncations_at_every_length() {
     for f in flights() {
-        let whole = parse(&f.plain, &f.sealed, true).labels();
+        let whole = parse(&f.plain, &f.sealed, true).negotiated();
         for n in 0..=f.plain.len() {
             for ended in [false, true] {
                 let p = check(&f.plain[..n], &f.sealed, ended).unwrap();
                 if p.complete && !ended {
-                    assert_eq!(p.labels(), whole, "{} cut at {n}", f.name);
+                    assert_eq!(p.negotiated(), whole, "{} cut at {n}", f.name);
                 }
             }
         }
         for n in 0..=f.sealed.len() {
             let p = check(&f.plain, &f.sealed[..n], false).unwrap();
             if p.complete {
-                assert_eq!(p.labels(), whole, "{} with {n} encrypted records", f.name);
+                assert_eq!(p.negotiated(), whole, "{} with {n} encrypted records", f.name);
             }
         }
     }
@@ -460,7 +467,7 @@ fn seed_flights_parse() {
             assert!(p.alert.is_some() && !p.hello);
             continue;
         }
-        let l = p.labels();
+        let l = p.negotiated();
         assert!(p.hello && p.complete, "{}: {p:?}", f.name);
         assert!(l.version != OTHER && l.cipher != OTHER, "{}: {l:?}", f.name);
         if f.name.contains("resumed") {

@@ -18,50 +18,21 @@ mod hello_fuzz;
 #[cfg(test)]
 pub(crate) mod hello_tests;
 mod names;
+mod negotiated;
 
 use std::borrow::Cow;
+
+use super::AppProtocol;
 
 use cert::cert_from_chain;
 pub use cert::cert_from_signature;
 pub use names::{group_name, group_rank, suite, version_name, Kx, Suite};
-
-/// The negotiated parameters, as label values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Negotiated {
-    pub version: &'static str,
-    pub cipher: &'static str,
-    pub group: &'static str,
-    pub cert: &'static str,
-    pub resumed: bool,
-    /// What carried the handshake: TRANSPORT_TCP, TRANSPORT_QUIC, or OTHER (not known: no
-    /// connection was seen).
-    pub transport: &'static str,
-}
-
-/// Negotiated::transport: TLS over TCP, or QUIC's handshake (wire/quic/).
-pub const TRANSPORT_TCP: &str = "tcp";
-pub const TRANSPORT_QUIC: &str = "quic";
+pub use negotiated::{Cert, Cipher, Group, Negotiated, Transport, Version};
 
 pub const OTHER: &str = "other";
 /// No certificate was sent (resumption), or no key exchange took place (TLS 1.2
 /// resumption, TLS 1.3 psk_ke).
 pub const NONE: &str = "none";
-
-impl Negotiated {
-    pub const UNKNOWN: Negotiated = Negotiated {
-        version: OTHER,
-        cipher: OTHER,
-        group: OTHER,
-        cert: OTHER,
-        resumed: false,
-        transport: OTHER,
-    };
-    /// Nothing negotiated shows, on a TCP connection.
-    pub const UNKNOWN_TCP: Negotiated = Negotiated {
-        transport: TRANSPORT_TCP,
-        ..Negotiated::UNKNOWN
-    };
-}
 
 /// What the server's output says so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -71,43 +42,22 @@ pub struct Parsed {
     pub version: u16,
     pub cipher: u16,
     /// Key-exchange group (TLS 1.3 key_share, TLS 1.2 ServerKeyExchange), if one was named.
-    pub group: Option<&'static str>,
-    pub cert: Option<&'static str>,
+    pub group: Option<Group>,
+    pub cert: Option<Cert>,
     pub resumed: bool,
     /// Every label is known: later bytes cannot change them.
     pub complete: bool,
     /// The server sent a fatal alert in the clear: its description.
     pub alert: Option<u8>,
-    /// The application protocol the server chose (ALPN), where its output shows it: a
-    /// PROTOCOL_* value.
-    pub protocol: &'static str,
+    /// The application protocol the server chose (ALPN), where its output shows it.
+    pub protocol: AppProtocol,
     /// Read from QUIC's Initial packets (wire/quic/), not a TCP stream.
     pub quic: bool,
 }
 
-/// Parsed::protocol: HTTP/2 (ALPN `h2`), HTTP/1.1, another ALPN value, no ALPN at all, or
-/// not shown: TLS 1.3 sends the choice in its encrypted EncryptedExtensions (and a
-/// connection without a ServerHello has none to show).
-pub const PROTOCOL_H2: &str = "h2";
-pub const PROTOCOL_HTTP1: &str = "http/1.1";
-pub const PROTOCOL_NONE: &str = "none";
-pub const PROTOCOL_ENCRYPTED: &str = "encrypted";
-/// Every value Parsed::protocol takes.
-#[cfg(test)]
-pub const PROTOCOLS: [&str; 5] = [PROTOCOL_H2, PROTOCOL_HTTP1, OTHER, PROTOCOL_NONE, PROTOCOL_ENCRYPTED];
-
-/// An ALPN protocol name as a label value.
-fn protocol_name(name: &[u8]) -> &'static str {
-    match name {
-        b"h2" => PROTOCOL_H2,
-        b"http/1.1" => PROTOCOL_HTTP1,
-        _ => OTHER,
-    }
-}
-
 impl Parsed {
-    pub fn labels(&self) -> Negotiated {
-        let transport = if self.quic { TRANSPORT_QUIC } else { TRANSPORT_TCP };
+    pub fn negotiated(&self) -> Negotiated {
+        let transport = if self.quic { Transport::Quic } else { Transport::Tcp };
         if !self.hello {
             // nothing negotiated shows; what carried it does
             return Negotiated {
@@ -119,16 +69,20 @@ impl Parsed {
         let tls13 = self.version == 0x0304;
         let group = match (self.group, suite) {
             (Some(g), _) => g,
-            _ if self.resumed => NONE,
-            (None, Some(s)) if !tls13 && s.kx == Kx::Rsa => "rsa",
-            _ if tls13 && self.complete => NONE, // psk_ke: no key share
-            _ => OTHER,
+            _ if self.resumed => Group::None,
+            (None, Some(s)) if !tls13 && s.kx == Kx::Rsa => Group::Rsa,
+            _ if tls13 && self.complete => Group::None, // psk_ke: no key share
+            _ => Group::Other,
         };
         Negotiated {
-            version: version_name(self.version),
-            cipher: suite.map_or(OTHER, |s| s.name),
+            version: Version::of(self.version),
+            cipher: Cipher::of(self.cipher),
             group,
-            cert: if self.resumed { NONE } else { self.cert.unwrap_or(OTHER) },
+            cert: if self.resumed {
+                Cert::None
+            } else {
+                self.cert.unwrap_or(Cert::Other)
+            },
             resumed: self.resumed,
             transport,
         }
@@ -238,7 +192,7 @@ struct Hello {
     psk: bool,
     retry: bool,
     /// ALPN's choice (TLS 1.2: in the ServerHello)
-    alpn: Option<&'static str>,
+    alpn: Option<AppProtocol>,
 }
 
 fn server_hello(b: &[u8]) -> Option<Hello> {
@@ -272,7 +226,7 @@ fn server_hello(b: &[u8]) -> Option<Hello> {
                     b.u16()
                         .and_then(|_| b.u8())
                         .and_then(|n| b.take(n as usize))
-                        .map_or(OTHER, protocol_name),
+                        .map_or(AppProtocol::Other, AppProtocol::of_alpn),
                 )
             }
             _ => {}
@@ -308,20 +262,20 @@ pub fn parse(plain: &[u8], sealed: &[u16], ended: bool) -> Parsed {
         }
     }
     let Some(h) = hello else {
-        p.protocol = PROTOCOL_ENCRYPTED; // nothing shown
+        p.protocol = AppProtocol::Encrypted; // nothing shown
         return p;
     };
     p.hello = true;
     p.version = h.version;
     p.cipher = h.cipher;
     p.protocol = match (h.version, h.alpn) {
-        (0x0304, _) => PROTOCOL_ENCRYPTED,
+        (0x0304, _) => AppProtocol::Encrypted,
         (_, Some(a)) => a,
-        (_, None) => PROTOCOL_NONE,
+        (_, None) => AppProtocol::None,
     };
     let suite = suite(h.cipher);
     if h.version == 0x0304 {
-        p.group = h.group.map(group_name);
+        p.group = h.group.map(Group::iana);
         p.resumed = h.psk;
         if h.psk {
             p.complete = true;
@@ -357,7 +311,7 @@ pub fn parse(plain: &[u8], sealed: &[u16], ended: bool) -> Parsed {
 }
 
 /// DHE with a prime that is not RFC 7919's: the group label by the prime's size in bits.
-pub(super) const DHE_BY_SIZE: [(usize, &str); 7] = [
+pub(super) const DHE_BY_SIZE: [(u16, &str); 7] = [
     (1024, "dhe1024"),
     (1536, "dhe1536"),
     (2048, "dhe2048"),
@@ -367,33 +321,34 @@ pub(super) const DHE_BY_SIZE: [(usize, &str); 7] = [
     (8192, "dhe8192"),
 ];
 
-/// DHE primes by size in bits, RFC 7919's and RFC 3526's (1536 bits is RFC 3526's alone).
-pub(super) const NAMED_DH: [(usize, &str, &str); 6] = [
-    (1536, OTHER, "modp1536"),
-    (2048, "ffdhe2048", "modp2048"),
-    (3072, "ffdhe3072", "modp3072"),
-    (4096, "ffdhe4096", "modp4096"),
-    (6144, "ffdhe6144", "modp6144"),
-    (8192, "ffdhe8192", "modp8192"),
+/// DHE primes by size in bits: (bits, RFC 7919's group of that size by IANA code, RFC
+/// 3526's label); 1536 bits is RFC 3526's alone.
+pub(super) const NAMED_DH: [(u16, Option<u16>, &str); 6] = [
+    (1536, None, "modp1536"),
+    (2048, Some(256), "modp2048"),
+    (3072, Some(257), "modp3072"),
+    (4096, Some(258), "modp4096"),
+    (6144, Some(259), "modp6144"),
+    (8192, Some(260), "modp8192"),
 ];
 
 /// TLS 1.2 ServerKeyExchange: the named curve (ECDHE) or the prime's size (DHE).
-fn ske_group(b: &[u8], kx: Option<Kx>) -> &'static str {
+fn ske_group(b: &[u8], kx: Option<Kx>) -> Group {
     let mut r = Rd(b);
     match kx {
         Some(Kx::Ecdhe) => {
             if r.u8() != Some(3) {
-                return OTHER; // explicit curves
+                return Group::Other; // explicit curves
             }
-            r.u16().map_or(OTHER, group_name)
+            r.u16().map_or(Group::Other, Group::iana)
         }
         Some(Kx::Dhe) => {
             let Some(p) = r.u16().and_then(|n| r.take(n as usize)) else {
-                return OTHER;
+                return Group::Other;
             };
             let p = match p.iter().position(|&b| b != 0) {
                 Some(i) => &p[i..],
-                None => return OTHER,
+                None => return Group::Other,
             };
             // RFC 7919's primes: 2^b - 2^(b-64) + {[2^(b-130) e] + X} * 2^64 - 1; RFC 3526's
             // the same with pi: OpenSSL 3 knows both, which changes what an exchange costs
@@ -401,11 +356,11 @@ fn ske_group(b: &[u8], kx: Option<Kx>) -> &'static str {
             const E: [u8; 8] = [0xAD, 0xF8, 0x54, 0x58, 0xA2, 0xBB, 0x4A, 0x9A];
             const PI: [u8; 8] = [0xC9, 0x0F, 0xDA, 0xA2, 0x21, 0x68, 0xC2, 0x34];
             if p.len() > 16 && p[..8] == [0xFF; 8] && p.ends_with(&[0xFF; 8]) {
-                let by_size = NAMED_DH.iter().find(|(bits, _, _)| *bits == p.len() * 8);
-                if let Some(&(_, ffdhe, modp)) = by_size {
+                let by_size = NAMED_DH.iter().find(|(bits, _, _)| usize::from(*bits) == p.len() * 8);
+                if let Some(&(bits, ffdhe, _)) = by_size {
                     match &p[8..16] {
-                        top if top == E => return ffdhe,
-                        top if top == PI => return modp,
+                        top if top == E => return ffdhe.map_or(Group::Other, Group::iana),
+                        top if top == PI => return Group::modp(bits),
                         _ => {}
                     }
                 }
@@ -413,19 +368,16 @@ fn ske_group(b: &[u8], kx: Option<Kx>) -> &'static str {
             // The server's own prime (a dhparam file, a library default): by its size, a
             // handful of values so that the label stays bounded.
             let bits = p.len() * 8 - p[0].leading_zeros() as usize;
-            DHE_BY_SIZE
-                .iter()
-                .find(|(b, _)| *b == bits)
-                .map_or(OTHER, |(_, name)| name)
+            u16::try_from(bits).map_or(Group::Other, Group::dhe)
         }
-        _ => OTHER,
+        _ => Group::Other,
     }
 }
 
 /// TLS 1.3: the certificate's key from the length of the CertificateVerify record, the one
 /// before Finished, whose length the suite's hash fixes. Needs one message per record (as
 /// OpenSSL, Go, GnuTLS and NSS send them) and no record padding; otherwise None.
-fn cert_from_verify(sealed: &[u16], s: Suite) -> Option<&'static str> {
+fn cert_from_verify(sealed: &[u16], s: Suite) -> Option<Cert> {
     let overhead = 1 + s.tag; // inner content type, AEAD tag
     let finished = 4 + s.hash + overhead;
     // EncryptedExtensions, [CertificateRequest], Certificate, CertificateVerify, Finished

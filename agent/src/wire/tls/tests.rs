@@ -22,23 +22,26 @@ fn tls13_full_handshake() {
     let p = parse(&plain, &sealed, false);
     assert!(p.complete);
     assert_eq!(
-        p.labels(),
+        p.negotiated(),
         Negotiated {
-            version: "TLSv1.3",
-            cipher: "TLS_AES_128_GCM_SHA256",
-            group: "x25519",
-            cert: "ecdsa_p256",
+            version: "TLSv1.3".into(),
+            cipher: "TLS_AES_128_GCM_SHA256".into(),
+            group: "x25519".into(),
+            cert: "ecdsa_p256".into(),
             resumed: false,
-            transport: "tcp"
+            transport: "tcp".into()
         }
     );
     // RSA-2048 behind a SHA-384 suite, with a CertificateRequest
     let sh = hello([1; 32], 0x1302, &[(0x002b, vec![3, 4]), (0x0033, share(24, 97))]);
     let p = parse(&record(22, &sh), &[30, 80, 1200, 256 + 25, 69], false);
-    assert_eq!((p.labels().cert, p.labels().group), ("rsa2048", "secp384r1"));
+    assert_eq!(
+        (p.negotiated().cert.label(), p.negotiated().group.label()),
+        ("rsa2048", "secp384r1")
+    );
     // not yet seen Finished: incomplete, unless the capture ended
     let p = parse(&record(22, &sh), &[30, 1200], false);
-    assert!(!p.complete && p.labels().cert == OTHER);
+    assert!(!p.complete && p.negotiated().cert == OTHER);
     assert!(parse(&record(22, &sh), &[30, 1200], true).complete);
 }
 
@@ -60,14 +63,14 @@ fn tls13_retry_and_resumption() {
     let p = parse(&plain, &[30, 53], false);
     assert!(p.complete && p.resumed);
     assert_eq!(
-        p.labels(),
+        p.negotiated(),
         Negotiated {
-            version: "TLSv1.3",
-            cipher: "TLS_CHACHA20_POLY1305_SHA256",
-            group: "secp256r1",
-            cert: NONE,
+            version: "TLSv1.3".into(),
+            cipher: "TLS_CHACHA20_POLY1305_SHA256".into(),
+            group: "secp256r1".into(),
+            cert: NONE.into(),
             resumed: true,
-            transport: "tcp"
+            transport: "tcp".into()
         }
     );
 }
@@ -110,19 +113,19 @@ fn application_protocol_from_the_server_hello() {
         let flight = [hello([1; 32], 0xC02B, ext), msg(14, &[])].concat();
         parse(&record(22, &flight), &[], false).protocol
     };
-    assert_eq!(tls12(&[alpn(b"h2")]), PROTOCOL_H2);
-    assert_eq!(tls12(&[(0xff01, vec![0]), alpn(b"http/1.1")]), PROTOCOL_HTTP1);
+    assert_eq!(tls12(&[alpn(b"h2")]), AppProtocol::H2);
+    assert_eq!(tls12(&[(0xff01, vec![0]), alpn(b"http/1.1")]), AppProtocol::Http1);
     assert_eq!(tls12(&[alpn(b"spdy/3")]), OTHER);
     assert_eq!(tls12(&[(0x0010, vec![0, 9, 8])]), OTHER); // cut short
-    assert_eq!(tls12(&[]), PROTOCOL_NONE);
+    assert_eq!(tls12(&[]), AppProtocol::None);
     // TLS 1.3: the choice is in the encrypted flight, whatever the ServerHello carries
     let sh = hello(
         [1; 32],
         0x1301,
         &[(0x002b, vec![3, 4]), (0x0033, share(29, 32)), alpn(b"h2")],
     );
-    assert_eq!(parse(&record(22, &sh), &[], false).protocol, PROTOCOL_ENCRYPTED);
-    assert_eq!(parse(&[], &[], true).protocol, PROTOCOL_ENCRYPTED);
+    assert_eq!(parse(&record(22, &sh), &[], false).protocol, AppProtocol::Encrypted);
+    assert_eq!(parse(&[], &[], true).protocol, AppProtocol::Encrypted);
 }
 
 #[test]
@@ -178,14 +181,14 @@ fn tls12_full_and_resumed() {
     let p = parse(&record(22, &flight), &[], false);
     assert!(p.complete);
     assert_eq!(
-        p.labels(),
+        p.negotiated(),
         Negotiated {
-            version: "TLSv1.2",
-            cipher: "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-            group: "x25519",
-            cert: "ecdsa_p384",
+            version: "TLSv1.2".into(),
+            cipher: "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".into(),
+            group: "x25519".into(),
+            cert: "ecdsa_p384".into(),
             resumed: false,
-            transport: "tcp"
+            transport: "tcp".into()
         }
     );
     // the flight split over records and cut short in the certificate: not complete
@@ -194,8 +197,11 @@ fn tls12_full_and_resumed() {
     // RSA key transport: no ServerKeyExchange
     let sh = hello([1; 32], 0x002F, &[]);
     let flight = [sh, msg(HS_CERTIFICATE, &chain), msg(14, &[])].concat();
-    let l = parse(&record(22, &flight), &[], false).labels();
-    assert_eq!((l.cipher, l.group), ("TLS_RSA_WITH_AES_128_CBC_SHA", "rsa"));
+    let l = parse(&record(22, &flight), &[], false).negotiated();
+    assert_eq!(
+        (l.cipher.label(), l.group.label()),
+        ("TLS_RSA_WITH_AES_128_CBC_SHA", "rsa")
+    );
     // resumed: ServerHello, change_cipher_spec, encrypted Finished
     let sh = hello([1; 32], 0xC030, &[]);
     let mut plain = record(22, &sh);
@@ -204,14 +210,14 @@ fn tls12_full_and_resumed() {
     let p = parse(&plain, &[], false);
     assert!(p.complete);
     assert_eq!(
-        p.labels(),
+        p.negotiated(),
         Negotiated {
-            version: "TLSv1.2",
-            cipher: "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-            group: NONE,
-            cert: NONE,
+            version: "TLSv1.2".into(),
+            cipher: "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384".into(),
+            group: NONE.into(),
+            cert: NONE.into(),
             resumed: true,
-            transport: "tcp"
+            transport: "tcp".into()
         }
     );
 }
@@ -229,20 +235,20 @@ fn server_hello_cut_short_is_not_seen_yet() {
         assert!(!p.hello && !p.complete, "cut at {cut}: {p:?}");
     }
     let p = parse(&record(22, &sh), &sealed, false);
-    assert_eq!((p.labels().group, p.complete), ("x25519", true));
+    assert_eq!((p.negotiated().group.label(), p.complete), ("x25519", true));
 }
 
 #[test]
 fn alerts_and_garbage() {
     let p = parse(&record(21, &[2, 40]), &[], true);
     assert!(p.alert == Some(40) && !p.hello);
-    assert_eq!(p.labels(), Negotiated::UNKNOWN_TCP);
+    assert_eq!(p.negotiated(), Negotiated::UNKNOWN_TCP);
     for junk in [
         &b"HTTP/1.1 400 Bad Request\r\n"[..],
         &[22, 3, 3, 0xff, 0xff, 2, 0, 0],
         &[],
     ] {
-        assert_eq!(parse(junk, &[1, 2, 3], true).labels(), Negotiated::UNKNOWN_TCP);
+        assert_eq!(parse(junk, &[1, 2, 3], true).negotiated(), Negotiated::UNKNOWN_TCP);
     }
     assert_eq!(suite(0x0005).map(|s| s.name), None);
     assert_eq!(group_name(0x6399), "X25519Kyber768Draft00");

@@ -16,7 +16,7 @@ use crate::{
     views::{failures::ClientGroup, snapshot::Proc},
     wire::{
         failure::{By, Failure, Reason},
-        tls::{NONE, OTHER},
+        tls::{Version, NONE, OTHER},
     },
 };
 
@@ -459,8 +459,8 @@ fn negotiated_versions(p: &Proc) -> String {
     let seen: BTreeSet<&str> = p
         .configs
         .iter()
-        .filter(|c| c.handshakes > 0.0 && c.version != OTHER)
-        .map(|c| c.version.as_str())
+        .filter(|c| c.handshakes > 0.0 && c.negotiated.version != Version::OTHER)
+        .map(|c| c.negotiated.version.label())
         .collect();
     if seen.is_empty() {
         return String::new();

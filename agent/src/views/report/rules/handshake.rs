@@ -3,20 +3,27 @@ use super::{
     cert_seen, dominant, finish, is_full, ms, protocol::Protocol, with_clients, would_fail, Finding, MIN_EVENTS,
     MIN_GAIN, MIN_GAIN_HOST,
 };
-use crate::{clients::join::Answer, hostcost::HostCosts, views::snapshot::Proc, wire::tls::hello::Resumption};
+use crate::{
+    clients::join::Answer,
+    hostcost::HostCosts,
+    views::snapshot::{Config, Proc},
+    wire::tls::{hello::Resumption, Group, Version},
+};
 
 /// What a resumed handshake costs this process, and how that was found: resumed
 /// handshakes measured in the window (at least 5 timed), else a full one less what a
 /// resumed one skips — the certificate signature (TLS 1.2: and the key exchange) —
 /// measured on this host.
 fn resumed_cost(p: &Proc, c_full: f64, host: Option<&HostCosts>) -> (Option<f64>, String) {
-    let measured = p.mean_cpu(|c| c.resumed).filter(|_| p.timed(|c| c.resumed) >= 5.0);
+    let measured = p
+        .mean_cpu(|c| c.negotiated.resumed)
+        .filter(|_| p.timed(|c| c.negotiated.resumed) >= 5.0);
     let estimated = || -> Option<f64> {
         let d = dominant(p)?;
         let host = host?;
-        let mut skip = *host.sign.get(&d.cert)?;
-        if d.version != "TLSv1.3" {
-            skip += host.group.get(&d.group).copied().unwrap_or(0.0);
+        let mut skip = *host.sign.get(d.negotiated.cert.label())?;
+        if d.negotiated.version != Version::TLS13 {
+            skip += host.group.get(d.negotiated.group.label()).copied().unwrap_or(0.0);
         }
         Some((c_full - skip).max(0.0))
     };
@@ -30,7 +37,7 @@ fn resumed_cost(p: &Proc, c_full: f64, host: Option<&HostCosts>) -> (Option<f64>
                 Some(e),
                 format!(
                     "no resumed handshake to measure: a full handshake less the signature{} measured on this host",
-                    if dominant(p).is_some_and(|d| d.version != "TLSv1.3") {
+                    if dominant(p).is_some_and(|d| d.negotiated.version != Version::TLS13) {
                         " and key exchange"
                     } else {
                         ""
@@ -153,7 +160,9 @@ pub fn resumption_refused(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Opti
 /// 1.1 are deprecated (RFC 8996). Says whether the clients or the server hold them back.
 pub fn versions(p: &Proc, secs: f64) -> Option<Finding> {
     let all = p.count(|c| !c.unlabelled());
-    let old = |c: &super::Config| !c.unlabelled() && c.version != "TLSv1.3" && c.version != "other";
+    let old = |c: &super::Config| {
+        !c.unlabelled() && c.negotiated.version != Version::TLS13 && c.negotiated.version != Version::OTHER
+    };
     let n = p.count(old);
     if n < MIN_EVENTS || n < 0.1 * all {
         return None;
@@ -163,7 +172,7 @@ pub fn versions(p: &Proc, secs: f64) -> Option<Finding> {
         .configs
         .iter()
         .filter(|c| old(c))
-        .map(|c| c.version.as_str())
+        .map(|c| c.negotiated.version.label())
         .collect();
     versions.sort();
     versions.dedup();
@@ -224,7 +233,7 @@ pub fn versions(p: &Proc, secs: f64) -> Option<Finding> {
 /// Session resumption: full handshakes that a resumed one could replace.
 pub fn resumption(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<Finding> {
     let full = p.count(is_full);
-    let resumed = p.count(|c| c.resumed);
+    let resumed = p.count(|c| c.negotiated.resumed);
     let share = resumed / (full + resumed).max(1.0);
     if full < MIN_EVENTS || share >= 0.5 {
         return None;
@@ -286,27 +295,30 @@ pub fn resumption(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<Findi
 pub fn groups(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Finding> {
     let full = p.count(is_full);
     let mut out = Vec::new();
-    let mut seen: Vec<&str> = p.configs.iter().map(|c| c.group.as_str()).collect();
+    let mut seen: Vec<Group> = p.configs.iter().map(|c| c.negotiated.group).collect();
     seen.sort();
     seen.dedup();
-    for g in seen {
-        if matches!(g, "x25519" | "rsa" | "other" | "none" | "") {
+    for group in seen {
+        if matches!(group, Group::X25519 | Group::Rsa | Group::Other | Group::None) {
             continue;
         }
-        let n_full = p.count(|c| is_full(c) && c.group == g);
+        let g = group.label();
+        let n_full = p.count(|c| is_full(c) && c.negotiated.group == group);
         if n_full < MIN_EVENTS || n_full < 0.1 * full {
             continue;
         }
-        let Some(mean_g) = p.mean_cpu(|c| is_full(c) && c.group == g) else {
+        let Some(mean_g) = p.mean_cpu(|c| is_full(c) && c.negotiated.group == group) else {
             continue;
         };
-        let cert = dominant(p).map(|d| d.cert.clone()).unwrap_or_default();
-        let in_process = (p.timed(|c| is_full(c) && c.group == "x25519" && c.cert == cert) >= MIN_EVENTS)
+        let cert = dominant(p).map(|d| d.negotiated.cert).unwrap_or_default();
+        let with =
+            |group: Group| move |c: &Config| is_full(c) && c.negotiated.group == group && c.negotiated.cert == cert;
+        let in_process = (p.timed(with(Group::X25519)) >= MIN_EVENTS)
             .then(|| {
-                let with = p.mean_cpu(|c| is_full(c) && c.group == g && c.cert == cert)?;
-                let x = p.mean_cpu(|c| is_full(c) && c.group == "x25519" && c.cert == cert)?;
+                let with_g = p.mean_cpu(with(group))?;
+                let x = p.mean_cpu(with(Group::X25519))?;
                 Some((
-                    with - x,
+                    with_g - x,
                     "X25519 handshakes of this process with the same certificate".to_string(),
                     MIN_GAIN,
                 ))
@@ -329,10 +341,10 @@ pub fn groups(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Finding> {
             continue;
         }
         // Resumed TLS 1.3 handshakes with a key share pay for the group too.
-        let rate = p.count(|c| c.group == g) / secs;
+        let rate = p.count(|c| c.negotiated.group == group) / secs;
         // TLS 1.2 DHE with the server's parameters: its own (dhe2048), or RFC 3526's
         // (modp2048, OpenSSL's automatic ones); not a group the client names (ffdhe2048)
-        let own_prime = g.starts_with("dhe") || g.starts_with("modp");
+        let own_prime = group.own_prime();
         out.push(with_clients(
             finish(
             Finding {
@@ -397,7 +409,7 @@ pub fn certificates(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Findin
         .configs
         .iter()
         .filter(|c| is_full(c))
-        .map(|c| c.cert.as_str())
+        .map(|c| c.negotiated.cert.label())
         .collect();
     seen.sort();
     seen.dedup();
@@ -405,18 +417,20 @@ pub fn certificates(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Vec<Findin
         if !(cert.starts_with("rsa") || cert == "ecdsa_p384" || cert == "ecdsa_p521") {
             continue;
         }
-        let n = p.count(|c| is_full(c) && c.cert == cert);
+        let n = p.count(|c| is_full(c) && c.negotiated.cert == cert);
         if n < MIN_EVENTS || n < 0.1 * full {
             continue;
         }
-        let Some(mean_c) = p.mean_cpu(|c| is_full(c) && c.cert == cert) else {
+        let Some(mean_c) = p.mean_cpu(|c| is_full(c) && c.negotiated.cert == cert) else {
             continue;
         };
-        let group = dominant(p).map(|d| d.group.clone()).unwrap_or_default();
-        let in_process = (p.timed(|c| is_full(c) && c.cert == "ecdsa_p256" && c.group == group) >= MIN_EVENTS)
+        let group = dominant(p).map(|d| d.negotiated.group).unwrap_or_default();
+        let in_process = (p.timed(|c| is_full(c) && c.negotiated.cert == "ecdsa_p256" && c.negotiated.group == group)
+            >= MIN_EVENTS)
             .then(|| {
-                let with = p.mean_cpu(|c| is_full(c) && c.cert == cert && c.group == group)?;
-                let e = p.mean_cpu(|c| is_full(c) && c.cert == "ecdsa_p256" && c.group == group)?;
+                let with = p.mean_cpu(|c| is_full(c) && c.negotiated.cert == cert && c.negotiated.group == group)?;
+                let e =
+                    p.mean_cpu(|c| is_full(c) && c.negotiated.cert == "ecdsa_p256" && c.negotiated.group == group)?;
                 Some((
                     with - e,
                     "ECDSA P-256 handshakes of this process with the same group".to_string(),

@@ -94,13 +94,13 @@ pub fn ms(s: f64) -> String {
 }
 
 pub(super) fn is_full(c: &Config) -> bool {
-    !c.resumed
+    !c.negotiated.resumed
 }
 
 /// The full handshake's certificate was seen: not a QUIC handshake's (QUIC sends it in
 /// packets tlsprof does not open), nor one whose labels were not seen.
 pub(super) fn cert_seen(c: &Config) -> bool {
-    c.cert != crate::wire::tls::OTHER
+    c.negotiated.cert != crate::wire::tls::OTHER
 }
 
 /// The configuration most full handshakes whose certificate was seen used.

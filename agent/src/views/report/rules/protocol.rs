@@ -5,7 +5,10 @@
 //! the protocol has no requests.
 use std::collections::BTreeMap;
 
-use crate::views::snapshot::{named_protocol, Port, Proc};
+use crate::{
+    views::snapshot::{named_protocol, Port, Proc},
+    wire::AppProtocol,
+};
 
 /// A port's protocol, as far as the advice goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,28 +37,36 @@ impl Protocol {
 
     /// The protocol most of a process's TLS connections were named by, over its ports.
     pub fn of_proc(p: &Proc) -> Self {
-        let mut all: BTreeMap<String, f64> = BTreeMap::new();
+        let mut all: BTreeMap<AppProtocol, f64> = BTreeMap::new();
         for port in p.ports.values() {
             for (k, v) in &port.protocols {
-                *all.entry(k.clone()).or_default() += v;
+                *all.entry(*k).or_default() += v;
             }
         }
         Self::of(&all)
     }
 
-    fn of(protocols: &BTreeMap<String, f64>) -> Self {
-        match named_protocol(protocols) {
-            Some("smtp") => Self::Smtp,
-            Some("imap") => Self::Imap,
-            Some("pop3") => Self::Pop3,
-            Some("ldap") => Self::Ldap,
-            Some("xmpp") => Self::Xmpp,
-            Some("ftp") => Self::Ftp,
-            Some("nntp") => Self::Nntp,
-            Some("postgresql") => Self::Postgresql,
-            Some("mysql") => Self::Mysql,
-            Some("starttls_other") => Self::Other,
-            _ => Self::Http,
+    fn of(protocols: &BTreeMap<AppProtocol, f64>) -> Self {
+        let Some(named) = named_protocol(protocols) else {
+            return Self::Http;
+        };
+        match named {
+            AppProtocol::Smtp => Self::Smtp,
+            AppProtocol::Imap => Self::Imap,
+            AppProtocol::Pop3 => Self::Pop3,
+            AppProtocol::Ldap => Self::Ldap,
+            AppProtocol::Xmpp => Self::Xmpp,
+            AppProtocol::Ftp => Self::Ftp,
+            AppProtocol::Nntp => Self::Nntp,
+            AppProtocol::Postgresql => Self::Postgresql,
+            AppProtocol::Mysql => Self::Mysql,
+            AppProtocol::StarttlsOther => Self::Other,
+            AppProtocol::H2
+            | AppProtocol::Http1
+            | AppProtocol::Quic
+            | AppProtocol::Other
+            | AppProtocol::None
+            | AppProtocol::Encrypted => Self::Http,
         }
     }
 
@@ -176,7 +187,7 @@ mod tests {
     #[test]
     fn a_port_is_named_by_its_most_common_protocol() {
         let port = |pairs: &[(&str, f64)]| Port {
-            protocols: pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            protocols: pairs.iter().map(|(k, v)| ((*k).into(), *v)).collect(),
             ..Port::default()
         };
         assert_eq!(

@@ -1,6 +1,7 @@
 //! The record-cipher rule: CBC and 3DES suites against AES-GCM.
 use super::{finish, with_clients, would_fail, Finding, MIN_CIPHER_HANDSHAKES};
 use crate::{
+    cpu::Category,
     hostcost::HostCosts,
     views::{
         snapshot::{Config, Proc},
@@ -11,7 +12,8 @@ use crate::{
 /// Record protection in CBC mode with HMAC (or 3DES): several times the CPU of AES-GCM
 /// per byte on CPUs with AES-NI and carry-less multiply.
 pub fn record_ciphers(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<Finding> {
-    let slow = |c: &Config| c.cipher.contains("_CBC_") || c.cipher.contains("3DES");
+    let slow =
+        |c: &Config| c.negotiated.cipher.label().contains("_CBC_") || c.negotiated.cipher.label().contains("3DES");
     let all = p.count(|_| true);
     let n = p.count(slow);
     if n < MIN_CIPHER_HANDSHAKES || all <= 0.0 || n / all < 0.05 {
@@ -20,19 +22,22 @@ pub fn record_ciphers(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<F
     let share = n / all;
     // Record crypto of the connections with slow ciphers: the crypto category, shared
     // out by handshakes (the primitives are not named in stripped libraries).
-    let crypto = p.cpu_in("crypto");
+    let crypto = p.cpu_in(Category::Crypto);
     let slow_cpu = crypto * share;
     let proc_cpu = p.process_cpu.max(1e-9);
     if slow_cpu < 0.01 * proc_cpu {
         return None;
     }
-    let des = p.configs.iter().any(|c| c.cipher.contains("3DES"));
+    let des = p.configs.iter().any(|c| c.negotiated.cipher.label().contains("3DES"));
     // RSA key transport (TLS_RSA_WITH_…): no forward secrecy, and the suites to drop.
     let rsa_kex = p
         .configs
         .iter()
-        .any(|c| slow(c) && c.cipher.starts_with("TLS_RSA_WITH_"));
-    let sha256 = p.configs.iter().any(|c| slow(c) && c.cipher.ends_with("SHA256"));
+        .any(|c| slow(c) && c.negotiated.cipher.label().starts_with("TLS_RSA_WITH_"));
+    let sha256 = p
+        .configs
+        .iter()
+        .any(|c| slow(c) && c.negotiated.cipher.label().ends_with("SHA256"));
     let ratio = host.and_then(|h| {
         let key = if des {
             "des_ede3_cbc_hmac_sha1"
@@ -51,7 +56,7 @@ pub fn record_ciphers(p: &Proc, secs: f64, host: Option<&HostCosts>) -> Option<F
         .configs
         .iter()
         .filter(|c| slow(c))
-        .map(|c| short_cipher(&c.cipher))
+        .map(|c| short_cipher(c.negotiated.cipher.label()))
         .collect();
     ciphers.sort();
     ciphers.dedup();

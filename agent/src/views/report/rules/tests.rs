@@ -59,7 +59,7 @@ fn finite_field_groups_are_explained_by_their_host_cost() {
         300.0,
         4.7,
     );
-    c.version = "TLSv1.2".into();
+    c.negotiated.version = "TLSv1.2".into();
     let g = groups(&proc_with(vec![c]), 10.0, Some(&h));
     assert_eq!(g.len(), 1, "{g:?}");
     assert!((g[0].number("extra_cpu_per_handshake_seconds").unwrap() - (3.9e-3 - 50e-6)).abs() < 1e-9);
@@ -263,7 +263,7 @@ fn version_finding_says_who_holds_tls13_back() {
         100.0,
         0.6,
     );
-    old.version = "TLSv1.2".into();
+    old.negotiated.version = "TLSv1.2".into();
     let p = proc_with(vec![
         old,
         cfg("x25519", "ecdsa_p256", "TLS_AES_128_GCM_SHA256", false, 300.0, 0.6),
