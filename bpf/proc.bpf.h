@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * The traced processes (types: proc.h; user side: agent/src/bpf/proc.rs,
- * agent/src/agent/targets.rs): the one set every feature asks, filled by the agent and, for
+ * agent/src/agent/targets/): the one set every feature asks, filled by the agent and, for
  * processes started per connection, here (the children of traced processes at fork, the
  * programs `--comm` names at exec); the exits of threads and processes.
  */

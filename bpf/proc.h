@@ -14,7 +14,7 @@
 #define TLSPROF_PROC_H
 
 /* Room in `traced` and in the other per-process maps (hs_hits, hs_detached). The agent
- * traces at most half as many processes (agent/src/agent/targets.rs): the rest is for the
+ * traces at most half as many processes (agent/src/agent/targets/): the rest is for the
  * entries of processes that exited and are not swept yet. */
 #define PROC_TRACED_ENTRIES 8192
 

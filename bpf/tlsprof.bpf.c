@@ -32,7 +32,10 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "conn_resets.bpf.h" /* ... and the resets each connection received or sent */
 #include "requests.bpf.h"    /* requests per connection */
 #include "wire.bpf.h"        /* the server's handshake output: what was negotiated */
+#include "wire_walk.bpf.h"   /* ... a send walked record by record */
+#include "wire_send.bpf.h"   /* ... and the send programs that capture it */
 #include "hello.bpf.h"       /* the client's ClientHello: what it offered */
+#include "hello_read.bpf.h"  /* ... read from the server's reads */
 #include "quic.bpf.h"        /* QUIC handshakes: the Initial packets of traced UDP ports */
 #include "hello_skb.bpf.h"   /* ... read from its packets, where the agent can attach there */
 #include "sampler.bpf.h"     /* CPU samples of traced processes */

@@ -11,7 +11,8 @@ SHARED = {"common.bpf.h", "core_fixes.bpf.h"}
 # A feature in several files: its files are one feature (bpf/iface.h says which).
 FEATURE = {"hs_calls.bpf.h": "handshake.bpf.h", "hs_objects.bpf.h": "handshake.bpf.h",
            "conn_resets.bpf.h": "conn.bpf.h",
-           "gotls.bpf.h": "handshake.bpf.h", "hello_skb.bpf.h": "hello.bpf.h"}
+           "gotls.bpf.h": "handshake.bpf.h", "hello_skb.bpf.h": "hello.bpf.h",
+           "hello_read.bpf.h": "hello.bpf.h", "wire_walk.bpf.h": "wire.bpf.h", "wire_send.bpf.h": "wire.bpf.h"}
 
 
 def code(path: Path) -> str:

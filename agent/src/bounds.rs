@@ -13,7 +13,7 @@ use crate::metrics::{Metrics, TableLabels};
 /// Every bounded table: the `table` label of tlsprof_table_full_total (docs/metrics.md,
 /// "Bounds", says what each holds and what its bound drops).
 pub const TABLES: &[&str] = &[
-    // kernel maps and queues the agent fills (bpf/loader.rs, bpf/uprobes.rs)
+    // kernel maps and queues the agent fills (bpf/loader.rs and its parts, bpf/uprobes.rs)
     "watched_ports",
     "exchange_slots",
     "traced_processes",
@@ -35,7 +35,7 @@ pub const TABLES: &[&str] = &[
     "port_names",
     "unsettled_connections",
     "reconciled_connections",
-    // processes (agent/targets.rs) and the files they map (discovery/files.rs)
+    // processes (agent/targets/) and the files they map (discovery/files.rs)
     "watched_processes",
     "elf_files",
     "recent_exits",

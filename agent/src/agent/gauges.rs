@@ -1,5 +1,5 @@
 //! What is attached, as gauges: tlsprof_attached_processes, tlsprof_handshake_cpu_method_info
-//! and tlsprof_attached_probes, from the traced processes (targets.rs).
+//! and tlsprof_attached_probes, from the traced processes (targets/).
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::no_probes::{self, NoProbes};

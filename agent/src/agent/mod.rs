@@ -1,6 +1,6 @@
 //! `tlsprof run`: sets up, then an event loop that only dispatches: kernel events to the
 //! handshake join (handshakes.rs), connection churn (ports.rs) and process tracking
-//! (targets.rs, which asks probes/ for each process's handshake probes); the overhead budget
+//! (targets/, which asks probes/ for each process's handshake probes); the overhead budget
 //! (budget.rs, duty.rs) and the CPU split (cpu/) on their clocks; a /proc scan every
 //! --scan-interval.
 mod budget;
@@ -39,8 +39,9 @@ use crate::{
         abi::decode,
         calib::HitCost,
         hooks,
-        loader::{Events, Kernel},
+        loader::Kernel,
         proc::{proc_ev, proc_notice},
+        rings::Events,
         uprobes::UPROBES,
     },
     cli::RunArgs,
@@ -126,7 +127,7 @@ impl Agent {
         }
         // the servers' datagrams of a QUIC port just found, from its next handshake; the
         // cgroup of a listening socket just found, from its next connection
-        if self.kernel.quic_changed() || sockets != self.ports.listener_cgroups() {
+        if self.kernel.ports.quic_changed() || sockets != self.ports.listener_cgroups() {
             self.kernel.watch_cgroups(&pids, self.ports.listener_cgroups());
         }
         self.targets.say_ready();
@@ -140,7 +141,7 @@ impl Agent {
             handshakes,
             conns,
             notices,
-        } = self.kernel.drain();
+        } = self.kernel.rings.drain();
         // Processes the kernel began tracing first (a process per connection may be gone
         // by now: named from the notice), so that their connections' events find them; then
         // wire bytes: a handshake event finds its connection's parameters; and handshakes
@@ -158,7 +159,7 @@ impl Agent {
             }
         }
         // each examined: the kernel's reads for their sake give way to what they need
-        self.kernel.starts_read(seq);
+        self.kernel.reads.starts_read(seq);
         if refresh {
             self.refresh_ports(); // once for them all
         }
@@ -215,7 +216,7 @@ impl Agent {
                 .on_exec(n.pid, &name, &mut self.kernel, &mut self.profiler, &self.metrics),
             proc_ev::Listen => {
                 // its ports, read again below
-                self.kernel.listened(n.parent as u16);
+                self.kernel.ports.listened(n.parent as u16);
                 true
             }
             proc_ev::Found => self.targets.on_found(
@@ -366,7 +367,7 @@ pub fn run(mut args: RunArgs) -> Result<()> {
     let files = ElfFiles::new(args.targets.debug_dirs.clone(), args.flamegraph.is_some());
     let profiler = Profiler::new(
         metrics.clone(),
-        kernel.take_samples().context("cpu_samples taken")?,
+        kernel.rings.take_samples().context("cpu_samples taken")?,
         files.clone(),
         args.flamegraph.is_some(),
         sample_hz > 0,
@@ -456,7 +457,10 @@ fn event_loop(agent: &mut Agent) -> Result<()> {
         if let Some(d) = next_duty {
             until = until.min(d.saturating_duration_since(now));
         }
-        agent.kernel.wait(until.min(next_split.saturating_duration_since(now)));
+        agent
+            .kernel
+            .rings
+            .wait(until.min(next_split.saturating_duration_since(now)));
         agent.drain();
         next_duty = agent.budget.tick(
             &mut agent.targets,

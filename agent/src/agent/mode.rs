@@ -69,7 +69,7 @@ impl Mode {
     /// stay attached and time every handshake: such a process (inetd's, a forking server's
     /// child) has its handshake before the agent knows it, and only the kernel estimate,
     /// whose windows open at reads, times it (the kernel decides when the reads are on:
-    /// agent/src/bpf/loader.rs `configure`). The reads do not mark connections as TLS for
+    /// agent/src/bpf/read_switch.rs `configure`). The reads do not mark connections as TLS for
     /// it (bpf/requests.bpf.h): where the wire counts, a connection the server wrote nothing
     /// on is the wire's failed handshake.
     pub fn per_connection_reads(self) -> bool {

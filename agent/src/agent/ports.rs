@@ -204,7 +204,8 @@ impl Ports {
             }
         }
         let udp = self.bound_udp(ns_pids, t);
-        k.set_listening(listeners.values().flatten().map(|(port, _)| *port).collect());
+        k.ports
+            .set_listening(listeners.values().flatten().map(|(port, _)| *port).collect());
         self.listen_seen = changes;
         self.listening.retain(|ns, _| listeners.contains_key(ns));
         let live: HashSet<u32> = procs.iter().map(|p| p.0).collect();
@@ -307,12 +308,15 @@ impl Ports {
         // accepted between an earlier read and the removal would be too.
         // (between the kernel's monotonic times `before` and `after`: conns/unseen.rs)
         let before = crate::clock::ktime_ns();
-        let stats: HashMap<conn_port, conn_port_stats> =
-            self.ports.keys().filter_map(|key| Some((*key, k.port(key)?))).collect();
+        let stats: HashMap<conn_port, conn_port_stats> = self
+            .ports
+            .keys()
+            .filter_map(|key| Some((*key, k.ports.get(key)?)))
+            .collect();
         let after = crate::clock::ktime_ns();
         let counts: HashMap<conn_port, (u64, u64)> = stats
             .iter()
-            .map(|(key, p)| (*key, (p.accepted, k.exchanges(p))))
+            .map(|(key, p)| (*key, (p.accepted, k.ports.exchanges(p))))
             .collect();
         if !self.churn.reconciles() {
             self.churn.reconcile_with(k.conn_store_fd());
@@ -331,13 +335,13 @@ impl Ports {
                 key.port,
                 key.netns
             );
-            k.unwatch_port(&key);
+            k.ports.unwatch(&key);
             // connections accepted there may still close
             self.remember_name(key, name);
         }
         // a port the kernel has no room for is left out (Kernel counts it), and tried again
         // at the next scan
-        now.retain(|key, _| k.watch_port(key));
+        now.retain(|key, _| k.ports.watch(key, &mut k.full));
         for key in now.keys() {
             if let Some((_, ports)) = namespaces.get_mut(&key.netns) {
                 ports.push(key.port);

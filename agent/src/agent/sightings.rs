@@ -7,7 +7,7 @@
 //!   connection of a process whose probes were attached when it was accepted and when its
 //!   capture ended, looked at `tracker::WAIT` after (did a probe time it? estimate.rs
 //!   `probe_timed`); and every server handshake a probe reports, at once.
-//! - `Judges` (the targets' half, targets.rs): per process name, the verdict. One server
+//! - `Judges` (the targets' half, targets/): per process name, the verdict. One server
 //!   handshake a probe reports and the name's probes are trusted (`Seen`); two the wire
 //!   counted and no probe timed, with none reported, and they are not (`Unseen`): the kernel
 //!   estimates that name's handshakes for good (a probe's figure stays the one where it
@@ -37,7 +37,7 @@ pub const UNSEEN_TO_ESTIMATE: u32 = 2;
 /// beyond, a new one is not looked at (judging takes longer), counted:
 /// tlsprof_table_full_total{table="sighting_checks"}.
 pub const MAX_CHECKS: usize = 65_536;
-/// Names judged, at most (as targets.rs MAX_NAMES); beyond, a new name is judged `Seen` at
+/// Names judged, at most (as targets/ MAX_NAMES); beyond, a new name is judged `Seen` at
 /// once (its probes are trusted, as before judging was), counted: {table="sighting_names"}.
 pub const MAX_NAMES: usize = 4096;
 

@@ -4,7 +4,7 @@
 //! ClientHello, `req_ctl.reads_at_hello`, and then only for a connection's first bytes), a
 //! Go process's probes, `--exact` (for the estimate of processes that live for
 //! one connection: without a selector all along; with one it stays attached, switched off
-//! until a traced process forks or execs, loader.rs `configure`), or a kernel whose sends
+//! until a traced process forks or execs, read_switch.rs `configure`), or a kernel whose sends
 //! cannot be captured.
 //! Attached, it runs at every socket read of the machine (~27 per new TLS connection, ~4 per
 //! keep-alive request, both ends of loopback traffic counted); the `req_ctl.reads` switch

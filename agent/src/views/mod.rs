@@ -1,4 +1,4 @@
-//! What an operator reads besides /metrics: `tlsprof top` (top.rs) and `tlsprof report`
+//! What an operator reads besides /metrics: `tlsprof top` (top/) and `tlsprof report`
 //! (report/), both over windows (snapshot.rs) of the agent's figures (model.rs), from an
 //! agent started in this process or a running one's endpoint (live.rs, remote.rs); a window
 //! is what moved between two readings (reading.rs); the exit summary of `tlsprof run`

@@ -566,8 +566,8 @@ mod tests {
             cipher: "TLS_AES_128_GCM_SHA256".into(),
             group: "x25519".into(),
             cert: "ecdsa_p256".into(),
-            resumed: false,
             transport,
+            ..Negotiated::UNKNOWN
         };
         let tcp = ParamLabels::new("nginx", Role::Server, tls13(Transport::Tcp));
         let quic = ParamLabels::new("nginx", Role::Server, tls13(Transport::Quic));

@@ -5,11 +5,12 @@
 //! they came or went. It keeps the overhead budget's state of each process (its duty cycle,
 //! the hits and CPU charged so far); budget.rs asks for it. The rest ask:
 //! `Probing::attached`, `Probing::why_none`, `Probes::window_start_ns`.
+mod probed;
 mod prober;
 
 use std::{path::PathBuf, time::Instant};
 
-pub use self::prober::Prober;
+pub use self::{probed::Probed, prober::Prober};
 use super::{
     duty::{Action, Duty},
     no_probes::NoProbes,

@@ -1,7 +1,7 @@
 //! The agent's side of the handshake probes: the options only they follow (--hooks,
 //! --no-handshake-probes, --overhead-budget, --strict), what a process's files offer them
 //! (inspect.rs), the plan made of it, the first attach and its failures, and the one line
-//! that says why a process has none. Targets (targets.rs) chooses the processes; this
+//! that says why a process has none. Targets (targets/) chooses the processes; this
 //! decides their probes.
 use std::time::Instant;
 

@@ -1,7 +1,7 @@
 //! Where each TLS library's handshake is hooked: one file per library (openssl.rs,
 //! gnutls.rs, mbedtls.rs, wolfssl.rs, gotls.rs for Go's crypto/tls) says which files it ships in, which of its functions
 //! drive a handshake, the role each call has, how a call's return value reads (done / call
-//! again / failed) and which function frees a connection. The attach code (targets.rs)
+//! again / failed) and which function frees a connection. The attach code (agent/targets/)
 //! consumes only what is here: adding a library is one file, its test, and a line in
 //! LIBRARIES.
 //!

@@ -16,7 +16,7 @@ pub fn cfg(group: &str, cert: &str, cipher: &str, resumed: bool, count: f64, ms_
             group: group.into(),
             cert: cert.into(),
             resumed,
-            transport: Transport::Tcp,
+            ..Negotiated::UNKNOWN_TCP
         },
         handshakes: count,
         timed: count,

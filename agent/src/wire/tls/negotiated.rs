@@ -52,16 +52,23 @@ impl Negotiated {
         ]
     }
 
-    /// Decoded from its labels (`label` gives a label's value by name); None where a value
-    /// is not one this build writes.
+    /// Decoded from its labels (`label` gives a label's value by name, empty for one
+    /// missing); None where a value is not one this build writes. A label missing (an
+    /// agent older than the label) reads as its `other`.
     pub fn from_labels(label: impl Fn(&str) -> String) -> Option<Negotiated> {
+        fn part<T: LabelValue + Default>(value: String) -> Option<T> {
+            match value.as_str() {
+                "" => Some(T::default()),
+                v => T::parse(v),
+            }
+        }
         Some(Negotiated {
-            version: Version::parse(&label("version"))?,
-            cipher: Cipher::parse(&label("cipher"))?,
-            group: Group::parse(&label("group"))?,
-            cert: Cert::parse(&label("cert"))?,
+            version: part(label("version"))?,
+            cipher: part(label("cipher"))?,
+            group: part(label("group"))?,
+            cert: part(label("cert"))?,
             resumed: label("resumed").parse().ok()?,
-            transport: Transport::parse(&label("transport"))?,
+            transport: part(label("transport"))?,
         })
     }
 

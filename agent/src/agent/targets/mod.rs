@@ -12,12 +12,15 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
+mod examine;
+mod lookup;
+
 use super::{
     gauges::{self, Attached},
     handshakes::{self, ProcInfo},
     mode::Mode,
     no_probes::NoProbes,
-    probes::{Prober, Probes, Probing},
+    probes::{Probed, Prober, Probes, Probing},
     ready::Ready,
     recent::Recent,
     sightings::{Judges, Verdict},
@@ -43,9 +46,6 @@ pub struct Traced {
     /// /proc/PID/comm when attached: a change means a new program (exec).
     pub comm: String,
     start_time: u64,
-    /// Its handshake probes, or why it has none (CPU and connections only; the kernel
-    /// estimates its handshakes' CPU).
-    probing: Probing,
     /// Traced without a TLS library (NoProbes::NoTlsLibrary): its memory map's size when
     /// last looked at, looked at again when it changes (a library loaded late, as DeleGate
     /// loads libssl with dlopen).
@@ -131,6 +131,9 @@ pub struct Targets {
     watched: HashMap<u32, Watched>,
     /// Their handshake probes: what to attach, from what their files offer, and why none.
     prober: Prober,
+    /// Each traced process's handshake probes, or why it has none (CPU and connections
+    /// only; the kernel estimates its handshakes' CPU): the same pids as `traced`.
+    probed: Probed,
     /// Processes that exited lately, for events that arrive after the exit.
     recent_exits: Recent<u32, Ended>,
     /// Every process name attached so far: its gauges go to 0, not away, when the last goes.
@@ -188,6 +191,7 @@ impl Targets {
             traced: FxHashMap::default(),
             watched: HashMap::new(),
             prober: Prober::new(args, mode, files),
+            probed: Probed::default(),
             recent_exits: Recent::new(MAX_RECENT_EXITS),
             ever_attached: BTreeSet::new(),
             exited: Vec::new(),
@@ -205,7 +209,7 @@ impl Targets {
         for (pid, _) in self
             .traced
             .iter()
-            .filter(|(_, t)| t.name == name && t.probing.probes().is_some())
+            .filter(|(pid, t)| t.name == name && self.probed.probes(**pid).is_some())
         {
             k.set_estimate(*pid, estimate);
         }
@@ -445,170 +449,9 @@ impl Targets {
         }
     }
 
-    /// Attaches to a selected process if it carries a TLS stack, else watches it.
-    fn examine(
-        &mut self,
-        pid: u32,
-        st: ProcStat,
-        given: Option<String>,
-        k: &mut Kernel,
-        prof: &mut Profiler,
-        m: &Metrics,
-    ) {
-        if !self.room_to_trace(pid, &st.comm) {
-            return;
-        }
-        // Named now, beside the comm just read: attaching takes a while, and a process that
-        // renames itself meanwhile would be named from two different moments.
-        let name = given.unwrap_or_else(|| procfs::process_name(pid, &st.comm));
-        // The process's memory map, read once for everything that looks at it here.
-        let at_ns = crate::clock::ktime_ns();
-        let maps = maps::read(&pid.to_string());
-        if maps.as_ref().is_ok_and(String::is_empty) || (maps.is_err() && procfs::exited(pid, st.start_time)) {
-            // a process per connection that has let go of its memory (exiting: an empty map
-            // is read before it is a zombie) or is gone: its events on their way are still
-            // its, not `unknown`, and it is not watched for a map that will not grow
-            self.exited_early(pid, Ended::named(name));
-            return;
-        }
-        let maps = maps.unwrap_or_else(|e| {
-            log::debug!("cannot read the memory map of {pid} ({}): {e}", st.comm);
-            String::new()
-        });
-        let seen = Examined {
-            pid,
-            st,
-            name,
-            maps,
-            at_ns,
-        };
-        let (planned, why_none) = self.prober.plan(pid, &seen.st.comm, &seen.maps);
-        if matches!(why_none, Some((NoProbes::FileUnreadable, _))) && procfs::exited(pid, seen.st.start_time) {
-            // a process per connection, gone while its files were read: not a failure
-            self.exited_early(pid, Ended::named(seen.name));
-            return;
-        }
-        let Some(mut planned) = planned else {
-            // A TLS stack without an entry point to probe (NSS, Go, a server's own), a TLS
-            // library that cannot be read or has lost its symbols, or --no-handshake-probes:
-            // CPU and connections, handshake CPU from the kernel.
-            if let Some(stack) = self.prober.stack(pid, &seen.maps) {
-                self.watched.remove(&pid);
-                let (why, detail) = why_none.unwrap_or_else(|| {
-                    let detail = format!("its TLS stack ({stack}) has no entry point tlsprof probes");
-                    (NoProbes::NoEntryPoint, detail)
-                });
-                let msg = estimated(pid, &seen.st.comm, &format!("TLS stack {stack}, "), why);
-                self.prober.say_why_none(pid, &seen.name, why, &detail);
-                if self.track(seen, Probing::Without(why), k, prof, m) {
-                    self.ready.add(msg);
-                }
-                return;
-            }
-            // Asked for by pid or name, or (no selector) found by its connections: its TLS
-            // stack is none tlsprof knows (Java's JSSE, rustls, a stripped static
-            // executable, a stack of its own), or it has none: counted and labelled from
-            // what its connections carry, as any other.
-            let found = self.found.get(&pid).copied().filter(|_| !self.selector.explicit());
-            if found.is_some() || self.selector.explicit() {
-                self.watched.remove(&pid);
-                let why = NoProbes::NoTlsLibrary;
-                let how = match found {
-                    Some(port) => format!("found by its connections (TLS on port {port}), no TLS library found, "),
-                    None => "no TLS library found, counted from its connections, ".to_string(),
-                };
-                let msg = estimated(pid, &seen.st.comm, &how, why);
-                let detail = "no TLS library or TLS code found in its files: its handshakes are counted from what its \
-                              connections carry";
-                self.prober.say_why_none(pid, &seen.name, why, detail);
-                if self.track(seen, Probing::Without(why), k, prof, m) {
-                    self.ready.add(msg);
-                }
-                return;
-            }
-            let watched = Watched {
-                start_time: seen.st.start_time,
-                vsize: seen.st.vsize,
-            };
-            self.watch(pid, watched);
-            return;
-        };
-        self.watched.remove(&pid);
-        let mut lines = std::mem::take(&mut planned.lines);
-        let attaching_ns = crate::clock::ktime_ns();
-        let Some(probing) = self.prober.attach(k, pid, &seen.name, &seen.st, planned, m) else {
-            // gone while its probes were attached: some may have timed a call meanwhile
-            let ended = Ended {
-                name: seen.name,
-                window_start_ns: attaching_ns,
-                first_ns: attaching_ns,
-            };
-            self.exited_early(pid, ended);
-            return;
-        };
-        if let Some(why) = probing.why_none() {
-            lines = vec![estimated(pid, &seen.st.comm, "", why)];
-        }
-        if self.track(seen, probing, k, prof, m) {
-            // logged once everything is in place: operators read it as "ready"
-            self.ready.extend(lines);
-        }
-    }
-
-    /// A process that exited while it was being attached: counted (said once a minute),
-    /// named for its events still on their way, its kernel entries swept.
-    fn exited_early(&mut self, pid: u32, ended: Ended) {
-        self.early_exits.add();
-        self.remember_exit(pid, ended);
-        self.exited.push(pid);
-    }
-
-    /// Starts following a process: forks, CPU, listening ports.
-    fn track(&mut self, e: Examined, probing: Probing, k: &mut Kernel, prof: &mut Profiler, m: &Metrics) -> bool {
-        let Examined {
-            pid,
-            st,
-            name,
-            maps,
-            at_ns,
-        } = e;
-        let probed = probing.attached();
-        let probed_ns = probing.probes().map_or(0, Probes::first_ns);
-        // with probes, estimated beside them while they are judged, or where they miss the
-        // handshakes (sightings.rs)
-        let estimate = if probed {
-            self.judges.traced(&name)
-        } else {
-            Estimate::Alone
-        };
-        if !k.trace(pid, estimate, probed_ns) {
-            // the kernel's traced map is full (Kernel counts it): not attached after all
-            probing.release(pid, k);
-            return false;
-        }
-        if self.first_attach(&name) {
-            handshakes::export_unlabelled(m, &name);
-        }
-        prof.add(pid, &name, probed, &maps);
-        probing.traced(pid, k, prof);
-        self.traced.insert(
-            pid,
-            Traced {
-                name,
-                comm: st.comm,
-                start_time: st.start_time,
-                regrow: matches!(probing, Probing::Without(NoProbes::NoTlsLibrary)).then_some(st.vsize),
-                probing,
-                examined_ns: at_ns,
-            },
-        );
-        self.export_gauges(m);
-        true
-    }
-
     /// Shutting down: every process's probes detached at once (probes/).
     pub fn detach_everything(&mut self, k: &mut Kernel) {
-        Probing::release_all(self.traced.iter_mut().map(|(pid, t)| (*pid, &mut t.probing)), k);
+        self.probed.release_all(k);
     }
 
     /// --strict: the first attach failure, which ends the run.
@@ -629,13 +472,16 @@ impl Targets {
     /// it until it is swept.
     fn untrack(&mut self, pid: u32, k: &mut Kernel, prof: &mut Profiler) -> Option<Ended> {
         let t = self.traced.remove(&pid)?;
-        let probes = t.probing.probes();
+        let probing = self.probed.remove(pid);
+        let probes = probing.as_ref().and_then(Probing::probes);
         let ended = Ended {
             window_start_ns: probes.map_or(0, Probes::window_start_ns),
             first_ns: probes.map_or(0, Probes::first_ns),
             name: t.name,
         };
-        t.probing.release(pid, k);
+        if let Some(probing) = probing {
+            probing.release(pid, k);
+        }
         prof.remove(pid, k.oncpu_ns(pid));
         Some(ended)
     }
@@ -688,117 +534,6 @@ impl Targets {
         }
         true
     }
-
-    /// Says which processes are ready (ready.rs), once their listening ports are watched
-    /// too (the default mode counts handshakes there).
-    pub fn say_ready(&mut self) {
-        self.ready
-            .say(self.traced.iter().map(|(p, t)| (*p, t.name.clone())).collect());
-    }
-
-    /// Removes the ready file (at exit: nothing is attached any more).
-    pub fn unready(&self) {
-        self.ready.remove();
-    }
-
-    /// tlsprof_attached_processes, tlsprof_handshake_cpu_method_info and
-    /// tlsprof_attached_probes (gauges.rs).
-    pub fn export_gauges(&self, m: &Metrics) {
-        let traced = self.traced.values().map(|t| Attached {
-            name: &t.name,
-            why_no_probes: t.probing.why_none().or((t.probing.probes().is_some()
-                && self.judges.verdict(&t.name) == Verdict::Unseen)
-                .then_some(NoProbes::UnseenByProbes)),
-            probes: t.probing.probes().map_or(0, Probes::count),
-        });
-        gauges::export(m, traced, &self.ever_attached);
-    }
-
-    /// Names of processes that exited are kept a while, for their late events.
-    pub fn age_recent_exits(&mut self) {
-        self.recent_exits.age();
-    }
-
-    /// Each traced process and its name.
-    /// A traced process's name (None when it is not traced).
-    pub fn traced_name(&self, pid: u32) -> Option<&str> {
-        self.traced.get(&pid).map(|t| t.name.as_str())
-    }
-
-    /// The name of a process traced now or lately (None for any other).
-    pub fn known_name(&self, pid: u32) -> Option<&str> {
-        self.traced_name(pid)
-            .or_else(|| self.recent_exits.get(&pid).map(|e| e.name.as_str()))
-    }
-
-    pub fn named(&self) -> impl Iterator<Item = (u32, &str)> {
-        self.traced.iter().map(|(pid, t)| (*pid, t.name.as_str()))
-    }
-
-    /// A traced process's probes, if it has any.
-    pub fn probes_mut(&mut self, pid: u32) -> Option<&mut Probes> {
-        self.traced.get_mut(&pid)?.probing.probes_mut()
-    }
-
-    /// Each process with probes: pid, name, comm and its probes.
-    pub fn probed_mut(&mut self) -> impl Iterator<Item = (u32, &str, &str, &mut Probes)> {
-        self.traced.iter_mut().filter_map(|(pid, t)| {
-            let p = t.probing.probes_mut()?;
-            Some((*pid, t.name.as_str(), t.comm.as_str(), p))
-        })
-    }
-
-    /// Each process with probes: its name and probes.
-    pub fn probed(&self) -> impl Iterator<Item = (&str, &Probes)> {
-        self.traced
-            .values()
-            .filter_map(|t| Some((t.name.as_str(), t.probing.probes()?)))
-    }
-
-    /// The names the traced processes are reported under, sorted, once each.
-    pub fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.traced.values().map(|t| t.name.as_str()).collect();
-        names.sort_unstable();
-        names.dedup();
-        names
-    }
-}
-
-impl ProcInfo for Targets {
-    fn name(&self, tgid: u32) -> Cow<'_, str> {
-        if let Some(t) = self.traced.get(&tgid) {
-            return Cow::Borrowed(&t.name);
-        }
-        if let Some(e) = self.recent_exits.get(&tgid) {
-            return Cow::Borrowed(&e.name);
-        }
-        procfs::stat(tgid).map_or_else(|_| "unknown".into(), |s| procfs::process_name(tgid, &s.comm).into())
-    }
-
-    fn known(&self, tgid: u32) -> bool {
-        self.traced.contains_key(&tgid) || self.recent_exits.contains(&tgid)
-    }
-
-    fn window_start_ns(&self, tgid: u32) -> u64 {
-        match self.traced.get(&tgid) {
-            Some(t) => t.probing.probes().map_or(0, Probes::window_start_ns),
-            None => self.recent_exits.get(&tgid).map_or(0, |e| e.window_start_ns),
-        }
-    }
-
-    fn probed_since_ns(&self, tgid: u32) -> u64 {
-        match self.traced.get(&tgid) {
-            Some(t) => t.probing.probes().map_or(0, Probes::first_ns),
-            None => self.recent_exits.get(&tgid).map_or(0, |e| e.first_ns),
-        }
-    }
-
-    fn judged_window(&self, tgid: u32) -> Option<u64> {
-        let t = self.traced.get(&tgid)?;
-        (t.probing.attached() && self.judges.verdict(&t.name) == Verdict::Judging)
-            .then(|| t.probing.probes().map(Probes::window_start_ns))
-            .flatten()
-    }
 }
 
 #[cfg(test)]
@@ -819,7 +554,6 @@ mod tests {
             name: name.into(),
             comm: name.into(),
             start_time: 0,
-            probing: Probing::Without(NoProbes::NoEntryPoint),
             regrow: None,
             examined_ns: 0,
         }
