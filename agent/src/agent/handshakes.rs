@@ -223,8 +223,8 @@ impl Handshakes {
         match h.offer {
             Ok(offer) => self.clients.on_hello(h.conn, &comm, h.port, &offer, now),
             Err(why) => {
-                log::debug!("client hello: conn {:#x} port {}: {}", h.conn, h.port, why.reason());
-                self.clients.on_unread(&comm, why.reason());
+                log::debug!("client hello: conn {:#x} port {}: {}", h.conn, h.port, why.label());
+                self.clients.on_unread(&comm, why);
             }
         }
     }

@@ -26,7 +26,7 @@ use crate::{
     wire::{
         failure::Failure,
         tls::hello::{Offer, Resumption},
-        tracker::ConnId,
+        tracker::{ConnId, Unread},
         Negotiated,
     },
 };
@@ -243,12 +243,12 @@ impl HelloJoin {
     }
 
     /// A connection whose ClientHello could not be read.
-    pub fn on_unread(&self, comm: &str, reason: &str) {
+    pub fn on_unread(&self, comm: &str, why: Unread) {
         self.metrics
             .client_hellos_unread
             .get_or_create(&ReasonLabels {
                 comm: comm.into(),
-                reason: reason.into(),
+                reason: why.label().into(),
             })
             .inc();
     }

@@ -39,6 +39,7 @@ use crate::{
     wire::{
         failure::{By, Failure, Reason},
         tls::hello::Resumption,
+        tracker::Unread,
         AppProtocol, Negotiated,
     },
 };
@@ -78,7 +79,7 @@ pub struct ProcFigures {
     pub ports: BTreeMap<String, PortFigures>,
     /// Connections whose ClientHello could not be read, by reason (unreadable, cut,
     /// malformed, lost).
-    pub hellos_unread: BTreeMap<String, f64>,
+    pub hellos_unread: BTreeMap<Unread, f64>,
     /// Handshakes of each role, every configuration summed: what the exit summary shows.
     pub roles: BTreeMap<Role, RoleFigures>,
     /// Its failed server handshakes by port and reason, the failing clients by port, site,
@@ -450,7 +451,10 @@ impl Figures {
     }
 
     fn hellos_unread(&mut self, l: &ReasonLabels, v: f64) {
-        add(&mut self.proc(&l.comm).hellos_unread, &l.reason, v);
+        let Some(why) = self.known(Unread::parse(&l.reason)) else {
+            return;
+        };
+        add2(&mut self.proc(&l.comm).hellos_unread, why, v);
     }
 
     /// A failed handshake moves its result's series too; counted in the activity all the
@@ -748,7 +752,7 @@ mod tests {
         assert_eq!(c.policy[&("tls13_only".into(), Outcome::Fail)], 2.0);
         assert_eq!(c.resumptions[&(Resumption::Psk, Answer::Full)], 3.0);
         assert_eq!(c.site_cpu["www.example.com"], 0.125);
-        assert_eq!(p.hellos_unread["cut"], 1.0);
+        assert_eq!(p.hellos_unread[&Unread::Cut], 1.0);
         let w = &f.procs["we ird, x"].ports["443"].clients;
         assert_eq!(w.resumptions[&(Resumption::Ticket, Answer::Full)], 3.0);
         // the failures by port and reason, their enums; connections without TLS by kind

@@ -20,7 +20,7 @@ use crate::{
     agent::no_probes::Method,
     bpf::{conn::ClosedBy, handshake::HandshakeResult},
     cpu::Category,
-    wire::{AppProtocol, Negotiated, Transport},
+    wire::{tracker::Unread, AppProtocol, Negotiated, Transport},
 };
 
 /// The agent's figures at one moment.
@@ -256,7 +256,7 @@ pub struct Proc {
     /// `probes`, `kernel_estimate`.
     pub cpu_methods: BTreeSet<Method>,
     /// Connections whose ClientHello could not be read, by reason.
-    pub hellos_unread: BTreeMap<String, f64>,
+    pub hellos_unread: BTreeMap<Unread, f64>,
     /// Its failed server handshakes by port and reason (of the `failed` ones), and its
     /// connections that never offered TLS by port and kind (none of the handshakes).
     pub failures: Failures,

@@ -90,31 +90,21 @@ pub struct ClientHello {
     pub offer: Result<Offer, Unread>,
 }
 
-/// Why a ClientHello gave no offer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unread {
-    /// A read the kernel hook cannot follow (io_uring, several iovec segments, a buffer it
-    /// cannot find), or bytes read where no hook saw them.
-    Unreadable,
-    /// Longer than the kernel reads (HELLO_MAX bytes, 16 records).
-    Cut,
-    /// Not a ClientHello, or one that does not parse.
-    Malformed,
-    /// Some of its bytes were lost on the way (the ring buffer was full).
-    Lost,
-}
-
-impl Unread {
-    /// The `reason` label of tlsprof_client_hellos_unread_total.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Unread::Unreadable => "unreadable",
-            Unread::Cut => "cut",
-            Unread::Malformed => "malformed",
-            Unread::Lost => "lost",
-        }
+crate::metrics::label_enum!(
+    /// Why a ClientHello gave no offer (the `reason` label of
+    /// tlsprof_client_hellos_unread_total).
+    Unread {
+        /// A read the kernel hook cannot follow (io_uring, several iovec segments, a buffer
+        /// it cannot find), or bytes read where no hook saw them.
+        Unreadable = "unreadable",
+        /// Longer than the kernel reads (HELLO_MAX bytes, 16 records).
+        Cut = "cut",
+        /// Not a ClientHello, or one that does not parse.
+        Malformed = "malformed",
+        /// Some of its bytes were lost on the way (the ring buffer was full).
+        Lost = "lost",
     }
-}
+);
 
 struct HelloCapture {
     netns: u32,

@@ -136,7 +136,7 @@ pub(super) fn would_fail(p: &Proc, policies: &[&str], retry: bool) -> (String, V
             .hellos_unread
             .iter()
             .filter(|(_, n)| **n > 0.0)
-            .map(|(r, n)| format!("{n:.0} {r}"))
+            .map(|(r, n)| format!("{n:.0} {}", crate::metrics::LabelValue::label(*r)))
             .collect();
         return (
             format!(

@@ -212,7 +212,7 @@ fn certificate_and_group_findings_say_which_clients_would_fail() {
     assert!(text.starts_with("clients: not seen"), "{text}");
     assert_eq!(unseen[0].number("would_fail_clients"), None);
     let mut unread = costly();
-    unread.hellos_unread.insert("cut".into(), 3.0);
+    unread.hellos_unread.insert(crate::wire::tracker::Unread::Cut, 3.0);
     let text = groups(&unread, 10.0, Some(&h))[0].clients.clone().unwrap();
     assert!(text.contains("ClientHellos not read: 3 cut"), "{text}");
     // A finding without a policy has no clients line.
