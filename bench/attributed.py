@@ -25,8 +25,11 @@ agent's own process (bench/overhead.py reports its CPU).
 The floor arms (--modes floor-empty,floor-count) attach no tlsprof but one program of
 bench/floor/floor.bpf.c on the send hook tlsprof counts requests at: one that returns at
 once, and one that keeps a counter per socket; what any kernel-side request count costs the
-worker at the least, on this host, measured the same way.
-Usage: bench/attributed.py [--runs N] [--seconds S] [--modes default,exact,min-budget,floor-empty,floor-count]
+worker at the least, on this host, measured the same way. floor-hooks attaches a program
+that returns at once on each kernel hook the default mode runs a program at on a new
+connection (send, read, socket state, scheduler switch, fork, exec, exit, resets): the
+connection path's floor.
+Usage: bench/attributed.py [--runs N] [--seconds S] [--modes default,exact,min-budget,floor-empty,floor-count,floor-hooks]
 Needs perf (Debian: linux-perf).
 """
 import argparse
@@ -50,7 +53,7 @@ MODES = {"default": "--comm nginx", "no-hellos": "--comm nginx --no-client-hello
 # Arms that are not tlsprof (bench/floor/floor.bpf.c): one program on the send hook tlsprof
 # counts requests at, that returns at once or keeps a counter per socket: what any kernel-side
 # request count costs the server at the least.
-FLOORS = {"floor-empty": "floor_empty", "floor-count": "floor_count"}
+FLOORS = {"floor-empty": "floor_empty", "floor-count": "floor_count", "floor-hooks": "floor_hook_*"}
 FLOOR_DIR = Path(__file__).resolve().parent / "floor"
 WINDOWS = (2, 4, 10, 30)
 # Probe hits below which a run's trap cost against its charge is not said: at 2999 Hz a
@@ -161,7 +164,8 @@ def one_run(nginx, worker, mode, args, work: Path):
     got = samples(data, worker)
     data.unlink()
     if floor:
-        return got, t0, ready, 0.0, f"not tlsprof: {FLOORS[mode]} alone on tcp_sendmsg_locked"
+        where = "on each hook of the connection path" if mode == "floor-hooks" else "alone on tcp_sendmsg_locked"
+        return got, t0, ready, 0.0, f"not tlsprof: {FLOORS[mode]} {where}"
     # what a hit cost the worker (perf: the probes' share of its samples since attached,
     # of its CPU), against what the calibration said (entry, return) and the programs
     paid = shares(got, t0, ready, args.seconds - ready)[0] * worker_cpu

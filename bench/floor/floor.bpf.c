@@ -6,6 +6,12 @@
  * floor.c. floor_empty returns at once: the kernel's cost of running a program there at
  * all. floor_count keeps one counter per socket (socket storage, made at the socket's first
  * send): the least any exact per-connection count of the server's sends does.
+ * The floor_hook_* programs (--modes floor-hooks, loaded together) return at once on each
+ * kernel hook tlsprof's default mode runs a program at on a new connection: what running
+ * programs on that path costs at all, before any of them does anything. (Not in it: the
+ * handshake uprobes, whose traps the overhead budget limits, the CPU sampler's perf event,
+ * and a packet program on the server's cgroup, where the ClientHello capture reads packets
+ * instead of reads.)
  */
 #if defined(__TARGET_ARCH_arm64)
 #include "vmlinux-arm64.h"
@@ -38,3 +44,21 @@ int BPF_PROG(floor_count, struct sock *sk)
 		*n += 1;
 	return 0;
 }
+
+/* The connection path's hooks, each returning at once. */
+#define FLOOR_HOOK(name, hook)                                                                                         \
+	SEC("tp_btf/" hook)                                                                                            \
+	int floor_hook_##name(void *ctx)                                                                               \
+	{                                                                                                              \
+		return 0;                                                                                              \
+	}
+
+FLOOR_HOOK(send, "tcp_sendmsg_locked")
+FLOOR_HOOK(recv, "sock_recv_length")
+FLOOR_HOOK(state, "inet_sock_set_state")
+FLOOR_HOOK(switch, "sched_switch")
+FLOOR_HOOK(fork, "sched_process_fork")
+FLOOR_HOOK(exec, "sched_process_exec")
+FLOOR_HOOK(exit, "sched_process_exit")
+FLOOR_HOOK(rcv_reset, "tcp_receive_reset")
+FLOOR_HOOK(send_reset, "tcp_send_reset")
