@@ -7,7 +7,7 @@
 //! else is `Other`, so the label combinations stay bounded whatever a peer sends.
 use std::cmp::Ordering;
 
-use super::names::{GROUPS, SUITES, VERSIONS};
+use super::names::{group_name, suite, version_name, GROUPS, SUITES, VERSIONS};
 use super::{DHE_BY_SIZE, NAMED_DH, NONE, OTHER};
 use crate::metrics::{label_enum, label_text, LabelValue};
 
@@ -135,7 +135,7 @@ impl LabelValue for Version {
         all
     };
     fn label(self) -> &'static str {
-        VERSIONS.iter().find(|(c, _)| *c == self.0).map_or(OTHER, |(_, n)| n)
+        version_name(self.0)
     }
 }
 
@@ -168,7 +168,7 @@ impl LabelValue for Cipher {
         all
     };
     fn label(self) -> &'static str {
-        SUITES.iter().find(|(c, _)| *c == self.0).map_or(OTHER, |(_, s)| s.name)
+        suite(self.0).map_or(OTHER, |s| s.name)
     }
 }
 
@@ -248,7 +248,7 @@ impl LabelValue for Group {
     };
     fn label(self) -> &'static str {
         match self {
-            Group::Iana(code) => GROUPS.iter().find(|(c, _)| *c == code).map_or(OTHER, |(_, n)| n),
+            Group::Iana(code) => group_name(code),
             Group::Modp(bits) => NAMED_DH
                 .iter()
                 .find(|(b, _, _)| *b == bits)
